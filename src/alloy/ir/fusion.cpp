@@ -1,0 +1,263 @@
+#include "alloy/ir/fusion.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "alloy/ir/op_table.h"
+
+namespace alloy {
+
+std::string Value::type_str() const {
+  std::string out(dtype_name(type.dtype));
+  if (type.is_scalar) return out;
+  out += "[";
+  for (size_t i = 0; i < type.shape.size(); ++i) out += (i ? ", " : "") + type.shape[i].str(true);
+  return out + "]";
+}
+
+const Attr* Op::attr(std::string_view name) const {
+  for (auto& a : attrs)
+    if (a.name == name) return &a.value;
+  return nullptr;
+}
+
+const Attr& Op::required_attr(std::string_view name) const {
+  const Attr* a = attr(name);
+  if (!a) internal_error("op ", op_name(kind), " has no attribute ", name);
+  return *a;
+}
+
+int64_t Op::int_attr(std::string_view name) const { return required_attr(name).i; }
+
+double Op::real_attr(std::string_view name) const {
+  const Attr& a = required_attr(name);
+  return a.kind == Attr::Kind::integer ? double(a.i) : a.f;
+}
+
+bool Op::bool_attr(std::string_view name) const { return required_attr(name).b; }
+
+const std::string& Op::string_attr(std::string_view name) const { return required_attr(name).s; }
+
+std::vector<int64_t> Op::ints_attr(std::string_view name) const {
+  std::vector<int64_t> out;
+  for (auto& a : required_attr(name).list) out.push_back(a.i);
+  return out;
+}
+
+Value* Fusion::new_value(std::string name, ValueType type) {
+  auto v = std::make_unique<Value>();
+  v->id = int(values_.size());
+  v->name = std::move(name);
+  v->type = std::move(type);
+  values_.push_back(std::move(v));
+  return values_.back().get();
+}
+
+Value* Fusion::find_value(std::string_view name) const {
+  for (auto& v : values_)
+    if (v->name == name) return v.get();
+  return nullptr;
+}
+
+std::string Fusion::fresh_name(std::string_view prefix) {
+  for (;;) {
+    std::string candidate = std::string(prefix) + std::to_string(fresh_counter_++);
+    if (!find_value(candidate)) return candidate;
+  }
+}
+
+Value* Fusion::add_input(std::string name, ValueType type, std::optional<Sharding> sharding,
+                         const SourceLoc& loc) {
+  if (find_value(name)) user_error(loc, "parameter '", name, "' is declared twice");
+  Value* v = new_value(std::move(name), std::move(type));
+  v->is_input = true;
+  v->sharding = std::move(sharding);
+  inputs_.push_back(v);
+  return v;
+}
+
+Value* Fusion::add_literal(Literal literal) {
+  ValueType type;
+  type.is_scalar = true;
+  type.dtype = literal.kind == Literal::Kind::real      ? DType::f64
+               : literal.kind == Literal::Kind::integer ? DType::i64
+                                                        : DType::boolean;
+  Value* v = new_value(fresh_name("lit"), type);
+  v->literal = literal;
+  return v;
+}
+
+static void check_attr_type(const AttrSpec& spec, const Attr& value, const SourceLoc& loc,
+                            std::string_view op) {
+  using K = Attr::Kind;
+  auto bad = [&](std::string_view expected) {
+    user_error(loc, op, ": attribute '", spec.name, "' must be ", expected, ", found ", value.str());
+  };
+  auto list_of = [&](bool allow_symbols) {
+    if (value.kind != K::list) return false;
+    for (auto& item : value.list)
+      if (!(item.kind == K::integer || (allow_symbols && item.kind == K::symbol))) return false;
+    return true;
+  };
+  switch (spec.type) {
+    case AttrSpec::Type::integer: if (value.kind != K::integer) bad("an integer"); break;
+    case AttrSpec::Type::real: if (value.kind != K::real && value.kind != K::integer) bad("a number"); break;
+    case AttrSpec::Type::boolean: if (value.kind != K::boolean) bad("true or false"); break;
+    case AttrSpec::Type::string: if (value.kind != K::string) bad("a string in double quotes"); break;
+    case AttrSpec::Type::dtype: if (value.kind != K::dtype) bad("a dtype (f64 f32 f16 bf16 i64 i32 bool)"); break;
+    case AttrSpec::Type::int_list:
+    case AttrSpec::Type::optional_int_list:
+      if (value.kind == K::integer) break;  // a single int is accepted as a one-element list
+      if (!list_of(false)) bad("a list of integers");
+      break;
+    case AttrSpec::Type::extent_list: if (!list_of(true)) bad("a list of sizes (integers or symbols)"); break;
+  }
+}
+
+std::vector<Value*> Fusion::add_op(OpKind kind, std::vector<Value*> inputs, std::vector<NamedAttr> attrs,
+                                   const SourceLoc& loc, std::vector<std::string> output_names) {
+  const OpRow& row = op_row(kind);
+  int n = int(inputs.size());
+  if (n < row.min_inputs || (row.max_inputs >= 0 && n > row.max_inputs)) {
+    std::string expected = row.max_inputs < 0 ? "at least " + std::to_string(row.min_inputs)
+                           : row.min_inputs == row.max_inputs
+                               ? std::to_string(row.min_inputs)
+                               : std::to_string(row.min_inputs) + " to " + std::to_string(row.max_inputs);
+    user_error(loc, row.name, ": takes ", expected, " argument", (expected == "1" ? "" : "s"), ", found ", n);
+  }
+  for (Value* v : inputs) ALLOY_CHECK(v != nullptr, "null input to ", row.name);
+
+  // Attributes: reject unknown and repeated ones, check types, fill defaults in table order.
+  for (size_t i = 0; i < attrs.size(); ++i) {
+    auto spec = std::find_if(row.attrs.begin(), row.attrs.end(), [&](auto& s) { return s.name == attrs[i].name; });
+    if (spec == row.attrs.end()) {
+      std::string known;
+      for (auto& s : row.attrs) known += (known.empty() ? "" : ", ") + std::string(s.name);
+      user_error(loc, row.name, ": unknown attribute '", attrs[i].name, "'",
+                 known.empty() ? std::string("; it takes none") : "; expected one of: " + known);
+    }
+    for (size_t j = 0; j < i; ++j)
+      if (attrs[j].name == attrs[i].name) user_error(loc, row.name, ": attribute '", attrs[i].name, "' given twice");
+    check_attr_type(*spec, attrs[i].value, loc, row.name);
+  }
+  std::vector<NamedAttr> canonical;
+  for (auto& spec : row.attrs) {
+    auto given = std::find_if(attrs.begin(), attrs.end(), [&](auto& a) { return a.name == spec.name; });
+    if (given != attrs.end()) {
+      Attr value = given->value;
+      bool list_type = spec.type == AttrSpec::Type::int_list || spec.type == AttrSpec::Type::optional_int_list;
+      if (list_type && value.kind == Attr::Kind::integer) value = Attr::ints({value.i});
+      if (spec.type == AttrSpec::Type::real && value.kind == Attr::Kind::integer) value = Attr::real(double(value.i));
+      canonical.push_back({std::string(spec.name), value});
+    } else if (spec.required) {
+      user_error(loc, row.name, ": missing attribute '", spec.name, "'");
+    } else if (spec.default_value) {
+      canonical.push_back({std::string(spec.name), *spec.default_value});
+    }
+  }
+
+  InferContext ctx{kind, inputs, canonical, loc, *this};
+  std::vector<ValueType> types = row.infer(ctx);
+  ALLOY_CHECK(int(types.size()) == row.num_outputs, row.name, " inferred ", types.size(), " outputs");
+  if (!output_names.empty() && int(output_names.size()) != row.num_outputs)
+    user_error(loc, row.name, ": returns ", row.num_outputs, " value", row.num_outputs == 1 ? "" : "s",
+               ", but ", output_names.size(), " name", output_names.size() == 1 ? " is" : "s are", " assigned");
+
+  auto op = std::make_unique<Op>();
+  op->kind = kind;
+  op->inputs = std::move(inputs);
+  op->attrs = std::move(canonical);
+  op->loc = loc;
+  for (int i = 0; i < row.num_outputs; ++i) {
+    std::string name = output_names.empty() ? fresh_name() : output_names[i];
+    if (find_value(name)) user_error(loc, "'", name, "' is already defined");
+    Value* out = new_value(name, types[i]);
+    out->producer = op.get();
+    op->outputs.push_back(out);
+  }
+  ops_.push_back(std::move(op));
+  return ops_.back()->outputs;
+}
+
+Value* Fusion::add_op1(OpKind kind, std::vector<Value*> inputs, std::vector<NamedAttr> attrs,
+                       const SourceLoc& loc, std::string output_name) {
+  std::vector<std::string> names;
+  if (!output_name.empty()) names.push_back(std::move(output_name));
+  auto outs = add_op(kind, std::move(inputs), std::move(attrs), loc, std::move(names));
+  ALLOY_CHECK(outs.size() == 1, op_name(kind), " returns ", outs.size(), " values");
+  return outs[0];
+}
+
+void Fusion::add_output(Value* value, const SourceLoc& loc) {
+  ALLOY_CHECK(value != nullptr, "null output");
+  if (value->literal) user_error(loc, "return: a literal cannot be an output; return a computed value");
+  outputs_.push_back(value);
+}
+
+std::unique_ptr<Fusion> Fusion::clone() const {
+  auto copy = std::make_unique<Fusion>(name_);
+  std::unordered_map<const Value*, Value*> map;
+  for (auto& v : values_) {
+    Value* nv = copy->new_value(v->name, v->type);
+    nv->literal = v->literal;
+    nv->sharding = v->sharding;
+    nv->is_input = v->is_input;
+    map[v.get()] = nv;
+  }
+  for (auto& op : ops_) {
+    auto nop = std::make_unique<Op>(*op);
+    for (auto& in : nop->inputs) in = map.at(in);
+    for (auto& out : nop->outputs) {
+      out = map.at(out);
+      out->producer = nop.get();
+    }
+    copy->ops_.push_back(std::move(nop));
+  }
+  for (Value* in : inputs_) copy->inputs_.push_back(map.at(in));
+  for (Value* out : outputs_) copy->outputs_.push_back(map.at(out));
+  copy->constraints_ = constraints_;
+  copy->derived_ = derived_;
+  copy->dynamic_ids_ = dynamic_ids_;
+  copy->fresh_counter_ = fresh_counter_;
+  return copy;
+}
+
+Extent Fusion::define_sum(std::vector<Extent> terms) {
+  std::string name = "?sum" + std::to_string(derived_.size());
+  derived_.push_back({name, std::move(terms)});
+  return Extent::symbol(name);
+}
+
+void Fusion::complete_bindings(Bindings& bindings) const {
+  for (const DerivedSymbol& d : derived_) {
+    int64_t total = 0;
+    for (const Extent& t : d.terms) {
+      auto v = t.evaluate(bindings);
+      if (!v) internal_error("derived size ", d.name, " has an unbound term ", t.str());
+      total += *v;
+    }
+    bindings[d.name] = total;
+  }
+  for (const Constraint& c : constraints_) {
+    auto a = c.a.evaluate(bindings), b = c.b.evaluate(bindings);
+    if (!a || !b) {
+      const Extent& bad = a ? c.b : c.a;
+      user_error_at(c.what, "size ", bad.str(true), " is not a whole number for the bound sizes");
+    }
+    if (c.kind == Constraint::Kind::equal && *a != *b)
+      user_error_at(c.what, "sizes must match at run time: ", c.a.str(true), " = ", *a, " but ", c.b.str(true), " = ", *b);
+    if (c.kind == Constraint::Kind::at_least && *a < *b)
+      user_error_at(c.what, "size ", c.a.str(true), " = ", *a, " is smaller than ", *b);
+  }
+}
+
+std::vector<std::string> Fusion::input_symbols() const {
+  std::vector<std::string> out;
+  for (Value* in : inputs_)
+    for (const Extent& e : in->shape())
+      for (auto& [name, power] : e.powers())
+        if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  return out;
+}
+
+}  // namespace alloy

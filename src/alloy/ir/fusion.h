@@ -1,0 +1,151 @@
+// The IR: a Fusion owns its values and ops (an arena); ops are kept in definition order, which
+// is a topological order. Values are tensors (rank >= 0) or scalars (scalar inputs and literal
+// constants, which do not promote tensors' dtypes).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "alloy/common/error.h"
+#include "alloy/ir/attr.h"
+#include "alloy/ir/dtype.h"
+#include "alloy/ir/extent.h"
+#include "alloy/ir/op_kind.h"
+
+namespace alloy {
+
+struct Op;
+
+// How a tensor is laid over a 1-D device mesh: replicated, or split evenly along one axis.
+struct Sharding {
+  std::vector<int64_t> mesh;       // device ids
+  std::optional<int> shard_axis;   // nullopt: replicated
+  bool operator==(const Sharding&) const = default;
+};
+
+// A literal scalar in the program (`1.0e-5`, `2`, `true`).
+struct Literal {
+  enum class Kind { integer, real, boolean } kind = Kind::real;
+  int64_t i = 0;
+  double f = 0;
+  bool b = false;
+  double as_double() const { return kind == Kind::real ? f : kind == Kind::integer ? double(i) : double(b); }
+  bool operator==(const Literal&) const = default;
+};
+
+// The type part of a value: what shape inference computes.
+struct ValueType {
+  DType dtype = DType::f32;
+  bool is_scalar = false;        // a scalar (not a tensor)
+  std::vector<Extent> shape;     // empty for scalars and 0-dim tensors
+  int rank() const { return int(shape.size()); }
+};
+
+struct Value {
+  int id = 0;
+  std::string name;              // unique within the fusion
+  ValueType type;
+  std::optional<Literal> literal;  // set for literal constants
+  std::optional<Sharding> sharding;
+  Op* producer = nullptr;        // nullptr for inputs and literals
+  bool is_input = false;
+
+  DType dtype() const { return type.dtype; }
+  int rank() const { return type.rank(); }
+  const std::vector<Extent>& shape() const { return type.shape; }
+  bool is_scalar() const { return type.is_scalar; }
+  std::string type_str() const;  // "bf16[B, 768]", "f32" for a scalar
+};
+
+struct Op {
+  OpKind kind;
+  std::vector<Value*> inputs;
+  std::vector<Value*> outputs;
+  std::vector<NamedAttr> attrs;  // in the table's canonical order, defaults filled in
+  SourceLoc loc;
+
+  const Attr* attr(std::string_view name) const;
+  const Attr& required_attr(std::string_view name) const;  // internal error when missing
+  int64_t int_attr(std::string_view name) const;
+  double real_attr(std::string_view name) const;  // accepts an integer too
+  bool bool_attr(std::string_view name) const;
+  const std::string& string_attr(std::string_view name) const;
+  std::vector<int64_t> ints_attr(std::string_view name) const;
+};
+
+class Fusion {
+ public:
+  explicit Fusion(std::string name = "fusion") : name_(std::move(name)) {}
+  Fusion(const Fusion&) = delete;
+  Fusion& operator=(const Fusion&) = delete;
+  Fusion(Fusion&&) = default;
+  Fusion& operator=(Fusion&&) = default;
+
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+
+  Value* add_input(std::string name, ValueType type, std::optional<Sharding> sharding = {},
+                   const SourceLoc& loc = {});
+  Value* add_literal(Literal literal);
+  // Checks arity and attributes, fills default attributes, infers the outputs' types (user errors
+  // are reported at `loc`), names outputs with `output_names` (or fresh names) and appends the op.
+  std::vector<Value*> add_op(OpKind kind, std::vector<Value*> inputs, std::vector<NamedAttr> attrs,
+                             const SourceLoc& loc = {}, std::vector<std::string> output_names = {});
+  Value* add_op1(OpKind kind, std::vector<Value*> inputs, std::vector<NamedAttr> attrs = {},
+                 const SourceLoc& loc = {}, std::string output_name = {});
+  void add_output(Value* value, const SourceLoc& loc = {});
+
+  const std::vector<Value*>& inputs() const { return inputs_; }
+  const std::vector<Value*>& outputs() const { return outputs_; }
+  const std::vector<std::unique_ptr<Op>>& ops() const { return ops_; }
+  const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
+  Value* find_value(std::string_view name) const;
+  std::string fresh_name(std::string_view prefix = "t");
+  int next_dynamic_id() { return dynamic_ids_++; }
+
+  // Facts shape inference could not decide alone (two different symbols that must be equal where
+  // a binary op broadcasts them): checked when sizes are bound at run time.
+  struct Constraint {
+    Extent a, b;
+    std::string what;  // "add at mlp.fusion:3:7: axis 1"
+    enum class Kind { equal, at_least } kind = Kind::equal;  // a == b, or a >= b
+  };
+  const std::vector<Constraint>& constraints() const { return constraints_; }
+  void add_constraint(Constraint c) { constraints_.push_back(std::move(c)); }
+
+  // A size that is a sum of extents (cat along axes of different symbols) is a fresh symbol,
+  // computed from its terms once the inputs' sizes are bound.
+  struct DerivedSymbol {
+    std::string name;
+    std::vector<Extent> terms;
+  };
+  Extent define_sum(std::vector<Extent> terms);
+  const std::vector<DerivedSymbol>& derived_symbols() const { return derived_; }
+
+  // Binds every input symbol from concrete input sizes is the evaluator's job; this completes
+  // `bindings` with the derived symbols and checks the constraints (user errors name the op).
+  void complete_bindings(Bindings& bindings) const;
+
+  // A deep copy; `map` (optional) receives old value -> new value.
+  std::unique_ptr<Fusion> clone() const;
+
+  // Every symbol that appears in the inputs' shapes, in first-use order.
+  std::vector<std::string> input_symbols() const;
+
+ private:
+  Value* new_value(std::string name, ValueType type);
+
+  std::string name_;
+  std::vector<std::unique_ptr<Value>> values_;
+  std::vector<std::unique_ptr<Op>> ops_;
+  std::vector<Value*> inputs_;
+  std::vector<Value*> outputs_;
+  std::vector<Constraint> constraints_;
+  std::vector<DerivedSymbol> derived_;
+  int dynamic_ids_ = 0;
+  int fresh_counter_ = 0;
+};
+
+}  // namespace alloy

@@ -1,0 +1,37 @@
+// The closed set of op kinds. Each kind's meaning (text name, arity, attributes, shape and
+// dtype rule) is one row of the table in op_table.cpp; its CPU reference is one row in
+// backend/cpu/reference_ops.cpp.
+#pragma once
+
+#include <cstdint>
+
+namespace alloy {
+
+#define ALLOY_OP_KINDS(X)                                                                     \
+  /* unary pointwise */                                                                     \
+  X(neg) X(abs) X(exp) X(log) X(sqrt) X(rsqrt) X(tanh) X(sigmoid) X(relu) X(silu) X(erf)    \
+  X(reciprocal) X(gelu)                                                                     \
+  /* binary pointwise */                                                                    \
+  X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum)                                  \
+  X(eq) X(ne) X(lt) X(le) X(gt) X(ge)                                                       \
+  /* other pointwise */                                                                     \
+  X(where) X(cast) X(gelu_backward) X(relu_backward)                                        \
+  /* reductions */                                                                          \
+  X(sum) X(max) X(min) X(mean) X(var_mean)                                                  \
+  /* shape */                                                                               \
+  X(broadcast_in_dim) X(expand) X(reshape) X(permute) X(slice) X(squeeze) X(unsqueeze)      \
+  X(cat)                                                                                    \
+  /* matmul */                                                                              \
+  X(matmul) X(linear)                                                                       \
+  /* composites */                                                                          \
+  X(softmax) X(layer_norm) X(rms_norm)                                                      \
+  /* segmentation control */                                                                \
+  X(segment_set)
+
+enum class OpKind : uint8_t {
+#define ALLOY_ENUM_ITEM(name) name,
+  ALLOY_OP_KINDS(ALLOY_ENUM_ITEM)
+#undef ALLOY_ENUM_ITEM
+};
+
+}  // namespace alloy

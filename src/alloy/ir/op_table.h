@@ -1,0 +1,58 @@
+// What each op means to the IR: one row per OpKind with its text-format name, arity, attributes
+// (with defaults) and its shape/dtype rule. Shape rules report user errors at the op's location
+// and may record run-time constraints on the fusion.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "alloy/ir/fusion.h"
+
+namespace alloy {
+
+struct AttrSpec {
+  std::string_view name;
+  enum class Type { integer, real, boolean, string, dtype, int_list, extent_list, optional_int_list } type;
+  bool required = false;
+  std::optional<Attr> default_value;  // used when not required and not given
+};
+
+struct InferContext {
+  OpKind kind;
+  std::span<Value* const> inputs;
+  const std::vector<NamedAttr>& attrs;
+  const SourceLoc& loc;
+  Fusion& fusion;
+
+  const Attr* attr(std::string_view name) const;
+  [[noreturn]] void fail(const std::string& message) const;  // "<loc>: <op>: <message>"
+};
+
+using InferFn = std::function<std::vector<ValueType>(const InferContext&)>;
+
+enum class OpClass { unary, binary, pointwise, reduction, shape, matmul, composite, control };
+
+struct OpRow {
+  OpKind kind;
+  std::string_view name;
+  OpClass op_class;
+  int min_inputs;
+  int max_inputs;   // -1: any number
+  int num_outputs;
+  std::vector<AttrSpec> attrs;
+  InferFn infer;
+};
+
+const OpRow& op_row(OpKind kind);
+const OpRow* find_op(std::string_view name);  // nullptr when no op has that name
+std::string_view op_name(OpKind kind);
+std::vector<std::string_view> all_op_names();
+
+// Helpers shared by the shape rules and the backends.
+int normalize_axis(int64_t axis, int rank, const InferContext& ctx, std::string_view what);
+bool is_pointwise(OpKind kind);
+bool is_view(OpKind kind);  // shape ops that never move data on their own
+
+}  // namespace alloy
