@@ -1,7 +1,13 @@
 #include "test_util.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
+
+#include "alloy/backend/cuda/cuda_api.h"
+#include "alloy/ir/parser.h"
+#include "alloy/runtime/executor.h"
+#include "alloy/runtime/run_inputs.h"
 
 namespace alloy::testing {
 
@@ -12,6 +18,71 @@ std::string read_file(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+bool gpu_available() { return cuda::cuda_available(); }
+
+namespace {
+
+void tolerance(DType t, double& rtol, double& atol) {
+  switch (t) {
+    case DType::bf16: rtol = 2e-2; atol = 2e-2; break;
+    case DType::f16: rtol = 5e-3; atol = 5e-3; break;
+    case DType::f32: rtol = 1e-4; atol = 1e-5; break;
+    case DType::f64: rtol = 1e-9; atol = 1e-12; break;
+    default: rtol = 0; atol = 0;
+  }
+}
+
+}  // namespace
+
+::testing::AssertionResult tensors_close(const Tensor& actual_any, const Tensor& expected_any, double scale) {
+  Tensor actual = to_cpu(actual_any), expected = to_cpu(expected_any);
+  if (actual.dtype() != expected.dtype())
+    return ::testing::AssertionFailure() << "dtype " << dtype_name(actual.dtype()) << " vs " << dtype_name(expected.dtype());
+  if (actual.sizes() != expected.sizes()) return ::testing::AssertionFailure() << "shape " << actual.str() << " vs " << expected.str();
+  double rtol, atol;
+  tolerance(actual.dtype(), rtol, atol);
+  rtol *= scale;
+  atol *= scale;
+  int64_t n = actual.numel(), bad = 0;
+  std::vector<int64_t> index(actual.dim(), 0);
+  std::ostringstream first;
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t oa = 0, oe = 0;
+    for (int d = 0; d < actual.dim(); ++d) {
+      oa += index[d] * actual.stride(d);
+      oe += index[d] * expected.stride(d);
+    }
+    double a = load_as_double(actual.data(), actual.dtype(), oa), e = load_as_double(expected.data(), expected.dtype(), oe);
+    bool ok = (std::isnan(a) && std::isnan(e)) || (a == e) || std::fabs(a - e) <= atol + rtol * std::fabs(e);
+    if (!ok && bad++ < 5) first << "  at flat index " << k << ": " << a << " vs expected " << e << "\n";
+    for (int d = actual.dim() - 1; d >= 0; --d) {
+      if (++index[d] < actual.size(d)) break;
+      index[d] = 0;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << n << " elements differ (rtol " << rtol << ", atol " << atol << "):\n"
+                                       << first.str();
+}
+
+void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& sizes, uint64_t seed) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU available: " << cuda::cuda_unavailable_reason();
+  auto cpu_fusion = parse_fusion(fusion_text, "test.fusion", std::nullopt);
+  auto gpu_fusion = parse_fusion(fusion_text, "test.fusion", std::nullopt);
+  std::vector<Tensor> given(cpu_fusion->inputs().size());
+  std::vector<Tensor> inputs = complete_inputs(*cpu_fusion, given, sizes, seed);
+  FusionExecutor cpu(std::move(cpu_fusion), {DeviceChoice::cpu});
+  ExecutorOptions gpu_options{DeviceChoice::cuda};
+  gpu_options.poison_outputs = true;
+  FusionExecutor gpu(std::move(gpu_fusion), gpu_options);
+  std::vector<Tensor> expected = cpu.run(inputs);
+  std::vector<Tensor> actual = gpu.run(inputs);
+  gpu.synchronize();
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i)
+    EXPECT_TRUE(tensors_close(actual[i], expected[i])) << "output " << i << " of\n" << fusion_text << "\nsegments:\n" << gpu.dump("segments");
 }
 
 }  // namespace alloy::testing

@@ -1,11 +1,27 @@
-// Shared test helpers: source paths, random tensors, and comparison with a reference.
+// Shared test helpers: source paths, and the one comparison every backend test uses.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <string>
+#include <vector>
+
+#include "alloy/ir/extent.h"
+#include "alloy/runtime/tensor.h"
 
 namespace alloy::testing {
 
 std::string source_path(const std::string& relative);  // ALLOY_SOURCE_DIR + "/" + relative
 std::string read_file(const std::string& path);
+
+// Elementwise |actual - expected| <= atol + rtol * |expected| with tolerances set by `dtype`
+// (exact for integers and bools); NaN must match NaN. Both tensors are compared on the CPU.
+::testing::AssertionResult tensors_close(const Tensor& actual, const Tensor& expected, double scale = 1.0);
+
+// Runs `fusion_text` on the CPU reference and on the GPU with the same fresh random inputs and
+// poisoned GPU outputs, and compares every output. Skips the test when there is no GPU.
+void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& sizes, uint64_t seed = 7);
+
+bool gpu_available();
 
 }  // namespace alloy::testing

@@ -1,1 +1,377 @@
-int main() { return 0; }
+// The `alloy` command-line program: run, check, print and compile .fusion files. Exit codes:
+// 0 success, 1 a user error (bad file, bad input), 2 a usage error, 3 an internal error.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "alloy/common/error.h"
+#include "alloy/ir/fusion.h"
+#include "alloy/ir/op_table.h"
+#include "alloy/ir/parser.h"
+#include "alloy/ir/printer.h"
+#include "alloy/runtime/executor.h"
+#include "alloy/runtime/npy.h"
+#include "alloy/runtime/run_inputs.h"
+
+namespace alloy {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A malformed argument that CLI11 could not check itself (`--bind B=x`): exit code 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct RunOptions {
+  std::string file;
+  std::string fusion_name;
+  std::vector<std::string> inputs;  // NAME=PATH.npy
+  std::vector<std::string> binds;   // SYM=N or INPUT.AXIS=N
+  uint64_t seed = 0;
+  std::string device = "auto";
+  std::string save_dir;
+  std::vector<std::string> dumps;
+  int bench = 0;
+};
+
+// ---- reading and choosing fusions ---------------------------------------------------------
+
+std::string read_source(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) user_error_at(path, "no such file");
+  if (fs::is_directory(path, ec)) user_error_at(path, "is a directory; expected a .fusion file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) user_error_at(path, "cannot open: ", std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string fusion_names(const std::vector<std::unique_ptr<Fusion>>& fusions) {
+  std::string names;
+  for (auto& f : fusions) names += (names.empty() ? "" : ", ") + f->name();
+  return names;
+}
+
+std::unique_ptr<Fusion> choose_fusion(std::vector<std::unique_ptr<Fusion>> fusions, const std::string& name,
+                                      const std::string& file) {
+  if (fusions.empty()) user_error_at(file, "holds no fusion");
+  if (name.empty()) return std::move(fusions.front());  // like parse_fusion: the first one
+  for (auto& f : fusions)
+    if (f->name() == name) return std::move(f);
+  user_error_at(file, "has no fusion named '", name, "'; it holds ", fusion_names(fusions));
+}
+
+// ---- alloy check: every error, one fusion at a time ---------------------------------------
+
+bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// Where each top-level `fusion` keyword starts (outside comments, strings and braces).
+std::vector<size_t> fusion_starts(std::string_view text) {
+  std::vector<size_t> starts;
+  int depth = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '#') {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if (c == '"') {
+      while (++i < text.size() && text[i] != '"' && text[i] != '\n') {}
+    } else if (c == '{') {
+      ++depth;
+    } else if (c == '}') {
+      depth = std::max(0, depth - 1);
+    } else if (depth == 0 && text.substr(i, 6) == "fusion" && (i == 0 || !is_name_char(text[i - 1])) &&
+               (i + 6 == text.size() || !is_name_char(text[i + 6]))) {
+      starts.push_back(i);
+      i += 5;
+    }
+  }
+  return starts;
+}
+
+// The errors of each fusion of `text` parsed alone. Everything outside the fusion is blanked
+// (newlines kept), so the parser's line:col positions stay those of the whole file.
+std::vector<std::string> errors_per_fusion(const std::string& text, const std::string& file) {
+  std::vector<size_t> starts = fusion_starts(text);
+  if (starts.empty()) starts.push_back(0);
+  starts.front() = 0;  // text before the first fusion belongs to it
+  starts.push_back(text.size());
+  std::vector<std::string> errors;
+  for (size_t k = 0; k + 1 < starts.size(); ++k) {
+    std::string alone = text;
+    for (size_t i = 0; i < alone.size(); ++i)
+      if ((i < starts[k] || i >= starts[k + 1]) && alone[i] != '\n') alone[i] = ' ';
+    try {
+      parse_fusions(alone, file);
+    } catch (const UserError& e) {
+      errors.push_back(e.what());
+    }
+  }
+  return errors;
+}
+
+std::string count(size_t n, const std::string& noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
+
+int check_command(const std::string& file) {
+  std::string text = read_source(file);
+  std::vector<std::unique_ptr<Fusion>> fusions;
+  std::string whole_error;
+  try {
+    fusions = parse_fusions(text, file);
+  } catch (const UserError& e) {
+    whole_error = e.what();
+  }
+  if (whole_error.empty()) {
+    if (fusions.empty()) user_error_at(file, "holds no fusion");
+    for (auto& f : fusions)
+      std::cout << file << ": fusion " << f->name() << ": " << count(f->inputs().size(), "input") << ", "
+                << count(f->ops().size(), "op") << ", " << count(f->outputs().size(), "output") << ": ok\n";
+    return 0;
+  }
+  std::vector<std::string> errors = errors_per_fusion(text, file);
+  if (std::find(errors.begin(), errors.end(), whole_error) == errors.end()) errors.insert(errors.begin(), whole_error);
+  for (const std::string& e : errors) std::cerr << e << "\n";
+  std::cerr << count(errors.size(), "error") << " in " << file << "\n";
+  return 1;
+}
+
+int print_command(const std::string& file, const std::string& name) {
+  std::string text = read_source(file);
+  auto fusions = parse_fusions(text, file);
+  if (fusions.empty()) user_error_at(file, "holds no fusion");
+  std::vector<const Fusion*> chosen;
+  for (auto& f : fusions)
+    if (name.empty() || f->name() == name) chosen.push_back(f.get());
+  if (chosen.empty()) user_error_at(file, "has no fusion named '", name, "'; it holds ", fusion_names(fusions));
+  std::cout << print_fusions(chosen);
+  return 0;
+}
+
+int compile_command(const std::string& file, const std::string& arch) {
+  parse_fusions(read_source(file), file);  // report errors in the file first
+  user_error_at("alloy compile --arch " + arch,
+                "ahead-of-time compilation is not yet available; `alloy run FILE --dump cuda` prints the kernels of a run");
+}
+
+// ---- alloy run ----------------------------------------------------------------------------
+
+std::pair<std::string, std::string> split_assignment(const std::string& arg, const char* option, const char* form) {
+  size_t eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size())
+    throw UsageError(std::string(option) + " " + arg + ": expected " + form);
+  return {arg.substr(0, eq), arg.substr(eq + 1)};
+}
+
+std::vector<SizeRequest> parse_binds(const std::vector<std::string>& binds) {
+  std::vector<SizeRequest> out;
+  for (const std::string& arg : binds) {
+    auto [name, text] = split_assignment(arg, "--bind", "SYMBOL=N (or INPUT.AXIS=N for an axis declared ?)");
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size())
+      throw UsageError("--bind " + arg + ": expected an integer size after '=', found '" + text + "'");
+    out.emplace_back(name, value);
+  }
+  return out;
+}
+
+// A file given for a scalar input: converted by value (scalars carry no dtype of their own).
+Tensor convert_scalar(const Tensor& t, DType declared) {
+  if (t.dtype() == declared || t.numel() != 1) return t;
+  Tensor out = Tensor::empty(declared, t.sizes());
+  if (is_floating(declared)) store_double(out.data(), declared, 0, load_as_double(t.data(), t.dtype(), 0));
+  else store_int(out.data(), declared, 0, load_as_int(t.data(), t.dtype(), 0));
+  return out;
+}
+
+// The tensors read from --input files, in declaration order (undefined where not given), and
+// for each input where its values come from.
+std::vector<Tensor> read_given_inputs(const Fusion& fusion, const std::vector<std::string>& args,
+                                      std::vector<std::string>& sources) {
+  const auto& decls = fusion.inputs();
+  std::vector<Tensor> given(decls.size());
+  sources.assign(decls.size(), "");  // empty: drawn at random
+  for (const std::string& arg : args) {
+    auto [name, path] = split_assignment(arg, "--input", "NAME=PATH.npy");
+    auto it = std::find_if(decls.begin(), decls.end(), [&](Value* v) { return v->name == name; });
+    if (it == decls.end()) {
+      std::string names;
+      for (Value* v : decls) names += (names.empty() ? "" : ", ") + v->name;
+      user_error_at("--input " + arg, "fusion '", fusion.name(), "' has no input named '", name, "'; its inputs are ", names);
+    }
+    size_t i = size_t(it - decls.begin());
+    if (given[i].defined()) user_error_at("--input " + arg, "input '", name, "' is given twice");
+    Tensor t = read_npy(path);
+    given[i] = (*it)->is_scalar() ? convert_scalar(t, (*it)->dtype()) : convert_for_input(t, (*it)->dtype(), name);
+    sources[i] = path;
+  }
+  return given;
+}
+
+DeviceChoice device_choice(const std::string& name) {
+  if (name == "cpu") return DeviceChoice::cpu;
+  if (name == "cuda") return DeviceChoice::cuda;
+  return DeviceChoice::automatic;
+}
+
+std::string bindings_text(const Fusion& fusion, const Bindings& bindings) {
+  std::string out;
+  for (const std::string& s : fusion.input_symbols()) {
+    auto it = bindings.find(s);
+    if (it == bindings.end() || (!s.empty() && s[0] == '?')) continue;
+    out += " " + s + "=" + std::to_string(it->second);
+  }
+  return out;
+}
+
+void save_outputs(const std::string& dir, const Fusion& fusion, const std::vector<Tensor>& outputs) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) user_error_at("--save-outputs " + dir, "cannot create the directory: ", ec.message());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    std::string path = (fs::path(dir) / (fusion.outputs()[i]->name + ".npy")).string();
+    write_npy(path, to_cpu(outputs[i]));
+    std::cout << "wrote " << path << "\n";
+  }
+}
+
+void bench(FusionExecutor& executor, const std::vector<Tensor>& inputs, int runs) {
+  executor.run(inputs);  // warm-up beyond the first run: caches and allocators settle
+  executor.synchronize();
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    executor.run(inputs);
+    executor.synchronize();
+    times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  size_t mid = times.size() / 2;
+  double median = times.size() % 2 ? times[mid] : (times[mid - 1] + times[mid]) / 2;
+  char line[128];
+  std::snprintf(line, sizeof line, "bench median_us=%.1f min_us=%.1f runs=%d", median, times.front(), runs);
+  std::cout << line << std::endl;
+}
+
+int run_command(const RunOptions& opts) {
+  std::vector<SizeRequest> requests = parse_binds(opts.binds);
+  std::string text = read_source(opts.file);
+  auto fusion = choose_fusion(parse_fusions(text, opts.file), opts.fusion_name, opts.file);
+  FusionExecutor executor(std::move(fusion), ExecutorOptions{device_choice(opts.device)});
+  const Fusion& f = executor.fusion();
+
+  std::vector<std::string> sources;
+  std::vector<Tensor> given = read_given_inputs(f, opts.inputs, sources);
+  Bindings bindings = resolve_input_sizes(f, given, requests);
+  std::vector<Tensor> inputs = complete_inputs(f, std::move(given), bindings, opts.seed);
+
+  std::cout << "fusion " << f.name() << " on " << executor.device().str() << bindings_text(f, bindings) << ", seed "
+            << opts.seed << "\n";
+  for (size_t i = 0; i < inputs.size(); ++i)
+    std::cout << "  input " << f.inputs()[i]->name << ": " << tensor_type_str(inputs[i]) << " "
+              << (sources[i].empty() ? "random" : "from " + sources[i]) << "\n";
+  for (const std::string& stage : opts.dumps) std::cout << executor.dump(stage, &inputs);
+
+  std::vector<Tensor> outputs = executor.run(inputs);
+  executor.synchronize();
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Tensor out = to_cpu(outputs[i]);
+    std::cout << f.outputs()[i]->name << ": " << tensor_type_str(out) << "  " << summarize_tensor(out) << "\n";
+  }
+  if (!opts.save_dir.empty()) save_outputs(opts.save_dir, f, outputs);
+  if (opts.bench > 0) bench(executor, inputs, opts.bench);
+  return 0;
+}
+
+// ---- the command line ---------------------------------------------------------------------
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"Alloy: a fusion compiler and runtime for deep-learning tensor programs", "alloy"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "alloy 0.1.0");
+
+  RunOptions run;
+  CLI::App* run_cmd = app.add_subcommand("run", "Run a fusion on random or given inputs and summarize its outputs");
+  run_cmd->add_option("file", run.file, "The .fusion file")->required();
+  run_cmd->add_option("--fusion", run.fusion_name, "Which fusion of the file to run (needed when it holds several)");
+  run_cmd->add_option("--input", run.inputs, "NAME=PATH.npy: take input NAME from a .npy file (repeatable)");
+  run_cmd->add_option("--bind", run.binds, "SYMBOL=N: the size of a symbolic dimension (INPUT.AXIS=N for a ?) (repeatable)");
+  run_cmd->add_option("--seed", run.seed, "Seed of the random inputs")->default_val(0);
+  run_cmd->add_option("--device", run.device, "Where to run")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->default_val("auto");
+  run_cmd->add_option("--save-outputs", run.save_dir, "Write DIR/<output name>.npy for each output");
+  run_cmd->add_option("--dump", run.dumps, "Print a stage before running (repeatable)")
+      ->check(CLI::IsMember({"ir", "segments", "program", "cuda"}));
+  run_cmd->add_option("--bench", run.bench, "Time N runs after warm-up; the last line is `bench median_us=... min_us=... runs=N`")
+      ->check(CLI::Range(1, 1000000));
+
+  std::string check_file;
+  CLI::App* check_cmd = app.add_subcommand("check", "Parse and validate a .fusion file, printing every error");
+  check_cmd->add_option("file", check_file, "The .fusion file")->required();
+
+  std::string print_file, print_name;
+  CLI::App* print_cmd = app.add_subcommand("print", "Print a .fusion file in canonical form");
+  print_cmd->add_option("file", print_file, "The .fusion file")->required();
+  print_cmd->add_option("--fusion", print_name, "Print only this fusion");
+
+  std::string compile_file, arch = "sm_90";
+  std::vector<std::string> compile_dumps;
+  CLI::App* compile_cmd = app.add_subcommand("compile", "Compile a fusion ahead of time for a GPU architecture");
+  compile_cmd->add_option("file", compile_file, "The .fusion file")->required();
+  compile_cmd->add_option("--arch", arch, "GPU architecture, e.g. sm_90")->default_val("sm_90");
+  compile_cmd->add_option("--dump", compile_dumps, "Print a stage")->check(CLI::IsMember({"cuda"}));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);  // prints help, the version, or the error with a hint
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    if (run_cmd->parsed()) return run_command(run);
+    if (check_cmd->parsed()) return check_command(check_file);
+    if (print_cmd->parsed()) return print_command(print_file, print_name);
+    if (compile_cmd->parsed()) return compile_command(compile_file, arch);
+  } catch (const UsageError& e) {
+    std::cerr << e.what() << "\nRun with --help for more information.\n";
+    return 2;
+  }
+  internal_error("no subcommand ran");
+}
+
+}  // namespace
+}  // namespace alloy
+
+int main(int argc, char** argv) {
+  try {
+    return alloy::run_cli(argc, argv);
+  } catch (const alloy::UserError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const alloy::InternalError& e) {
+    std::cerr << e.what() << "\nPlease report this with the .fusion file and the command line.\n";
+    return 3;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of memory\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "internal error (a bug in Alloy): " << e.what() << "\n";
+    return 3;
+  } catch (...) {
+    std::cerr << "internal error (a bug in Alloy): an unknown exception\n";
+    return 3;
+  }
+}

@@ -53,8 +53,13 @@ Extent Extent::operator*(const Extent& other) const {
   int64_t g1 = std::gcd(r.num_, other.den_), g2 = std::gcd(other.num_, r.den_);
   if (g1 == 0) g1 = 1;
   if (g2 == 0) g2 = 1;
-  r.num_ = (r.num_ / g1) * (other.num_ / g2);
-  r.den_ = (r.den_ / g2) * (other.den_ / g1);
+  __int128 num = __int128(r.num_ / g1) * (other.num_ / g2);
+  __int128 den = __int128(r.den_ / g2) * (other.den_ / g1);
+  constexpr __int128 limit = __int128(1) << 62;
+  if (num > limit || num < -limit || den > limit)
+    throw UserError("size " + str() + " * " + other.str() + " is too large (sizes must stay below 2^62)");
+  r.num_ = int64_t(num);
+  r.den_ = int64_t(den);
   for (auto& [name, p] : other.powers_) r.powers_[name] += p;
   r.normalize();
   return r;

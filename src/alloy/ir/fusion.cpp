@@ -49,14 +49,28 @@ Value* Fusion::new_value(std::string name, ValueType type) {
   v->id = int(values_.size());
   v->name = std::move(name);
   v->type = std::move(type);
+  by_name_.try_emplace(v->name, v.get());  // the first value of a name wins, as a scan would find it
   values_.push_back(std::move(v));
   return values_.back().get();
 }
 
 Value* Fusion::find_value(std::string_view name) const {
-  for (auto& v : values_)
-    if (v->name == name) return v.get();
-  return nullptr;
+  auto it = by_name_.find(std::string(name));
+  if (it == by_name_.end()) return nullptr;
+  ALLOY_CHECK(it->second->name == name, "value '", it->second->name, "' was renamed without Fusion::rename_value");
+  return it->second;
+}
+
+void Fusion::rename_value(Value* value, std::string name) {
+  ALLOY_CHECK(value != nullptr && value->id < int(values_.size()) && values_[value->id].get() == value,
+              "rename_value: not a value of fusion '", name_, "'");
+  if (value->name == name) return;
+  Value* other = find_value(name);
+  ALLOY_CHECK(other == nullptr, "rename_value: '", name, "' is already taken");
+  auto it = by_name_.find(value->name);
+  if (it != by_name_.end() && it->second == value) by_name_.erase(it);
+  value->name = std::move(name);
+  by_name_.emplace(value->name, value);
 }
 
 std::string Fusion::fresh_name(std::string_view prefix) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "alloy/common/error.h"
@@ -45,7 +46,7 @@ struct ValueType {
 
 struct Value {
   int id = 0;
-  std::string name;              // unique within the fusion
+  std::string name;              // unique within the fusion; change it with Fusion::rename_value
   ValueType type;
   std::optional<Literal> literal;  // set for literal constants
   std::optional<Sharding> sharding;
@@ -103,6 +104,9 @@ class Fusion {
   const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
   Value* find_value(std::string_view name) const;
   std::string fresh_name(std::string_view prefix = "t");
+  // Renames `value` (a value of this fusion) and keeps the name index right; the caller has
+  // checked that `name` is free.
+  void rename_value(Value* value, std::string name);
   int next_dynamic_id() { return dynamic_ids_++; }
 
   // Facts shape inference could not decide alone (two different symbols that must be equal where
@@ -139,6 +143,8 @@ class Fusion {
 
   std::string name_;
   std::vector<std::unique_ptr<Value>> values_;
+  // name -> value, so that find_value and fresh_name are O(1) and parsing is linear.
+  std::unordered_map<std::string, Value*> by_name_;
   std::vector<std::unique_ptr<Op>> ops_;
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;

@@ -317,11 +317,11 @@ std::vector<ValueType> infer_slice(const InferContext& ctx) {
       // Python slicing: negative indices count from the end, out-of-range ones clamp.
       auto clamp = [&](int64_t i) { return std::clamp(i < 0 ? i + *n : i, int64_t(0), *n); };
       int64_t b = clamp(starts[k]), e = clamp(ends[k]);
-      shape[k] = Extent::constant(e > b ? (e - b + step - 1) / step : 0);
+      shape[k] = Extent::constant(e > b ? (e - b - 1) / step + 1 : 0);
     } else if (starts[k] == 0 && ends[k] >= std::numeric_limits<int32_t>::max() && step == 1) {
       // the whole of a symbolic axis
     } else if (starts[k] >= 0 && ends[k] >= starts[k]) {
-      shape[k] = Extent::constant((ends[k] - starts[k] + step - 1) / step);
+      shape[k] = Extent::constant(ends[k] > starts[k] ? (ends[k] - starts[k] - 1) / step + 1 : 0);
       ctx.fusion.add_constraint({x.shape[k], Extent::constant(ends[k]),
                                  "slice" + (ctx.loc.known() ? " at " + ctx.loc.str() : std::string()) + ": axis " + std::to_string(k),
                                  Fusion::Constraint::Kind::at_least});
@@ -490,9 +490,14 @@ std::vector<ValueType> infer_norm(const InferContext& ctx) {
   for (size_t i = 1; i < ctx.inputs.size(); ++i) {
     const ValueType& p = type_of(ctx, int(i));
     std::string role = i == 1 ? "weight" : "bias";
-    if (p.shape.size() != normalized.size())
-      ctx.fail(role + " is " + shape_str(p) + "; expected the normalized shape [" +
-               [&] { std::string s; for (size_t j = 0; j < normalized.size(); ++j) s += (j ? ", " : "") + normalized[j].str(true); return s; }() + "]");
+    bool mismatch = p.shape.size() != normalized.size();
+    for (size_t j = 0; !mismatch && j < normalized.size(); ++j)
+      mismatch = !(p.shape[j] == normalized[j]) && p.shape[j].is_constant() && normalized[j].is_constant();
+    if (mismatch) {
+      std::string expected;
+      for (size_t j = 0; j < normalized.size(); ++j) expected += (j ? ", " : "") + normalized[j].str(true);
+      ctx.fail(role + " is " + shape_str(p) + "; expected the normalized shape [" + expected + "]");
+    }
     for (size_t j = 0; j < normalized.size(); ++j)
       if (!(p.shape[j] == normalized[j])) unify(ctx, p.shape[j], normalized[j], role + " axis " + std::to_string(j));
   }

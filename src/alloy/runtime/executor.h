@@ -17,6 +17,9 @@ enum class DeviceChoice { automatic, cpu, cuda };
 
 struct ExecutorOptions {
   DeviceChoice device = DeviceChoice::automatic;  // automatic: a GPU where one exists, else the CPU
+  // Fill every buffer the program allocates with NaN (0xFF bytes) before the kernels run, so
+  // a test sees any element a kernel failed to write. Costs a memset per buffer.
+  bool poison_outputs = false;
 };
 
 class FusionExecutor {

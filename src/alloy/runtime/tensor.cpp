@@ -121,12 +121,13 @@ Tensor Tensor::view(const std::vector<int64_t>& new_sizes) const {
     }
     // the old group must be one strided run
     int last = -1;
+    int64_t base = 1;  // the stride of the group's innermost (non-1) axis
     for (int d = old_dim - 1; d >= group_old_start; --d) {
       if (sizes_[d] == 1) continue;
       if (last >= 0 && strides_[d] != strides_[last] * sizes_[last]) return Tensor();
+      if (last < 0) base = strides_[d];
       last = d;
     }
-    int64_t base = last >= 0 ? strides_[last] : 1;
     for (int d = new_dim - 1; d >= group_new_start; --d) {
       new_strides[d] = base;
       base *= new_sizes[d];

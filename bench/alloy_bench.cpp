@@ -1,0 +1,144 @@
+// Times Alloy on the issue-3 benchmark cases on the GPU and prints one JSON object per line:
+//   {"case": ..., "alloy_us": median, "min_us": ..., "bytes": ..., "runs": N}
+// bench/run_benchmarks.py times PyTorch on the same cases in the same job and prints the table.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "alloy/backend/cuda/cuda_api.h"
+#include "alloy/ir/parser.h"
+#include "alloy/runtime/executor.h"
+#include "alloy/runtime/run_inputs.h"
+
+using namespace alloy;
+
+namespace {
+
+struct Case {
+  std::string name;
+  std::string fusion;
+  Bindings sizes;
+  int64_t bytes;  // fewest bytes the fusion must move: inputs read once, outputs written once
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void time_case(const Case& c, int runs) {
+  auto fusion = parse_fusion(c.fusion, c.name + ".fusion", std::nullopt);
+  std::vector<Tensor> given(fusion->inputs().size());
+  auto inputs = complete_inputs(*fusion, given, c.sizes, 1234);
+  FusionExecutor exec(std::move(fusion), {DeviceChoice::cuda});
+  cuda::Stream stream = cuda::Stream::current(0);
+  for (auto& t : inputs) t = cuda::to_device(t, stream);
+  for (int i = 0; i < 5; ++i) exec.run(inputs);
+  stream.synchronize();
+  std::vector<double> times;
+  cuda::Event start(0, true), stop(0, true);
+  for (int i = 0; i < runs; ++i) {
+    start.record(stream);
+    exec.run(inputs);
+    stop.record(stream);
+    stop.synchronize();
+    times.push_back(1000.0 * start.elapsed_ms(stop));
+  }
+  std::printf("{\"case\": \"%s\", \"alloy_us\": %.3f, \"min_us\": %.3f, \"bytes\": %lld, \"runs\": %d}\n", c.name.c_str(),
+              median(times), *std::min_element(times.begin(), times.end()), (long long)c.bytes, runs);
+  std::fflush(stdout);
+}
+
+// Device-to-device copy of 1 GiB: the bandwidth ceiling the kernels are measured against.
+void time_copy(int runs) {
+  cuda::Stream stream = cuda::Stream::current(0);
+  int64_t n = int64_t(1) << 28;
+  Tensor a = cuda::cuda_empty(DType::f32, {n}, stream), b = cuda::cuda_empty(DType::f32, {n}, stream);
+  cuda::fill_poison(a, stream);
+  for (int i = 0; i < 3; ++i) cuda::copy_d2d(b, a, stream);
+  std::vector<double> times;
+  cuda::Event start(0, true), stop(0, true);
+  for (int i = 0; i < runs; ++i) {
+    start.record(stream);
+    cuda::copy_d2d(b, a, stream);
+    stop.record(stream);
+    stop.synchronize();
+    times.push_back(1000.0 * start.elapsed_ms(stop));
+  }
+  std::printf("{\"case\": \"copy\", \"alloy_us\": %.3f, \"min_us\": %.3f, \"bytes\": %lld, \"runs\": %d}\n", median(times),
+              *std::min_element(times.begin(), times.end()), (long long)(2 * n * 4), runs);
+}
+
+// Host time of one cached run() of a tiny fusion: from the call to the last launch enqueued.
+void time_host_latency(int runs) {
+  auto fusion = parse_fusion("fusion tiny(x: f32[4]) {\n  y = add(x, 1.0)\n  return y\n}\n", "tiny.fusion", std::nullopt);
+  std::vector<Tensor> given(1);
+  auto inputs = complete_inputs(*fusion, given, {}, 1);
+  FusionExecutor exec(std::move(fusion), {DeviceChoice::cuda});
+  cuda::Stream stream = cuda::Stream::current(0);
+  inputs[0] = cuda::to_device(inputs[0], stream);
+  for (int i = 0; i < 100; ++i) exec.run(inputs);
+  stream.synchronize();
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    exec.run(inputs);
+    auto t1 = std::chrono::steady_clock::now();
+    times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    if (i % 256 == 255) stream.synchronize();  // keep the launch queue from filling
+  }
+  stream.synchronize();
+  std::printf("{\"case\": \"host_latency\", \"alloy_us\": %.3f, \"min_us\": %.3f, \"bytes\": 0, \"runs\": %d}\n", median(times),
+              *std::min_element(times.begin(), times.end()), runs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!cuda::cuda_available()) {
+    std::fprintf(stderr, "alloy_bench: no GPU (%s)\n", cuda::cuda_unavailable_reason().c_str());
+    return 1;
+  }
+  int runs = argc > 1 ? std::atoi(argv[1]) : 100;
+  const int64_t big = 8192;
+  std::vector<Case> cases = {
+      {"layer_norm_nanogpt",
+       R"(fusion ln(x: bf16[16, 128, 1600], weight: bf16[1600], bias: bf16[1600]) {
+  x32 = cast(x, dtype=f32)
+  var, mean = var_mean(x32, dims=[2], correction=0, keepdim=false)
+  mean_b = broadcast_in_dim(mean, shape=[16, 128, 1], broadcast_dims=[0, 1])
+  var_b = broadcast_in_dim(var, shape=[16, 128, 1], broadcast_dims=[0, 1])
+  var_eps = add(var_b, 1.0e-5)
+  rstd = rsqrt(var_eps)
+  mean_full = broadcast_in_dim(mean_b, shape=[16, 128, 1600], broadcast_dims=[0, 1, 2])
+  centered = sub(x32, mean_full)
+  rstd_full = broadcast_in_dim(rstd, shape=[16, 128, 1600], broadcast_dims=[0, 1, 2])
+  normed = mul(centered, rstd_full)
+  weight_full = broadcast_in_dim(weight, shape=[16, 128, 1600], broadcast_dims=[2])
+  weight32 = cast(weight_full, dtype=f32)
+  scaled = mul(normed, weight32)
+  bias_full = broadcast_in_dim(bias, shape=[16, 128, 1600], broadcast_dims=[2])
+  bias32 = cast(bias_full, dtype=f32)
+  shifted = add(scaled, bias32)
+  y = cast(shifted, dtype=bf16)
+  return y
+})",
+       {}, 2 * 16 * 128 * 1600 * 2},
+      {"layer_norm_8192",
+       "fusion ln(x: bf16[N, D], w: bf16[D], b: bf16[D]) {\n  y = layer_norm(x, w, b, normalized_ndim=1, eps=1e-5)\n  return y\n}\n",
+       {{"N", big}, {"D", big}}, 2 * big * big * 2},
+      {"softmax_8192", "fusion sm(x: bf16[N, D]) {\n  y = softmax(x, dim=-1)\n  return y\n}\n", {{"N", big}, {"D", big}},
+       2 * big * big * 2},
+      {"rms_norm_8192", "fusion rms(x: bf16[N, D], w: bf16[D]) {\n  y = rms_norm(x, w, normalized_ndim=1, eps=1e-6)\n  return y\n}\n",
+       {{"N", big}, {"D", big}}, 2 * big * big * 2},
+      {"gelu_chain_2e28",
+       "fusion chain(a: bf16[N], b: bf16[N], c: bf16[N]) {\n  m = mul(a, b)\n  s = add(m, c)\n  y = gelu(s)\n  return y\n}\n",
+       {{"N", int64_t(1) << 28}}, 4 * (int64_t(1) << 28) * 2},
+  };
+  time_copy(runs);
+  for (auto& c : cases) time_case(c, runs);
+  time_host_latency(20000);
+  return 0;
+}

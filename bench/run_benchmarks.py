@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Runs Alloy's GPU benchmarks and PyTorch's (eager and torch.compile) on the same cases, in one
+job on one GPU, and prints a table: median times, ratios, and bandwidth as a share of a
+device-to-device copy measured in the same run. Writes bench/results/<date>-<gpu>.{md,json}.
+
+usage: bench/run_benchmarks.py BUILD_DIR [RUNS]
+"""
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+
+
+def time_torch(fn, args, runs):
+    for _ in range(5):
+        fn(*args)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*args)
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1000.0)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def torch_cases():
+    dev, bf = "cuda", torch.bfloat16
+    big = 8192
+
+    def ln_trace(x, w, b):
+        return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+
+    def rms(x, w):
+        return F.rms_norm(x, (x.shape[-1],), w, 1e-6)
+
+    def chain(a, b, c):
+        return F.gelu(a * b + c)
+
+    n = 1 << 28
+    return {
+        "layer_norm_nanogpt": (ln_trace, lambda: (torch.randn(16, 128, 1600, device=dev, dtype=bf),
+                                                  torch.randn(1600, device=dev, dtype=bf), torch.randn(1600, device=dev, dtype=bf))),
+        "layer_norm_8192": (ln_trace, lambda: (torch.randn(big, big, device=dev, dtype=bf),
+                                               torch.randn(big, device=dev, dtype=bf), torch.randn(big, device=dev, dtype=bf))),
+        "softmax_8192": (lambda x: torch.softmax(x, -1), lambda: (torch.randn(big, big, device=dev, dtype=bf),)),
+        "rms_norm_8192": (rms, lambda: (torch.randn(big, big, device=dev, dtype=bf), torch.randn(big, device=dev, dtype=bf))),
+        "gelu_chain_2e28": (chain, lambda: tuple(torch.randn(n, device=dev, dtype=bf) for _ in range(3))),
+    }
+
+
+def main():
+    build = sys.argv[1] if len(sys.argv) > 1 else "build"
+    runs = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+    out = subprocess.run([os.path.join(build, "alloy_bench"), str(runs)], capture_output=True, text=True)
+    sys.stderr.write(out.stderr)
+    alloy = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            alloy[row["case"]] = row
+    if out.returncode != 0:
+        print(out.stdout)
+        sys.exit("alloy_bench failed")
+    copy_bw = alloy["copy"]["bytes"] / alloy["copy"]["alloy_us"] / 1e3  # GB/s
+    rows = []
+    for name, (fn, make) in torch_cases().items():
+        args = make()
+        eager = time_torch(fn, args, runs)
+        try:
+            compiled = time_torch(torch.compile(fn), args, runs)
+        except Exception as e:  # noqa: BLE001 - report, do not hide
+            print(f"torch.compile failed on {name}: {e}", file=sys.stderr)
+            compiled = float("nan")
+        a = alloy.get(name)
+        if a is None:
+            continue
+        bw = a["bytes"] / a["alloy_us"] / 1e3
+        rows.append({"case": name, "alloy_us": a["alloy_us"], "eager_us": eager, "compile_us": compiled,
+                     "vs_eager": eager / a["alloy_us"], "vs_compile": compiled / a["alloy_us"],
+                     "alloy_GBps": bw, "share_of_copy": bw / copy_bw})
+        del args
+        torch.cuda.empty_cache()
+    device = torch.cuda.get_device_name()
+    date = datetime.date.today().isoformat()
+    lines = [f"# Alloy benchmarks, {device}, {date}", "",
+             f"device-to-device copy: {copy_bw:.0f} GB/s (bytes read + written); median of {runs} runs each, CUDA events", "",
+             "| case | alloy us | eager us | compile us | eager/alloy | compile/alloy | alloy GB/s | share of copy |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['case']} | {r['alloy_us']:.1f} | {r['eager_us']:.1f} | {r['compile_us']:.1f} | {r['vs_eager']:.2f}x | "
+                     f"{r['vs_compile']:.2f}x | {r['alloy_GBps']:.0f} | {100 * r['share_of_copy']:.0f}% |")
+    lat = alloy.get("host_latency")
+    if lat:
+        lines.append("")
+        lines.append(f"host latency of a cached run of a tiny fusion (C++): median {lat['alloy_us']:.2f} us, min {lat['min_us']:.2f} us")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    slug = device.replace(" ", "_").replace("/", "_")
+    os.makedirs("bench/results", exist_ok=True)
+    for folder in ["bench/results"] + ([os.environ["OUT"]] if os.environ.get("OUT") else []):
+        with open(os.path.join(folder, f"{date}-{slug}-memory-bound.md"), "w") as f:
+            f.write(text)
+        with open(os.path.join(folder, f"{date}-{slug}-memory-bound.json"), "w") as f:
+            json.dump({"device": device, "date": date, "copy_GBps": copy_bw, "rows": rows, "alloy_raw": alloy}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,544 @@
+#include "alloy/backend/cuda/codegen/kernel_codegen.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "alloy/backend/cuda/codegen/prelude.h"
+#include "alloy/ir/op_table.h"
+
+namespace alloy::cuda {
+namespace {
+
+// ---- types ---------------------------------------------------------------------------
+
+// How a dtype is held in registers.
+const char* compute_type(DType t) {
+  switch (t) {
+    case DType::f64: return "double";
+    case DType::f32: case DType::f16: case DType::bf16: return "float";
+    case DType::i64: case DType::i32: return "long long";
+    case DType::boolean: return "bool";
+  }
+  return "float";
+}
+
+// How a dtype is stored in memory.
+const char* storage_type(DType t) {
+  switch (t) {
+    case DType::f64: return "double";
+    case DType::f32: return "float";
+    case DType::f16: case DType::bf16: return "uint16_t";
+    case DType::i64: return "long long";
+    case DType::i32: return "int";
+    case DType::boolean: return "uint8_t";
+  }
+  return "float";
+}
+
+std::string load_convert(DType t, const std::string& raw) {
+  switch (t) {
+    case DType::bf16: return "alloy_bf16_to_float(" + raw + ")";
+    case DType::f16: return "alloy_f16_to_float(" + raw + ")";
+    case DType::i32: return "(long long)(" + raw + ")";
+    case DType::boolean: return "(" + raw + " != 0)";
+    default: return raw;
+  }
+}
+
+std::string store_convert(DType t, const std::string& value) {
+  switch (t) {
+    case DType::bf16: return "alloy_float_to_bf16((float)(" + value + "))";
+    case DType::f16: return "alloy_float_to_f16((float)(" + value + "))";
+    case DType::f32: return "(float)(" + value + ")";
+    case DType::f64: return "(double)(" + value + ")";
+    case DType::i32: return "(int)(" + value + ")";
+    case DType::i64: return "(long long)(" + value + ")";
+    case DType::boolean: return "(uint8_t)((" + value + ") ? 1 : 0)";
+  }
+  return value;
+}
+
+OperandTier tier_of(const Value* v) {
+  if (v->is_scalar()) return OperandTier::scalar;
+  return v->rank() == 0 ? OperandTier::zero_dim : OperandTier::tensor;
+}
+
+// The dtype an op computes in: its output's, except comparisons (their operands' promotion).
+DType op_compute_dtype(const Op& op) {
+  switch (op.kind) {
+    case OpKind::eq: case OpKind::ne: case OpKind::lt: case OpKind::le: case OpKind::gt: case OpKind::ge: {
+      TypedOperand operands[2] = {{op.inputs[0]->dtype(), tier_of(op.inputs[0])}, {op.inputs[1]->dtype(), tier_of(op.inputs[1])}};
+      if (op.inputs[0]->is_scalar() && op.inputs[1]->is_scalar()) return promote_types(operands[0].dtype, operands[1].dtype);
+      return result_type(operands, 2);
+    }
+    default:
+      return op.outputs[0]->dtype();
+  }
+}
+
+std::string literal_text(const Literal& lit, const char* ctype) {
+  std::string ct = ctype;
+  if (lit.kind == Literal::Kind::boolean) return ct == "bool" ? (lit.b ? "true" : "false") : (lit.b ? "(" + ct + ")1" : "(" + ct + ")0");
+  if (lit.kind == Literal::Kind::integer) return "(" + ct + ")(" + std::to_string(lit.i) + "LL)";
+  if (std::isnan(lit.f)) return "(" + ct + ")__longlong_as_double(0x7ff8000000000000LL)";
+  if (std::isinf(lit.f)) return std::string("(") + ct + ")(" + (lit.f > 0 ? "" : "-") + "__longlong_as_double(0x7ff0000000000000LL))";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", lit.f);
+  std::string text = buf;
+  if (text.find_first_of(".eE") == std::string::npos) text += ".0";
+  return "(" + ct + ")(" + text + ")";
+}
+
+// ---- pointwise expressions: one row per op kind ----------------------------------------
+
+std::string pointwise_expr(const Op& op, const std::vector<std::string>& a, const char* ct) {
+  std::string T = ct;
+  auto call = [&](const char* f) { return std::string(f) + "(" + a[0] + ")"; };
+  switch (op.kind) {
+    case OpKind::neg: return "(-" + a[0] + ")";
+    case OpKind::abs: return call("ax_abs");
+    case OpKind::exp: return call("ax_exp");
+    case OpKind::log: return call("ax_log");
+    case OpKind::sqrt: return call("ax_sqrt");
+    case OpKind::rsqrt: return "(" + T + "(1) / ax_sqrt(" + a[0] + "))";
+    case OpKind::tanh: return call("ax_tanh");
+    case OpKind::sigmoid: return "(" + T + "(1) / (" + T + "(1) + ax_exp(-" + a[0] + ")))";
+    case OpKind::relu: return call("ax_relu");
+    case OpKind::silu: return "(" + a[0] + " / (" + T + "(1) + ax_exp(-" + a[0] + ")))";
+    case OpKind::erf: return call("ax_erf");
+    case OpKind::reciprocal: return "(" + T + "(1) / " + a[0] + ")";
+    case OpKind::gelu:
+      if (op.string_attr("approximate") == "tanh")
+        return "(" + T + "(0.5) * " + a[0] + " * (" + T + "(1) + ax_tanh(" + T + "(0.7978845608028654) * (" + a[0] + " + " + T +
+               "(0.044715) * " + a[0] + " * " + a[0] + " * " + a[0] + "))))";
+      return "(" + T + "(0.5) * " + a[0] + " * (" + T + "(1) + ax_erf(" + a[0] + " * " + T + "(0.7071067811865476))))";
+    case OpKind::add: return "(" + a[0] + " + " + a[1] + ")";
+    case OpKind::sub: return "(" + a[0] + " - " + a[1] + ")";
+    case OpKind::mul: return "(" + a[0] + " * " + a[1] + ")";
+    case OpKind::div: return "(" + a[0] + " / " + a[1] + ")";
+    case OpKind::pow: return "ax_pow(" + a[0] + ", " + a[1] + ")";
+    case OpKind::maximum: return "ax_max(" + a[0] + ", " + a[1] + ")";
+    case OpKind::minimum: return "ax_min(" + a[0] + ", " + a[1] + ")";
+    case OpKind::eq: return "(" + a[0] + " == " + a[1] + ")";
+    case OpKind::ne: return "(" + a[0] + " != " + a[1] + ")";
+    case OpKind::lt: return "(" + a[0] + " < " + a[1] + ")";
+    case OpKind::le: return "(" + a[0] + " <= " + a[1] + ")";
+    case OpKind::gt: return "(" + a[0] + " > " + a[1] + ")";
+    case OpKind::ge: return "(" + a[0] + " >= " + a[1] + ")";
+    case OpKind::where: return "(" + a[0] + " ? " + a[1] + " : " + a[2] + ")";
+    case OpKind::relu_backward: return "(" + a[1] + " > " + T + "(0) ? " + a[0] + " : " + T + "(0))";
+    case OpKind::gelu_backward: {
+      const std::string &g = a[0], &x = a[1];
+      if (op.string_attr("approximate") == "tanh") {
+        std::string inner = T + "(0.7978845608028654) * (" + x + " + " + T + "(0.044715) * " + x + " * " + x + " * " + x + ")";
+        std::string th = "ax_tanh(" + inner + ")";
+        return "([&]() { " + T + " th = " + th + "; return " + g + " * (" + T + "(0.5) * (" + T + "(1) + th) + " + T + "(0.5) * " +
+               x + " * (" + T + "(1) - th * th) * " + T + "(0.7978845608028654) * (" + T + "(1) + " + T + "(3 * 0.044715) * " + x +
+               " * " + x + ")); }())";
+      }
+      return "(" + g + " * (" + T + "(0.5) * (" + T + "(1) + ax_erf(" + x + " * " + T + "(0.7071067811865476))) + " + x + " * ax_exp(" + T +
+             "(-0.5) * " + x + " * " + x + ") * " + T + "(0.3989422804014327)))";
+    }
+    default:
+      internal_error("no CUDA expression for ", op_name(op.kind));
+  }
+}
+
+// ---- the generator ---------------------------------------------------------------------
+
+class Generator {
+ public:
+  Generator(const KernelAnalysis& a, const KernelVariant& v, std::string name) : a_(a), v_(v), name_(std::move(name)) {
+    for (size_t k = 0; k < a.leaves.size(); ++k) leaf_index_[a.leaves[k]] = int(k);
+    for (size_t k = 0; k < a.scalar_inputs.size(); ++k) scalar_index_[a.scalar_inputs[k]] = int(k);
+  }
+
+  std::string run() {
+    os_ << kKernelPrelude << "\n";
+    emit_params();
+    if (a_.is_reduction()) emit_row_kernel();
+    else emit_pointwise_kernel();
+    return os_.str();
+  }
+
+ private:
+  int dims() const { return v_.outer_rank + v_.inner_rank; }
+  char mode_of_leaf(int k) const { return v_.vector > 1 && k < int(v_.leaf_modes.size()) ? v_.leaf_modes[k] : 's'; }
+
+  void emit_params() {
+    os_ << "struct Params {\n";
+    if (a_.is_reduction()) os_ << "  long long rows, cols;\n  double count;\n";
+    else os_ << "  long long numel;\n";
+    os_ << "  long long size[" << std::max(1, dims()) << "];\n";
+    for (size_t k = 0; k < a_.leaves.size(); ++k)
+      os_ << "  const " << storage_type(a_.leaves[k]->dtype()) << "* l" << k << "; long long l" << k << "_stride[" << std::max(1, dims()) << "];\n";
+    for (size_t k = 0; k < a_.outputs.size(); ++k)
+      os_ << "  " << storage_type(a_.outputs[k]->dtype()) << "* o" << k << "; long long o" << k << "_stride[" << std::max(1, dims()) << "];\n";
+    for (size_t k = 0; k < a_.scalar_inputs.size(); ++k)
+      os_ << "  " << (is_floating(a_.scalar_inputs[k]->dtype()) ? "double" : "long long") << " s" << k << ";\n";
+    os_ << "};\n\n";
+  }
+
+  // Offsets of every leaf and output for coordinates of axes [first, first + count) of `index`.
+  void emit_offsets(const std::string& index, int first, int count, const std::string& prefix,
+                    const std::vector<std::string>& tensors, const std::string& indent) {
+    for (auto& t : tensors) os_ << indent << "long long " << prefix << t << " = 0;\n";
+    if (count == 0) return;
+    os_ << indent << "{ long long rem = " << index << ";\n";
+    for (int d = first + count - 1; d >= first; --d) {
+      if (d == first) os_ << indent << "  long long c" << d << " = rem;\n";
+      else os_ << indent << "  long long c" << d << " = rem % p.size[" << d << "]; rem /= p.size[" << d << "];\n";
+      for (auto& t : tensors) os_ << indent << "  " << prefix << t << " += c" << d << " * p." << t << "_stride[" << d << "];\n";
+    }
+    os_ << indent << "}\n";
+  }
+
+  std::vector<std::string> tensor_names(bool leaves, bool outputs, bool per_row) const {
+    std::vector<std::string> names;
+    if (leaves)
+      for (size_t k = 0; k < a_.leaves.size(); ++k)
+        if (a_.at(a_.leaves[k]).per_row == per_row || !a_.is_reduction()) names.push_back("l" + std::to_string(k));
+    if (outputs)
+      for (size_t k = 0; k < a_.outputs.size(); ++k)
+        if (a_.at(a_.outputs[k]).per_row == per_row || !a_.is_reduction()) names.push_back("o" + std::to_string(k));
+    return names;
+  }
+
+  // The register expression of `v` (a leaf element, a scalar, a literal or a computed value).
+  std::string ref(const Value* v, const std::string& element) const {
+    if (v->literal) return literal_text(*v->literal, compute_type(v->dtype()));
+    if (auto it = scalar_index_.find(v); it != scalar_index_.end())
+      return "((" + std::string(compute_type(v->dtype())) + ")p.s" + std::to_string(it->second) + ")";
+    if (auto it = leaf_index_.find(v); it != leaf_index_.end()) {
+      if (a_.is_reduction() && a_.at(v).per_row) return "P" + std::to_string(it->second);
+      return "L" + std::to_string(it->second) + element;
+    }
+    return "v" + std::to_string(v->id);
+  }
+
+  // Emits `ct vN = expr;` for op's outputs; in-kernel views just alias their input.
+  void emit_op(const Op& op, const std::string& element, const std::string& indent) {
+    const Value* out = op.outputs[0];
+    const char* out_ct = compute_type(out->dtype());
+    if (op_row(op.kind).op_class == OpClass::shape) {
+      os_ << indent << out_ct << " v" << out->id << " = " << ref(op.inputs[0], element) << ";\n";
+      return;
+    }
+    DType cd = op_compute_dtype(op);
+    const char* ct = compute_type(cd);
+    std::vector<std::string> args;
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      const Value* in = op.inputs[i];
+      bool condition = op.kind == OpKind::where && i == 0;
+      std::string r = ref(in, element);
+      if (in->literal) r = literal_text(*in->literal, condition ? "bool" : ct);
+      else if (!condition && std::string(compute_type(in->dtype())) != ct) r = "((" + std::string(ct) + ")" + r + ")";
+      args.push_back(r);
+    }
+    std::string expr;
+    if (op.kind == OpKind::cast) {
+      std::string to = compute_type(out->dtype());
+      if (to == "long long" && std::string(ct) != "long long" && std::string(compute_type(op.inputs[0]->dtype())) != "long long" &&
+          std::string(compute_type(op.inputs[0]->dtype())) != "bool")
+        expr = "alloy_to_int((double)" + ref(op.inputs[0], element) + ")";
+      else if (to == "bool") expr = "(" + ref(op.inputs[0], element) + " != 0)";
+      else expr = "((" + to + ")" + ref(op.inputs[0], element) + ")";
+      // rounding through the target dtype keeps f16/bf16 casts exact to PyTorch
+      if (out->dtype() == DType::bf16) expr = "alloy_bf16_to_float(alloy_float_to_bf16((float)" + expr + "))";
+      if (out->dtype() == DType::f16) expr = "alloy_f16_to_float(alloy_float_to_f16((float)" + expr + "))";
+    } else {
+      expr = pointwise_expr(op, args, ct);
+    }
+    os_ << indent << out_ct << " v" << out->id << " = (" << out_ct << ")(" << expr << ");\n";
+  }
+
+  // Computed, per-element values that `targets` need, in definition order.
+  std::vector<const Op*> element_ops_for(const std::vector<const Value*>& targets) const {
+    std::set<const Value*> needed(targets.begin(), targets.end());
+    std::vector<const Op*> ops;
+    for (auto it = a_.compute_ops.rbegin(); it != a_.compute_ops.rend(); ++it) {
+      const Op* op = *it;
+      bool wanted = false;
+      for (Value* out : op->outputs) wanted |= needed.count(out) > 0;
+      if (!wanted || op_row(op->kind).op_class == OpClass::reduction) continue;
+      if (a_.is_reduction() && a_.at(op->outputs[0]).per_row) continue;  // computed once per row
+      ops.push_back(op);
+      for (Value* in : op->inputs) needed.insert(in);
+    }
+    std::reverse(ops.begin(), ops.end());
+    return ops;
+  }
+
+  void emit_leaf_loads(const std::string& target, const std::string& offset_prefix, const std::string& indent, bool per_element_only) {
+    // target: "L{k}" arrays of V elements (or L{k}[it]) ; loads from p.l{k} + offset
+    for (size_t k = 0; k < a_.leaves.size(); ++k) {
+      const Value* leaf = a_.leaves[k];
+      if (a_.is_reduction() && a_.at(leaf).per_row) continue;
+      std::string st = storage_type(leaf->dtype()), ptr = "p.l" + std::to_string(k) + " + " + offset_prefix + "l" + std::to_string(k);
+      std::string dst = "L" + std::to_string(k) + target;
+      switch (mode_of_leaf(int(k))) {
+        case 'v':
+          os_ << indent << "{ AlloyVec<" << st << ", " << v_.vector << "> r = *reinterpret_cast<const AlloyVec<" << st << ", " << v_.vector
+              << ">*>(" << ptr << ");\n" << indent << "  #pragma unroll\n" << indent << "  for (int e = 0; e < " << v_.vector << "; ++e) "
+              << dst << "[e] = " << load_convert(leaf->dtype(), "r.v[e]") << "; }\n";
+          break;
+        case 'b':
+          os_ << indent << "{ " << compute_type(leaf->dtype()) << " r = " << load_convert(leaf->dtype(), "*(" + ptr + ")") << ";\n"
+              << indent << "  #pragma unroll\n" << indent << "  for (int e = 0; e < " << v_.vector << "; ++e) " << dst << "[e] = r; }\n";
+          break;
+        default:
+          os_ << indent << dst << "[0] = " << load_convert(leaf->dtype(), "*(" + ptr + ")") << ";\n";
+      }
+    }
+  }
+
+  void emit_leaf_arrays(const std::string& extent, const std::string& indent) {
+    for (size_t k = 0; k < a_.leaves.size(); ++k) {
+      if (a_.is_reduction() && a_.at(a_.leaves[k]).per_row) continue;
+      os_ << indent << compute_type(a_.leaves[k]->dtype()) << " L" << k << extent << "[" << v_.vector << "];\n";
+    }
+  }
+
+  // Stores outputs that vary per element; `values[k]` is the register name of output k at element e.
+  void emit_vector_stores(const std::string& offset_prefix, const std::string& indent,
+                          const std::function<void(const std::string&)>& compute_element) {
+    std::vector<int> stored;
+    for (size_t k = 0; k < a_.outputs.size(); ++k)
+      if (!a_.is_reduction() || !a_.at(a_.outputs[k]).per_row) stored.push_back(int(k));
+    for (int k : stored)
+      os_ << indent << "AlloyVec<" << storage_type(a_.outputs[k]->dtype()) << ", " << v_.vector << "> w" << k << ";\n";
+    os_ << indent << "#pragma unroll\n" << indent << "for (int e = 0; e < " << v_.vector << "; ++e) {\n";
+    compute_element(indent + "  ");
+    for (int k : stored)
+      os_ << indent << "  w" << k << ".v[e] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "[e]")) << ";\n";
+    os_ << indent << "}\n";
+    for (int k : stored) {
+      std::string ptr = "p.o" + std::to_string(k) + " + " + offset_prefix + "o" + std::to_string(k);
+      if (v_.vector > 1)
+        os_ << indent << "*reinterpret_cast<AlloyVec<" << storage_type(a_.outputs[k]->dtype()) << ", " << v_.vector << ">*>(" << ptr
+            << ") = w" << k << ";\n";
+      else
+        os_ << indent << "*(" << ptr << ") = w" << k << ".v[0];\n";
+    }
+  }
+
+  std::vector<const Value*> element_outputs() const {
+    std::vector<const Value*> outs;
+    for (Value* o : a_.outputs)
+      if (!a_.is_reduction() || !a_.at(o).per_row) outs.push_back(o);
+    return outs;
+  }
+
+  void emit_pointwise_kernel() {
+    int R = v_.outer_rank;
+    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads << ") " << name_ << "(const Params p) {\n";
+    os_ << "  const long long slots = p.numel / " << v_.vector << ";\n";
+    os_ << "  for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < slots; q += (long long)gridDim.x * blockDim.x) {\n";
+    emit_offsets("q * " + std::to_string(v_.vector), 0, R, "off_", tensor_names(true, true, false), "    ");
+    emit_leaf_arrays("", "    ");
+    emit_leaf_loads("", "off_", "    ", true);
+    auto ops = element_ops_for(element_outputs());
+    emit_vector_stores("off_", "    ", [&](const std::string& indent) {
+      for (const Op* op : ops) emit_op(*op, "[e]", indent);
+    });
+    os_ << "  }\n}\n";
+  }
+
+  // ---- row kernels (reductions and normalizations) ----
+
+  struct Acc {
+    const Op* op;
+    std::string name;  // register prefix
+    const char* ct;
+  };
+
+  void emit_row_kernel() {
+    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads << ") " << name_ << "(const Params p) {\n";
+    os_ << "  __shared__ double alloy_smem[99];\n";
+    os_ << "  const int tid = threadIdx.x;\n";
+    os_ << "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n";
+    std::string in = "    ";
+    std::vector<std::string> row_tensors = tensor_names(true, true, false), per_row_tensors = tensor_names(true, true, true);
+    std::vector<std::string> all = row_tensors;
+    all.insert(all.end(), per_row_tensors.begin(), per_row_tensors.end());
+    emit_offsets("row", 0, v_.outer_rank, "ro_", all, in);
+    for (size_t k = 0; k < a_.leaves.size(); ++k)
+      if (a_.at(a_.leaves[k]).per_row)
+        os_ << in << compute_type(a_.leaves[k]->dtype()) << " P" << k << " = "
+            << load_convert(a_.leaves[k]->dtype(), "p.l" + std::to_string(k) + "[ro_l" + std::to_string(k) + "]") << ";\n";
+    if (v_.items > 0) {
+      emit_leaf_arrays("[" + std::to_string(v_.items) + "]", in);
+      os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
+      os_ << in << "  const long long col0 = ((long long)it * " << v_.threads << " + tid) * " << v_.vector << ";\n";
+      os_ << in << "  if (col0 < p.cols) {\n";
+      emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "    ");
+      for (auto& t : row_tensors) os_ << in << "    co_" << t << " += ro_" << t << ";\n";
+      emit_leaf_loads("[it]", "co_", in + "    ", true);
+      os_ << in << "  }\n" << in << "}\n";
+    }
+    emitted_per_row_.clear();
+    emit_ready_per_row_ops(in);
+    for (auto& stage : a_.stages) {
+      std::vector<Acc> accs;
+      for (const Op* r : stage) accs.push_back(declare_acc(*r, in));
+      std::vector<const Value*> targets;
+      for (auto& acc : accs) targets.push_back(acc.op->inputs[0]);
+      emit_column_loop(in, targets, [&](const std::string& indent, const std::string& element) {
+        for (auto& acc : accs) accumulate(acc, indent, element);
+      });
+      for (auto& acc : accs) finish_acc(acc, in);
+      emit_ready_per_row_ops(in);
+    }
+    auto outs = element_outputs();
+    if (!outs.empty()) emit_column_loop(in, outs, {}, true);
+    for (size_t k = 0; k < a_.outputs.size(); ++k)
+      if (a_.at(a_.outputs[k]).per_row)
+        os_ << in << "if (tid == 0) p.o" << k << "[ro_o" << k << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
+    os_ << in << "__syncthreads();\n";
+    os_ << "  }\n}\n";
+  }
+
+  // Loops over this thread's columns: from registers (items > 0) or re-reading memory.
+  void emit_column_loop(const std::string& in, const std::vector<const Value*>& targets,
+                        const std::function<void(const std::string&, const std::string&)>& body, bool store = false) {
+    auto ops = element_ops_for(targets);
+    auto element = [&](const std::string& indent, const std::string& leaf_element) {
+      for (const Op* op : ops) emit_op(*op, leaf_element, indent);
+    };
+    std::vector<std::string> row_tensors = tensor_names(true, true, false);
+    if (v_.items > 0) {
+      os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
+      os_ << in << "  const long long col0 = ((long long)it * " << v_.threads << " + tid) * " << v_.vector << ";\n";
+      os_ << in << "  if (col0 < p.cols) {\n";
+      if (store) {
+        emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", tensor_names(false, true, false), in + "    ");
+        for (auto& t : tensor_names(false, true, false)) os_ << in << "    co_" << t << " += ro_" << t << ";\n";
+        emit_vector_stores("co_", in + "    ", [&](const std::string& indent) { element(indent, "[it][e]"); });
+      } else {
+        os_ << in << "    #pragma unroll\n" << in << "    for (int e = 0; e < " << v_.vector << "; ++e) {\n";
+        element(in + "      ", "[it][e]");
+        body(in + "      ", "[it][e]");
+        os_ << in << "    }\n";
+      }
+      os_ << in << "  }\n" << in << "}\n";
+      return;
+    }
+    os_ << in << "for (long long q = tid; q * " << v_.vector << " < p.cols; q += " << v_.threads << ") {\n";
+    os_ << in << "  const long long col0 = q * " << v_.vector << ";\n";
+    emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "  ");
+    for (auto& t : row_tensors) os_ << in << "  co_" << t << " += ro_" << t << ";\n";
+    emit_leaf_arrays("", in + "  ");
+    emit_leaf_loads("", "co_", in + "  ", true);
+    if (store) {
+      emit_vector_stores("co_", in + "  ", [&](const std::string& indent) { element(indent, "[e]"); });
+    } else {
+      os_ << in << "  #pragma unroll\n" << in << "  for (int e = 0; e < " << v_.vector << "; ++e) {\n";
+      element(in + "    ", "[e]");
+      body(in + "    ", "[e]");
+      os_ << in << "  }\n";
+    }
+    os_ << in << "}\n";
+  }
+
+  Acc declare_acc(const Op& r, const std::string& in) {
+    Acc acc{&r, "acc" + std::to_string(r.outputs[0]->id), compute_type(r.outputs[0]->dtype())};
+    std::string T = acc.ct;
+    switch (r.kind) {
+      case OpKind::sum: case OpKind::mean: os_ << in << T << " " << acc.name << " = " << T << "(0);\n"; break;
+      case OpKind::max:
+        os_ << in << T << " " << acc.name << " = " << (T == "long long" ? "(long long)(-9223372036854775807LL - 1)" : T == "bool" ? "false" : "-" + T + "(__longlong_as_double(0x7ff0000000000000LL))") << ";\n";
+        break;
+      case OpKind::min:
+        os_ << in << T << " " << acc.name << " = " << (T == "long long" ? "(long long)9223372036854775807LL" : T == "bool" ? "true" : T + "(__longlong_as_double(0x7ff0000000000000LL))") << ";\n";
+        break;
+      case OpKind::var_mean:
+        os_ << in << T << " " << acc.name << "_n = 0, " << acc.name << "_mean = 0, " << acc.name << "_m2 = 0;\n";
+        break;
+      default: internal_error("not a reduction: ", op_name(r.kind));
+    }
+    return acc;
+  }
+
+  void accumulate(const Acc& acc, const std::string& in, const std::string& element) {
+    std::string x = "((" + std::string(acc.ct) + ")" + ref(acc.op->inputs[0], element) + ")";
+    switch (acc.op->kind) {
+      case OpKind::sum: case OpKind::mean: os_ << in << acc.name << " += " << x << ";\n"; break;
+      case OpKind::max: os_ << in << acc.name << " = ax_max(" << acc.name << ", " << x << ");\n"; break;
+      case OpKind::min: os_ << in << acc.name << " = ax_min(" << acc.name << ", " << x << ");\n"; break;
+      case OpKind::var_mean:
+        os_ << in << "{ " << acc.ct << " x = " << x << "; " << acc.name << "_n += 1; " << acc.ct << " d = x - " << acc.name << "_mean; "
+            << acc.name << "_mean += d / " << acc.name << "_n; " << acc.name << "_m2 += d * (x - " << acc.name << "_mean); }\n";
+        break;
+      default: break;
+    }
+  }
+
+  void finish_acc(const Acc& acc, const std::string& in) {
+    std::string T = acc.ct;
+    std::string smem = "reinterpret_cast<" + T + "*>(alloy_smem)";
+    const Op& r = *acc.op;
+    if (r.kind == OpKind::var_mean) {
+      os_ << in << "alloy_block_welford(" << acc.name << "_n, " << acc.name << "_mean, " << acc.name << "_m2, " << smem << ");\n";
+      double correction = r.real_attr("correction");
+      os_ << in << T << " v" << r.outputs[0]->id << " = " << acc.name << "_m2 / (" << T << ")fmax(0.0, p.count - " << correction << ");\n";
+      os_ << in << T << " v" << r.outputs[1]->id << " = " << acc.name << "_mean;\n";
+    } else {
+      const char* f = r.kind == OpKind::max ? "AlloyMax()" : r.kind == OpKind::min ? "AlloyMin()" : "AlloySum()";
+      std::string ct_red = T == "bool" ? "long long" : T;
+      os_ << in << T << " v" << r.outputs[0]->id << " = (" << T << ")alloy_block_reduce((" << ct_red << ")" << acc.name << ", " << f
+          << ", reinterpret_cast<" << ct_red << "*>(alloy_smem));\n";
+      if (r.kind == OpKind::mean) os_ << in << "v" << r.outputs[0]->id << " /= (" << T << ")p.count;\n";
+    }
+    for (Value* out : r.outputs) emitted_per_row_.insert(out);
+  }
+
+  // Per-row ops whose inputs are all available now.
+  void emit_ready_per_row_ops(const std::string& in) {
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (const Op* op : a_.compute_ops) {
+        if (op_row(op->kind).op_class == OpClass::reduction || emitted_per_row_.count(op->outputs[0])) continue;
+        if (!a_.at(op->outputs[0]).per_row) continue;
+        bool ready = true;
+        for (Value* i : op->inputs)
+          if (!i->literal && !scalar_index_.count(i) && !(leaf_index_.count(i)) && !emitted_per_row_.count(i)) ready = false;
+        if (!ready) continue;
+        emit_op(*op, "", in);
+        emitted_per_row_.insert(op->outputs[0]);
+        progress = true;
+      }
+    }
+  }
+
+  const KernelAnalysis& a_;
+  const KernelVariant& v_;
+  std::string name_;
+  std::ostringstream os_;
+  std::map<const Value*, int> leaf_index_, scalar_index_;
+  std::set<const Value*> emitted_per_row_;
+};
+
+}  // namespace
+
+std::string KernelVariant::key() const {
+  return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
+         std::to_string(threads) + "_i" + std::to_string(items) + "_" + leaf_modes;
+}
+
+std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name) {
+  return Generator(analysis, variant, name).run();
+}
+
+int param_words(const KernelAnalysis& a, const KernelVariant& v) {
+  int dims = std::max(1, v.outer_rank + v.inner_rank);
+  int header = a.is_reduction() ? 3 : 1;
+  return header + dims + int(a.leaves.size() + a.outputs.size()) * (1 + dims) + int(a.scalar_inputs.size());
+}
+
+}  // namespace alloy::cuda

@@ -1,0 +1,35 @@
+// CUDA C++ source generated from a KernelAnalysis, for one variant of launch-time choices
+// (collapsed ranks, vector width, block size, registers per thread). Pure text: no GPU needed, so
+// `alloy compile --arch` and CI exercise it through NVRTC.
+#pragma once
+
+#include <string>
+
+#include "alloy/segment/schedulers/kernel_analysis.h"
+
+namespace alloy::cuda {
+
+struct KernelVariant {
+  int outer_rank = 1;  // pointwise: the collapsed domain rank; row kernels: collapsed kept axes
+  int inner_rank = 0;  // row kernels: collapsed reduced axes (>= 1); pointwise: 0
+  int vector = 1;      // elements per access along the innermost axis
+  int threads = 256;   // block size
+  int items = 0;       // row kernels: vectors per thread held in registers; 0 = re-read each pass
+  // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
+  // (stride 1), 'b' one value for the whole vector (stride 0).
+  std::string leaf_modes;
+  std::string key() const;
+};
+
+// The kernel is `extern "C" __global__ void <name>(Params p)`; Params is a struct of 8-byte
+// words laid out as kernel_param_layout describes.
+std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
+
+// Words of the Params struct, in order (every field is 8 bytes):
+//   pointwise:  numel, size[outer_rank]
+//   row kernel: rows, cols, count (double: elements reduced per row), size[outer_rank + inner_rank]
+//   then for each leaf, then each output: pointer, stride[outer_rank + inner_rank]
+//   then each scalar input: value (double, or int64 for integer scalars)
+int param_words(const KernelAnalysis& analysis, const KernelVariant& variant);
+
+}  // namespace alloy::cuda

@@ -1,0 +1,112 @@
+// The fixed part of every generated kernel: integer types and bf16/f16 conversions on raw bits
+// (round to nearest even, like ir/dtype.cpp; so NVRTC needs no toolkit headers), vector access
+// types, math overloads, NaN-propagating max/min and block reductions.
+#pragma once
+
+namespace alloy::cuda {
+
+inline constexpr const char* kKernelPrelude = R"CUDA(
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+__device__ __forceinline__ float alloy_bf16_to_float(uint16_t b) { return __uint_as_float(((uint32_t)b) << 16); }
+__device__ __forceinline__ uint16_t alloy_float_to_bf16(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // quiet NaN, sign kept
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+__device__ __forceinline__ float alloy_f16_to_float(uint16_t h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ uint16_t alloy_float_to_f16(float f) { uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ long long alloy_to_int(double x) { return x != x ? 0LL : (long long)x; }
+
+template <class T, int V> struct __align__(sizeof(T) * V) AlloyVec { T v[V]; };
+
+__device__ __forceinline__ float ax_exp(float x) { return expf(x); }
+__device__ __forceinline__ double ax_exp(double x) { return exp(x); }
+__device__ __forceinline__ float ax_log(float x) { return logf(x); }
+__device__ __forceinline__ double ax_log(double x) { return log(x); }
+__device__ __forceinline__ float ax_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double ax_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float ax_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double ax_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float ax_erf(float x) { return erff(x); }
+__device__ __forceinline__ double ax_erf(double x) { return erf(x); }
+__device__ __forceinline__ float ax_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ double ax_abs(double x) { return fabs(x); }
+__device__ __forceinline__ long long ax_abs(long long x) { return x < 0 ? -x : x; }
+__device__ __forceinline__ bool ax_abs(bool x) { return x; }
+__device__ __forceinline__ float ax_pow(float a, float b) { return powf(a, b); }
+__device__ __forceinline__ double ax_pow(double a, double b) { return pow(a, b); }
+__device__ __forceinline__ long long ax_pow(long long a, long long b) {
+  if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+  long long r = 1;
+  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
+  return r;
+}
+template <class T> __device__ __forceinline__ T ax_max(T a, T b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
+template <class T> __device__ __forceinline__ T ax_min(T a, T b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
+template <class T> __device__ __forceinline__ T ax_relu(T a) { return (a != a || a > T(0)) ? a : T(0); }
+
+struct AlloySum { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
+struct AlloyMax { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_max(a, b); } };
+struct AlloyMin { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_min(a, b); } };
+
+// Reduces one value per thread over the block; every thread gets the result.
+template <class T, class F>
+__device__ __forceinline__ T alloy_block_reduce(T v, F f, T* smem) {
+  #pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  __syncthreads();
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    T w = smem[lane < warps ? lane : 0];
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      T other = __shfl_xor_sync(0xffffffffu, w, o);
+      if ((lane ^ o) < warps) w = f(w, other);
+    }
+    if (lane == 0) smem[32] = w;
+  }
+  __syncthreads();
+  return smem[32];
+}
+
+// Welford's running (count, mean, m2), merged across the block.
+template <class T>
+__device__ __forceinline__ void alloy_welford_merge(T& n, T& mean, T& m2, T n2, T mean2, T m22) {
+  T total = n + n2;
+  if (total == T(0)) return;
+  T delta = mean2 - mean;
+  T w = n2 / total;
+  mean += delta * w;
+  m2 += m22 + delta * delta * n * w;
+  n = total;
+}
+template <class T>
+__device__ __forceinline__ void alloy_block_welford(T& n, T& mean, T& m2, T* smem) {
+  #pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    alloy_welford_merge(n, mean, m2, __shfl_xor_sync(0xffffffffu, n, o), __shfl_xor_sync(0xffffffffu, mean, o),
+                        __shfl_xor_sync(0xffffffffu, m2, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  __syncthreads();
+  if (lane == 0) { smem[warp] = n; smem[33 + warp] = mean; smem[66 + warp] = m2; }
+  __syncthreads();
+  if (warp == 0) {
+    T wn = lane < warps ? smem[lane] : T(0), wmean = lane < warps ? smem[33 + lane] : T(0), wm2 = lane < warps ? smem[66 + lane] : T(0);
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      alloy_welford_merge(wn, wmean, wm2, __shfl_xor_sync(0xffffffffu, wn, o), __shfl_xor_sync(0xffffffffu, wmean, o),
+                          __shfl_xor_sync(0xffffffffu, wm2, o));
+    if (lane == 0) { smem[32] = wn; smem[65] = wmean; smem[98] = wm2; }
+  }
+  __syncthreads();
+  n = smem[32]; mean = smem[65]; m2 = smem[98];
+}
+)CUDA";
+
+}  // namespace alloy::cuda

@@ -1,0 +1,217 @@
+#include "alloy/backend/cuda/generated_kernel.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "alloy/backend/cuda/codegen/kernel_codegen.h"
+#include "alloy/backend/cuda/cuda_api.h"
+#include "alloy/backend/cuda/kernel_cache.h"
+#include "alloy/backend/cuda/strided_copy.h"
+#include "alloy/runtime/views.h"
+
+namespace alloy::cuda {
+namespace {
+
+// One axis of the launch: its size and every tensor's stride along it.
+struct Axis {
+  int64_t size;
+  std::vector<int64_t> strides;  // leaves, then outputs
+};
+
+// Drops size-1 axes and merges neighbours that every tensor walks contiguously.
+std::vector<Axis> collapse(std::vector<Axis> axes) {
+  std::vector<Axis> out;
+  for (Axis& a : axes) {
+    if (a.size == 1) continue;
+    if (!out.empty()) {
+      Axis& prev = out.back();
+      bool mergeable = true;
+      for (size_t t = 0; t < a.strides.size(); ++t)
+        if (prev.strides[t] != a.strides[t] * a.size) mergeable = false;
+      if (mergeable) {
+        prev.size *= a.size;
+        prev.strides = a.strides;
+        continue;
+      }
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+class GeneratedKernel final : public host_ir::SegmentExecutable {
+ public:
+  GeneratedKernel(const Segment& segment, KernelAnalysis analysis) : a_(std::move(analysis)), id_(segment.id) {}
+
+  void run(host_ir::RunState& state) override {
+    for (const Op* view : a_.host_views) make_host_view(*view, state);
+    std::vector<const Tensor*> tensors;
+    for (Value* leaf : a_.leaves) tensors.push_back(&state.at(leaf));
+    for (Value* out : a_.outputs) tensors.push_back(&state.at(out));
+    Stream stream = Stream::current(state.device.index);
+
+    std::vector<int64_t> domain;
+    for (const Extent& e : a_.domain) domain.push_back(*e.evaluate(state.bindings));
+    // axes in kernel order: kept then reduced (pointwise: all, in order)
+    std::vector<Axis> outer, inner;
+    for (int d = 0; d < int(domain.size()); ++d) {
+      Axis axis{domain[d], {}};
+      for (size_t t = 0; t < tensors.size(); ++t) axis.strides.push_back(domain_stride(t, *tensors[t], d));
+      bool reduced = std::find(a_.reduced_axes.begin(), a_.reduced_axes.end(), d) != a_.reduced_axes.end();
+      (reduced ? inner : outer).push_back(axis);
+    }
+    int64_t numel = 1;
+    for (int64_t n : domain) numel *= n;
+    if (numel == 0 && !a_.is_reduction()) return;
+    outer = collapse(outer);
+    inner = collapse(inner);
+    if (a_.is_reduction() && inner.empty()) inner.push_back(Axis{1, std::vector<int64_t>(tensors.size(), 0)});
+    int64_t rows = 1, cols = 1;
+    for (auto& ax : outer) rows *= ax.size;
+    for (auto& ax : inner) cols *= ax.size;
+    if (a_.is_reduction() && rows == 0) return;
+
+    std::vector<Axis> axes = outer;
+    axes.insert(axes.end(), inner.begin(), inner.end());
+    KernelVariant v;
+    v.outer_rank = int(outer.size());
+    v.inner_rank = int(inner.size());
+    choose_vector(v, axes, tensors);
+    if (a_.is_reduction()) choose_block(v, cols);
+    else v.threads = 256;
+
+    const LoadedKernel* kernel = kernel_for(v, state.device.index);
+    std::vector<uint64_t> words;
+    auto push_i = [&](int64_t x) { words.push_back(uint64_t(x)); };
+    auto push_d = [&](double x) { uint64_t w; std::memcpy(&w, &x, 8); words.push_back(w); };
+    if (a_.is_reduction()) {
+      push_i(rows);
+      push_i(cols);
+      push_d(double(cols));
+    } else {
+      push_i(numel);
+    }
+    int dims = std::max(1, int(axes.size()));
+    for (int d = 0; d < dims; ++d) push_i(d < int(axes.size()) ? axes[d].size : 1);
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      push_i(int64_t(reinterpret_cast<uintptr_t>(tensors[t]->data())));
+      for (int d = 0; d < dims; ++d) push_i(d < int(axes.size()) ? axes[d].strides[t] : 0);
+    }
+    for (Value* s : a_.scalar_inputs) {
+      const Tensor& t = state.at(s);
+      if (is_floating(s->dtype())) push_d(load_as_double(t.data(), t.dtype(), 0));
+      else push_i(load_as_int(t.data(), t.dtype(), 0));
+    }
+    int64_t grid = a_.is_reduction() ? std::min<int64_t>(rows, 2147483647)
+                                     : std::min<int64_t>((numel / v.vector + v.threads - 1) / v.threads, 2147483647);
+    if (grid == 0) return;
+    void* args[] = {words.data()};
+    kernel->launch(Dim3{unsigned(grid)}, Dim3{unsigned(v.threads)}, 0, stream, args);
+  }
+
+  std::string source() const override {
+    std::string out;
+    for (auto& [key, entry] : variants_) out += "// segment " + std::to_string(id_) + ", variant " + key + "\n" + entry.source + "\n";
+    return out;
+  }
+
+ private:
+  struct Variant {
+    std::string source;
+    const LoadedKernel* kernel = nullptr;
+  };
+
+  void make_host_view(const Op& view, host_ir::RunState& state) {
+    const Tensor& in = state.at(view.inputs[0]);
+    std::vector<int64_t> sizes = state.concrete_shape(view.outputs[0]);
+    Tensor t = apply_view(view, in, sizes);
+    if (!t.defined()) {
+      // a reshape across non-contiguous axes: make the input contiguous first
+      t = contiguous(in, Stream::current(state.device.index)).view(sizes);
+    }
+    state.values[view.outputs[0]->id] = t;
+  }
+
+  // The stride of tensor t (leaf or output) along domain axis d; 0 where it is broadcast.
+  int64_t domain_stride(size_t t, const Tensor& tensor, int d) const {
+    bool is_leaf = t < a_.leaves.size();
+    const Value* v = is_leaf ? a_.leaves[t] : a_.outputs[t - a_.leaves.size()];
+    const ValueLayout& l = a_.at(v);
+    const std::vector<int>& map = is_leaf ? l.axis_map : l.store_axes;
+    for (size_t i = 0; i < map.size(); ++i)
+      if (map[i] == d) return tensor.size(int(i)) == 1 ? 0 : tensor.stride(int(i));
+    return 0;
+  }
+
+  // The widest vector (up to 16 bytes for the narrowest type) every pointer and stride allows.
+  void choose_vector(KernelVariant& v, const std::vector<Axis>& axes, const std::vector<const Tensor*>& tensors) const {
+    v.vector = 1;
+    if (axes.empty()) return;
+    int min_size = 8;
+    for (const Tensor* t : tensors) min_size = std::min(min_size, dtype_size(t->dtype()));
+    const Axis& last = axes.back();
+    size_t leaves = a_.leaves.size();
+    for (int vec = std::min(8, 16 / min_size); vec > 1; vec /= 2) {
+      if (last.size % vec != 0) continue;
+      bool ok = true;
+      std::string modes;
+      for (size_t t = 0; t < tensors.size() && ok; ++t) {
+        bool per_row_leaf = t < leaves && a_.is_reduction() && a_.at(a_.leaves[t]).per_row;
+        bool per_row_out = t >= leaves && a_.is_reduction() && a_.at(a_.outputs[t - leaves]).per_row;
+        if (per_row_leaf || per_row_out) { if (t < leaves) modes += 's'; continue; }
+        int64_t inner = last.strides[t];
+        if (inner == 0 && t < leaves) { modes += 'b'; continue; }
+        if (inner != 1) { ok = false; break; }
+        uintptr_t address = reinterpret_cast<uintptr_t>(tensors[t]->data());
+        if (address % (uintptr_t(vec) * dtype_size(tensors[t]->dtype())) != 0) ok = false;
+        for (size_t d = 0; d + 1 < axes.size(); ++d)
+          if (axes[d].strides[t] % vec != 0) ok = false;
+        if (t < leaves) modes += 'v';
+      }
+      if (ok) {
+        v.vector = vec;
+        v.leaf_modes = modes;
+        return;
+      }
+    }
+  }
+
+  // Threads per row and how many vectors each keeps in registers (0: re-read each pass).
+  void choose_block(KernelVariant& v, int64_t cols) const {
+    int64_t slots = (cols + v.vector - 1) / v.vector;
+    int threads = int(std::min<int64_t>(512, std::max<int64_t>(32, (slots + 31) / 32 * 32)));
+    int64_t items = (slots + threads - 1) / threads;
+    if (items > 4) {
+      threads = 1024;
+      items = (slots + threads - 1) / threads;
+    }
+    int row_leaves = 0;
+    for (Value* leaf : a_.leaves) row_leaves += a_.at(leaf).per_row ? 0 : 1;
+    v.threads = threads;
+    v.items = (items * v.vector * std::max(1, row_leaves) <= 64) ? int(std::max<int64_t>(items, 1)) : 0;
+  }
+
+  const LoadedKernel* kernel_for(const KernelVariant& v, int device) {
+    std::string key = v.key();
+    auto it = variants_.find(key);
+    if (it != variants_.end()) return it->second.kernel;
+    Variant entry;
+    std::string name = "alloy_segment" + std::to_string(id_);
+    entry.source = generate_kernel(a_, v, name);
+    entry.kernel = &get_kernel(entry.source, name, device);
+    return variants_.emplace(key, std::move(entry)).first->second.kernel;
+  }
+
+  KernelAnalysis a_;
+  int id_;
+  std::map<std::string, Variant> variants_;
+};
+
+}  // namespace
+
+std::unique_ptr<host_ir::SegmentExecutable> make_generated_kernel(const Segment& segment, KernelAnalysis analysis) {
+  return std::make_unique<GeneratedKernel>(segment, std::move(analysis));
+}
+
+}  // namespace alloy::cuda

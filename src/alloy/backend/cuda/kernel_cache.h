@@ -1,0 +1,15 @@
+// Generated kernels ready to launch: NVRTC compilation for the device's architecture (cached in
+// memory and on disk by nvrtc_compiler) and loading on the device, behind one call.
+#pragma once
+
+#include <string>
+
+#include "alloy/backend/cuda/loaded_kernel.h"
+
+namespace alloy::cuda {
+
+// The loaded kernel `name` of `source` on `device`; it lives until the process exits, so callers
+// keep the reference and a cached launch does no lookup at all.
+const LoadedKernel& get_kernel(const std::string& source, const std::string& name, int device);
+
+}  // namespace alloy::cuda

@@ -1,0 +1,17 @@
+// What the executor needs from the GPU backend, in a header free of CUDA types: building a
+// plan, moving tensors between host and device, and waiting for the device. In builds without
+// the CUDA toolkit, gpu_plan_disabled.cpp defines these to report that CUDA is unavailable.
+#pragma once
+
+#include <memory>
+
+#include "alloy/host_ir/evaluator.h"
+
+namespace alloy {
+
+std::unique_ptr<host_ir::Executable> build_gpu_plan(const Fusion& fusion);
+Tensor upload(const Tensor& cpu, Device device);  // on the device's current stream
+Tensor download(const Tensor& device_tensor);     // waits for the stream
+void synchronize_device(Device device);
+
+}  // namespace alloy

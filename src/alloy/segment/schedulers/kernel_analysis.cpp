@@ -1,0 +1,302 @@
+#include "alloy/segment/schedulers/kernel_analysis.h"
+
+#include <algorithm>
+#include <set>
+
+#include "alloy/ir/op_table.h"
+
+namespace alloy {
+namespace {
+
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+std::string describe(const Op* op) {
+  return (op->outputs.empty() ? std::string("?") : op->outputs[0]->name) + " = " + std::string(op_name(op->kind));
+}
+
+bool is_reduction_op(OpKind k) { return op_row(k).op_class == OpClass::reduction; }
+
+std::vector<int> reduction_axes_of(const Op* op) {
+  int rank = op->inputs[0]->rank();
+  std::vector<int> axes;
+  if (const Attr* dims = op->attr("dims"))
+    for (auto& d : dims->list) axes.push_back(int(d.i < 0 ? d.i + rank : d.i));
+  if (axes.empty())
+    for (int i = 0; i < rank; ++i) axes.push_back(i);
+  std::sort(axes.begin(), axes.end());
+  return axes;
+}
+
+// Builds the analysis op by op; `fail` records why the group is refused.
+class Analyzer {
+ public:
+  Analyzer(const std::vector<const Op*>& ops, const std::vector<Value*>& inputs, const std::vector<Value*>& outputs)
+      : ops_(ops), inputs_(inputs), outputs_(outputs) {}
+
+  KernelAnalysisResult run() {
+    split_host_views();
+    if (!why_.empty()) return why_;
+    choose_domain();
+    if (!why_.empty()) return why_;
+    for (const Op* op : a_.compute_ops) {
+      lay_out(op);
+      if (!why_.empty()) return why_;
+    }
+    assign_stages();
+    check_outputs();
+    if (!why_.empty()) return why_;
+    return std::move(a_);
+  }
+
+ private:
+  void fail(std::string why) {
+    if (why_.empty()) why_ = std::move(why);
+  }
+
+  bool is_segment_input(const Value* v) const { return std::find(inputs_.begin(), inputs_.end(), v) != inputs_.end(); }
+
+  // Views of segment inputs run on the host as zero-copy views; their results are leaves.
+  void split_host_views() {
+    std::set<const Value*> host_side;
+    for (Value* in : inputs_)
+      if (!in->is_scalar()) host_side.insert(in);
+    for (const Op* op : ops_) {
+      if (is_view(op->kind) && host_side.count(op->inputs[0])) {
+        a_.host_views.push_back(op);
+        host_side.insert(op->outputs[0]);
+        continue;
+      }
+      switch (op_row(op->kind).op_class) {
+        case OpClass::unary: case OpClass::binary: case OpClass::pointwise: case OpClass::reduction: case OpClass::shape:
+          break;
+        default:
+          return fail(describe(op) + " is not a pointwise, reduction or view op");
+      }
+      if (op->kind == OpKind::slice || op->kind == OpKind::cat)
+        return fail(describe(op) + ": " + std::string(op_name(op->kind)) + " of a computed value needs its own segment");
+      a_.compute_ops.push_back(op);
+      for (Value* in : op->inputs) {
+        if (in->literal) continue;
+        if (in->is_scalar() && is_segment_input(in)) {
+          if (std::find(a_.scalar_inputs.begin(), a_.scalar_inputs.end(), in) == a_.scalar_inputs.end())
+            a_.scalar_inputs.push_back(in);
+        } else if (host_side.count(in) && std::find(a_.leaves.begin(), a_.leaves.end(), in) == a_.leaves.end()) {
+          a_.leaves.push_back(in);
+        } else if (in->is_scalar() && !host_side.count(in) && !in->producer) {
+          return fail("scalar " + in->name + " is not available to the kernel");
+        }
+      }
+    }
+    for (Value* out : outputs_)
+      if (host_side.count(out)) return fail(out->name + " is a view of an input; a noop segment returns it");
+    if (a_.compute_ops.empty()) fail("no computation (only views)");
+  }
+
+  void choose_domain() {
+    for (const Op* op : a_.compute_ops)
+      if (is_reduction_op(op->kind)) {
+        a_.domain = op->inputs[0]->shape();
+        a_.reduced_axes = reduction_axes_of(op);
+        return;
+      }
+    for (Value* out : outputs_)
+      if (!out->is_scalar() && (a_.domain.empty() || out->rank() > int(a_.domain.size()))) a_.domain = out->shape();
+  }
+
+  int rank() const { return int(a_.domain.size()); }
+
+  bool varies_per_element(const std::vector<int>& map) const {
+    if (!a_.is_reduction()) return true;
+    for (int d : map)
+      if (d >= 0 && contains(a_.reduced_axes, d)) return true;
+    return false;
+  }
+
+  // Layout of a value read by a compute op: computed earlier, a leaf, or a scalar.
+  const ValueLayout* layout_of(const Value* v) {
+    auto it = a_.layout.find(v);
+    if (it != a_.layout.end()) return &it->second;
+    ValueLayout l;
+    if (v->is_scalar() || v->literal) {
+      l.per_row = true;
+      return &(a_.layout[v] = l);
+    }
+    if (std::find(a_.leaves.begin(), a_.leaves.end(), v) == a_.leaves.end()) {
+      fail(v->name + " is used before it is computed in this segment");
+      return nullptr;
+    }
+    int r = v->rank();
+    if (r > rank()) {
+      fail("input " + v->name + " (" + v->type_str() + ") has more axes than the kernel's domain");
+      return nullptr;
+    }
+    l.leaf = true;
+    for (int i = 0; i < r; ++i) {
+      int d = rank() - r + i;
+      const Extent& e = v->shape()[i];
+      if (e.is_one()) l.axis_map.push_back(-1);
+      else if (e == a_.domain[d]) l.axis_map.push_back(d);
+      else {
+        fail("input " + v->name + " (" + v->type_str() + ") does not align with the domain on axis " + std::to_string(i));
+        return nullptr;
+      }
+    }
+    l.per_row = !varies_per_element(l.axis_map);
+    return &(a_.layout[v] = l);
+  }
+
+  void set_output_layout(const Op* op, int index, std::vector<int> map) {
+    const Value* out = op->outputs[index];
+    for (size_t k = 0; k < map.size(); ++k)
+      if (map[k] >= 0 && !(out->shape()[k] == a_.domain[map[k]]))
+        return fail(describe(op) + ": axis " + std::to_string(k) + " does not match the domain");
+    ValueLayout l;
+    l.axis_map = std::move(map);
+    l.per_row = !varies_per_element(l.axis_map);
+    a_.layout[out] = l;
+  }
+
+  void lay_out_pointwise(const Op* op) {
+    int out_rank = op->outputs[0]->rank();
+    std::vector<int> map(out_rank, -1);
+    for (Value* in : op->inputs) {
+      const ValueLayout* l = layout_of(in);
+      if (!l) return;
+      int offset = out_rank - int(l->axis_map.size());
+      for (size_t i = 0; i < l->axis_map.size(); ++i) {
+        int d = l->axis_map[i];
+        if (d < 0) continue;
+        int& slot = map[offset + i];
+        if (slot >= 0 && slot != d) return fail(describe(op) + ": operands run along different axes of the domain");
+        slot = d;
+      }
+    }
+    set_output_layout(op, 0, map);
+  }
+
+  void lay_out_reduction(const Op* op) {
+    const ValueLayout* in = layout_of(op->inputs[0]);
+    if (!in) return;
+    if (int(in->axis_map.size()) != rank()) return fail(describe(op) + ": its input is not over the whole domain");
+    for (int i = 0; i < rank(); ++i)
+      if (in->axis_map[i] != i && in->axis_map[i] != -1) return fail(describe(op) + ": its input is permuted against the domain");
+    if (reduction_axes_of(op) != a_.reduced_axes)
+      return fail(describe(op) + " reduces other axes than the segment's first reduction");
+    bool keepdim = op->bool_attr("keepdim");
+    std::vector<int> map;
+    for (int i = 0; i < rank(); ++i) {
+      bool reduced = contains(a_.reduced_axes, i);
+      if (!reduced) map.push_back(in->axis_map[i]);
+      else if (keepdim) map.push_back(-1);
+    }
+    for (size_t k = 0; k < op->outputs.size(); ++k) set_output_layout(op, int(k), map);
+  }
+
+  void lay_out_view(const Op* op) {
+    const ValueLayout* in = layout_of(op->inputs[0]);
+    if (!in) return;
+    const Value* x = op->inputs[0];
+    const Value* out = op->outputs[0];
+    std::vector<int> map(out->rank(), -1);
+    switch (op->kind) {
+      case OpKind::broadcast_in_dim: {
+        auto dims = op->ints_attr("broadcast_dims");
+        for (size_t i = 0; i < dims.size(); ++i) map[dims[i]] = in->axis_map[i];
+        break;
+      }
+      case OpKind::expand: {
+        int offset = out->rank() - x->rank();
+        for (int i = 0; i < x->rank(); ++i) map[offset + i] = x->shape()[i] == out->shape()[offset + i] ? in->axis_map[i] : -1;
+        break;
+      }
+      case OpKind::permute: {
+        auto dims = op->ints_attr("dims");
+        for (size_t k = 0; k < dims.size(); ++k) map[k] = in->axis_map[dims[k] < 0 ? dims[k] + x->rank() : dims[k]];
+        break;
+      }
+      case OpKind::unsqueeze: case OpKind::squeeze: case OpKind::reshape: case OpKind::segment_set: {
+        // Only size-1 axes may come or go: the other axes keep their order.
+        std::vector<int> kept;
+        std::vector<Extent> kept_extents, out_extents;
+        for (int i = 0; i < x->rank(); ++i)
+          if (!x->shape()[i].is_one()) { kept.push_back(in->axis_map[i]); kept_extents.push_back(x->shape()[i]); }
+        std::vector<int> out_positions;
+        for (int k = 0; k < out->rank(); ++k)
+          if (!out->shape()[k].is_one()) { out_positions.push_back(k); out_extents.push_back(out->shape()[k]); }
+        if (kept_extents != out_extents) return fail(describe(op) + " regroups axes of a computed value");
+        for (size_t j = 0; j < out_positions.size(); ++j) map[out_positions[j]] = kept[j];
+        break;
+      }
+      default:
+        return fail(describe(op) + " cannot run inside a generated kernel");
+    }
+    set_output_layout(op, 0, map);
+  }
+
+  void lay_out(const Op* op) {
+    if (op->kind == OpKind::segment_set) return fail("segment_set forces a segment boundary");
+    OpClass c = op_row(op->kind).op_class;
+    if (c == OpClass::reduction) lay_out_reduction(op);
+    else if (c == OpClass::shape) lay_out_view(op);
+    else lay_out_pointwise(op);
+  }
+
+  // A reduction's stage is one more than the deepest reduction its input depends on.
+  void assign_stages() {
+    std::map<const Value*, int> depth;  // reductions a value depends on, transitively
+    for (const Op* op : a_.compute_ops) {
+      int d = 0;
+      for (Value* in : op->inputs)
+        if (auto it = depth.find(in); it != depth.end()) d = std::max(d, it->second);
+      if (is_reduction_op(op->kind)) {
+        if (int(a_.stages.size()) <= d) a_.stages.resize(d + 1);
+        a_.stages[d].push_back(op);
+        d += 1;
+      }
+      for (Value* out : op->outputs) depth[out] = d;
+    }
+  }
+
+  void check_outputs() {
+    a_.outputs = outputs_;
+    for (Value* out : outputs_) {
+      auto it = a_.layout.find(out);
+      if (it == a_.layout.end()) return fail(out->name + " is not computed by this segment");
+      if (out->is_scalar()) return fail(out->name + " is a scalar; outputs must be tensors");
+      ValueLayout& l = it->second;
+      if (!l.per_row || !a_.is_reduction()) {
+        // stored at every domain position
+        if (!(out->shape() == a_.domain)) return fail(out->name + " (" + out->type_str() + ") does not cover the whole domain");
+        for (int i = 0; i < rank(); ++i) l.store_axes.push_back(a_.domain[i].is_one() ? -1 : i);
+        continue;
+      }
+      // stored once per row: its non-1 axes are the kept domain axes, in order
+      std::vector<int> kept;
+      for (int i = 0; i < rank(); ++i)
+        if (!contains(a_.reduced_axes, i) && !a_.domain[i].is_one()) kept.push_back(i);
+      size_t next = 0;
+      for (int k = 0; k < out->rank(); ++k) {
+        if (out->shape()[k].is_one()) { l.store_axes.push_back(-1); continue; }
+        if (next >= kept.size() || !(out->shape()[k] == a_.domain[kept[next]]))
+          return fail(out->name + " (" + out->type_str() + ") is not laid out along the kept axes");
+        l.store_axes.push_back(kept[next++]);
+      }
+      if (next != kept.size()) return fail(out->name + " does not cover every kept axis");
+    }
+  }
+
+  const std::vector<const Op*>& ops_;
+  const std::vector<Value*>& inputs_;
+  const std::vector<Value*>& outputs_;
+  KernelAnalysis a_;
+  std::string why_;
+};
+
+}  // namespace
+
+KernelAnalysisResult analyze_kernel(const std::vector<const Op*>& ops, const std::vector<Value*>& segment_inputs,
+                                    const std::vector<Value*>& outputs) {
+  return Analyzer(ops, segment_inputs, outputs).run();
+}
+
+}  // namespace alloy

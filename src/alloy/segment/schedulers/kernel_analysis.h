@@ -1,0 +1,49 @@
+// What a generated kernel needs to know about a group of ops: the iteration domain, the axes
+// reduced (if any), how each value's axes map onto the domain, which values are loaded from
+// memory ("leaves": segment inputs, possibly through views applied on the host), and which are
+// computed once per row (after a reduction) rather than once per element. Shared by the GPU
+// schedulers (to accept or refuse a group) and by the code generator.
+#pragma once
+
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "alloy/ir/fusion.h"
+
+namespace alloy {
+
+struct ValueLayout {
+  // For each axis of the value: the domain axis it runs along, or -1 when the value is
+  // broadcast along it (extent 1, or a broadcast axis made by broadcast_in_dim/expand).
+  std::vector<int> axis_map;
+  bool per_row = false;  // varies only along kept (non-reduced) domain axes: computed once per row
+  bool leaf = false;     // loaded from memory (a segment input, through host-side views)
+  // For stored outputs: the domain axis each output axis is written along (-1 for extent 1).
+  std::vector<int> store_axes;
+};
+
+struct KernelAnalysis {
+  std::vector<Extent> domain;
+  std::vector<int> reduced_axes;            // domain axes; empty for a pointwise kernel
+  std::vector<const Op*> host_views;        // view ops applied to segment inputs on the host
+  std::vector<const Op*> compute_ops;       // everything else, in order (includes in-kernel views)
+  std::vector<Value*> leaves;               // tensor values the kernel loads
+  std::vector<Value*> scalar_inputs;        // scalar inputs passed by value (literals are inlined)
+  std::vector<Value*> outputs;              // values the kernel stores
+  std::map<const Value*, ValueLayout> layout;
+  std::vector<std::vector<const Op*>> stages;  // reductions grouped by dependency depth
+
+  bool is_reduction() const { return !reduced_axes.empty(); }
+  const ValueLayout& at(const Value* v) const { return layout.at(v); }
+};
+
+// Either an analysis or the reason the group cannot be one generated kernel.
+using KernelAnalysisResult = std::variant<KernelAnalysis, std::string>;
+
+// `outputs` are the values the segment must store (used after it or returned by the fusion).
+KernelAnalysisResult analyze_kernel(const std::vector<const Op*>& ops, const std::vector<Value*>& segment_inputs,
+                                    const std::vector<Value*>& outputs);
+
+}  // namespace alloy

@@ -1,0 +1,31 @@
+#include "alloy/segment/segmenter.h"
+
+#include "alloy/ir/op_table.h"
+#include "alloy/segment/schedulers/cuda_segmenter.h"
+
+namespace alloy {
+namespace {
+
+// CPU: one segment per op; views alias their input, so they are "noop" segments.
+Segmentation segment_for_cpu(const Fusion& fusion) {
+  Segmentation result;
+  result.target = Target::cpu;
+  for (auto& op : fusion.ops()) {
+    Segment s;
+    s.id = int(result.segments.size());
+    s.scheduler = (is_view(op->kind) || op->kind == OpKind::segment_set) ? "noop" : "cpu_reference";
+    s.ops.push_back(op.get());
+    compute_segment_boundary(fusion, s);
+    result.segments.push_back(std::move(s));
+  }
+  return result;
+}
+
+}  // namespace
+
+Segmentation segment_fusion(const Fusion& fusion, Target target) {
+  if (target == Target::cpu) return segment_for_cpu(fusion);
+  return segment_for_cuda(fusion);
+}
+
+}  // namespace alloy

@@ -1,0 +1,326 @@
+// The `alloy` program as a user meets it: run, check, print and compile on the examples and on
+// bad input, through the built binary. Exit codes: 0 success, 1 user error, 2 usage error.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "alloy/runtime/npy.h"
+#include "test_util.h"
+
+namespace alloy {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliResult {
+  int code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// A fresh directory for one test, removed afterwards.
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("alloy_cli_test_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path(name)) << text;
+    return path(name);
+  }
+
+  CliResult alloy(const std::string& args) const {
+    std::string command = std::string("'") + ALLOY_CLI_PATH + "' " + args + " >'" + path("stdout") + "' 2>'" + path("stderr") + "'";
+    int status = std::system(command.c_str());
+    CliResult r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = testing::read_file(path("stdout"));
+    r.err = testing::read_file(path("stderr"));
+    return r;
+  }
+
+  static std::string example(const std::string& name) { return "'" + testing::source_path("examples/" + name) + "'"; }
+
+  fs::path dir_;
+};
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::string last_line(const std::string& text) {
+  std::string trimmed = text.substr(0, text.find_last_not_of('\n') + 1);
+  return trimmed.substr(trimmed.find_last_of('\n') + 1);
+}
+
+Tensor f32_tensor(std::vector<int64_t> sizes, std::vector<float> values) {
+  Tensor t = Tensor::empty(DType::f32, std::move(sizes));
+  for (size_t i = 0; i < values.size(); ++i) t.data_as<float>()[i] = values[i];
+  return t;
+}
+
+// ---- alloy run -----------------------------------------------------------------------------
+
+TEST_F(CliTest, Run_MlpExample_PrintsEachOutputsNameDtypeShapeAndSummary) {
+  CliResult r = alloy("run " + example("mlp.fusion") + " --bind B=1 --bind S=4 --device cpu");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "y: bf16[1, 4, 768]  mean=")) << r.out;
+  EXPECT_TRUE(contains(r.out, " std=")) << r.out;
+  EXPECT_TRUE(contains(r.out, " first=[")) << r.out;
+  EXPECT_TRUE(contains(r.out, "input x: bf16[1, 4, 768] random")) << r.out;
+}
+
+TEST_F(CliTest, Run_EveryExample_Succeeds) {
+  const char* runs[] = {"mlp.fusion --bind B=2 --bind S=8", "layer_norm.fusion", "softmax.fusion", "rms_norm.fusion",
+                        "masked_mean.fusion --bind B=3 --bind T=5 --bind h.2=16"};
+  for (const char* args : runs) {
+    CliResult r = alloy("run " + testing::source_path("examples/") + args);
+    EXPECT_EQ(r.code, 0) << args << "\n" << r.out << r.err;
+  }
+}
+
+TEST_F(CliTest, Run_Seed_DecidesTheRandomInputs) {
+  std::string args = "run " + example("softmax.fusion");
+  CliResult a = alloy(args + " --seed 7"), b = alloy(args + " --seed 7"), c = alloy(args + " --seed 8");
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(last_line(a.out), last_line(c.out));
+}
+
+TEST_F(CliTest, Run_UnboundSymbols_IsAUserErrorListingEachSize) {
+  CliResult r = alloy("run " + example("mlp.fusion"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, "B (input 'x', axis 0)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "S (input 'x', axis 1)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "--bind")) << r.err;
+}
+
+TEST_F(CliTest, Run_DynamicAxisWithoutASize_SaysHowToBindIt) {
+  CliResult r = alloy("run " + example("masked_mean.fusion") + " --bind B=2 --bind T=3");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, "input 'h', axis 2, declared ? (--bind h.2=N)")) << r.err;
+}
+
+TEST_F(CliTest, Run_BindOfAnUnknownSymbol_IsAUserErrorListingTheSizes) {
+  CliResult r = alloy("run " + example("mlp.fusion") + " --bind B=1 --bind S=2 --bind Q=3");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, "--bind Q=3: fusion 'mlp' has no size named 'Q'; its sizes are B, S")) << r.err;
+}
+
+TEST_F(CliTest, Run_AbsurdlyLargeBind_IsAUserErrorNotACrash) {
+  CliResult r = alloy("run " + example("mlp.fusion") + " --bind B=1000000000000 --bind S=1000000000000");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, "input 'x': declared bf16[B, S, 768], is too large to draw")) << r.err;
+}
+
+TEST_F(CliTest, Run_BindContradictingAnInputFile_IsAUserError) {
+  write_npy(path("h.npy"), f32_tensor({2, 3, 4}, std::vector<float>(24, 1.0f)));
+  CliResult r = alloy("run " + example("masked_mean.fusion") + " --input h=" + path("h.npy") + " --bind B=5");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, "--bind B=5: contradicts input 'h', axis 0, which has size 2")) << r.err;
+}
+
+TEST_F(CliTest, Run_InputFiles_FixTheSizesAndTheValues) {
+  // masked_mean of h [1, 3, 2] keeping positions 0 and 2: the mean of rows 0 and 2.
+  write_npy(path("h.npy"), f32_tensor({1, 3, 2}, {1, 10, 100, 1000, 3, 30}));
+  Tensor mask = Tensor::empty(DType::boolean, {1, 3});
+  mask.data_as<uint8_t>()[0] = 1, mask.data_as<uint8_t>()[1] = 0, mask.data_as<uint8_t>()[2] = 1;
+  write_npy(path("mask.npy"), mask);
+  CliResult r = alloy("run " + example("masked_mean.fusion") + " --input h=" + path("h.npy") + " --input mask=" +
+                      path("mask.npy") + " --save-outputs " + path("out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "pooled: f32[1, 2]")) << r.out;
+  Tensor pooled = read_npy(path("out/pooled.npy"));
+  ASSERT_EQ(pooled.sizes(), (std::vector<int64_t>{1, 2}));
+  EXPECT_FLOAT_EQ(pooled.data_as<float>()[0], 2.0f);
+  EXPECT_FLOAT_EQ(pooled.data_as<float>()[1], 20.0f);
+}
+
+TEST_F(CliTest, Run_SaveOutputs_WritesEveryOutputWithBf16AsExactF32) {
+  std::string file = write("f.fusion",
+                           "fusion f(x: bf16[3], y: f32[3]) {\n"
+                           "  s = add(x, x)\n"
+                           "  p = mul(y, 3.0)\n"
+                           "  return s, p\n"
+                           "}\n");
+  // 1 + 2^-8 rounds to the bf16 value 1 (ties to even); 1.5 is exact.
+  write_npy(path("x.npy"), f32_tensor({3}, {1.00390625f, 1.5f, -2.0f}));
+  write_npy(path("y.npy"), f32_tensor({3}, {1.0f, 0.5f, -4.0f}));
+  CliResult r = alloy("run '" + file + "' --input x=" + path("x.npy") + " --input y=" + path("y.npy") + " --save-outputs " +
+                      path("out/nested"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  Tensor s = read_npy(path("out/nested/s.npy")), p = read_npy(path("out/nested/p.npy"));
+  ASSERT_EQ(s.dtype(), DType::f32);
+  EXPECT_EQ(s.data_as<float>()[0], 2.0f);
+  EXPECT_EQ(s.data_as<float>()[1], 3.0f);
+  EXPECT_EQ(s.data_as<float>()[2], -4.0f);
+  EXPECT_EQ(p.data_as<float>()[2], -12.0f);
+}
+
+TEST_F(CliTest, Run_InputFileOfAnIntegerDtypeForAFloatInput_IsAUserError) {
+  Tensor ids = Tensor::empty(DType::i64, {3});
+  for (int i = 0; i < 3; ++i) ids.data_as<int64_t>()[i] = i;
+  write_npy(path("ids.npy"), ids);
+  std::string file = write("f.fusion", "fusion f(x: bf16[3]) {\n  y = neg(x)\n  return y\n}\n");
+  CliResult r = alloy("run '" + file + "' --input x=" + path("ids.npy"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, "input 'x': expected bf16 (or another floating dtype, rounded), found i64")) << r.err;
+}
+
+TEST_F(CliTest, Run_InputFileOfTheWrongShape_IsAUserErrorNamingTheAxis) {
+  write_npy(path("x.npy"), f32_tensor({2, 4}, std::vector<float>(8, 0.0f)));
+  std::string file = write("f.fusion", "fusion f(x: f32[2, 3]) {\n  y = neg(x)\n  return y\n}\n");
+  CliResult r = alloy("run '" + file + "' --input x=" + path("x.npy"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, "input 'x', axis 1")) << r.err;
+}
+
+TEST_F(CliTest, Run_MalformedInputFile_IsAUserErrorNamingTheFile) {
+  write("x.npy", "not numpy at all");
+  CliResult r = alloy("run " + example("softmax.fusion") + " --input scores=" + path("x.npy"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, path("x.npy") + ": not a .npy file")) << r.err;
+}
+
+TEST_F(CliTest, Run_UnknownInputName_IsAUserErrorListingTheInputs) {
+  write_npy(path("x.npy"), f32_tensor({1}, {1}));
+  CliResult r = alloy("run " + example("softmax.fusion") + " --input logits=" + path("x.npy"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, "has no input named 'logits'; its inputs are scores")) << r.err;
+}
+
+TEST_F(CliTest, Run_Bench_PrintsMedianMinAndRunsAsTheLastLine) {
+  CliResult r = alloy("run " + example("softmax.fusion") + " --bench 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::regex format(R"(bench median_us=[0-9]+(\.[0-9]+)? min_us=[0-9]+(\.[0-9]+)? runs=3)");
+  EXPECT_TRUE(std::regex_match(last_line(r.out), format)) << last_line(r.out);
+}
+
+TEST_F(CliTest, Run_DumpIr_PrintsTheCanonicalFusionBeforeTheOutputs) {
+  CliResult r = alloy("run " + example("mlp.fusion") + " --bind B=1 --bind S=2 --dump ir");
+  ASSERT_EQ(r.code, 0) << r.err;
+  size_t ir = r.out.find("fusion mlp(");
+  ASSERT_NE(ir, std::string::npos) << r.out;
+  EXPECT_LT(ir, r.out.find("y: bf16[1, 2, 768]"));
+}
+
+TEST_F(CliTest, Run_FusionOption_PicksTheNamedFusionOfSeveral) {
+  std::string file = write("two.fusion",
+                           "fusion first(x: f32[2]) {\n  y = neg(x)\n  return y\n}\n"
+                           "fusion second(x: f32[3]) {\n  z = exp(x)\n  return z\n}\n");
+  CliResult r = alloy("run '" + file + "' --fusion second");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "z: f32[3]")) << r.out;
+  CliResult missing = alloy("run '" + file + "' --fusion third");
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_TRUE(contains(missing.err, "has no fusion named 'third'; it holds first, second")) << missing.err;
+}
+
+TEST_F(CliTest, Run_MissingFile_IsAUserError) {
+  CliResult r = alloy("run " + path("nope.fusion"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, "nope.fusion: no such file")) << r.err;
+}
+
+TEST_F(CliTest, Run_CudaDevice_RunsOrFailsAsAUserErrorButNeverCrashes) {
+  CliResult r = alloy("run " + example("softmax.fusion") + " --device cuda");
+  EXPECT_TRUE(r.code == 0 || r.code == 1) << r.code << "\n" << r.err;
+}
+
+// ---- usage errors --------------------------------------------------------------------------
+
+TEST_F(CliTest, Usage_MalformedArguments_ExitWithCode2) {
+  const char* bad[] = {"",                                   // no subcommand
+                       "frobnicate x.fusion",                // unknown subcommand
+                       "run",                                // no file
+                       "run x.fusion --frobnicate",          // unknown option
+                       "run x.fusion --device tpu",          // not a device
+                       "run x.fusion --dump everything",     // not a stage
+                       "run x.fusion --bench 0",             // not a count
+                       "run x.fusion --seed minus-one"};     // not a number
+  for (const char* args : bad) {
+    CliResult r = alloy(args);
+    EXPECT_EQ(r.code, 2) << "alloy " << args << "\n" << r.out << r.err;
+  }
+}
+
+TEST_F(CliTest, Usage_MalformedBind_ExitsWithCode2) {
+  for (const char* bind : {"B", "B=", "B=four", "=4"}) {
+    CliResult r = alloy("run " + example("mlp.fusion") + " --bind " + bind);
+    EXPECT_EQ(r.code, 2) << bind << "\n" << r.err;
+    EXPECT_TRUE(contains(r.err, "--bind")) << r.err;
+  }
+}
+
+TEST_F(CliTest, Usage_Help_ExitsWithCode0) {
+  CliResult r = alloy("run --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(contains(r.out, "--bind")) << r.out;
+}
+
+// ---- alloy check, print, compile -------------------------------------------------------------
+
+TEST_F(CliTest, Check_EveryExample_IsValid) {
+  for (const char* name : {"mlp.fusion", "layer_norm.fusion", "softmax.fusion", "rms_norm.fusion", "masked_mean.fusion"}) {
+    CliResult r = alloy("check " + example(name));
+    EXPECT_EQ(r.code, 0) << name << "\n" << r.err;
+    EXPECT_TRUE(contains(r.out, ": ok")) << r.out;
+  }
+}
+
+TEST_F(CliTest, Check_ErrorsInTwoFusions_ReportsBothWithFileLineAndColumn) {
+  std::string file = write("bad.fusion",
+                           "fusion a(x: f32[4]) {\n"
+                           "  y = exp(x, foo=1)\n"
+                           "  return y\n"
+                           "}\n"
+                           "fusion good(x: f32[4]) {\n"
+                           "  return x\n"
+                           "}\n"
+                           "fusion b(x: f32[4], w: f32[3, 5]) {\n"
+                           "  y = linear(x, w)\n"
+                           "  return y\n"
+                           "}\n");
+  CliResult r = alloy("check '" + file + "'");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, file + ":2:7: exp: unknown attribute 'foo'")) << r.err;
+  EXPECT_TRUE(contains(r.err, file + ":9:7: linear:")) << r.err;
+  EXPECT_TRUE(contains(r.err, "2 errors in")) << r.err;
+}
+
+TEST_F(CliTest, Check_SyntaxError_IsLocated) {
+  std::string file = write("bad.fusion", "fusion a(x: f32[4]) {\n  y = exp(x\n  return y\n}\n");
+  CliResult r = alloy("check '" + file + "'");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, file + ":3:3:")) << r.err;
+}
+
+TEST_F(CliTest, Print_OfThePrint_IsTheSameText) {
+  CliResult once = alloy("print " + example("layer_norm.fusion"));
+  ASSERT_EQ(once.code, 0) << once.err;
+  std::string printed = write("printed.fusion", once.out);
+  CliResult twice = alloy("print '" + printed + "'");
+  ASSERT_EQ(twice.code, 0) << twice.err;
+  EXPECT_EQ(once.out, twice.out);
+}
+
+TEST_F(CliTest, Compile_IsNotYetAvailable_AndSaysSoAsAUserError) {
+  CliResult r = alloy("compile " + example("mlp.fusion") + " --arch sm_90");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.err, "not yet available")) << r.err;
+}
+
+}  // namespace
+}  // namespace alloy

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Cross-checks `alloy run` against NumPy on the examples.
+
+For each example: draws inputs with NumPy and saves them as .npy, runs
+`alloy run FILE --input NAME=PATH ... --save-outputs DIR`, loads the outputs and compares
+them with a NumPy implementation written here independently of Alloy. bf16 values are given
+to Alloy as f32 holding bf16-representable numbers, and the NumPy side rounds each op's
+result to the op's dtype as the fusion declares it, so only accumulation order differs.
+
+Usage: numpy_check.py --alloy build/alloy [--examples examples]
+Exit status: 0 all passed, 1 a check failed, 77 NumPy is missing (CTest: skipped).
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+except ImportError:
+    print("numpy_check: NumPy is not installed; skipping")
+    sys.exit(77)
+
+
+def bf16(x):
+    """Rounds float values to the nearest bf16 (ties to even), returned as float32."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def is_bf16(x):
+    return np.all((np.asarray(x, dtype=np.float32).view(np.uint32) & 0xFFFF) == 0)
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def linear(x, w, b):
+    return x.astype(np.float64) @ w.astype(np.float64).T + b
+
+
+# Each case: the file, extra alloy arguments, its inputs, and the expected outputs with
+# (rtol, atol as a fraction of the expected values' RMS, whether the output is bf16).
+def mlp_case(rng):
+    x = bf16(rng.standard_normal((2, 8, 768)))
+    w_fc, b_fc = bf16(rng.standard_normal((3072, 768)) * 0.03), bf16(rng.standard_normal(3072) * 0.1)
+    w_proj, b_proj = bf16(rng.standard_normal((768, 3072)) * 0.02), bf16(rng.standard_normal(768) * 0.1)
+    h = bf16(linear(x, w_fc, b_fc))
+    g = bf16(gelu_tanh(h.astype(np.float64)))
+    y = bf16(linear(g, w_proj, b_proj))
+    inputs = dict(x=x, w_fc=w_fc, b_fc=b_fc, w_proj=w_proj, b_proj=b_proj)
+    return "mlp.fusion", inputs, {"y": (y, 2e-2, 1e-2, True)}
+
+
+def layer_norm_case(rng):
+    x = bf16(rng.standard_normal((16, 128, 1600)) * 2 + 0.5)
+    weight, bias = bf16(rng.standard_normal(1600)), bf16(rng.standard_normal(1600))
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=2, keepdims=True)
+    rstd = 1.0 / np.sqrt(x64.var(axis=2, keepdims=True) + 1e-5)
+    y = bf16((x64 - mean) * rstd * weight + bias)
+    expected = {"y": (y, 2e-2, 1e-2, True), "mean_b": (mean.astype(np.float32), 1e-5, 1e-6, False),
+                "rstd": (rstd.astype(np.float32), 1e-5, 1e-6, False)}
+    return "layer_norm.fusion", dict(x=x, weight=weight, bias=bias), expected
+
+
+def softmax_case(rng):
+    scores = bf16(rng.standard_normal((8, 12, 128, 128)) * 8)
+    scaled = scores.astype(np.float64) * 0.125  # exact in bf16: a power of two
+    e = np.exp(scaled - scaled.max(axis=-1, keepdims=True))
+    probs = bf16(e / e.sum(axis=-1, keepdims=True))
+    return "softmax.fusion", dict(scores=scores), {"probs": (probs, 2e-2, 1e-2, True)}
+
+
+def rms_norm_case(rng):
+    x, residual = bf16(rng.standard_normal((4, 128, 2048))), bf16(rng.standard_normal((4, 128, 2048)))
+    weight = bf16(rng.standard_normal(2048))
+    h = bf16(x.astype(np.float64) + residual)
+    h64 = h.astype(np.float64)
+    y = bf16(h64 / np.sqrt((h64**2).mean(axis=-1, keepdims=True) + 1e-6) * weight)
+    return "rms_norm.fusion", dict(x=x, residual=residual, weight=weight), {
+        "y": (y, 2e-2, 1e-2, True), "h": (h, 0, 0, True)}
+
+
+def masked_mean_case(rng):
+    h = rng.standard_normal((3, 7, 40)).astype(np.float32)
+    mask = rng.random((3, 7)) < 0.5
+    mask[2, :] = False  # an empty mask divides by max(count, 1)
+    keep = mask.astype(np.float64)
+    pooled = (h * keep[:, :, None]).sum(axis=1) / np.maximum(keep.sum(axis=1, keepdims=True), 1.0)
+    return "masked_mean.fusion", dict(h=h, mask=mask), {"pooled": (pooled.astype(np.float32), 1e-5, 1e-6, False)}
+
+
+def compare(name, got, want, rtol, atol_fraction, bf16_output):
+    problems = []
+    if got.shape != want.shape:
+        return [f"{name}: shape {got.shape}, expected {want.shape}"]
+    if bf16_output and got.dtype != np.float32:
+        problems.append(f"{name}: a bf16 output should be saved as float32, found {got.dtype}")
+    if bf16_output and not is_bf16(got):
+        problems.append(f"{name}: a bf16 output holds values that are not bf16")
+    want64 = want.astype(np.float64)
+    atol = atol_fraction * float(np.sqrt(np.mean(want64**2))) if want.size else 0.0
+    err = np.abs(got.astype(np.float64) - want64)
+    bad = err > atol + rtol * np.abs(want64)
+    if np.any(bad):
+        i = np.unravel_index(np.argmax(err - rtol * np.abs(want64)), want.shape)
+        problems.append(f"{name}: {int(bad.sum())} of {want.size} values differ; worst at {tuple(int(k) for k in i)}: "
+                        f"got {got[i]!r}, expected {want[i]!r}")
+    return problems
+
+
+def run_case(alloy, examples, case, rng, workdir):
+    file, inputs, expected = case(rng)
+    tag = os.path.splitext(file)[0]
+    args = [alloy, "run", os.path.join(examples, file), "--device", "cpu", "--save-outputs", os.path.join(workdir, tag)]
+    for name, value in inputs.items():
+        path = os.path.join(workdir, f"{tag}_{name}.npy")
+        np.save(path, value)
+        args += ["--input", f"{name}={path}"]
+    result = subprocess.run(args, capture_output=True, text=True)
+    if result.returncode != 0:
+        return [f"alloy exited with {result.returncode}: {result.stderr.strip()}"]
+    problems = []
+    for name, (want, rtol, atol, is_bf16_output) in expected.items():
+        got = np.load(os.path.join(workdir, tag, f"{name}.npy"))
+        problems += compare(name, got, want, rtol, atol, is_bf16_output)
+    return problems
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--alloy", required=True, help="the alloy program")
+    parser.add_argument("--examples", default=os.path.join(here, "..", "..", "examples"))
+    args = parser.parse_args()
+    cases = [mlp_case, layer_norm_case, softmax_case, rms_norm_case, masked_mean_case]
+    passed = failed = 0
+    with tempfile.TemporaryDirectory(prefix="alloy_numpy_check_") as workdir:
+        for case in cases:
+            problems = run_case(args.alloy, args.examples, case, np.random.default_rng(0), workdir)
+            label = case.__name__.removesuffix("_case")
+            if problems:
+                failed += 1
+                print(f"FAIL {label}")
+                for p in problems:
+                    print(f"  {p}")
+            else:
+                passed += 1
+                print(f"ok   {label}")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
