@@ -329,7 +329,8 @@ int run_cli(int argc, char** argv) {
 
   std::string compile_file, arch = "sm_90";
   std::vector<std::string> compile_dumps;
-  CLI::App* compile_cmd = app.add_subcommand("compile", "Compile a fusion ahead of time for a GPU architecture");
+  CLI::App* compile_cmd =
+      app.add_subcommand("compile", "Compile a fusion ahead of time for a GPU architecture (not yet available)");
   compile_cmd->add_option("file", compile_file, "The .fusion file")->required();
   compile_cmd->add_option("--arch", arch, "GPU architecture, e.g. sm_90")->default_val("sm_90");
   compile_cmd->add_option("--dump", compile_dumps, "Print a stage")->check(CLI::IsMember({"cuda"}));

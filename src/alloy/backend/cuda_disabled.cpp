@@ -32,7 +32,7 @@ void Stream::synchronize() const { unavailable("Stream::synchronize"); }
 void Stream::wait(const Event&) const { unavailable("Stream::wait"); }
 void* Stream::scratch(size_t) const { unavailable("Stream::scratch"); }
 
-StreamGuard::StreamGuard(const Stream&) : previous_(nullptr) { unavailable("StreamGuard"); }
+StreamGuard::StreamGuard(const Stream& stream) : previous_(stream) { unavailable("StreamGuard"); }
 StreamGuard::~StreamGuard() = default;
 
 Event::Event(int, bool) { unavailable("Event"); }

@@ -45,6 +45,7 @@ Tensor apply_view(const Op& op, const Tensor& in, const std::vector<int64_t>& ou
     case OpKind::slice: {
       auto starts = op.ints_attr("starts"), ends = op.ints_attr("ends");
       std::vector<int64_t> steps = op.attr("steps") ? op.ints_attr("steps") : std::vector<int64_t>(starts.size(), 1);
+      if (steps.empty()) steps.assign(starts.size(), 1);  // `steps=[]` means step 1, as in infer_slice
       std::vector<int64_t> strides = in.strides();
       int64_t offset = in.offset();
       for (size_t k = 0; k < starts.size(); ++k) {

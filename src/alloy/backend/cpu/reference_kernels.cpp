@@ -1,3 +1,4 @@
+// The strided walk and the dense load/store shared by the reference kernels.
 #include "alloy/backend/cpu/reference_kernels.h"
 
 #include <cmath>

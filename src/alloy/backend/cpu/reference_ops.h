@@ -1,8 +1,8 @@
 // The CPU reference implementation of every op: the correctness oracle of the project and the
-// CPU backend's kernels. Semantics follow PyTorch (see docs/reference_semantics in the .cpp
-// files' headers): pointwise ops broadcast like NumPy and compute in double (exact int64 for
-// integer and bool results), reductions accumulate in double or int64, matmul and linear round
-// once to the output dtype.
+// CPU backend's kernels. Semantics follow PyTorch (each family's reference_*.cpp opens with its
+// numerics): pointwise ops broadcast like NumPy and compute in double (exact int64 for integer
+// and bool results), reductions accumulate in double or int64, matmul and linear round once to
+// the output dtype.
 #pragma once
 
 #include <cstdint>

@@ -26,6 +26,7 @@ void check_broadcast(const Op& op, const Tensor& x, const Shape& out, const std:
 Shape sliced_sizes(const Op& op, const Tensor& x) {
   auto starts = op.ints_attr("starts"), ends = op.ints_attr("ends");
   std::vector<int64_t> steps = op.attr("steps") ? op.ints_attr("steps") : std::vector<int64_t>(starts.size(), 1);
+  if (steps.empty()) steps.assign(starts.size(), 1);  // `steps=[]` means step 1, as in infer_slice
   Shape sizes = x.sizes();
   for (size_t k = 0; k < starts.size() && k < sizes.size(); ++k) {
     int64_t n = sizes[k];

@@ -84,7 +84,7 @@ struct Span {
 
 Span element_span(const Tensor& t) {
   if (t.numel() == 0) return {};
-  Span span;
+  Span span{0, 0};  // element 0 itself
   for (int d = 0; d < t.dim(); ++d) {
     int64_t reach = (t.size(d) - 1) * t.stride(d);
     (reach >= 0 ? span.hi : span.lo) += reach;

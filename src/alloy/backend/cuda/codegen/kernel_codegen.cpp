@@ -94,6 +94,14 @@ std::string literal_text(const Literal& lit, const char* ctype) {
   return "(" + ct + ")(" + text + ")";
 }
 
+// A value of a 16-bit float dtype is held in a float register but rounded as PyTorch stores it,
+// so a fused chain computes what the op-by-op program computes.
+std::string round_to_dtype(DType t, const std::string& expr) {
+  if (t == DType::bf16) return "alloy_bf16_to_float(alloy_float_to_bf16((float)(" + expr + ")))";
+  if (t == DType::f16) return "alloy_f16_to_float(alloy_float_to_f16((float)(" + expr + ")))";
+  return expr;
+}
+
 // ---- pointwise expressions: one row per op kind ----------------------------------------
 
 std::string pointwise_expr(const Op& op, const std::vector<std::string>& a, const char* ct) {
@@ -248,12 +256,10 @@ class Generator {
         expr = "alloy_to_int((double)" + ref(op.inputs[0], element) + ")";
       else if (to == "bool") expr = "(" + ref(op.inputs[0], element) + " != 0)";
       else expr = "((" + to + ")" + ref(op.inputs[0], element) + ")";
-      // rounding through the target dtype keeps f16/bf16 casts exact to PyTorch
-      if (out->dtype() == DType::bf16) expr = "alloy_bf16_to_float(alloy_float_to_bf16((float)" + expr + "))";
-      if (out->dtype() == DType::f16) expr = "alloy_f16_to_float(alloy_float_to_f16((float)" + expr + "))";
     } else {
       expr = pointwise_expr(op, args, ct);
     }
+    expr = round_to_dtype(out->dtype(), expr);
     os_ << indent << out_ct << " v" << out->id << " = (" << out_ct << ")(" << expr << ");\n";
   }
 
@@ -485,14 +491,18 @@ class Generator {
     if (r.kind == OpKind::var_mean) {
       os_ << in << "alloy_block_welford(" << acc.name << "_n, " << acc.name << "_mean, " << acc.name << "_m2, " << smem << ");\n";
       double correction = r.real_attr("correction");
-      os_ << in << T << " v" << r.outputs[0]->id << " = " << acc.name << "_m2 / (" << T << ")fmax(0.0, p.count - " << correction << ");\n";
-      os_ << in << T << " v" << r.outputs[1]->id << " = " << acc.name << "_mean;\n";
+      std::string var = acc.name + "_m2 / (" + T + ")fmax(0.0, p.count - " + std::to_string(correction) + ")";
+      os_ << in << T << " v" << r.outputs[0]->id << " = " << round_to_dtype(r.outputs[0]->dtype(), var) << ";\n";
+      os_ << in << T << " v" << r.outputs[1]->id << " = " << round_to_dtype(r.outputs[1]->dtype(), acc.name + "_mean") << ";\n";
     } else {
       const char* f = r.kind == OpKind::max ? "AlloyMax()" : r.kind == OpKind::min ? "AlloyMin()" : "AlloySum()";
       std::string ct_red = T == "bool" ? "long long" : T;
       os_ << in << T << " v" << r.outputs[0]->id << " = (" << T << ")alloy_block_reduce((" << ct_red << ")" << acc.name << ", " << f
           << ", reinterpret_cast<" << ct_red << "*>(alloy_smem));\n";
       if (r.kind == OpKind::mean) os_ << in << "v" << r.outputs[0]->id << " /= (" << T << ")p.count;\n";
+      DType dt = r.outputs[0]->dtype();
+      if (dt == DType::bf16 || dt == DType::f16)
+        os_ << in << "v" << r.outputs[0]->id << " = " << round_to_dtype(dt, "v" + std::to_string(r.outputs[0]->id)) << ";\n";
     }
     for (Value* out : r.outputs) emitted_per_row_.insert(out);
   }
