@@ -307,7 +307,7 @@ int run_cli(int argc, char** argv) {
   RunOptions run;
   CLI::App* run_cmd = app.add_subcommand("run", "Run a fusion on random or given inputs and summarize its outputs");
   run_cmd->add_option("file", run.file, "The .fusion file")->required();
-  run_cmd->add_option("--fusion", run.fusion_name, "Which fusion of the file to run (needed when it holds several)");
+  run_cmd->add_option("--fusion", run.fusion_name, "Which fusion of the file to run (default: the first)");
   run_cmd->add_option("--input", run.inputs, "NAME=PATH.npy: take input NAME from a .npy file (repeatable)");
   run_cmd->add_option("--bind", run.binds, "SYMBOL=N: the size of a symbolic dimension (INPUT.AXIS=N for a ?) (repeatable)");
   run_cmd->add_option("--seed", run.seed, "Seed of the random inputs")->default_val(0);

@@ -404,6 +404,22 @@ fusion f(x: f32[2, 3]) {
   EXPECT_TRUE(tensors_close(out[2], tensor_of(DType::f32, {4, 2, 3}, b)));
 }
 
+TEST(EndToEndCpu, SliceWithEmptySteps_StepsByOne) {
+  // Found by the mutation fuzzer: `steps=[]` passed shape inference as "step 1 everywhere" but
+  // the kernels indexed the empty list.
+  const char* text = R"(
+fusion f(x: f32[2, 3]) {
+  s = slice(x, starts=[0, 1], ends=[2, 3], steps=[])
+  n = neg(s)
+  return s, n
+}
+)";
+  std::vector<Tensor> out = run_cpu(text, {tensor_of(DType::f32, {2, 3}, {0, 1, 2, 3, 4, 5})});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(tensors_close(out[0], tensor_of(DType::f32, {2, 2}, {1, 2, 4, 5})));
+  EXPECT_TRUE(tensors_close(out[1], tensor_of(DType::f32, {2, 2}, {-1, -2, -4, -5})));
+}
+
 // ---- input validation ---------------------------------------------------------------------
 
 std::string run_error(FusionExecutor& executor, const std::vector<Tensor>& inputs) {

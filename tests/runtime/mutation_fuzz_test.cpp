@@ -176,65 +176,79 @@ std::vector<size_t> attribute_keys(const std::vector<Piece>& pieces) {
   return keys;
 }
 
+enum class Mutation {
+  delete_token, duplicate_token, swap_tokens,
+  characters,     // see mutate_characters
+  number,         // 0, -1, huge, out of range, reals, nan
+  op_name,        // another op of the table
+  dtype,          // another dtype, or no dtype at all
+  attribute,      // another attribute value: lists, negative axes, strings, dtypes, symbols
+  name,           // another name of the same text in place of one
+  symbolic_size,  // a number becomes a symbol or `?`
+  insert,         // a token or a line from a small vocabulary
+};
+
+// Character edits: delete, duplicate, swap or replace one character, or drop a line.
+std::string mutate_characters(std::string s, Rng& rng) {
+  size_t at = rng.below(s.size());
+  switch (rng.below(5)) {
+    case 0: return s.erase(at, 1);
+    case 1: return s.insert(at, 1, s[at]);
+    case 2:
+      if (at + 1 < s.size()) std::swap(s[at], s[at + 1]);
+      return s;
+    case 3:
+      s[at] = rng.below(8) ? kChars[rng.below(kChars.size())] : char(rng.below(256));
+      return s;
+    default: {
+      size_t begin = s.rfind('\n', at);
+      begin = begin == std::string::npos ? 0 : begin + 1;
+      size_t end = s.find('\n', at);
+      return s.erase(begin, end == std::string::npos ? std::string::npos : end - begin + 1);
+    }
+  }
+}
+
 std::string mutate_once(const std::string& text, Rng& rng) {
   std::vector<Piece> pieces = split(text);
   std::vector<size_t> tokens = where(pieces, is_token);
   if (tokens.empty() || text.empty()) return text + rng.pick(kInserts);
-  // Half the mutations keep the text well-formed (numbers, op names, dtypes, attribute values),
+  // Most mutations keep the text well-formed (numbers, op names, dtypes, attribute values, names),
   // so that many mutants get past the parser into shape inference and the run.
-  static const int kKinds[] = {0, 1, 2, 3, 4, 5, 6, 6, 6, 7, 7, 7, 8, 8, 9, 10, 10, 10, 10, 11, 12, 12, 12, 13, 13};
-  switch (kKinds[rng.below(std::size(kKinds))]) {
-    case 0: pieces.erase(pieces.begin() + long(rng.pick(tokens))); break;
-    case 1: {
+  using enum Mutation;
+  static const Mutation kMix[] = {delete_token, duplicate_token, swap_tokens, characters, characters, characters,
+                                  characters, number, number, number, op_name, op_name, op_name, dtype, dtype,
+                                  attribute, attribute, attribute, attribute, insert, name, name, name,
+                                  symbolic_size, symbolic_size};
+  switch (kMix[rng.below(std::size(kMix))]) {
+    case delete_token: pieces.erase(pieces.begin() + long(rng.pick(tokens))); break;
+    case duplicate_token: {
       size_t at = rng.pick(tokens);
       pieces.insert(pieces.begin() + long(at), {Piece{Kind::space, " "}, pieces[at]});
       break;
     }
-    case 2: std::swap(pieces[rng.pick(tokens)].text, pieces[rng.pick(tokens)].text); break;
-    case 3: {
-      std::string s = join(pieces);
-      return s.erase(rng.below(s.size()), 1);
-    }
-    case 4: {
-      std::string s = join(pieces);
-      size_t at = rng.below(s.size());
-      return s.insert(at, 1, s[at]);
-    }
-    case 5: {
-      std::string s = join(pieces);
-      size_t at = rng.below(s.size());
-      if (rng.below(2) && at + 1 < s.size()) std::swap(s[at], s[at + 1]);
-      else s[at] = rng.below(8) ? kChars[rng.below(kChars.size())] : char(rng.below(256));
-      return s;
-    }
-    case 6: {
+    case swap_tokens: std::swap(pieces[rng.pick(tokens)].text, pieces[rng.pick(tokens)].text); break;
+    case characters: return mutate_characters(text, rng);
+    case number: {
       std::vector<size_t> numbers = where(pieces, [](const Piece& p) { return p.kind == Kind::number; });
       if (numbers.empty()) return mutate_once(text, rng);
       pieces[rng.pick(numbers)].text = rng.pick(kNumbers);
       break;
     }
-    case 7: {
+    case op_name: {
       std::vector<size_t> ops = where(pieces, is_op_name);
       if (ops.empty()) return mutate_once(text, rng);
       std::vector<std::string_view> names = all_op_names();
       pieces[rng.pick(ops)].text = std::string(rng.pick(names));
       break;
     }
-    case 8: {
+    case dtype: {
       std::vector<size_t> dtypes = where(pieces, is_dtype);
       if (dtypes.empty()) return mutate_once(text, rng);
       pieces[rng.pick(dtypes)].text = rng.pick(kDTypes);
       break;
     }
-    case 9: {
-      std::string s = join(pieces);
-      std::vector<size_t> starts{0};
-      for (size_t i = 0; i + 1 < s.size(); ++i)
-        if (s[i] == '\n') starts.push_back(i + 1);
-      size_t begin = rng.pick(starts), end = s.find('\n', begin);
-      return s.erase(begin, end == std::string::npos ? std::string::npos : end - begin + 1);
-    }
-    case 10: {
+    case attribute: {
       std::vector<size_t> keys = attribute_keys(pieces);
       if (keys.empty()) return mutate_once(text, rng);
       auto [begin, end] = attr_value_span(pieces, rng.pick(keys));
@@ -243,18 +257,19 @@ std::string mutate_once(const std::string& text, Rng& rng) {
       pieces.insert(pieces.begin() + long(begin), Piece{Kind::word, rng.pick(kAttrValues)});
       break;
     }
-    case 12: {  // one name for another of the same text: other operands, other sizes
+    case name: {  // one name for another of the same text: other operands, other sizes
       std::vector<size_t> words = where(pieces, [](const Piece& p) { return p.kind == Kind::word; });
+      if (words.empty()) return mutate_once(text, rng);
       pieces[rng.pick(words)].text = pieces[rng.pick(words)].text;
       break;
     }
-    case 13: {  // a number becomes a symbolic size
+    case symbolic_size: {
       std::vector<size_t> numbers = where(pieces, [](const Piece& p) { return p.kind == Kind::number; });
       if (numbers.empty()) return mutate_once(text, rng);
       pieces[rng.pick(numbers)].text = rng.pick(std::vector<std::string>{"?", "B", "S", "T", "N"});
       break;
     }
-    default: {
+    case insert: {
       size_t at = rng.pick(tokens);
       pieces.insert(pieces.begin() + long(at), Piece{Kind::word, rng.pick(kInserts) + " "});
       break;
@@ -369,7 +384,8 @@ void run_fusion(std::unique_ptr<Fusion> fusion, uint64_t seed, const std::string
   std::vector<Tensor> outputs;
   try {
     outputs = executor.run(inputs);
-  } catch (const UserError&) {
+  } catch (const UserError& e) {
+    std::cerr << "RUNERR: " << e.what() << "\n<<<\n" << mutant << ">>>\n";
     return void(++tally.run_errors);
   }
   ++tally.ran;

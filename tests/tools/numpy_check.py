@@ -7,7 +7,7 @@ them with a NumPy implementation written here independently of Alloy. bf16 value
 to Alloy as f32 holding bf16-representable numbers, and the NumPy side rounds each op's
 result to the op's dtype as the fusion declares it, so only accumulation order differs.
 
-Usage: numpy_check.py --alloy build/alloy [--examples examples]
+Usage: numpy_check.py --alloy build/alloy [--examples examples] [--device auto|cpu|cuda]
 Exit status: 0 all passed, 1 a check failed, 77 NumPy is missing (CTest: skipped).
 """
 import argparse
@@ -113,10 +113,10 @@ def compare(name, got, want, rtol, atol_fraction, bf16_output):
     return problems
 
 
-def run_case(alloy, examples, case, rng, workdir):
+def run_case(alloy, examples, device, case, rng, workdir):
     file, inputs, expected = case(rng)
     tag = os.path.splitext(file)[0]
-    args = [alloy, "run", os.path.join(examples, file), "--device", "cpu", "--save-outputs", os.path.join(workdir, tag)]
+    args = [alloy, "run", os.path.join(examples, file), "--device", device, "--save-outputs", os.path.join(workdir, tag)]
     for name, value in inputs.items():
         path = os.path.join(workdir, f"{tag}_{name}.npy")
         np.save(path, value)
@@ -136,12 +136,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--alloy", required=True, help="the alloy program")
     parser.add_argument("--examples", default=os.path.join(here, "..", "..", "examples"))
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                        help="passed to alloy run (auto: a GPU where one exists)")
     args = parser.parse_args()
     cases = [mlp_case, layer_norm_case, softmax_case, rms_norm_case, masked_mean_case]
     passed = failed = 0
     with tempfile.TemporaryDirectory(prefix="alloy_numpy_check_") as workdir:
         for case in cases:
-            problems = run_case(args.alloy, args.examples, case, np.random.default_rng(0), workdir)
+            problems = run_case(args.alloy, args.examples, args.device, case, np.random.default_rng(0), workdir)
             label = case.__name__.removesuffix("_case")
             if problems:
                 failed += 1

@@ -15,3 +15,12 @@ Tensor download(const Tensor& device_tensor);     // waits for the stream
 void synchronize_device(Device device);
 
 }  // namespace alloy
+
+namespace alloy {
+
+// Ahead-of-time compilation without a GPU (`alloy compile`): generates every kernel of the
+// fusion's CUDA plan in representative variants (scalar and vectorized) and compiles each with
+// NVRTC for `arch` ("sm_90", "sm_80", ...). Returns a report, or with `dump_source` the sources.
+std::string compile_offline(const Fusion& fusion, const std::string& arch, bool dump_source);
+
+}  // namespace alloy

@@ -11,3 +11,11 @@ Tensor download(const Tensor&) { user_error_at("cuda", "this build of Alloy has 
 void synchronize_device(Device) {}
 
 }  // namespace alloy
+
+namespace alloy {
+
+std::string compile_offline(const Fusion&, const std::string& arch, bool) {
+  user_error_at("alloy compile --arch " + arch, "this build of Alloy has no CUDA backend (the CUDA toolkit was not found)");
+}
+
+}  // namespace alloy

@@ -1,6 +1,7 @@
 #include "alloy/backend/cuda/generated_kernel.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -180,16 +181,21 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
   // Threads per row and how many vectors each keeps in registers (0: re-read each pass).
   void choose_block(KernelVariant& v, int64_t cols) const {
     int64_t slots = (cols + v.vector - 1) / v.vector;
-    int threads = int(std::min<int64_t>(512, std::max<int64_t>(32, (slots + 31) / 32 * 32)));
+    // ALLOY_ROW_THREADS caps the block size (tuning experiments); the default favours several
+    // vectors per thread in flight over wide blocks.
+    static const int max_threads = [] {
+      const char* env = std::getenv("ALLOY_ROW_THREADS");
+      return env ? std::clamp(std::atoi(env), 32, 1024) / 32 * 32 : 256;
+    }();
+    int threads = int(std::min<int64_t>(max_threads, std::max<int64_t>(32, (slots + 31) / 32 * 32)));
     int64_t items = (slots + threads - 1) / threads;
-    if (items > 4) {
+    if (items > 8) {
       threads = 1024;
       items = (slots + threads - 1) / threads;
     }
-    int row_leaves = 0;
-    for (Value* leaf : a_.leaves) row_leaves += a_.at(leaf).per_row ? 0 : 1;
     v.threads = threads;
-    v.items = (items * v.vector * std::max(1, row_leaves) <= 64) ? int(std::max<int64_t>(items, 1)) : 0;
+    // registers per thread for one cached leaf; only leaves read by several passes are cached
+    v.items = (items * v.vector <= 64) ? int(std::max<int64_t>(items, 1)) : 0;
   }
 
   const LoadedKernel* kernel_for(const KernelVariant& v, int device) {

@@ -21,7 +21,7 @@ const char* compute_type(DType t) {
   switch (t) {
     case DType::f64: return "double";
     case DType::f32: case DType::f16: case DType::bf16: return "float";
-    case DType::i64: case DType::i32: return "long long";
+    case DType::i64: case DType::i32: return "alloy_i64";  // one token, so `T(0)` is a valid cast
     case DType::boolean: return "bool";
   }
   return "float";
@@ -32,10 +32,10 @@ const char* storage_type(DType t) {
   switch (t) {
     case DType::f64: return "double";
     case DType::f32: return "float";
-    case DType::f16: case DType::bf16: return "uint16_t";
+    case DType::f16: case DType::bf16: return "alloy_u16";
     case DType::i64: return "long long";
     case DType::i32: return "int";
-    case DType::boolean: return "uint8_t";
+    case DType::boolean: return "alloy_u8";
   }
   return "float";
 }
@@ -58,7 +58,7 @@ std::string store_convert(DType t, const std::string& value) {
     case DType::f64: return "(double)(" + value + ")";
     case DType::i32: return "(int)(" + value + ")";
     case DType::i64: return "(long long)(" + value + ")";
-    case DType::boolean: return "(uint8_t)((" + value + ") ? 1 : 0)";
+    case DType::boolean: return "(alloy_u8)((" + value + ") ? 1 : 0)";
   }
   return value;
 }
@@ -224,7 +224,9 @@ class Generator {
       return "((" + std::string(compute_type(v->dtype())) + ")p.s" + std::to_string(it->second) + ")";
     if (auto it = leaf_index_.find(v); it != leaf_index_.end()) {
       if (a_.is_reduction() && a_.at(v).per_row) return "P" + std::to_string(it->second);
-      return "L" + std::to_string(it->second) + element;
+      // leaves stay in their storage type in registers (a bf16 vector is half the registers)
+      std::string raw = cached_.count(it->second) ? "L" + std::to_string(it->second) + element : "U" + std::to_string(it->second);
+      return load_convert(v->dtype(), raw + ".v[e]");
     }
     return "v" + std::to_string(v->id);
   }
@@ -251,7 +253,7 @@ class Generator {
     std::string expr;
     if (op.kind == OpKind::cast) {
       std::string to = compute_type(out->dtype());
-      if (to == "long long" && std::string(ct) != "long long" && std::string(compute_type(op.inputs[0]->dtype())) != "long long" &&
+      if (to == "alloy_i64" && std::string(ct) != "alloy_i64" && std::string(compute_type(op.inputs[0]->dtype())) != "alloy_i64" &&
           std::string(compute_type(op.inputs[0]->dtype())) != "bool")
         expr = "alloy_to_int((double)" + ref(op.inputs[0], element) + ")";
       else if (to == "bool") expr = "(" + ref(op.inputs[0], element) + " != 0)";
@@ -280,34 +282,51 @@ class Generator {
     return ops;
   }
 
-  void emit_leaf_loads(const std::string& target, const std::string& offset_prefix, const std::string& indent, bool per_element_only) {
-    // target: "L{k}" arrays of V elements (or L{k}[it]) ; loads from p.l{k} + offset
-    for (size_t k = 0; k < a_.leaves.size(); ++k) {
+  // Loads leaves `which` as raw vectors into <prefix>k<target> from p.lk + <offset_prefix>lk.
+  void emit_leaf_loads(const std::string& prefix, const std::string& target, const std::string& offset_prefix,
+                       const std::string& indent, const std::set<int>& which) {
+    for (int k : which) {
       const Value* leaf = a_.leaves[k];
-      if (a_.is_reduction() && a_.at(leaf).per_row) continue;
       std::string st = storage_type(leaf->dtype()), ptr = "p.l" + std::to_string(k) + " + " + offset_prefix + "l" + std::to_string(k);
-      std::string dst = "L" + std::to_string(k) + target;
-      switch (mode_of_leaf(int(k))) {
+      std::string dst = prefix + std::to_string(k) + target, vec = "AlloyVec<" + st + ", " + std::to_string(v_.vector) + ">";
+      switch (mode_of_leaf(k)) {
         case 'v':
-          os_ << indent << "{ AlloyVec<" << st << ", " << v_.vector << "> r = *reinterpret_cast<const AlloyVec<" << st << ", " << v_.vector
-              << ">*>(" << ptr << ");\n" << indent << "  #pragma unroll\n" << indent << "  for (int e = 0; e < " << v_.vector << "; ++e) "
-              << dst << "[e] = " << load_convert(leaf->dtype(), "r.v[e]") << "; }\n";
+          os_ << indent << dst << " = *reinterpret_cast<const " << vec << "*>(" << ptr << ");\n";
           break;
         case 'b':
-          os_ << indent << "{ " << compute_type(leaf->dtype()) << " r = " << load_convert(leaf->dtype(), "*(" + ptr + ")") << ";\n"
-              << indent << "  #pragma unroll\n" << indent << "  for (int e = 0; e < " << v_.vector << "; ++e) " << dst << "[e] = r; }\n";
+          os_ << indent << "{ " << st << " r = *(" << ptr << ");\n" << indent << "  #pragma unroll\n" << indent << "  for (int e = 0; e < "
+              << v_.vector << "; ++e) " << dst << ".v[e] = r; }\n";
           break;
         default:
-          os_ << indent << dst << "[0] = " << load_convert(leaf->dtype(), "*(" + ptr + ")") << ";\n";
+          os_ << indent << dst << ".v[0] = *(" << ptr << ");\n";
       }
     }
   }
 
-  void emit_leaf_arrays(const std::string& extent, const std::string& indent) {
-    for (size_t k = 0; k < a_.leaves.size(); ++k) {
-      if (a_.is_reduction() && a_.at(a_.leaves[k]).per_row) continue;
-      os_ << indent << compute_type(a_.leaves[k]->dtype()) << " L" << k << extent << "[" << v_.vector << "];\n";
-    }
+  void emit_leaf_arrays(const std::string& prefix, const std::string& extent, const std::string& indent, const std::set<int>& which) {
+    for (int k : which)
+      os_ << indent << "AlloyVec<" << storage_type(a_.leaves[k]->dtype()) << ", " << v_.vector << "> " << prefix << k << extent << ";\n";
+  }
+
+  // Leaves (by index) that vary per element.
+  std::set<int> element_leaves() const {
+    std::set<int> out;
+    for (size_t k = 0; k < a_.leaves.size(); ++k)
+      if (!a_.is_reduction() || !a_.at(a_.leaves[k]).per_row) out.insert(int(k));
+    return out;
+  }
+
+  // Per-element leaves a pass computing `targets` reads.
+  std::set<int> leaves_for(const std::vector<const Value*>& targets) const {
+    std::set<int> out;
+    auto add = [&](const Value* v) {
+      auto it = leaf_index_.find(v);
+      if (it != leaf_index_.end() && (!a_.is_reduction() || !a_.at(v).per_row)) out.insert(it->second);
+    };
+    for (const Value* t : targets) add(t);
+    for (const Op* op : element_ops_for(targets))
+      for (Value* in : op->inputs) add(in);
+    return out;
   }
 
   // Stores outputs that vary per element; `values[k]` is the register name of output k at element e.
@@ -321,7 +340,7 @@ class Generator {
     os_ << indent << "#pragma unroll\n" << indent << "for (int e = 0; e < " << v_.vector << "; ++e) {\n";
     compute_element(indent + "  ");
     for (int k : stored)
-      os_ << indent << "  w" << k << ".v[e] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "[e]")) << ";\n";
+      os_ << indent << "  w" << k << ".v[e] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
     os_ << indent << "}\n";
     for (int k : stored) {
       std::string ptr = "p.o" + std::to_string(k) + " + " + offset_prefix + "o" + std::to_string(k);
@@ -346,11 +365,12 @@ class Generator {
     os_ << "  const long long slots = p.numel / " << v_.vector << ";\n";
     os_ << "  for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < slots; q += (long long)gridDim.x * blockDim.x) {\n";
     emit_offsets("q * " + std::to_string(v_.vector), 0, R, "off_", tensor_names(true, true, false), "    ");
-    emit_leaf_arrays("", "    ");
-    emit_leaf_loads("", "off_", "    ", true);
+    cached_ = element_leaves();
+    emit_leaf_arrays("L", "", "    ", cached_);
+    emit_leaf_loads("L", "", "off_", "    ", cached_);
     auto ops = element_ops_for(element_outputs());
     emit_vector_stores("off_", "    ", [&](const std::string& indent) {
-      for (const Op* op : ops) emit_op(*op, "[e]", indent);
+      for (const Op* op : ops) emit_op(*op, "", indent);
     });
     os_ << "  }\n}\n";
   }
@@ -377,19 +397,33 @@ class Generator {
       if (a_.at(a_.leaves[k]).per_row)
         os_ << in << compute_type(a_.leaves[k]->dtype()) << " P" << k << " = "
             << load_convert(a_.leaves[k]->dtype(), "p.l" + std::to_string(k) + "[ro_l" + std::to_string(k) + "]") << ";\n";
+    // Leaves read by more than one pass over the row stay in registers (when the row fits).
+    cached_.clear();
     if (v_.items > 0) {
-      emit_leaf_arrays("[" + std::to_string(v_.items) + "]", in);
+      std::map<int, int> passes;
+      for (auto& stage : a_.stages) {
+        std::vector<const Value*> targets;
+        for (const Op* r : stage) targets.push_back(r->inputs[0]);
+        for (int k : leaves_for(targets)) passes[k] += stage_has_var_mean(stage) ? 2 : 1;
+      }
+      for (int k : leaves_for(element_outputs())) passes[k] += 1;
+      for (auto [k, n] : passes)
+        if (n > 1) cached_.insert(k);
+    }
+    if (v_.items > 0 && !cached_.empty()) {
+      emit_leaf_arrays("L", "[" + std::to_string(v_.items) + "]", in, cached_);
       os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
       os_ << in << "  const long long col0 = ((long long)it * " << v_.threads << " + tid) * " << v_.vector << ";\n";
       os_ << in << "  if (col0 < p.cols) {\n";
       emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "    ");
       for (auto& t : row_tensors) os_ << in << "    co_" << t << " += ro_" << t << ";\n";
-      emit_leaf_loads("[it]", "co_", in + "    ", true);
+      emit_leaf_loads("L", "[it]", "co_", in + "    ", cached_);
       os_ << in << "  }\n" << in << "}\n";
     }
     emitted_per_row_.clear();
     emit_ready_per_row_ops(in);
     for (auto& stage : a_.stages) {
+      two_pass_ = v_.items > 0;  // with the row in registers, var_mean is mean first, then squares
       std::vector<Acc> accs;
       for (const Op* r : stage) accs.push_back(declare_acc(*r, in));
       std::vector<const Value*> targets;
@@ -397,6 +431,24 @@ class Generator {
       emit_column_loop(in, targets, [&](const std::string& indent, const std::string& element) {
         for (auto& acc : accs) accumulate(acc, indent, element);
       });
+      if (two_pass_ && stage_has_var_mean(stage)) {
+        std::vector<const Value*> var_targets;
+        for (auto& acc : accs) {
+          if (acc.op->kind != OpKind::var_mean) continue;
+          std::string T = acc.ct;
+          os_ << in << T << " " << acc.name << "_mean = alloy_block_reduce(" << acc.name << "_sum, AlloySum(), reinterpret_cast<" << T
+              << "*>(alloy_smem)) / (" << T << ")p.count;\n";
+          os_ << in << T << " " << acc.name << "_m2 = 0;\n";
+          var_targets.push_back(acc.op->inputs[0]);
+        }
+        emit_column_loop(in, var_targets, [&](const std::string& indent, const std::string& element) {
+          for (auto& acc : accs) {
+            if (acc.op->kind != OpKind::var_mean) continue;
+            os_ << indent << "{ " << acc.ct << " d = ((" << acc.ct << ")" << ref(acc.op->inputs[0], element) << ") - " << acc.name
+                << "_mean; " << acc.name << "_m2 += d * d; }\n";
+          }
+        });
+      }
       for (auto& acc : accs) finish_acc(acc, in);
       emit_ready_per_row_ops(in);
     }
@@ -417,18 +469,28 @@ class Generator {
       for (const Op* op : ops) emit_op(*op, leaf_element, indent);
     };
     std::vector<std::string> row_tensors = tensor_names(true, true, false);
+    std::set<int> uncached;
+    for (int k : leaves_for(targets))
+      if (!cached_.count(k)) uncached.insert(k);
     if (v_.items > 0) {
       os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
       os_ << in << "  const long long col0 = ((long long)it * " << v_.threads << " + tid) * " << v_.vector << ";\n";
       os_ << in << "  if (col0 < p.cols) {\n";
+      std::vector<std::string> addressed;
+      if (store) addressed = tensor_names(false, true, false);
+      for (int k : uncached) addressed.push_back("l" + std::to_string(k));
+      if (!addressed.empty()) {
+        emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", addressed, in + "    ");
+        for (auto& t : addressed) os_ << in << "    co_" << t << " += ro_" << t << ";\n";
+      }
+      emit_leaf_arrays("U", "", in + "    ", uncached);
+      emit_leaf_loads("U", "", "co_", in + "    ", uncached);
       if (store) {
-        emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", tensor_names(false, true, false), in + "    ");
-        for (auto& t : tensor_names(false, true, false)) os_ << in << "    co_" << t << " += ro_" << t << ";\n";
-        emit_vector_stores("co_", in + "    ", [&](const std::string& indent) { element(indent, "[it][e]"); });
+        emit_vector_stores("co_", in + "    ", [&](const std::string& indent) { element(indent, "[it]"); });
       } else {
         os_ << in << "    #pragma unroll\n" << in << "    for (int e = 0; e < " << v_.vector << "; ++e) {\n";
-        element(in + "      ", "[it][e]");
-        body(in + "      ", "[it][e]");
+        element(in + "      ", "[it]");
+        body(in + "      ", "[it]");
         os_ << in << "    }\n";
       }
       os_ << in << "  }\n" << in << "}\n";
@@ -438,14 +500,14 @@ class Generator {
     os_ << in << "  const long long col0 = q * " << v_.vector << ";\n";
     emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "  ");
     for (auto& t : row_tensors) os_ << in << "  co_" << t << " += ro_" << t << ";\n";
-    emit_leaf_arrays("", in + "  ");
-    emit_leaf_loads("", "co_", in + "  ", true);
+    emit_leaf_arrays("U", "", in + "  ", uncached);
+    emit_leaf_loads("U", "", "co_", in + "  ", uncached);
     if (store) {
-      emit_vector_stores("co_", in + "  ", [&](const std::string& indent) { element(indent, "[e]"); });
+      emit_vector_stores("co_", in + "  ", [&](const std::string& indent) { element(indent, ""); });
     } else {
       os_ << in << "  #pragma unroll\n" << in << "  for (int e = 0; e < " << v_.vector << "; ++e) {\n";
-      element(in + "    ", "[e]");
-      body(in + "    ", "[e]");
+      element(in + "    ", "");
+      body(in + "    ", "");
       os_ << in << "  }\n";
     }
     os_ << in << "}\n";
@@ -457,13 +519,14 @@ class Generator {
     switch (r.kind) {
       case OpKind::sum: case OpKind::mean: os_ << in << T << " " << acc.name << " = " << T << "(0);\n"; break;
       case OpKind::max:
-        os_ << in << T << " " << acc.name << " = " << (T == "long long" ? "(long long)(-9223372036854775807LL - 1)" : T == "bool" ? "false" : "-" + T + "(__longlong_as_double(0x7ff0000000000000LL))") << ";\n";
+        os_ << in << T << " " << acc.name << " = " << (T == "alloy_i64" ? "(long long)(-9223372036854775807LL - 1)" : T == "bool" ? "false" : "-" + T + "(__longlong_as_double(0x7ff0000000000000LL))") << ";\n";
         break;
       case OpKind::min:
-        os_ << in << T << " " << acc.name << " = " << (T == "long long" ? "(long long)9223372036854775807LL" : T == "bool" ? "true" : T + "(__longlong_as_double(0x7ff0000000000000LL))") << ";\n";
+        os_ << in << T << " " << acc.name << " = " << (T == "alloy_i64" ? "(long long)9223372036854775807LL" : T == "bool" ? "true" : T + "(__longlong_as_double(0x7ff0000000000000LL))") << ";\n";
         break;
       case OpKind::var_mean:
-        os_ << in << T << " " << acc.name << "_n = 0, " << acc.name << "_mean = 0, " << acc.name << "_m2 = 0;\n";
+        if (two_pass_) os_ << in << T << " " << acc.name << "_sum = 0;\n";
+        else os_ << in << T << " " << acc.name << "_n = 0, " << acc.name << "_mean = 0, " << acc.name << "_m2 = 0;\n";
         break;
       default: internal_error("not a reduction: ", op_name(r.kind));
     }
@@ -477,6 +540,10 @@ class Generator {
       case OpKind::max: os_ << in << acc.name << " = ax_max(" << acc.name << ", " << x << ");\n"; break;
       case OpKind::min: os_ << in << acc.name << " = ax_min(" << acc.name << ", " << x << ");\n"; break;
       case OpKind::var_mean:
+        if (two_pass_) {
+          os_ << in << acc.name << "_sum += " << x << ";\n";
+          break;
+        }
         os_ << in << "{ " << acc.ct << " x = " << x << "; " << acc.name << "_n += 1; " << acc.ct << " d = x - " << acc.name << "_mean; "
             << acc.name << "_mean += d / " << acc.name << "_n; " << acc.name << "_m2 += d * (x - " << acc.name << "_mean); }\n";
         break;
@@ -489,14 +556,17 @@ class Generator {
     std::string smem = "reinterpret_cast<" + T + "*>(alloy_smem)";
     const Op& r = *acc.op;
     if (r.kind == OpKind::var_mean) {
-      os_ << in << "alloy_block_welford(" << acc.name << "_n, " << acc.name << "_mean, " << acc.name << "_m2, " << smem << ");\n";
+      if (two_pass_)
+        os_ << in << acc.name << "_m2 = alloy_block_reduce(" << acc.name << "_m2, AlloySum(), " << smem << ");\n";
+      else
+        os_ << in << "alloy_block_welford(" << acc.name << "_n, " << acc.name << "_mean, " << acc.name << "_m2, " << smem << ");\n";
       double correction = r.real_attr("correction");
       std::string var = acc.name + "_m2 / (" + T + ")fmax(0.0, p.count - " + std::to_string(correction) + ")";
       os_ << in << T << " v" << r.outputs[0]->id << " = " << round_to_dtype(r.outputs[0]->dtype(), var) << ";\n";
       os_ << in << T << " v" << r.outputs[1]->id << " = " << round_to_dtype(r.outputs[1]->dtype(), acc.name + "_mean") << ";\n";
     } else {
       const char* f = r.kind == OpKind::max ? "AlloyMax()" : r.kind == OpKind::min ? "AlloyMin()" : "AlloySum()";
-      std::string ct_red = T == "bool" ? "long long" : T;
+      std::string ct_red = T == "bool" ? "alloy_i64" : T;
       os_ << in << T << " v" << r.outputs[0]->id << " = (" << T << ")alloy_block_reduce((" << ct_red << ")" << acc.name << ", " << f
           << ", reinterpret_cast<" << ct_red << "*>(alloy_smem));\n";
       if (r.kind == OpKind::mean) os_ << in << "v" << r.outputs[0]->id << " /= (" << T << ")p.count;\n";
@@ -532,6 +602,14 @@ class Generator {
   std::ostringstream os_;
   std::map<const Value*, int> leaf_index_, scalar_index_;
   std::set<const Value*> emitted_per_row_;
+  std::set<int> cached_;   // leaves held in registers across passes
+  bool two_pass_ = false;  // var_mean as a sum, then squared deviations, over cached rows
+
+  static bool stage_has_var_mean(const std::vector<const Op*>& stage) {
+    for (const Op* r : stage)
+      if (r->kind == OpKind::var_mean) return true;
+    return false;
+  }
 };
 
 }  // namespace

@@ -6,19 +6,18 @@
 namespace alloy::cuda {
 
 inline constexpr const char* kKernelPrelude = R"CUDA(
-typedef unsigned char uint8_t;
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-typedef long long int64_t;
-__device__ __forceinline__ float alloy_bf16_to_float(uint16_t b) { return __uint_as_float(((uint32_t)b) << 16); }
-__device__ __forceinline__ uint16_t alloy_float_to_bf16(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // quiet NaN, sign kept
+typedef unsigned char alloy_u8;
+typedef unsigned short alloy_u16;
+typedef long long alloy_i64;
+__device__ __forceinline__ float alloy_bf16_to_float(alloy_u16 b) { return __uint_as_float(((unsigned)b) << 16); }
+__device__ __forceinline__ alloy_u16 alloy_float_to_bf16(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (alloy_u16)((u >> 16) | 0x40u);  // quiet NaN, sign kept
   u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+  return (alloy_u16)(u >> 16);
 }
-__device__ __forceinline__ float alloy_f16_to_float(uint16_t h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
-__device__ __forceinline__ uint16_t alloy_float_to_f16(float f) { uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float alloy_f16_to_float(alloy_u16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ alloy_u16 alloy_float_to_f16(float f) { alloy_u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 __device__ __forceinline__ long long alloy_to_int(double x) { return x != x ? 0LL : (long long)x; }
 
 template <class T, int V> struct __align__(sizeof(T) * V) AlloyVec { T v[V]; };
