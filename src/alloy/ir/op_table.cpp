@@ -65,6 +65,21 @@ Extent unify(const InferContext& ctx, const Extent& a, const Extent& b, const st
   return a.is_constant() ? a : b.is_constant() ? b : a;
 }
 
+// Two extents that must be equal (no broadcasting): a contraction, cat's other axes, a norm's
+// weight. Different symbols become a run-time constraint.
+void require_equal(const InferContext& ctx, const Extent& a, const Extent& b, const std::string& where) {
+  if (a == b) return;
+  if (a.is_constant() && b.is_constant())
+    ctx.fail(where + ": sizes " + a.str(true) + " and " + b.str(true) + " must be equal");
+  ctx.fusion.add_constraint({a, b, std::string(op_name(ctx.kind)) + (ctx.loc.known() ? " at " + ctx.loc.str() : "") + ": " + where});
+}
+
+// An input axis broadcast onto an output axis: equal, or the input's size is 1.
+void require_broadcastable(const InferContext& ctx, const Extent& in, const Extent& out, const std::string& where) {
+  if (in.is_one() || in == out) return;
+  require_equal(ctx, in, out, where);
+}
+
 // NumPy broadcasting (right-aligned) of all tensor inputs; scalars broadcast trivially.
 std::vector<Extent> broadcast_all(const InferContext& ctx, int first, int last) {
   std::vector<Extent> out;
@@ -120,6 +135,9 @@ std::vector<Extent> extents_attr(const InferContext& ctx, std::string_view name,
   for (size_t k = 0; a && k < a->list.size(); ++k) {
     const Attr& item = a->list[k];
     if (item.kind == Attr::Kind::symbol) {
+      auto known = ctx.fusion.input_symbols();
+      if (std::find(known.begin(), known.end(), item.s) == known.end())
+        ctx.fail("attribute '" + std::string(name) + "' names the size '" + item.s + "', which no input declares");
       out.push_back(Extent::symbol(item.s));
     } else if (item.i == -1 && allow_minus_one) {
       if (minus_one_at && *minus_one_at >= 0) ctx.fail("attribute '" + std::string(name) + "' has more than one -1");
@@ -234,8 +252,7 @@ std::vector<ValueType> infer_broadcast_in_dim(const InferContext& ctx) {
                std::to_string(shape.size()));
     if (i > 0 && dims[i] <= dims[i - 1]) ctx.fail("broadcast_dims must be strictly increasing");
     const Extent& in = x.shape[i];
-    if (!in.is_one() && !(in == shape[dims[i]]))
-      unify(ctx, in, shape[dims[i]], "input axis " + std::to_string(i) + " onto output axis " + std::to_string(dims[i]));
+    require_broadcastable(ctx, in, shape[dims[i]], "input axis " + std::to_string(i) + " onto output axis " + std::to_string(dims[i]));
   }
   return {make(x.dtype, shape)};
 }
@@ -255,8 +272,7 @@ std::vector<ValueType> infer_expand(const InferContext& ctx) {
     }
     const Extent& in = x.shape[k - offset];
     if (keep) shape[k] = in;
-    else if (!in.is_one() && !(in == shape[k]))
-      unify(ctx, in, shape[k], "expanding axis " + std::to_string(k - offset));
+    else require_broadcastable(ctx, in, shape[k], "expanding axis " + std::to_string(k - offset));
   }
   return {make(x.dtype, shape)};
 }
@@ -282,7 +298,7 @@ std::vector<ValueType> infer_reshape(const InferContext& ctx) {
     if (in_total.is_constant() && out_total.is_constant())
       ctx.fail("cannot reshape " + shape_str(x) + " (" + in_total.str(true) + " elements) into " +
                std::to_string(shape.size()) + " axes of " + out_total.str(true) + " elements");
-    unify(ctx, in_total, out_total, "element count");
+    require_equal(ctx, in_total, out_total, "element count");
   }
   return {make(x.dtype, shape)};
 }
@@ -376,7 +392,7 @@ std::vector<ValueType> infer_cat(const InferContext& ctx) {
         if (t.shape[k].is_constant() && shape[k].is_constant())
           ctx.fail("input " + std::to_string(i) + " is " + shape_str(t) + "; axis " + std::to_string(k) + " must be " +
                    shape[k].str(true) + " like input 0");
-        unify(ctx, shape[k], t.shape[k], "axis " + std::to_string(k));
+        require_equal(ctx, shape[k], t.shape[k], "axis " + std::to_string(k));
       }
     terms.push_back(t.shape[axis]);
   }
@@ -426,7 +442,7 @@ std::vector<ValueType> infer_matmul(const InferContext& ctx) {
     if (ka.is_constant() && kb.is_constant())
       ctx.fail("contraction sizes differ: a is " + shape_str(type_of(ctx, 0)) + ", b is " + shape_str(type_of(ctx, 1)) +
                "; expected a's last axis to equal b's " + (b_vector ? "only" : "second-to-last") + " axis");
-    unify(ctx, ka, kb, "contraction axis");
+    require_equal(ctx, ka, kb, "contraction axis");
   }
   // batch axes broadcast like NumPy
   std::vector<Extent> batch_a(a.begin(), a.end() - 2), batch_b(b.begin(), b.end() - 2);
@@ -453,7 +469,7 @@ std::vector<ValueType> infer_linear(const InferContext& ctx) {
     if (in.is_constant() && w_in.is_constant())
       ctx.fail("x is " + shape_str(x) + " and weight is " + shape_str(w) + "; expected weight's last axis (in_features) to be " +
                in.str(true));
-    unify(ctx, in, w_in, "in_features");
+    require_equal(ctx, in, w_in, "in_features");
   }
   std::vector<Extent> shape(x.shape.begin(), x.shape.end() - 1);
   if (w.rank() == 2) shape.push_back(w.shape[0]);
@@ -499,7 +515,7 @@ std::vector<ValueType> infer_norm(const InferContext& ctx) {
       ctx.fail(role + " is " + shape_str(p) + "; expected the normalized shape [" + expected + "]");
     }
     for (size_t j = 0; j < normalized.size(); ++j)
-      if (!(p.shape[j] == normalized[j])) unify(ctx, p.shape[j], normalized[j], role + " axis " + std::to_string(j));
+      require_equal(ctx, p.shape[j], normalized[j], role + " axis " + std::to_string(j));
   }
   if (ctx.attr("eps")->f < 0) ctx.fail("eps must not be negative");
   return {make(x.dtype, x.shape)};
