@@ -316,10 +316,20 @@ TEST_F(CliTest, Print_OfThePrint_IsTheSameText) {
   EXPECT_EQ(once.out, twice.out);
 }
 
-TEST_F(CliTest, Compile_IsNotYetAvailable_AndSaysSoAsAUserError) {
-  CliResult r = alloy("compile " + example("mlp.fusion") + " --arch sm_90");
-  EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(contains(r.err, "not yet available")) << r.err;
+TEST_F(CliTest, Compile_BuildsEveryKernelForTheArchitectureWithoutAGpu) {
+#ifndef ALLOY_HAVE_CUDA
+  GTEST_SKIP() << "this build has no CUDA backend";
+#endif
+  CliResult r = alloy("compile " + example("layer_norm.fusion") + " --arch sm_90");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "[normalization]")) << r.out;
+  EXPECT_TRUE(contains(r.out, "compiled for sm_90")) << r.out;
+  CliResult dump = alloy("compile " + example("softmax.fusion") + " --arch sm_80 --dump cuda");
+  EXPECT_EQ(dump.code, 0) << dump.err;
+  EXPECT_TRUE(contains(dump.out, "__global__")) << dump.out;
+  CliResult bad = alloy("compile " + example("mlp.fusion") + " --arch vulkan");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_TRUE(contains(bad.err, "--arch vulkan")) << bad.err;
 }
 
 }  // namespace

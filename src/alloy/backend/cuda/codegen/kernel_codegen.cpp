@@ -228,7 +228,41 @@ class Generator {
       std::string raw = cached_.count(it->second) ? "L" + std::to_string(it->second) + element : "U" + std::to_string(it->second);
       return load_convert(v->dtype(), raw + ".v[e]");
     }
+    if (held_from_earlier_pass(v)) return "C" + std::to_string(v->id) + element + ".v[e]";
     return "v" + std::to_string(v->id);
+  }
+
+  bool held_from_earlier_pass(const Value* v) const {
+    auto it = cache_pass_.find(v);
+    return it != cache_pass_.end() && current_pass_ > it->second;
+  }
+
+  // Values computed by costly ops (exp, tanh, ...) in one pass over the row and read again by a
+  // later pass are kept in registers instead of recomputed (softmax's exp).
+  void plan_value_cache() {
+    cache_pass_.clear();
+    if (v_.items == 0) return;
+    static const std::set<OpKind> costly = {OpKind::exp, OpKind::log, OpKind::tanh, OpKind::sigmoid, OpKind::silu,
+                                            OpKind::erf, OpKind::gelu, OpKind::pow, OpKind::gelu_backward};
+    std::map<const Value*, int> first_pass;
+    int budget = 64 / (v_.items * v_.vector);  // cached values that fit in about 64 registers
+    for (int pass = 0; pass <= int(a_.stages.size()); ++pass) {
+      current_pass_ = pass;
+      for (const Op* op : element_ops_for(pass_targets(pass))) {
+        const Value* v = op->outputs[0];
+        auto it = first_pass.find(v);
+        if (it == first_pass.end()) first_pass[v] = pass;
+        else if (it->second < pass && costly.count(op->kind) && !cache_pass_.count(v) && budget-- > 0) cache_pass_[v] = it->second;
+      }
+    }
+    current_pass_ = 0;
+  }
+
+  std::vector<const Value*> pass_targets(int pass) const {
+    if (pass == int(a_.stages.size())) return element_outputs();
+    std::vector<const Value*> targets;
+    for (const Op* r : a_.stages[pass]) targets.push_back(r->inputs[0]);
+    return targets;
   }
 
   // Emits `ct vN = expr;` for op's outputs; in-kernel views just alias their input.
@@ -263,6 +297,8 @@ class Generator {
     }
     expr = round_to_dtype(out->dtype(), expr);
     os_ << indent << out_ct << " v" << out->id << " = (" << out_ct << ")(" << expr << ");\n";
+    if (auto it = cache_pass_.find(out); it != cache_pass_.end() && it->second == current_pass_)
+      os_ << indent << "C" << out->id << element << ".v[e] = v" << out->id << ";\n";
   }
 
   // Computed, per-element values that `targets` need, in definition order.
@@ -275,6 +311,7 @@ class Generator {
       for (Value* out : op->outputs) wanted |= needed.count(out) > 0;
       if (!wanted || op_row(op->kind).op_class == OpClass::reduction) continue;
       if (a_.is_reduction() && a_.at(op->outputs[0]).per_row) continue;  // computed once per row
+      if (held_from_earlier_pass(op->outputs[0])) continue;                // in registers already
       ops.push_back(op);
       for (Value* in : op->inputs) needed.insert(in);
     }
@@ -397,16 +434,20 @@ class Generator {
       if (a_.at(a_.leaves[k]).per_row)
         os_ << in << compute_type(a_.leaves[k]->dtype()) << " P" << k << " = "
             << load_convert(a_.leaves[k]->dtype(), "p.l" + std::to_string(k) + "[ro_l" + std::to_string(k) + "]") << ";\n";
+    plan_value_cache();
+    for (auto& [v, pass] : cache_pass_)
+      os_ << in << "AlloyVec<" << compute_type(v->dtype()) << ", " << v_.vector << "> C" << v->id << "[" << v_.items << "];\n";
     // Leaves read by more than one pass over the row stay in registers (when the row fits).
     cached_.clear();
     if (v_.items > 0) {
       std::map<int, int> passes;
-      for (auto& stage : a_.stages) {
-        std::vector<const Value*> targets;
-        for (const Op* r : stage) targets.push_back(r->inputs[0]);
-        for (int k : leaves_for(targets)) passes[k] += stage_has_var_mean(stage) ? 2 : 1;
+      for (size_t stage = 0; stage < a_.stages.size(); ++stage) {
+        current_pass_ = int(stage);
+        for (int k : leaves_for(pass_targets(int(stage)))) passes[k] += stage_has_var_mean(a_.stages[stage]) ? 2 : 1;
       }
+      current_pass_ = int(a_.stages.size());
       for (int k : leaves_for(element_outputs())) passes[k] += 1;
+      current_pass_ = 0;
       for (auto [k, n] : passes)
         if (n > 1) cached_.insert(k);
     }
@@ -423,6 +464,7 @@ class Generator {
     emitted_per_row_.clear();
     emit_ready_per_row_ops(in);
     for (auto& stage : a_.stages) {
+      current_pass_ = int(&stage - &a_.stages[0]);
       two_pass_ = v_.items > 0;  // with the row in registers, var_mean is mean first, then squares
       std::vector<Acc> accs;
       for (const Op* r : stage) accs.push_back(declare_acc(*r, in));
@@ -452,6 +494,7 @@ class Generator {
       for (auto& acc : accs) finish_acc(acc, in);
       emit_ready_per_row_ops(in);
     }
+    current_pass_ = int(a_.stages.size());
     auto outs = element_outputs();
     if (!outs.empty()) emit_column_loop(in, outs, {}, true);
     for (size_t k = 0; k < a_.outputs.size(); ++k)
@@ -603,6 +646,8 @@ class Generator {
   std::map<const Value*, int> leaf_index_, scalar_index_;
   std::set<const Value*> emitted_per_row_;
   std::set<int> cached_;   // leaves held in registers across passes
+  std::map<const Value*, int> cache_pass_;  // computed values held in registers, by the pass that computes them
+  int current_pass_ = 0;   // the stage being emitted; the stage count for the final pass
   bool two_pass_ = false;  // var_mean as a sum, then squared deviations, over cached rows
 
   static bool stage_has_var_mean(const std::vector<const Op*>& stage) {
