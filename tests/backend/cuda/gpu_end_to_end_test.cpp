@@ -173,3 +173,25 @@ TEST(GpuEndToEnd, EveryExampleMatchesTheCpu) {
 
 }  // namespace
 }  // namespace alloy
+
+namespace alloy {
+namespace {
+
+// Rows of up to 8 vectors a lane run a warp per row; odd row counts leave warps idle at the end.
+TEST(GpuEndToEnd, ShortRowsRunAWarpPerRow) {
+  testing::expect_gpu_matches_cpu(R"(fusion f(x: bf16[R, 96], w: bf16[96]) {
+  y = layer_norm(x, w, normalized_ndim=1)
+  s = softmax(x, dim=1)
+  v, m = var_mean(x, dims=[1], correction=1)
+  mx = max(x, dims=[1])
+  return y, s, v, m, mx
+})", {{"R", 1003}});
+  testing::expect_gpu_matches_cpu(R"(fusion g(x: f32[R, 33]) {
+  v, m = var_mean(x, dims=[1])
+  r = rms_norm(x, normalized_ndim=1)
+  return v, m, r
+})", {{"R", 517}});
+}
+
+}  // namespace
+}  // namespace alloy

@@ -79,7 +79,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     v.outer_rank = int(outer.size());
     v.inner_rank = int(inner.size());
     choose_vector(v, axes, tensors);
-    if (a_.is_reduction()) choose_block(v, cols);
+    if (a_.is_reduction()) choose_block(v, rows, cols);
     else v.threads = 256;
 
     const LoadedKernel* kernel = kernel_for(v, state.device.index);
@@ -104,7 +104,8 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
       if (is_floating(s->dtype())) push_d(load_as_double(t.data(), t.dtype(), 0));
       else push_i(load_as_int(t.data(), t.dtype(), 0));
     }
-    int64_t grid = a_.is_reduction() ? std::min<int64_t>(rows, 2147483647)
+    int64_t rows_per_block = std::max(1, v.rows_per_block);
+    int64_t grid = a_.is_reduction() ? std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, 2147483647)
                                      : std::min<int64_t>((numel / v.vector + v.threads - 1) / v.threads, 2147483647);
     if (grid == 0) return;
     void* args[] = {words.data()};
@@ -179,7 +180,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
   }
 
   // Threads per row and how many vectors each keeps in registers (0: re-read each pass).
-  void choose_block(KernelVariant& v, int64_t cols) const {
+  void choose_block(KernelVariant& v, int64_t rows, int64_t cols) const {
     int64_t slots = (cols + v.vector - 1) / v.vector;
     // ALLOY_ROW_THREADS caps the block size (tuning experiments); the default favours several
     // vectors per thread in flight over wide blocks.
@@ -196,6 +197,13 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     v.threads = threads;
     // registers per thread for one cached leaf; only leaves read by several passes are cached
     v.items = (items * v.vector <= 64) ? int(std::max<int64_t>(items, 1)) : 0;
+    // Short rows (up to 8 vectors a lane): a warp per row, 8 rows a block, no block barriers.
+    int64_t lane_items = (slots + 31) / 32;
+    if (lane_items <= 8 && rows >= 64 && !std::getenv("ALLOY_NO_WARP_ROWS")) {
+      v.rows_per_block = 8;
+      v.threads = 256;
+      v.items = int(std::max<int64_t>(lane_items, 1));
+    }
   }
 
   const LoadedKernel* kernel_for(const KernelVariant& v, int device) {

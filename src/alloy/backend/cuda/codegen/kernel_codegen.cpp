@@ -423,8 +423,14 @@ class Generator {
   void emit_row_kernel() {
     os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads << ") " << name_ << "(const Params p) {\n";
     os_ << "  __shared__ double alloy_smem[99];\n";
-    os_ << "  const int tid = threadIdx.x;\n";
-    os_ << "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n";
+    if (v_.rows_per_block > 0) {  // one warp per row: reductions are shuffles, no block barrier
+      os_ << "  const int tid = threadIdx.x & 31;\n";
+      os_ << "  for (long long row = (long long)blockIdx.x * " << v_.rows_per_block << " + (threadIdx.x >> 5); row < p.rows; row += (long long)gridDim.x * "
+          << v_.rows_per_block << ") {\n";
+    } else {
+      os_ << "  const int tid = threadIdx.x;\n";
+      os_ << "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n";
+    }
     std::string in = "    ";
     std::vector<std::string> row_tensors = tensor_names(true, true, false), per_row_tensors = tensor_names(true, true, true);
     std::vector<std::string> all = row_tensors;
@@ -454,7 +460,7 @@ class Generator {
     if (v_.items > 0 && !cached_.empty()) {
       emit_leaf_arrays("L", "[" + std::to_string(v_.items) + "]", in, cached_);
       os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
-      os_ << in << "  const long long col0 = ((long long)it * " << v_.threads << " + tid) * " << v_.vector << ";\n";
+      os_ << in << "  const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
       os_ << in << "  if (col0 < p.cols) {\n";
       emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "    ");
       for (auto& t : row_tensors) os_ << in << "    co_" << t << " += ro_" << t << ";\n";
@@ -478,7 +484,7 @@ class Generator {
         for (auto& acc : accs) {
           if (acc.op->kind != OpKind::var_mean) continue;
           std::string T = acc.ct;
-          os_ << in << T << " " << acc.name << "_mean = alloy_block_reduce(" << acc.name << "_sum, AlloySum(), reinterpret_cast<" << T
+          os_ << in << T << " " << acc.name << "_mean = " << reduce_fn() << "(" << acc.name << "_sum, AlloySum(), reinterpret_cast<" << T
               << "*>(alloy_smem)) / (" << T << ")p.count;\n";
           os_ << in << T << " " << acc.name << "_m2 = 0;\n";
           var_targets.push_back(acc.op->inputs[0]);
@@ -500,7 +506,7 @@ class Generator {
     for (size_t k = 0; k < a_.outputs.size(); ++k)
       if (a_.at(a_.outputs[k]).per_row)
         os_ << in << "if (tid == 0) p.o" << k << "[ro_o" << k << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
-    os_ << in << "__syncthreads();\n";
+    if (v_.rows_per_block == 0) os_ << in << "__syncthreads();\n";
     os_ << "  }\n}\n";
   }
 
@@ -517,7 +523,7 @@ class Generator {
       if (!cached_.count(k)) uncached.insert(k);
     if (v_.items > 0) {
       os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
-      os_ << in << "  const long long col0 = ((long long)it * " << v_.threads << " + tid) * " << v_.vector << ";\n";
+      os_ << in << "  const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
       os_ << in << "  if (col0 < p.cols) {\n";
       std::vector<std::string> addressed;
       if (store) addressed = tensor_names(false, true, false);
@@ -539,7 +545,7 @@ class Generator {
       os_ << in << "  }\n" << in << "}\n";
       return;
     }
-    os_ << in << "for (long long q = tid; q * " << v_.vector << " < p.cols; q += " << v_.threads << ") {\n";
+    os_ << in << "for (long long q = tid; q * " << v_.vector << " < p.cols; q += " << lanes() << ") {\n";
     os_ << in << "  const long long col0 = q * " << v_.vector << ";\n";
     emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "  ");
     for (auto& t : row_tensors) os_ << in << "  co_" << t << " += ro_" << t << ";\n";
@@ -600,9 +606,9 @@ class Generator {
     const Op& r = *acc.op;
     if (r.kind == OpKind::var_mean) {
       if (two_pass_)
-        os_ << in << acc.name << "_m2 = alloy_block_reduce(" << acc.name << "_m2, AlloySum(), " << smem << ");\n";
+        os_ << in << acc.name << "_m2 = " << reduce_fn() << "(" << acc.name << "_m2, AlloySum(), " << smem << ");\n";
       else
-        os_ << in << "alloy_block_welford(" << acc.name << "_n, " << acc.name << "_mean, " << acc.name << "_m2, " << smem << ");\n";
+        os_ << in << (v_.rows_per_block ? "alloy_warp_welford(" : "alloy_block_welford(") << acc.name << "_n, " << acc.name << "_mean, " << acc.name << "_m2, " << smem << ");\n";
       double correction = r.real_attr("correction");
       std::string var = acc.name + "_m2 / (" + T + ")fmax(0.0, p.count - " + std::to_string(correction) + ")";
       os_ << in << T << " v" << r.outputs[0]->id << " = " << round_to_dtype(r.outputs[0]->dtype(), var) << ";\n";
@@ -610,7 +616,7 @@ class Generator {
     } else {
       const char* f = r.kind == OpKind::max ? "AlloyMax()" : r.kind == OpKind::min ? "AlloyMin()" : "AlloySum()";
       std::string ct_red = T == "bool" ? "alloy_i64" : T;
-      os_ << in << T << " v" << r.outputs[0]->id << " = (" << T << ")alloy_block_reduce((" << ct_red << ")" << acc.name << ", " << f
+      os_ << in << T << " v" << r.outputs[0]->id << " = (" << T << ")" << reduce_fn() << "((" << ct_red << ")" << acc.name << ", " << f
           << ", reinterpret_cast<" << ct_red << "*>(alloy_smem));\n";
       if (r.kind == OpKind::mean) os_ << in << "v" << r.outputs[0]->id << " /= (" << T << ")p.count;\n";
       DType dt = r.outputs[0]->dtype();
@@ -650,6 +656,9 @@ class Generator {
   int current_pass_ = 0;   // the stage being emitted; the stage count for the final pass
   bool two_pass_ = false;  // var_mean as a sum, then squared deviations, over cached rows
 
+  int lanes() const { return v_.rows_per_block ? 32 : v_.threads; }
+  const char* reduce_fn() const { return v_.rows_per_block ? "alloy_warp_reduce" : "alloy_block_reduce"; }
+
   static bool stage_has_var_mean(const std::vector<const Op*>& stage) {
     for (const Op* r : stage)
       if (r->kind == OpKind::var_mean) return true;
@@ -661,7 +670,8 @@ class Generator {
 
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
-         std::to_string(threads) + "_i" + std::to_string(items) + "_" + leaf_modes;
+         std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") + "_" +
+         leaf_modes;
 }
 
 std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name) {

@@ -15,6 +15,7 @@ struct KernelVariant {
   int vector = 1;      // elements per access along the innermost axis
   int threads = 256;   // block size
   int items = 0;       // row kernels: vectors per thread held in registers; 0 = re-read each pass
+  int rows_per_block = 0;  // row kernels: 0 = a block per row; N = one warp per row, N warps a block
   // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
   // (stride 1), 'b' one value for the whole vector (stride 0).
   std::string leaf_modes;

@@ -74,6 +74,14 @@ __device__ __forceinline__ T alloy_block_reduce(T v, F f, T* smem) {
   return smem[32];
 }
 
+// The same within one warp (a row per warp): shuffles only.
+template <class T, class F>
+__device__ __forceinline__ T alloy_warp_reduce(T v, F f, T*) {
+  #pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // Welford's running (count, mean, m2), merged across the block.
 template <class T>
 __device__ __forceinline__ void alloy_welford_merge(T& n, T& mean, T& m2, T n2, T mean2, T m22) {
@@ -105,6 +113,13 @@ __device__ __forceinline__ void alloy_block_welford(T& n, T& mean, T& m2, T* sme
   }
   __syncthreads();
   n = smem[32]; mean = smem[65]; m2 = smem[98];
+}
+template <class T>
+__device__ __forceinline__ void alloy_warp_welford(T& n, T& mean, T& m2, T*) {
+  #pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    alloy_welford_merge(n, mean, m2, __shfl_xor_sync(0xffffffffu, n, o), __shfl_xor_sync(0xffffffffu, mean, o),
+                        __shfl_xor_sync(0xffffffffu, m2, o));
 }
 )CUDA";
 
