@@ -1,6 +1,5 @@
 #include "alloy/runtime/input_binding.h"
 
-#include <unordered_map>
 
 namespace alloy {
 namespace {
@@ -23,39 +22,40 @@ Bindings bind_inputs(const Fusion& fusion, const std::vector<Tensor>& inputs) {
                   inputs.size());
   }
   Bindings bindings;
-  std::unordered_map<std::string, std::string> bound_by;  // symbol -> "input 'x', axis 1"
+  // Error messages are built only on failure: this runs on every cached run.
+  auto where = [&](size_t i) { return "input '" + declared[i]->name + "'"; };
+  auto place = [&](size_t i, int axis) { return where(i) + ", axis " + std::to_string(axis); };
+  auto bound_by = [&](const std::string& symbol) {
+    for (size_t i = 0; i < declared.size(); ++i)
+      for (int axis = 0; axis < declared[i]->rank(); ++axis)
+        if (declared[i]->shape()[axis].as_symbol() == symbol) return place(i, axis);
+    return std::string("?");
+  };
   for (size_t i = 0; i < declared.size(); ++i) {
     const Value* decl = declared[i];
     const Tensor& t = inputs[i];
-    std::string where = "input '" + decl->name + "'";
-    if (!t.defined()) user_error_at(where, "no tensor given");
+    if (!t.defined()) user_error_at(where(i), "no tensor given");
     if (decl->is_scalar()) {
-      if (t.numel() != 1) user_error_at(where, "expected a scalar ", dtype_name(decl->dtype()), ", found ", sizes_str(t));
+      if (t.numel() != 1) user_error_at(where(i), "expected a scalar ", dtype_name(decl->dtype()), ", found ", sizes_str(t));
       continue;
     }
     if (t.dtype() != decl->dtype())
-      user_error_at(where, "expected dtype ", dtype_name(decl->dtype()), " (declared ", decl->type_str(), "), found ",
+      user_error_at(where(i), "expected dtype ", dtype_name(decl->dtype()), " (declared ", decl->type_str(), "), found ",
                     dtype_name(t.dtype()));
     if (t.dim() != decl->rank())
-      user_error_at(where, "expected ", decl->rank(), " dims (", decl->type_str(), "), found ", t.dim(), " dims ",
+      user_error_at(where(i), "expected ", decl->rank(), " dims (", decl->type_str(), "), found ", t.dim(), " dims ",
                     sizes_str(t));
     for (int axis = 0; axis < t.dim(); ++axis) {
       const Extent& e = decl->shape()[axis];
       int64_t found = t.size(axis);
-      std::string place = where + ", axis " + std::to_string(axis);
       if (auto c = e.constant_value()) {
-        if (*c != found) user_error_at(place, "expected size ", *c, " (declared ", decl->type_str(), "), found ", found);
+        if (*c != found) user_error_at(place(i, axis), "expected size ", *c, " (declared ", decl->type_str(), "), found ", found);
         continue;
       }
-      auto name = e.as_symbol();
-      ALLOY_CHECK(name.has_value(), "declared extent ", e.str(), " is not a symbol");
-      auto it = bindings.find(*name);
-      if (it == bindings.end()) {
-        bindings[*name] = found;
-        bound_by[*name] = place;
-      } else if (it->second != found) {
-        user_error_at(place, "expected ", e.str(true), " = ", it->second, " (bound by ", bound_by[*name], "), found ", found);
-      }
+      const std::string& name = e.powers().begin()->first;  // a declared size is one symbol
+      auto [it, inserted] = bindings.try_emplace(name, found);
+      if (!inserted && it->second != found)
+        user_error_at(place(i, axis), "expected ", e.str(true), " = ", it->second, " (bound by ", bound_by(name), "), found ", found);
     }
   }
   fusion.complete_bindings(bindings);

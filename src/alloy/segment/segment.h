@@ -3,6 +3,7 @@
 // `--dump segments` can say why ops were not merged or not given to a faster scheduler.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,13 +13,17 @@ namespace alloy {
 
 enum class Target { cpu, cuda };
 
+struct EpilogueMatch;  // passes/matmul_epilogue.h
+
 struct Segment {
   int id = 0;
   std::string scheduler;         // "noop", "cpu_reference", "pointwise", "reduction", ...
   std::vector<const Op*> ops;    // in definition order
   std::vector<Value*> inputs;    // values read from outside the segment (no literals)
   std::vector<Value*> outputs;   // values produced here and used after it, or fusion outputs
-  std::string note;              // scheduler detail, e.g. "epilogue: bias+gelu"
+  std::string note;              // scheduler detail, e.g. "epilogue: gelu_bias (bias: b)"
+  // "matmul" segments: what the GEMM's epilogue computes (the matmul and the ops it took).
+  std::shared_ptr<const EpilogueMatch> epilogue;
 };
 
 struct Refusal {

@@ -1,33 +1,37 @@
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 
+#include <map>
+#include <set>
+
 #include "alloy/ir/op_table.h"
+#include "alloy/passes/matmul_epilogue.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
 
 namespace alloy {
 namespace {
 
 // Scheduler order on CUDA (docs/architecture.md):
-//   1. matmul          linear / matmul through cuBLASLt
+//   1. matmul          linear / matmul through cuBLASLt, with the ops its epilogue takes
+//                      (bias, ReLU/GELU, output cast, dGELU, bias gradients: passes/matmul_epilogue.h)
 //   2. generated kernel the longest run of ops that one generated kernel can compute:
 //                      "normalization" (a reduction whose row-shaped values are also stored),
 //                      "reduction", or "pointwise"
 //   3. noop            a view on its own: a zero-copy view made on the host
 //   4. cpu_fallback    anything else: copied to the host, run by the reference kernels, copied back
 bool is_matmul(OpKind k) { return k == OpKind::matmul || k == OpKind::linear; }
+bool is_gemm_dtype(DType t) { return t == DType::bf16 || t == DType::f16 || t == DType::f32; }
 
-std::string describe_range(const std::vector<std::unique_ptr<Op>>& ops, size_t first, size_t last) {
+std::string describe(const std::vector<const Op*>& ops) {
   std::string out;
-  for (size_t k = first; k <= last && k < ops.size(); ++k)
-    out += (out.empty() ? "" : ", ") + ops[k]->outputs[0]->name + "=" + std::string(op_name(ops[k]->kind));
+  for (const Op* op : ops) out += (out.empty() ? "" : ", ") + op->outputs[0]->name + "=" + std::string(op_name(op->kind));
   return out;
 }
 
-Segment make_segment(const Fusion& fusion, const std::vector<std::unique_ptr<Op>>& ops, size_t first, size_t last,
-                     std::string scheduler, int id) {
+Segment make_segment(const Fusion& fusion, std::vector<const Op*> ops, std::string scheduler, int id) {
   Segment s;
   s.id = id;
   s.scheduler = std::move(scheduler);
-  for (size_t k = first; k <= last; ++k) s.ops.push_back(ops[k].get());
+  s.ops = std::move(ops);
   compute_segment_boundary(fusion, s);
   return s;
 }
@@ -39,31 +43,93 @@ std::string kernel_kind(const KernelAnalysis& a) {
   return "reduction";
 }
 
+// Every matmul's epilogue, in definition order (an op goes to the first matmul that takes it).
+std::vector<EpilogueMatch> match_epilogues(const Fusion& fusion, std::vector<Refusal>& refusals) {
+  std::vector<EpilogueMatch> matches;
+  std::set<const Op*> taken;
+  for (auto& op : fusion.ops()) {
+    if (!is_matmul(op->kind)) continue;
+    if (!is_gemm_dtype(op->outputs[0]->dtype())) {
+      refusals.push_back({"matmul", describe({op.get()}), "cuBLASLt path takes bf16, f16 and f32 operands"});
+      continue;
+    }
+    EpilogueMatch m = match_matmul_epilogue(fusion, *op, taken);
+    for (const NotTaken& n : m.not_taken)
+      refusals.push_back({"matmul epilogue", describe(n.op == m.matmul ? std::vector{n.op} : std::vector{m.matmul, n.op}), n.why});
+    taken.insert(m.ops.begin(), m.ops.end());
+    matches.push_back(std::move(m));
+  }
+  return matches;
+}
+
+// The order segments are made in: definition order, except that a matmul and the ops its
+// epilogue took are one block, placed as soon as everything it reads has been placed (a bias
+// broadcast defined after the matmul moves up in front of it).
+class Schedule {
+ public:
+  std::vector<const Op*> order;
+  std::vector<int> group;  // per position: the index of its match, or -1
+
+  Schedule(const Fusion& fusion, const std::vector<EpilogueMatch>& matches) : matches_(matches) {
+    for (size_t g = 0; g < matches.size(); ++g)
+      for (const Op* op : matches[g].ops) group_of_[op] = int(g);
+    for (auto& op : fusion.ops()) place(op.get());
+  }
+
+ private:
+  void place(const Op* op) {
+    auto g = group_of_.find(op);
+    if (g == group_of_.end()) place_unit({op}, -1, op);
+    else place_unit(matches_[g->second].ops, g->second, &matches_[g->second]);
+  }
+
+  void place_unit(const std::vector<const Op*>& ops, int g, const void* key) {
+    int& state = state_[key];  // 0 new, 1 being placed, 2 placed
+    if (state == 2) return;
+    ALLOY_CHECK(state != 1, "the matmul segments of ", describe(ops), " depend on each other");
+    state = 1;
+    for (const Op* op : ops)
+      for (Value* in : op->inputs)
+        if (in->producer && std::find(ops.begin(), ops.end(), in->producer) == ops.end()) place(in->producer);
+    state = 2;
+    for (const Op* op : ops) {
+      order.push_back(op);
+      group.push_back(g);
+    }
+  }
+
+  const std::vector<EpilogueMatch>& matches_;
+  std::map<const Op*, int> group_of_;
+  std::map<const void*, int> state_;
+};
+
 }  // namespace
 
 Segmentation segment_for_cuda(const Fusion& fusion) {
   Segmentation result;
   result.target = Target::cuda;
-  const auto& ops = fusion.ops();
+  std::vector<EpilogueMatch> matches = match_epilogues(fusion, result.refusals);
+  Schedule schedule(fusion, matches);
+  const std::vector<const Op*>& ops = schedule.order;
+  auto range = [&](size_t first, size_t last) { return std::vector<const Op*>(ops.begin() + first, ops.begin() + last + 1); };
   size_t i = 0;
   while (i < ops.size()) {
-    const Op* op = ops[i].get();
+    const Op* op = ops[i];
     int id = int(result.segments.size());
-    if (is_matmul(op->kind)) {
-      bool supported = op->outputs[0]->dtype() == DType::bf16 || op->outputs[0]->dtype() == DType::f16 ||
-                       op->outputs[0]->dtype() == DType::f32;
-      if (supported) {
-        result.segments.push_back(make_segment(fusion, ops, i, i, "matmul", id));
-        ++i;
-        continue;
-      }
-      result.refusals.push_back({"matmul", describe_range(ops, i, i), "cuBLASLt path takes bf16, f16 and f32 operands"});
+    if (schedule.group[i] >= 0) {
+      const EpilogueMatch& m = matches[schedule.group[i]];
+      Segment s = make_segment(fusion, m.ops, "matmul", id);
+      s.note = m.note();
+      s.epilogue = std::make_shared<EpilogueMatch>(m);
+      result.segments.push_back(std::move(s));
+      i += m.ops.size();
+      continue;
     }
     // The longest run [i, j] that one generated kernel computes.
     size_t best = i;
     std::string best_kind, why_not_longer;
-    for (size_t j = i; j < ops.size() && !is_matmul(ops[j]->kind); ++j) {
-      Segment candidate = make_segment(fusion, ops, i, j, "", id);
+    for (size_t j = i; j < ops.size() && schedule.group[j] < 0 && !is_matmul(ops[j]->kind); ++j) {
+      Segment candidate = make_segment(fusion, range(i, j), "", id);
       auto analysis = analyze_kernel(candidate.ops, candidate.inputs, candidate.outputs);
       if (auto* a = std::get_if<KernelAnalysis>(&analysis)) {
         best = j;
@@ -75,16 +141,16 @@ Segmentation segment_for_cuda(const Fusion& fusion) {
     }
     if (!best_kind.empty()) {
       if (!why_not_longer.empty() && best + 1 < ops.size())
-        result.refusals.push_back({"kernel", describe_range(ops, i, best + 1), why_not_longer});
-      result.segments.push_back(make_segment(fusion, ops, i, best, best_kind, id));
+        result.refusals.push_back({"kernel", describe(range(i, best + 1)), why_not_longer});
+      result.segments.push_back(make_segment(fusion, range(i, best), best_kind, id));
       i = best + 1;
       continue;
     }
     if (is_view(op->kind) || op->kind == OpKind::segment_set) {
-      result.segments.push_back(make_segment(fusion, ops, i, i, "noop", id));
+      result.segments.push_back(make_segment(fusion, {op}, "noop", id));
     } else {
-      result.refusals.push_back({"kernel", describe_range(ops, i, i), why_not_longer});
-      result.segments.push_back(make_segment(fusion, ops, i, i, "cpu_fallback", id));
+      result.refusals.push_back({"kernel", describe({op}), why_not_longer});
+      result.segments.push_back(make_segment(fusion, {op}, "cpu_fallback", id));
     }
     ++i;
   }
