@@ -207,7 +207,16 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
   }
 
   const LoadedKernel* kernel_for(const KernelVariant& v, int device) {
-    std::string key = v.key();
+    // the cached run path: the same variant as last time costs one comparison
+    if (last_kernel_ && v == last_variant_ && device == last_device_) return last_kernel_;
+    last_variant_ = v;
+    last_device_ = device;
+    last_kernel_ = lookup_or_compile(v, device);
+    return last_kernel_;
+  }
+
+  const LoadedKernel* lookup_or_compile(const KernelVariant& v, int device) {
+    std::string key = v.key() + "@" + std::to_string(device);
     auto it = variants_.find(key);
     if (it != variants_.end()) return it->second.kernel;
     Variant entry;
@@ -220,6 +229,9 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
   KernelAnalysis a_;
   int id_;
   std::map<std::string, Variant> variants_;
+  KernelVariant last_variant_;
+  int last_device_ = -1;
+  const LoadedKernel* last_kernel_ = nullptr;
 };
 
 }  // namespace

@@ -20,6 +20,7 @@ struct KernelVariant {
   // (stride 1), 'b' one value for the whole vector (stride 0).
   std::string leaf_modes;
   std::string key() const;
+  bool operator==(const KernelVariant&) const = default;
 };
 
 // The kernel is `extern "C" __global__ void <name>(Params p)`; Params is a struct of 8-byte
