@@ -1,7 +1,9 @@
-// Times Alloy on the issue-3 benchmark cases on the GPU and prints one JSON object per line:
+// Times Alloy on the benchmark cases on the GPU and prints one JSON object per line:
 //   {"case": ..., "alloy_us": median, "min_us": ..., "bytes": ..., "runs": N}
-// bench/run_benchmarks.py times PyTorch on the same cases in the same job and prints the table.
+// plus "flops" for the matmul cases (issue 4: GEMMs with their epilogue, forward and backward).
+// bench/run_benchmarks.py times PyTorch on the same cases in the same job and prints the tables.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -21,6 +23,7 @@ struct Case {
   std::string fusion;
   Bindings sizes;
   int64_t bytes;  // fewest bytes the fusion must move: inputs read once, outputs written once
+  double flops = 0;  // matmul cases: 2 * M * N * K per GEMM
 };
 
 double median(std::vector<double> v) {
@@ -46,8 +49,9 @@ void time_case(const Case& c, int runs) {
     stop.synchronize();
     times.push_back(1000.0 * start.elapsed_ms(stop));
   }
-  std::printf("{\"case\": \"%s\", \"alloy_us\": %.3f, \"min_us\": %.3f, \"bytes\": %lld, \"runs\": %d}\n", c.name.c_str(),
-              median(times), *std::min_element(times.begin(), times.end()), (long long)c.bytes, runs);
+  std::string flops = c.flops > 0 ? ", \"flops\": " + std::to_string(int64_t(c.flops)) : "";
+  std::printf("{\"case\": \"%s\", \"alloy_us\": %.3f, \"min_us\": %.3f, \"bytes\": %lld, \"runs\": %d%s}\n", c.name.c_str(),
+              median(times), *std::min_element(times.begin(), times.end()), (long long)c.bytes, runs, flops.c_str());
   std::fflush(stdout);
 }
 
@@ -94,6 +98,41 @@ void time_host_latency(int runs) {
               *std::min_element(times.begin(), times.end()), runs);
 }
 
+// y = gelu(linear(x, w, b), tanh) in bf16, x [M, K], w [N, K]: one GEMM with the bias + GELU epilogue.
+Case linear_gelu(int64_t m, int64_t k, int64_t n) {
+  return {"linear_gelu_" + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n),
+          R"(fusion linear_gelu(x: bf16[M, K], w: bf16[N, K], b: bf16[N]) {
+  h = linear(x, w, b)
+  y = gelu(h, approximate="tanh")
+  return y
+})",
+          {{"M", m}, {"K", k}, {"N", n}},
+          2 * (m * k + n * k + n + m * n),
+          2.0 * double(m) * double(n) * double(k)};
+}
+
+// The MLP backward of examples/mlp_backward.fusion at width C, hidden H, T tokens: four GEMMs.
+Case mlp_backward(int64_t t, int64_t c, int64_t h) {
+  return {"mlp_backward_" + std::to_string(t) + "x" + std::to_string(c) + "x" + std::to_string(h),
+          R"(fusion mlp_backward(dy: bf16[T, C], x: bf16[T, C], h: bf16[T, H], g: bf16[T, H],
+                    w_fc: bf16[H, C], w_proj: bf16[C, H]) {
+  dy_t = permute(dy, dims=[1, 0])
+  dw_proj = matmul(dy_t, g)
+  db_proj = sum(dy, dims=[0])
+  dg = matmul(dy, w_proj)
+  dh = gelu_backward(dg, h, approximate="tanh")
+  db_fc = sum(dh, dims=[0])
+  dh_t = permute(dh, dims=[1, 0])
+  dw_fc = matmul(dh_t, x)
+  dx = matmul(dh, w_fc)
+  return dx, dw_fc, db_fc, dw_proj, db_proj
+})",
+          {{"T", t}, {"C", c}, {"H", h}},
+          // read dy, x, h, g, both weights; write dx, both weight gradients, both bias gradients
+          2 * (2 * t * c + 2 * t * h + 2 * h * c + t * c + 2 * h * c + h + c),
+          4 * 2.0 * double(t) * double(c) * double(h)};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,6 +176,9 @@ int main(int argc, char** argv) {
        "fusion chain(a: bf16[N], b: bf16[N], c: bf16[N]) {\n  m = mul(a, b)\n  s = add(m, c)\n  y = gelu(s)\n  return y\n}\n",
        {{"N", int64_t(1) << 28}}, 4 * (int64_t(1) << 28) * 2},
   };
+  const std::array<int64_t, 3> gemm_shapes[] = {{{2048, 1600, 6400}}, {{8192, 4096, 11008}}, {{16384, 8192, 8192}}};
+  for (const auto& [m, k, n] : gemm_shapes) cases.push_back(linear_gelu(m, k, n));
+  cases.push_back(mlp_backward(8192, 1600, 6400));
   time_copy(runs);
   for (auto& c : cases) time_case(c, runs);
   time_host_latency(20000);

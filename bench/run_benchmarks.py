@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Runs Alloy's GPU benchmarks and PyTorch's (eager and torch.compile) on the same cases, in one
-job on one GPU, and prints a table: median times, ratios, and bandwidth as a share of a
-device-to-device copy measured in the same run. Writes bench/results/<date>-<gpu>.{md,json}.
+job on one GPU, and prints two tables:
+- memory-bound cases: median times, ratios, and bandwidth as a share of a device-to-device copy
+  measured in the same run (bench/results/<date>-<gpu>-memory-bound.{md,json});
+- matmul cases (issue 4): linear + bias + GELU(tanh) against PyTorch eager, its fused
+  torch._addmm_activation, torch.compile and the bare GEMM x @ w.t(); the MLP backward against
+  eager autograd; times, TFLOP/s and ratios (bench/results/<date>-<gpu>-matmul.{md,json}).
 
 usage: bench/run_benchmarks.py BUILD_DIR [RUNS]
 """
@@ -56,6 +60,94 @@ def torch_cases():
     }
 
 
+def linear_gelu_torch(m, k, n):
+    """The PyTorch contenders for y = gelu(linear(x, w, b), tanh), bf16."""
+    dev, bf = "cuda", torch.bfloat16
+    x = torch.randn(m, k, device=dev, dtype=bf)
+    w = torch.randn(n, k, device=dev, dtype=bf)
+    b = torch.randn(n, device=dev, dtype=bf)
+
+    def eager(x, w, b):
+        return F.gelu(F.linear(x, w, b), approximate="tanh")
+
+    def addmm_activation(x, w, b):
+        return torch._addmm_activation(b, x, w.t(), use_gelu=True)
+
+    def bare(x, w, b):
+        return x @ w.t()
+
+    return (x, w, b), {"eager": eager, "addmm_act": addmm_activation, "compile": torch.compile(eager), "bare_gemm": bare}
+
+
+def mlp_backward_torch(t, c, h):
+    """Eager autograd of the MLP (linear, GELU tanh, linear) at [T, C], hidden H: the backward only."""
+    dev, bf = "cuda", torch.bfloat16
+    x = torch.randn(t, c, device=dev, dtype=bf, requires_grad=True)
+    w_fc = torch.randn(h, c, device=dev, dtype=bf, requires_grad=True)
+    b_fc = torch.randn(h, device=dev, dtype=bf, requires_grad=True)
+    w_proj = torch.randn(c, h, device=dev, dtype=bf, requires_grad=True)
+    b_proj = torch.randn(c, device=dev, dtype=bf, requires_grad=True)
+    y = F.linear(F.gelu(F.linear(x, w_fc, b_fc), approximate="tanh"), w_proj, b_proj)
+    dy = torch.randn_like(y)
+    params = [x, w_fc, b_fc, w_proj, b_proj]
+
+    def backward(dy):
+        return torch.autograd.grad(y, params, dy, retain_graph=True)
+
+    return (dy,), {"eager": backward}
+
+
+def matmul_cases():
+    cases = {}
+    for m, k, n in [(2048, 1600, 6400), (8192, 4096, 11008), (16384, 8192, 8192)]:
+        cases[f"linear_gelu_{m}x{k}x{n}"] = lambda m=m, k=k, n=n: linear_gelu_torch(m, k, n)
+    cases["mlp_backward_8192x1600x6400"] = lambda: mlp_backward_torch(8192, 1600, 6400)
+    return cases
+
+
+def matmul_table(alloy, runs):
+    rows = []
+    for name, make in matmul_cases().items():
+        a = alloy.get(name)
+        if a is None:
+            print(f"alloy_bench has no case {name}", file=sys.stderr)
+            continue
+        args, contenders = make()
+        row = {"case": name, "alloy_us": a["alloy_us"], "flops": a["flops"],
+               "alloy_TFLOPs": a["flops"] / a["alloy_us"] / 1e6}
+        for label, fn in contenders.items():
+            try:
+                us = time_torch(fn, args, runs)
+            except Exception as e:  # noqa: BLE001 - report, do not hide
+                print(f"{label} failed on {name}: {e}", file=sys.stderr)
+                us = float("nan")
+            row[f"{label}_us"] = us
+            row[f"{label}_TFLOPs"] = a["flops"] / us / 1e6
+            row[f"{label}_over_alloy"] = us / a["alloy_us"]
+        rows.append(row)
+        del args, contenders
+        torch.cuda.empty_cache()
+    labels = ["eager", "addmm_act", "compile", "bare_gemm"]
+    lines = ["| case | alloy us | alloy TFLOP/s | " + " | ".join(f"{l} us (TFLOP/s)" for l in labels) + " | " +
+             " | ".join(f"{l}/alloy" for l in labels) + " |",
+             "| --- | ---: | ---: | " + " | ".join("---:" for _ in labels) + " | " + " | ".join("---:" for _ in labels) + " |"]
+    for r in rows:
+        cells = [f"{r[l + '_us']:.1f} ({r[l + '_TFLOPs']:.0f})" if l + "_us" in r else "-" for l in labels]
+        ratios = [f"{r[l + '_over_alloy']:.3f}x" if l + "_us" in r else "-" for l in labels]
+        lines.append(f"| {r['case']} | {r['alloy_us']:.1f} | {r['alloy_TFLOPs']:.0f} | " + " | ".join(cells) + " | " +
+                     " | ".join(ratios) + " |")
+    return rows, lines
+
+
+def write_results(stem, text, payload):
+    os.makedirs("bench/results", exist_ok=True)
+    for folder in ["bench/results"] + ([os.environ["OUT"]] if os.environ.get("OUT") else []):
+        with open(os.path.join(folder, f"{stem}.md"), "w") as f:
+            f.write(text)
+        with open(os.path.join(folder, f"{stem}.json"), "w") as f:
+            json.dump(payload, f, indent=1)
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 100
@@ -104,12 +196,15 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     slug = device.replace(" ", "_").replace("/", "_")
-    os.makedirs("bench/results", exist_ok=True)
-    for folder in ["bench/results"] + ([os.environ["OUT"]] if os.environ.get("OUT") else []):
-        with open(os.path.join(folder, f"{date}-{slug}-memory-bound.md"), "w") as f:
-            f.write(text)
-        with open(os.path.join(folder, f"{date}-{slug}-memory-bound.json"), "w") as f:
-            json.dump({"device": device, "date": date, "copy_GBps": copy_bw, "rows": rows, "alloy_raw": alloy}, f, indent=1)
+    write_results(f"{date}-{slug}-memory-bound", text,
+                  {"device": device, "date": date, "copy_GBps": copy_bw, "rows": rows, "alloy_raw": alloy})
+
+    matmul_rows, matmul_lines = matmul_table(alloy, runs)
+    text = "\n".join([f"# Alloy matmul + epilogue benchmarks, {device}, {date}", "",
+                      f"bf16; median of {runs} runs each, CUDA events; TFLOP/s from 2*M*N*K per GEMM; "
+                      "x/alloy > 1 means Alloy is faster", ""] + matmul_lines) + "\n"
+    print(text)
+    write_results(f"{date}-{slug}-matmul", text, {"device": device, "date": date, "rows": matmul_rows})
 
 
 if __name__ == "__main__":

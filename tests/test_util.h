@@ -15,7 +15,9 @@ std::string source_path(const std::string& relative);  // ALLOY_SOURCE_DIR + "/"
 std::string read_file(const std::string& path);
 
 // Elementwise |actual - expected| <= atol + rtol * |expected| with tolerances set by `dtype`
-// (exact for integers and bools); NaN must match NaN. Both tensors are compared on the CPU.
+// (exact for integers and bools), atol at least 4 units in the last place of the expected values'
+// RMS (fused code rounds intermediates elsewhere than the reference); NaN must match NaN. Both
+// tensors are compared on the CPU.
 ::testing::AssertionResult tensors_close(const Tensor& actual, const Tensor& expected, double scale = 1.0);
 
 // Runs `fusion_text` on the CPU reference and on the GPU with the same fresh random inputs and

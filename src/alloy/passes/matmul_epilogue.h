@@ -23,7 +23,8 @@
 // Not taken, each with a reason (shown by `--dump segments`): activations cuBLASLt does not have
 // (silu, sigmoid, ...), gelu with approximate="none", an add of a full tensor, a second bias,
 // relu_backward (cuBLASLt's dReLU reads a ReLU bit mask, which Alloy does not keep between
-// segments), an f32 result from a 16-bit product (the fusion rounds the product first), ...
+// segments), an f32 result from a 16-bit product (the fusion rounds the product first), GELU and
+// dGELU on f32 results (cuBLASLt's GELU is not accurate to f32 rounding), ...
 //
 // Precondition: a valid fusion; the matmul's output is bf16, f16 or f32.
 // Postcondition: the values between the taken ops are used nowhere else (except the

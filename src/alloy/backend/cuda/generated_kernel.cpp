@@ -197,6 +197,11 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     v.threads = threads;
     // registers per thread for one cached leaf; only leaves read by several passes are cached
     v.items = (items * v.vector <= 64) ? int(std::max<int64_t>(items, 1)) : 0;
+    static const int min_blocks = [] {
+      const char* env = std::getenv("ALLOY_ROW_MIN_BLOCKS");
+      return env ? std::clamp(std::atoi(env), 0, 16) : 0;
+    }();
+    v.min_blocks = min_blocks;
     // Short rows (up to 8 vectors a lane): a warp per row, 8 rows a block, no block barriers.
     int64_t lane_items = (slots + 31) / 32;
     if (lane_items <= 8 && rows >= 64 && !std::getenv("ALLOY_NO_WARP_ROWS")) {

@@ -1,8 +1,14 @@
 #include "alloy/backend/cuda/matmul_segment.h"
 
+#include <algorithm>
+
 #include "alloy/backend/cpu/reference_ops.h"
 #include "alloy/backend/cuda/cublaslt_matmul.h"
+#include "alloy/backend/cuda/generated_kernel.h"
 #include "alloy/backend/cuda/strided_copy.h"
+#include "alloy/passes/matmul_epilogue.h"
+#include "alloy/runtime/views.h"
+#include "alloy/segment/schedulers/kernel_analysis.h"
 
 namespace alloy::cuda {
 namespace {
@@ -20,6 +26,24 @@ std::optional<MatrixLayout> matrix_layout(const Tensor& t) {
   if (cs == 1 || cols == 1) return MatrixLayout{false, rows == 1 ? std::max<int64_t>(cols, 1) : rs};
   if (rs == 1 || rows == 1) return MatrixLayout{true, cols == 1 ? std::max<int64_t>(rows, 1) : cs};
   return std::nullopt;
+}
+
+// The row stride of t seen as a row-major [m, n] matrix with unit column stride, or nullopt.
+std::optional<int64_t> row_stride(const Tensor& t, int64_t m, int64_t n) {
+  Tensor v = t.view({m, n});
+  if (!v.defined() || (n > 1 && v.stride(1) != 1)) return std::nullopt;
+  return m == 1 ? n : v.stride(0);
+}
+
+// The address of t's elements when they are one packed vector of `length` (broadcast axes allowed).
+void* vector_pointer(const Tensor& t, int64_t length) {
+  int64_t found = 1;
+  for (int d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 1 || t.stride(d) == 0) continue;
+    if (t.stride(d) != 1 || found != 1) return nullptr;
+    found = t.size(d);
+  }
+  return found == length ? t.data() : nullptr;
 }
 
 Tensor insert_axis(const Tensor& t, int at) {
@@ -60,45 +84,90 @@ std::optional<int64_t> uniform_stride(const std::vector<int64_t>& offsets) {
   return s;
 }
 
+MatmulEpilogue cublas_epilogue(EpilogueKind kind) {
+  switch (kind) {
+    case EpilogueKind::none: return MatmulEpilogue::none;
+    case EpilogueKind::bias: return MatmulEpilogue::bias;
+    case EpilogueKind::relu: return MatmulEpilogue::relu;
+    case EpilogueKind::relu_bias: return MatmulEpilogue::relu_bias;
+    case EpilogueKind::gelu: return MatmulEpilogue::gelu;
+    case EpilogueKind::gelu_bias: return MatmulEpilogue::gelu_bias;
+    case EpilogueKind::gelu_aux: return MatmulEpilogue::gelu_aux;
+    case EpilogueKind::gelu_aux_bias: return MatmulEpilogue::gelu_aux_bias;
+    case EpilogueKind::dgelu: return MatmulEpilogue::dgelu;
+    case EpilogueKind::dgelu_bgrad: return MatmulEpilogue::dgelu_bgrad;
+    case EpilogueKind::bgrad_a: return MatmulEpilogue::bgrad_a;
+    case EpilogueKind::bgrad_b: return MatmulEpilogue::bgrad_b;
+  }
+  internal_error("bad EpilogueKind ", int(kind));
+}
+
+// The matmul alone, for a "matmul" segment made without the epilogue pass.
+std::shared_ptr<const EpilogueMatch> plain_match(const Segment& s) {
+  auto m = std::make_shared<EpilogueMatch>();
+  m->matmul = s.ops.at(0);
+  m->ops = s.ops;
+  m->product = m->result = m->matmul->outputs[0];
+  return m;
+}
+
+// The matmul op's GEMM in row-major terms before any epilogue: one call (uniform batch strides)
+// or one call per batch entry. Holds the operands (packed copies where cuBLASLt cannot stride).
+struct Gemm {
+  MatmulDesc desc;
+  Tensor a, b;
+  std::vector<int64_t> a_offsets, b_offsets;  // non-empty: one call per batch entry
+  bool single() const { return desc.batch == 1 && a_offsets.empty(); }
+};
+
+// Where `v` lives for this run: its preallocated buffer, or a fresh one when nothing outside the
+// segment reads it (an intermediate the fallback path needs).
+Tensor& buffer_for(host_ir::RunState& state, const Value* v, const Stream& stream) {
+  Tensor& t = state.values[v->id];
+  if (!t.defined()) t = cuda_empty(v->dtype(), state.concrete_shape(v), stream);
+  return t;
+}
+
 class MatmulSegment final : public host_ir::SegmentExecutable {
  public:
-  explicit MatmulSegment(const Segment& s) : op_(s.ops.at(0)) {}
+  explicit MatmulSegment(const Segment& s) : match_(s.epilogue ? s.epilogue : plain_match(s)), op_(match_->matmul) {
+    kind_ = match_->kind;
+    if (kind_ == EpilogueKind::none && op_->kind == OpKind::linear && op_->inputs.size() == 3) kind_ = EpilogueKind::bias;
+    bias_ = match_->bias ? match_->bias : kind_ == EpilogueKind::bias ? op_->inputs[2] : nullptr;
+    prepare_epilogue_kernel(s);
+  }
 
   void run(host_ir::RunState& state) override {
     Stream stream = Stream::current(state.device.index);
-    const Tensor& out = state.at(op_->outputs[0]);
-    if (out.numel() == 0) return;
-    std::optional<MatmulRefusal> refusal =
-        op_->kind == OpKind::linear ? run_linear(state, out, stream) : run_matmul_op(state, out, stream);
-    if (refusal) run_on_host(state, stream);
+    for (const Op* view : match_->operand_views) make_host_view(*view, state, stream);
+    // Empty operands or products (k = 0 included) go to the fallback, which handles them.
+    int64_t product_numel = 1;
+    for (int64_t n : state.concrete_shape(match_->product)) product_numel *= n;
+    std::optional<Gemm> gemm;
+    if (product_numel > 0 && state.at(op_->inputs[0]).numel() > 0 && state.at(op_->inputs[1]).numel() > 0)
+      gemm = op_->kind == OpKind::linear ? linear_gemm(state, stream) : matmul_gemm(state, stream);
+    if (gemm && !run_fused(state, *gemm, stream)) return;
+    run_fallback(state, gemm ? &*gemm : nullptr, stream);
   }
 
+  std::string source() const override { return epilogue_kernel_ ? epilogue_kernel_->source() : std::string(); }
+
  private:
-  std::optional<MatmulRefusal> run_linear(host_ir::RunState& state, const Tensor& out, const Stream& stream) {
+  // ---- the GEMM's operands ----
+
+  Gemm linear_gemm(host_ir::RunState& state, const Stream& stream) {
     Tensor x = state.at(op_->inputs[0]), w = state.at(op_->inputs[1]);
     int64_t k = x.size(x.dim() - 1);
-    int64_t m = x.numel() / std::max<int64_t>(k, 1);
+    int64_t m = x.numel() / k;
     Tensor x2 = x.view({m, k});
     if (!x2.defined() || !matrix_layout(x2)) x2 = contiguous(x, stream).view({m, k});
     // B = w^T: [k, n] viewed from w [n, k] (or a 1-D w as [k, 1])
     Tensor b = w.dim() == 2 ? w.permute({1, 0}) : insert_axis(w, 1);
     if (!matrix_layout(b)) b = contiguous(b, stream);
-    int64_t n = b.size(1);
-    MatmulDesc desc = base_desc(x2.dtype(), m, n, k, *matrix_layout(x2), *matrix_layout(b));
-    MatmulArgs args;
-    args.a = x2.data();
-    args.b = b.data();
-    args.d = out.data();
-    if (op_->inputs.size() == 3) {
-      const Tensor& bias = state.at(op_->inputs[2]);
-      if (bias.numel() != n || (bias.dim() == 1 && bias.stride(0) != 1)) return MatmulRefusal{"bias does not cover the output features"};
-      desc.epilogue = MatmulEpilogue::bias;
-      args.bias = bias.data();
-    }
-    return run_matmul(desc, args, stream);
+    return Gemm{base_desc(x2.dtype(), m, b.size(1), k, *matrix_layout(x2), *matrix_layout(b)), x2, b, {}, {}};
   }
 
-  std::optional<MatmulRefusal> run_matmul_op(host_ir::RunState& state, const Tensor& out, const Stream& stream) {
+  Gemm matmul_gemm(host_ir::RunState& state, const Stream& stream) {
     Tensor a = state.at(op_->inputs[0]), b = state.at(op_->inputs[1]);
     if (a.dim() == 1) a = insert_axis(a, 0);
     if (b.dim() == 1) b = insert_axis(b, 1);
@@ -117,34 +186,21 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
     int batch_rank = std::max(a.dim(), b.dim()) - 2;
     for (int d = 0; d < batch_rank; ++d) {
       int da = d - (batch_rank - (a.dim() - 2)), db = d - (batch_rank - (b.dim() - 2));
-      int64_t sa = da >= 0 ? a.size(da) : 1, sb = db >= 0 ? b.size(db) : 1;
-      batch.push_back(std::max(sa, sb));
+      batch.push_back(std::max(da >= 0 ? a.size(da) : 1, db >= 0 ? b.size(db) : 1));
     }
     std::vector<int64_t> off_a = batch_offsets(a, batch), off_b = batch_offsets(b, batch);
-    int64_t count = int64_t(off_a.size());
-    MatmulDesc desc = base_desc(a.dtype(), m, n, k, *matrix_layout(a), *matrix_layout(b));
+    Gemm g{base_desc(a.dtype(), m, n, k, *matrix_layout(a), *matrix_layout(b)), a, b, {}, {}};
     auto sa = uniform_stride(off_a), sb = uniform_stride(off_b);
-    size_t elem = size_t(dtype_size(a.dtype()));
-    auto at = [&](const Tensor& t, int64_t off) { return static_cast<const char*>(t.data()) + off * elem; };
     if (sa && sb) {
-      desc.batch = count;
-      desc.stride_a = *sa;
-      desc.stride_b = *sb;
-      desc.stride_d = m * n;
-      MatmulArgs args;
-      args.a = a.data();
-      args.b = b.data();
-      args.d = out.data();
-      return run_matmul(desc, args, stream);
+      g.desc.batch = int64_t(off_a.size());
+      g.desc.stride_a = *sa;
+      g.desc.stride_b = *sb;
+      g.desc.stride_d = m * n;
+    } else {
+      g.a_offsets = std::move(off_a);
+      g.b_offsets = std::move(off_b);
     }
-    for (int64_t i = 0; i < count; ++i) {
-      MatmulArgs args;
-      args.a = at(a, off_a[i]);
-      args.b = at(b, off_b[i]);
-      args.d = static_cast<char*>(out.data()) + i * m * n * elem;
-      if (auto refusal = run_matmul(desc, args, stream)) return refusal;
-    }
-    return std::nullopt;
+    return g;
   }
 
   static MatmulDesc base_desc(DType dtype, int64_t m, int64_t n, int64_t k, MatrixLayout a, MatrixLayout b) {
@@ -161,15 +217,133 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
     return desc;
   }
 
-  // What cuBLASLt refuses still runs: through the host reference.
-  void run_on_host(host_ir::RunState& state, const Stream& stream) {
-    std::vector<Tensor> inputs;
-    for (Value* in : op_->inputs) inputs.push_back(to_host(state.at(in), stream));
-    auto outputs = run_reference_op(*op_, inputs, {state.concrete_shape(op_->outputs[0])});
-    copy_d2d(state.at(op_->outputs[0]), to_device(outputs[0], stream), stream);
+  // Runs the GEMM with `desc` into args.d (all batch entries).
+  static std::optional<MatmulRefusal> launch(const Gemm& g, const MatmulDesc& desc, MatmulArgs args, const Stream& stream) {
+    args.a = g.a.data();
+    args.b = g.b.data();
+    if (g.a_offsets.empty()) return run_matmul(desc, args, stream);
+    size_t in_elem = size_t(dtype_size(desc.a_dtype)), out_elem = size_t(dtype_size(desc.d_dtype));
+    char* d = static_cast<char*>(args.d);
+    for (size_t i = 0; i < g.a_offsets.size(); ++i) {
+      args.a = static_cast<const char*>(g.a.data()) + g.a_offsets[i] * in_elem;
+      args.b = static_cast<const char*>(g.b.data()) + g.b_offsets[i] * in_elem;
+      args.d = d + int64_t(i) * desc.m * desc.n * out_elem;
+      if (auto refusal = run_matmul(desc, args, stream)) return refusal;
+    }
+    return std::nullopt;
   }
 
+  // ---- the fused call ----
+
+  // One cuBLASLt call for the matmul and every op the epilogue took; a refusal leaves nothing written.
+  std::optional<MatmulRefusal> run_fused(host_ir::RunState& state, const Gemm& g, const Stream& stream) {
+    MatmulEpilogue e = cublas_epilogue(kind_);
+    if (e != MatmulEpilogue::none && !g.single()) return MatmulRefusal{"epilogues are used on a single GEMM only"};
+    MatmulDesc desc = g.desc;
+    desc.epilogue = e;
+    desc.c_dtype = desc.d_dtype = match_->result->dtype();
+    MatmulArgs args;
+    Tensor& d = buffer_for(state, match_->result, stream);
+    args.d = d.data();
+    if (g.single()) {
+      auto ldd = row_stride(d, desc.m, desc.n);
+      if (!ldd) return MatmulRefusal{"the result is not a row-major matrix"};
+      desc.ldd = *ldd;
+    }
+    if (epilogue_uses_bias(e)) {
+      const Tensor& bias = epilogue_writes_bias(e) ? buffer_for(state, bias_, stream) : state.at(bias_);
+      args.bias = vector_pointer(bias, e == MatmulEpilogue::bgrad_a ? desc.m : desc.n);
+      if (!args.bias) return MatmulRefusal{"the bias " + bias_->name + " is not one packed vector"};
+      desc.bias_dtype = bias.dtype();
+    }
+    if (epilogue_uses_aux(e)) {
+      const Value* aux = match_->aux;
+      bool written = kind_ == EpilogueKind::gelu_aux || kind_ == EpilogueKind::gelu_aux_bias;
+      const Tensor& t = written ? buffer_for(state, aux, stream) : state.at(aux);
+      auto ld = row_stride(t, desc.m, desc.n);
+      if (!ld) return MatmulRefusal{"the aux matrix " + aux->name + " is not a row-major matrix"};
+      args.aux = t.data();
+      desc.aux_ld = *ld;
+      desc.aux_dtype = t.dtype();
+    }
+    return launch(g, desc, args, stream);
+  }
+
+  // ---- the fallback: the plain GEMM (or the host reference), then the epilogue's ops ----
+
+  void run_fallback(host_ir::RunState& state, const Gemm* g, const Stream& stream) {
+    Tensor& p = buffer_for(state, match_->product, stream);
+    if (p.numel() > 0) {
+      bool done = false;
+      // Retry on cuBLASLt without the epilogue, unless that is the call that was just refused.
+      if (g && !match_->epilogue_ops.empty()) {
+        MatmulDesc desc = g->desc;
+        MatmulArgs args;
+        args.d = p.data();
+        if (op_->kind == OpKind::linear && op_->inputs.size() == 3) {
+          desc.epilogue = MatmulEpilogue::bias;
+          args.bias = vector_pointer(state.at(op_->inputs[2]), desc.n);
+        }
+        done = (desc.epilogue == MatmulEpilogue::none || args.bias) && !launch(*g, desc, args, stream);
+      }
+      if (!done) run_op_on_host(*op_, state, stream);
+    }
+    if (epilogue_kernel_) epilogue_kernel_->run(state);
+    else
+      for (const Op* op : match_->epilogue_ops) run_op_on_host(*op, state, stream);
+  }
+
+  // The epilogue's ops as one generated kernel, when they make one.
+  void prepare_epilogue_kernel(const Segment& s) {
+    if (match_->epilogue_ops.empty()) return;
+    Segment sub;
+    sub.id = s.id;
+    sub.ops = match_->epilogue_ops;
+    for (const Op* op : sub.ops)
+      for (Value* in : op->inputs) {
+        bool inside = in->producer && std::find(sub.ops.begin(), sub.ops.end(), in->producer) != sub.ops.end();
+        if (!in->literal && !inside && std::find(sub.inputs.begin(), sub.inputs.end(), in) == sub.inputs.end())
+          sub.inputs.push_back(in);
+      }
+    for (Value* out : s.outputs)
+      if (out->producer && out->producer != op_ && std::find(sub.ops.begin(), sub.ops.end(), out->producer) != sub.ops.end())
+        sub.outputs.push_back(out);
+    if (sub.outputs.empty()) return;
+    auto analysis = analyze_kernel(sub.ops, sub.inputs, sub.outputs);
+    if (auto* a = std::get_if<KernelAnalysis>(&analysis)) epilogue_kernel_ = make_generated_kernel(sub, std::move(*a));
+  }
+
+  static void make_host_view(const Op& view, host_ir::RunState& state, const Stream& stream) {
+    const Tensor& in = state.at(view.inputs[0]);
+    std::vector<int64_t> sizes = state.concrete_shape(view.outputs[0]);
+    Tensor t = apply_view(view, in, sizes);
+    if (!t.defined()) t = contiguous(in, stream).view(sizes);
+    state.values[view.outputs[0]->id] = t;
+  }
+
+  // One op through the host reference; its outputs land in their device buffers.
+  static void run_op_on_host(const Op& op, host_ir::RunState& state, const Stream& stream) {
+    std::vector<Tensor> inputs;
+    for (Value* in : op.inputs) {
+      const Tensor& t = state.at(in);
+      inputs.push_back(t.device().kind == DeviceKind::cpu ? t : to_host(t, stream));
+    }
+    std::vector<std::vector<int64_t>> sizes;
+    for (Value* out : op.outputs) sizes.push_back(state.concrete_shape(out));
+    std::vector<Tensor> outputs = run_reference_op(op, inputs, sizes);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      Tensor& dst = state.values[op.outputs[i]->id];
+      Tensor result = to_device(outputs[i], stream);
+      if (dst.defined() && dst.is_contiguous() && dst.numel() > 0) copy_d2d(dst, result, stream);
+      else dst = result;
+    }
+  }
+
+  std::shared_ptr<const EpilogueMatch> match_;
   const Op* op_;
+  EpilogueKind kind_;
+  const Value* bias_;
+  std::unique_ptr<host_ir::SegmentExecutable> epilogue_kernel_;
 };
 
 }  // namespace

@@ -167,6 +167,8 @@ class Generator {
   }
 
   std::string run() {
+    for (const Op* op : a_.compute_ops)
+      for (Value* in : op->inputs) used_in_kernel_.insert(in);
     os_ << kKernelPrelude << "\n";
     emit_params();
     if (a_.is_reduction()) emit_row_kernel();
@@ -292,10 +294,16 @@ class Generator {
         expr = "alloy_to_int((double)" + ref(op.inputs[0], element) + ")";
       else if (to == "bool") expr = "(" + ref(op.inputs[0], element) + " != 0)";
       else expr = "((" + to + ")" + ref(op.inputs[0], element) + ")";
+    } else if (op.kind == OpKind::div && std::string(ct) == "float" && a_.is_reduction() && !op.inputs[1]->literal &&
+               a_.layout.count(op.inputs[1]) && a_.at(op.inputs[1]).per_row && !a_.at(op.outputs[0]).per_row) {
+      // x / row_value in the per-element loop: one reciprocal per row, a multiply per element
+      // (within an f32 ulp of the quotient)
+      expr = "(" + args[0] + " * (1.0f / " + args[1] + "))";
     } else {
       expr = pointwise_expr(op, args, ct);
     }
-    expr = round_to_dtype(out->dtype(), expr);
+    // a value only stored is rounded by the store itself
+    if (used_in_kernel_.count(out)) expr = round_to_dtype(out->dtype(), expr);
     os_ << indent << out_ct << " v" << out->id << " = (" << out_ct << ")(" << expr << ");\n";
     if (auto it = cache_pass_.find(out); it != cache_pass_.end() && it->second == current_pass_)
       os_ << indent << "C" << out->id << element << ".v[e] = v" << out->id << ";\n";
@@ -421,7 +429,9 @@ class Generator {
   };
 
   void emit_row_kernel() {
-    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads << ") " << name_ << "(const Params p) {\n";
+    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads;
+    if (v_.min_blocks > 0) os_ << ", " << v_.min_blocks;
+    os_ << ") " << name_ << "(const Params p) {\n";
     os_ << "  __shared__ double alloy_smem[99];\n";
     if (v_.rows_per_block > 0) {  // one warp per row: reductions are shuffles, no block barrier
       os_ << "  const int tid = threadIdx.x & 31;\n";
@@ -654,6 +664,7 @@ class Generator {
   std::set<int> cached_;   // leaves held in registers across passes
   std::map<const Value*, int> cache_pass_;  // computed values held in registers, by the pass that computes them
   int current_pass_ = 0;   // the stage being emitted; the stage count for the final pass
+  std::set<const Value*> used_in_kernel_;  // values some op of the kernel reads
   bool two_pass_ = false;  // var_mean as a sum, then squared deviations, over cached rows
 
   int lanes() const { return v_.rows_per_block ? 32 : v_.threads; }
@@ -670,7 +681,8 @@ class Generator {
 
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
-         std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") + "_" +
+         std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + "_" +
          leaf_modes;
 }
 

@@ -16,6 +16,7 @@ struct KernelVariant {
   int threads = 256;   // block size
   int items = 0;       // row kernels: vectors per thread held in registers; 0 = re-read each pass
   int rows_per_block = 0;  // row kernels: 0 = a block per row; N = one warp per row, N warps a block
+  int min_blocks = 0;      // row kernels: blocks an SM must fit (__launch_bounds__'s second argument); 0 = no cap
   // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
   // (stride 1), 'b' one value for the whole vector (stride 0).
   std::string leaf_modes;

@@ -1,0 +1,223 @@
+// Every matmul epilogue pattern, taken or not, on the GPU against the CPU reference, in bf16 and
+// f32, with sizes that make cuBLASLt refuse at run time (aux leading dimensions that are not a
+// multiple of 8, a bias that is not one packed vector) so the fallback path runs too. Which
+// pattern is taken is checked without a GPU in tests/passes/matmul_epilogue_test.cpp. Skips
+// without a GPU.
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace alloy {
+namespace {
+
+using testing::expect_gpu_matches_cpu;
+
+// `text` with every "DT" replaced by `dtype`.
+std::string with_dtype(std::string text, const std::string& dtype) {
+  for (size_t at = text.find("DT"); at != std::string::npos; at = text.find("DT", at + dtype.size()))
+    text.replace(at, 2, dtype);
+  return text;
+}
+
+void expect_in_both_dtypes(const std::string& text, const Bindings& sizes) {
+  for (const char* dtype : {"bf16", "f32"}) {
+    SCOPED_TRACE(dtype);
+    expect_gpu_matches_cpu(with_dtype(text, dtype), sizes);
+  }
+}
+
+// ---- forward: taken ----
+
+TEST(MatmulEpilogueGpu, LinearBiasTanhGelu) {
+  const char* text = R"(fusion f(x: DT[T, K], w: DT[N, K], b: DT[N]) {
+  h = linear(x, w, b)
+  g = gelu(h, approximate="tanh")
+  return g
+})";
+  expect_in_both_dtypes(text, {{"T", 37}, {"K", 64}, {"N", 128}});
+  expect_in_both_dtypes(text, {{"T", 5}, {"K", 33}, {"N", 30}});  // odd K and N
+}
+
+TEST(MatmulEpilogueGpu, PreActivationReturned_AuxOutput) {
+  const char* text = R"(fusion f(x: DT[T, K], w: DT[N, K], b: DT[N]) {
+  h = linear(x, w, b)
+  g = gelu(h, approximate="tanh")
+  return g, h
+})";
+  expect_in_both_dtypes(text, {{"T", 37}, {"K", 64}, {"N", 128}});
+  // N = 100: the aux leading dimension is not a multiple of 8, cuBLASLt refuses, the fallback runs
+  expect_in_both_dtypes(text, {{"T", 16}, {"K", 64}, {"N", 100}});
+}
+
+TEST(MatmulEpilogueGpu, MatmulGeluAuxWithoutBias) {
+  expect_in_both_dtypes(R"(fusion f(a: DT[B, S, K], b: DT[K, N]) {
+  p = matmul(a, b)
+  g = gelu(p, approximate="tanh")
+  return g, p
+})", {{"B", 2}, {"S", 9}, {"K", 40}, {"N", 64}});
+}
+
+TEST(MatmulEpilogueGpu, BroadcastInDimBiasAndRelu) {
+  expect_in_both_dtypes(R"(fusion f(a: DT[M, K], b: DT[K, N], v: DT[N]) {
+  p = matmul(a, b)
+  vb = broadcast_in_dim(v, shape=[M, N], broadcast_dims=[1])
+  y = add(p, vb)
+  r = relu(y)
+  return r
+})", {{"M", 33}, {"K", 48}, {"N", 72}});
+}
+
+TEST(MatmulEpilogueGpu, NumpyBroadcastBiasOverABatchedActivation) {
+  expect_in_both_dtypes(R"(fusion f(a: DT[B, S, K], b: DT[K, N], v: DT[N]) {
+  p = matmul(a, b)
+  y = add(v, p)
+  return y
+})", {{"B", 3}, {"S", 5}, {"K", 16}, {"N", 24}});
+}
+
+TEST(MatmulEpilogueGpu, OutputCastRoundTripWritesBf16Directly) {
+  expect_gpu_matches_cpu(R"(fusion f(x: bf16[T, 64], w: bf16[96, 64], b: f32[96]) {
+  p = linear(x, w)
+  p32 = cast(p, dtype=f32)
+  h = add(p32, b)
+  g = gelu(h, approximate="tanh")
+  y = cast(g, dtype=bf16)
+  return y
+})", {{"T", 21}});
+}
+
+TEST(MatmulEpilogueGpu, BiasComputedAfterTheMatmul) {
+  expect_in_both_dtypes(R"(fusion f(a: DT[M, 32], b: DT[32, 48], v: DT[48]) {
+  p = matmul(a, b)
+  e = exp(v)
+  y = add(p, e)
+  return y
+})", {{"M", 10}});
+}
+
+TEST(MatmulEpilogueGpu, StridedBiasIsNotOnePackedVector_FallsBack) {
+  expect_in_both_dtypes(R"(fusion f(a: DT[M, 32], b: DT[32, 48], v: DT[96]) {
+  p = matmul(a, b)
+  vs = slice(v, starts=[0], ends=[96], steps=[2])
+  y = add(p, vs)
+  g = gelu(y, approximate="tanh")
+  return g
+})", {{"M", 12}});
+}
+
+// ---- forward: not taken ----
+
+TEST(MatmulEpilogueGpu, PatternsNotTakenStillMatch) {
+  const char* texts[] = {
+      R"(fusion f(x: DT[T, 64], w: DT[96, 64], b: DT[96]) {
+  h = linear(x, w, b)
+  g = gelu(h, approximate="none")
+  return g
+})",
+      R"(fusion f(x: DT[T, 64], w: DT[96, 64], b: DT[96]) {
+  h = linear(x, w, b)
+  s = silu(h)
+  return s
+})",
+      R"(fusion f(a: DT[T, 32], b: DT[32, 48], c: DT[T, 48]) {
+  p = matmul(a, b)
+  y = add(p, c)
+  return y
+})",
+      R"(fusion f(x: DT[T, 64], w: DT[96, 64], b: DT[96]) {
+  h = linear(x, w, b)
+  r = relu(h)
+  return r, h
+})",
+      R"(fusion f(a: DT[B, T, 32], b: DT[B, 32, 48], v: DT[48]) {
+  p = matmul(a, b)
+  y = add(p, v)
+  return y
+})",
+      R"(fusion f(a: DT[T, 32], b: DT[32, 48], v: DT[48]) {
+  p = matmul(a, b)
+  y = add(p, v)
+  return y, p
+})",
+  };
+  for (const char* text : texts) {
+    SCOPED_TRACE(text);
+    expect_in_both_dtypes(text, {{"T", 19}, {"B", 2}});
+  }
+}
+
+TEST(MatmulEpilogueGpu, WideResultWithoutCastBack) {
+  expect_gpu_matches_cpu(R"(fusion f(x: bf16[T, 64], w: bf16[96, 64]) {
+  p = linear(x, w)
+  p32 = cast(p, dtype=f32)
+  g = gelu(p32, approximate="tanh")
+  return g
+})", {{"T", 11}});
+}
+
+// ---- backward ----
+
+TEST(MatmulEpilogueGpu, DgeluWithBiasGradient) {
+  const char* text = R"(fusion f(dy: DT[T, C], w: DT[C, H], h: DT[T, H]) {
+  dg = matmul(dy, w)
+  dh = gelu_backward(dg, h, approximate="tanh")
+  db = sum(dh, dims=[0])
+  return dh, db
+})";
+  expect_in_both_dtypes(text, {{"T", 24}, {"C", 48}, {"H", 64}});
+  // H = 100: the aux leading dimension is not a multiple of 8: the fallback runs
+  expect_in_both_dtypes(text, {{"T", 24}, {"C", 48}, {"H", 100}});
+}
+
+TEST(MatmulEpilogueGpu, DgeluAlone) {
+  expect_in_both_dtypes(R"(fusion f(dy: DT[T, C], w: DT[C, H], h: DT[T, H]) {
+  dg = matmul(dy, w)
+  dh = gelu_backward(dg, h, approximate="tanh")
+  return dh
+})", {{"T", 17}, {"C", 32}, {"H", 80}});
+}
+
+TEST(MatmulEpilogueGpu, WeightGradientsWithBiasGradients) {
+  expect_in_both_dtypes(R"(fusion f(x: DT[T, K], dy: DT[T, N]) {
+  dy_t = permute(dy, dims=[1, 0])
+  dw = matmul(dy_t, x)
+  db = sum(dy, dims=[0])
+  x_t = permute(x, dims=[1, 0])
+  dw_t = matmul(x_t, dy)
+  return dw, db, dw_t
+})", {{"T", 40}, {"K", 32}, {"N", 48}});
+  expect_in_both_dtypes(R"(fusion f(x: DT[T, K], dy: DT[T, N]) {
+  x_t = permute(x, dims=[1, 0])
+  dw_t = matmul(x_t, dy)
+  db = sum(dy, dims=[0])
+  return dw_t, db
+})", {{"T", 40}, {"K", 24}, {"N", 36}});
+}
+
+TEST(MatmulEpilogueGpu, BackwardPatternsNotTaken) {
+  expect_in_both_dtypes(R"(fusion f(dy: DT[T, 32], w: DT[32, 64], h: DT[T, 64]) {
+  dg = matmul(dy, w)
+  dh = relu_backward(dg, h)
+  db = sum(dh, dims=[0])
+  return dh, db
+})", {{"T", 20}});
+  expect_in_both_dtypes(R"(fusion f(dy: DT[T, 32], w: DT[32, 64], h: DT[T, 64]) {
+  dg = matmul(dy, w)
+  dh = gelu_backward(dg, h)
+  return dh
+})", {{"T", 20}});
+}
+
+TEST(MatmulEpilogueGpu, MlpBackwardExample) {
+  std::string text = testing::read_file(testing::source_path("examples/mlp_backward.fusion"));
+  expect_gpu_matches_cpu(text, {{"T", 16}});
+  // the same program in f32 at a smaller width
+  std::string small = text;
+  for (auto [from, to] : {std::pair<std::string, std::string>{"bf16", "f32"}, {"3072", "256"}, {"768", "64"}})
+    for (size_t at = small.find(from); at != std::string::npos; at = small.find(from, at + to.size()))
+      small.replace(at, from.size(), to);
+  expect_gpu_matches_cpu(small, {{"T", 40}});
+}
+
+}  // namespace
+}  // namespace alloy
