@@ -112,7 +112,7 @@ double rms(const Tensor& t) {
                                        << first.str();
 }
 
-void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& sizes, uint64_t seed) {
+void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& sizes, uint64_t seed, double scale) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU available: " << cuda::cuda_unavailable_reason();
   auto cpu_fusion = parse_fusion(fusion_text, "test.fusion", std::nullopt);
   auto gpu_fusion = parse_fusion(fusion_text, "test.fusion", std::nullopt);
@@ -127,7 +127,7 @@ void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& size
   gpu.synchronize();
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < actual.size(); ++i)
-    EXPECT_TRUE(tensors_close(actual[i], expected[i])) << "output " << i << " of\n" << fusion_text << "\nsegments:\n" << gpu.dump("segments");
+    EXPECT_TRUE(tensors_close(actual[i], expected[i], scale)) << "output " << i << " of\n" << fusion_text << "\nsegments:\n" << gpu.dump("segments");
 }
 
 }  // namespace alloy::testing

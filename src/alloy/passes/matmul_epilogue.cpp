@@ -1,5 +1,7 @@
 #include "alloy/passes/matmul_epilogue.h"
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <map>
 
@@ -473,7 +475,24 @@ std::string EpilogueMatch::note() const {
 
 EpilogueMatch match_matmul_epilogue(const Fusion& fusion, const Op& matmul, const std::set<const Op*>& taken) {
   ALLOY_CHECK(matmul.kind == OpKind::matmul || matmul.kind == OpKind::linear, "not a matmul: ", op_name(matmul.kind));
-  return Matcher(fusion, matmul, taken).run();
+  EpilogueMatch match = Matcher(fusion, matmul, taken).run();
+  // ALLOY_DISABLE_EPILOGUES="bgrad_a,dgelu_bgrad" refuses those kinds: for A/B timing only.
+  static const std::string disabled = [] {
+    const char* env = std::getenv("ALLOY_DISABLE_EPILOGUES");
+    return env ? "," + std::string(env) + "," : std::string();
+  }();
+  if (match.kind != EpilogueKind::none && disabled.find("," + std::string(epilogue_kind_name(match.kind)) + ",") != std::string::npos) {
+    EpilogueMatch plain;
+    plain.matmul = match.matmul;
+    plain.operand_views = match.operand_views;
+    plain.ops = match.operand_views;
+    plain.ops.push_back(match.matmul);
+    plain.product = plain.result = match.product;
+    plain.not_taken.push_back({match.epilogue_ops.empty() ? match.matmul : match.epilogue_ops.front(),
+                               std::string(epilogue_kind_name(match.kind)) + " disabled by ALLOY_DISABLE_EPILOGUES"});
+    return plain;
+  }
+  return match;
 }
 
 }  // namespace alloy

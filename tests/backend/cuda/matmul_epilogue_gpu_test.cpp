@@ -152,7 +152,7 @@ TEST(MatmulEpilogueGpu, WideResultWithoutCastBack) {
   p32 = cast(p, dtype=f32)
   g = gelu(p32, approximate="tanh")
   return g
-})", {{"T", 11}});
+})", {{"T", 11}}, 7, /*scale: p is a bf16 GEMM result*/ 100);
 }
 
 // ---- backward ----

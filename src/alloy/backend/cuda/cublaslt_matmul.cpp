@@ -230,7 +230,9 @@ void choose_algorithm(Plan& plan, const PlanKey& key, const MatmulArgs& args) {
   cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_for(key.device), plan.op, plan.layout_a, plan.layout_b,
                                                          plan.layout_c, plan.layout_d, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
+  // INVALID_VALUE here means the combination (e.g. an f32 bias with a bf16 result for this
+  // epilogue) is not one cuBLASLt takes: a refusal, so the caller falls back.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
     plan.why = "cuBLASLt matmul " + d.str() + ": cuBLASLt has no algorithm for this case";
     return;
   }

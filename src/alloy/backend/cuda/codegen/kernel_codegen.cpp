@@ -375,7 +375,7 @@ class Generator {
   }
 
   // Stores outputs that vary per element; `values[k]` is the register name of output k at element e.
-  void emit_vector_stores(const std::string& offset_prefix, const std::string& indent,
+  void emit_vector_stores(const std::string& offset_prefix, const std::string& indent, const std::string& element,
                           const std::function<void(const std::string&)>& compute_element) {
     std::vector<int> stored;
     for (size_t k = 0; k < a_.outputs.size(); ++k)
@@ -385,7 +385,7 @@ class Generator {
     os_ << indent << "#pragma unroll\n" << indent << "for (int e = 0; e < " << v_.vector << "; ++e) {\n";
     compute_element(indent + "  ");
     for (int k : stored)
-      os_ << indent << "  w" << k << ".v[e] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
+      os_ << indent << "  w" << k << ".v[e] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], element)) << ";\n";
     os_ << indent << "}\n";
     for (int k : stored) {
       std::string ptr = "p.o" + std::to_string(k) + " + " + offset_prefix + "o" + std::to_string(k);
@@ -414,7 +414,7 @@ class Generator {
     emit_leaf_arrays("L", "", "    ", cached_);
     emit_leaf_loads("L", "", "off_", "    ", cached_);
     auto ops = element_ops_for(element_outputs());
-    emit_vector_stores("off_", "    ", [&](const std::string& indent) {
+    emit_vector_stores("off_", "    ", "", [&](const std::string& indent) {
       for (const Op* op : ops) emit_op(*op, "", indent);
     });
     os_ << "  }\n}\n";
@@ -545,7 +545,7 @@ class Generator {
       emit_leaf_arrays("U", "", in + "    ", uncached);
       emit_leaf_loads("U", "", "co_", in + "    ", uncached);
       if (store) {
-        emit_vector_stores("co_", in + "    ", [&](const std::string& indent) { element(indent, "[it]"); });
+        emit_vector_stores("co_", in + "    ", "[it]", [&](const std::string& indent) { element(indent, "[it]"); });
       } else {
         os_ << in << "    #pragma unroll\n" << in << "    for (int e = 0; e < " << v_.vector << "; ++e) {\n";
         element(in + "      ", "[it]");
@@ -562,7 +562,7 @@ class Generator {
     emit_leaf_arrays("U", "", in + "  ", uncached);
     emit_leaf_loads("U", "", "co_", in + "  ", uncached);
     if (store) {
-      emit_vector_stores("co_", in + "  ", [&](const std::string& indent) { element(indent, ""); });
+      emit_vector_stores("co_", in + "  ", "", [&](const std::string& indent) { element(indent, ""); });
     } else {
       os_ << in << "  #pragma unroll\n" << in << "  for (int e = 0; e < " << v_.vector << "; ++e) {\n";
       element(in + "    ", "");
