@@ -9,24 +9,31 @@ class CpuSegment final : public host_ir::SegmentExecutable {
  public:
   explicit CpuSegment(const Segment& segment) : ops_(segment.ops) {}
 
-  void run(host_ir::RunState& state) override {
-    for (const Op* op : ops_) {
-      std::vector<Tensor> inputs;
-      inputs.reserve(op->inputs.size());
-      for (Value* in : op->inputs) inputs.push_back(state.at(in));
-      std::vector<std::vector<int64_t>> sizes;
-      for (Value* out : op->outputs) sizes.push_back(state.concrete_shape(out));
-      std::vector<Tensor> outputs = run_reference_op(*op, inputs, sizes);
-      ALLOY_CHECK(outputs.size() == op->outputs.size(), "reference kernel returned the wrong number of outputs");
-      for (size_t i = 0; i < outputs.size(); ++i) state.values[op->outputs[i]->id] = std::move(outputs[i]);
-    }
-  }
+  void run(host_ir::RunState& state) override { run_reference_ops(ops_, state); }
 
  private:
   std::vector<const Op*> ops_;
 };
 
 }  // namespace
+
+void run_reference_ops(const std::vector<const Op*>& ops, host_ir::RunState& state, const TensorMove& to_host,
+                       const TensorMove& from_host) {
+  for (const Op* op : ops) {
+    std::vector<Tensor> inputs;
+    inputs.reserve(op->inputs.size());
+    for (Value* in : op->inputs) {
+      const Tensor& t = state.at(in);
+      inputs.push_back(to_host && t.device().kind != DeviceKind::cpu ? to_host(t) : t);
+    }
+    std::vector<std::vector<int64_t>> sizes;
+    for (Value* out : op->outputs) sizes.push_back(state.concrete_shape(out));
+    std::vector<Tensor> outputs = run_reference_op(*op, inputs, sizes);
+    ALLOY_CHECK(outputs.size() == op->outputs.size(), "reference kernel returned the wrong number of outputs");
+    for (size_t i = 0; i < outputs.size(); ++i)
+      state.values[op->outputs[i]->id] = from_host ? from_host(outputs[i]) : std::move(outputs[i]);
+  }
+}
 
 std::unique_ptr<host_ir::SegmentExecutable> make_cpu_executable(const Segment& segment) {
   return std::make_unique<CpuSegment>(segment);

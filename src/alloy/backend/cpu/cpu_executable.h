@@ -1,6 +1,7 @@
 // Segment executables for the CPU: each op of the segment runs through its reference kernel.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "alloy/host_ir/evaluator.h"
@@ -8,5 +9,11 @@
 namespace alloy {
 
 std::unique_ptr<host_ir::SegmentExecutable> make_cpu_executable(const Segment& segment);
+
+// Runs `ops` one by one through the reference kernels, reading and writing `state`. A GPU
+// segment that falls back passes `to_host` for its inputs and `from_host` for its results.
+using TensorMove = std::function<Tensor(const Tensor&)>;
+void run_reference_ops(const std::vector<const Op*>& ops, host_ir::RunState& state, const TensorMove& to_host = {},
+                       const TensorMove& from_host = {});
 
 }  // namespace alloy

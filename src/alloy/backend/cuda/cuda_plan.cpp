@@ -1,6 +1,6 @@
 #include "alloy/backend/cuda/cuda_plan.h"
 
-#include "alloy/backend/cpu/reference_ops.h"
+#include "alloy/backend/cpu/cpu_executable.h"
 #include "alloy/backend/cuda/cuda_api.h"
 #include "alloy/backend/cuda/generated_kernel.h"
 #include "alloy/backend/cuda/matmul_segment.h"
@@ -37,17 +37,8 @@ class CpuFallbackSegment final : public host_ir::SegmentExecutable {
   explicit CpuFallbackSegment(const Segment& s) : ops_(s.ops) {}
   void run(host_ir::RunState& state) override {
     Stream stream = Stream::current(state.device.index);
-    for (const Op* op : ops_) {
-      std::vector<Tensor> inputs;
-      for (Value* in : op->inputs) {
-        const Tensor& t = state.at(in);
-        inputs.push_back(t.device().kind == DeviceKind::cpu ? t : to_host(t, stream));
-      }
-      std::vector<std::vector<int64_t>> sizes;
-      for (Value* out : op->outputs) sizes.push_back(state.concrete_shape(out));
-      std::vector<Tensor> outputs = run_reference_op(*op, inputs, sizes);
-      for (size_t i = 0; i < outputs.size(); ++i) state.values[op->outputs[i]->id] = to_device(outputs[i], stream);
-    }
+    run_reference_ops(ops_, state, [&](const Tensor& t) { return to_host(t, stream); },
+                      [&](const Tensor& t) { return to_device(t, stream); });
   }
 
  private:
