@@ -102,17 +102,17 @@ std::vector<TensorHandle> apply_op(OpKind kind, const std::vector<Operand>& inpu
 // A C++ call site as a SourceLoc ("builder_test.cpp", line, column).
 SourceLoc call_site(const CallSite& site);
 
+// The one-input and two-input pointwise ops, one function each (declared here, defined in
+// builder.cpp from the same list).
+#define ALLOY_BUILDER_POINTWISE_OPS(U, B)                                                     \
+  U(neg) U(abs) U(exp) U(log) U(sqrt) U(rsqrt) U(tanh) U(sigmoid) U(relu) U(silu) U(erf)      \
+  U(reciprocal) U(segment_set)                                                                \
+  B(add) B(sub) B(mul) B(div) B(pow) B(maximum) B(minimum) B(eq) B(ne) B(lt) B(le) B(gt) B(ge)
+
 #define ALLOY_BUILDER_UNARY(name) TensorHandle name(const TensorHandle& x, CallSite site = CallSite::current());
 #define ALLOY_BUILDER_BINARY(name) \
   TensorHandle name(const Operand& a, const Operand& b, CallSite site = CallSite::current());
-ALLOY_BUILDER_UNARY(neg) ALLOY_BUILDER_UNARY(abs) ALLOY_BUILDER_UNARY(exp) ALLOY_BUILDER_UNARY(log)
-ALLOY_BUILDER_UNARY(sqrt) ALLOY_BUILDER_UNARY(rsqrt) ALLOY_BUILDER_UNARY(tanh) ALLOY_BUILDER_UNARY(sigmoid)
-ALLOY_BUILDER_UNARY(relu) ALLOY_BUILDER_UNARY(silu) ALLOY_BUILDER_UNARY(erf) ALLOY_BUILDER_UNARY(reciprocal)
-ALLOY_BUILDER_UNARY(segment_set)
-ALLOY_BUILDER_BINARY(add) ALLOY_BUILDER_BINARY(sub) ALLOY_BUILDER_BINARY(mul) ALLOY_BUILDER_BINARY(div)
-ALLOY_BUILDER_BINARY(pow) ALLOY_BUILDER_BINARY(maximum) ALLOY_BUILDER_BINARY(minimum)
-ALLOY_BUILDER_BINARY(eq) ALLOY_BUILDER_BINARY(ne) ALLOY_BUILDER_BINARY(lt) ALLOY_BUILDER_BINARY(le)
-ALLOY_BUILDER_BINARY(gt) ALLOY_BUILDER_BINARY(ge)
+ALLOY_BUILDER_POINTWISE_OPS(ALLOY_BUILDER_UNARY, ALLOY_BUILDER_BINARY)
 #undef ALLOY_BUILDER_UNARY
 #undef ALLOY_BUILDER_BINARY
 
