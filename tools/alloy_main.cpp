@@ -75,7 +75,7 @@ std::unique_ptr<Fusion> choose_fusion(std::vector<std::unique_ptr<Fusion>> fusio
   user_error_at(file, "has no fusion named '", name, "'; it holds ", fusion_names(fusions));
 }
 
-// ---- alloy check: every error, one fusion at a time ---------------------------------------
+// ---- alloy check: every error, one fusion at a time, every failed statement within it -----
 
 bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
@@ -114,11 +114,7 @@ std::vector<std::string> errors_per_fusion(const std::string& text, const std::s
     std::string alone = text;
     for (size_t i = 0; i < alone.size(); ++i)
       if ((i < starts[k] || i >= starts[k + 1]) && alone[i] != '\n') alone[i] = ' ';
-    try {
-      parse_fusions(alone, file);
-    } catch (const UserError& e) {
-      errors.push_back(e.what());
-    }
+    for (std::string& e : check_fusions(alone, file)) errors.push_back(std::move(e));
   }
   return errors;
 }

@@ -398,3 +398,26 @@ TEST(Parser, Pathological_DeepNestingLongNamesAndHugeNumbers_AreErrorsNotCrashes
 
 }  // namespace
 }  // namespace alloy
+
+namespace alloy {
+namespace {
+
+TEST(CheckFusions, ReportsEveryFailedStatementOnceAndGoesOn) {
+  std::string text =
+      "fusion f(x: f32[4, 8], w: f32[8]) {\n"
+      "  a = exp(x)\n"
+      "  b = addd(a, w)\n"
+      "  c = mul(b, 2.0)\n"
+      "  d = sum(a, dims=[5])\n"
+      "  e = add(a, w)\n"
+      "  return c, e\n"
+      "}\n";
+  std::vector<std::string> errors = check_fusions(text, "bad.fusion");
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_NE(errors[0].find("bad.fusion:3:7: unknown op 'addd'"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("bad.fusion:5:7: sum:"), std::string::npos) << errors[1];
+  EXPECT_TRUE(check_fusions("fusion f(x: f32[2]) {\n  y = exp(x)\n  return y\n}\n", "ok.fusion").empty());
+}
+
+}  // namespace
+}  // namespace alloy

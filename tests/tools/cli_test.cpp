@@ -334,3 +334,30 @@ TEST_F(CliTest, Compile_BuildsEveryKernelForTheArchitectureWithoutAGpu) {
 
 }  // namespace
 }  // namespace alloy
+
+namespace alloy {
+namespace {
+
+TEST(CliCheck, PrintsEveryErrorOfEveryFusion) {
+  std::string path = ::testing::TempDir() + "/several_errors.fusion";
+  {
+    std::ofstream out(path);
+    out << "fusion f(x: f32[4, 8], w: f32[8]) {\n  a = exp(x)\n  b = addd(a, w)\n  d = sum(a, dims=[5])\n  return a\n}\n"
+           "fusion g(x: f32[4]) {\n  y = neg(q)\n  return y\n}\n";
+  }
+  std::string cmd = std::string(ALLOY_CLI_PATH) + " check '" + path + "' 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[512];
+  while (fgets(buffer, sizeof buffer, pipe)) output += buffer;
+  int status = pclose(pipe);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_NE(output.find(":3:7: unknown op 'addd'"), std::string::npos) << output;
+  EXPECT_NE(output.find(":4:7: sum:"), std::string::npos) << output;
+  EXPECT_NE(output.find(":8:11: undefined value 'q'"), std::string::npos) << output;
+  EXPECT_NE(output.find("3 errors"), std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace alloy

@@ -5,6 +5,7 @@
 #include <deque>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -251,7 +252,8 @@ bool is_reserved_word(std::string_view w) {
 
 class Parser {
  public:
-  Parser(std::string_view text, const std::string& file) : lex_(text, file) {}
+  Parser(std::string_view text, const std::string& file, std::vector<std::string>* errors = nullptr)
+      : lex_(text, file), errors_(errors) {}
 
   std::vector<std::unique_ptr<Fusion>> parse_file() {
     std::vector<std::unique_ptr<Fusion>> fusions;
@@ -310,10 +312,45 @@ class Parser {
         fail(t, "missing return: fusion '", quoted_text(name), "' ends without 'return VALUE, ...'; expected 'return' before '}'");
       if (t.kind != TokKind::ident)
         fail(t, "expected a statement (NAME = op(...)) or 'return', found ", describe(t));
-      parse_statement(*fusion);
+      if (!errors_) {
+        parse_statement(*fusion);
+        continue;
+      }
+      int line = t.line;
+      try {
+        parse_statement(*fusion);
+      } catch (const UserError& e) {
+        recover_from(e, line);
+      }
     }
-    parse_return(*fusion);
+    if (!errors_) {
+      parse_return(*fusion);
+      return fusion;
+    }
+    try {
+      parse_return(*fusion);
+    } catch (const UserError& e) {
+      recover_from(e, -1);
+      while (lex_.peek().kind != TokKind::end && !lex_.peek().is('}')) lex_.next();
+      if (lex_.peek().is('}')) lex_.next();
+    }
     return fusion;
+  }
+
+  // Collecting errors (`alloy check`): keep the error unless it only repeats an earlier one (a
+  // use of a name whose statement failed), mark the failed statement's names, and skip to the
+  // next line that can start a statement. line < 0: no skipping.
+  void recover_from(const UserError& e, int line) {
+    if (!used_failed_name_) errors_->push_back(e.what());
+    used_failed_name_ = false;
+    for (auto& name : pending_names_) failed_names_.insert(name);
+    pending_names_.clear();
+    if (line < 0) return;
+    while (lex_.peek().kind != TokKind::end) {
+      const Token& t = lex_.peek();
+      if (t.line > line && (t.kind == TokKind::ident || t.is('}'))) break;
+      lex_.next();
+    }
   }
 
   Token expect_new_name(std::string_view what) {
@@ -418,6 +455,7 @@ class Parser {
       for (auto& o : outs)
         if (o.text == name.text) fail(name, "'", quoted_text(name.text), "' is assigned twice in one statement");
       outs.push_back(name);
+      pending_names_.push_back(name.text);
     } while (lex_.peek().is(',') && (lex_.next(), true));
     expect('=', outs.size() == 1 ? "after the assigned name" : "after the assigned names");
     Token op = lex_.next();
@@ -443,6 +481,7 @@ class Parser {
       v->sharding = sharding;
       names_[v->name] = v;
     }
+    pending_names_.clear();
   }
 
   void parse_arguments(Fusion& fusion, std::vector<Value*>& inputs, std::vector<NamedAttr>& attrs) {
@@ -504,6 +543,7 @@ class Parser {
   }
 
   [[noreturn]] void undefined(const Token& name) {
+    if (failed_names_.count(name.text)) used_failed_name_ = true;
     std::vector<std::string> known;
     for (auto& [n, v] : names_) known.push_back(n);
     std::sort(known.begin(), known.end());
@@ -595,6 +635,10 @@ class Parser {
 
   Lexer lex_;
   std::unordered_map<std::string, Value*> names_;  // the current fusion's values by name
+  std::vector<std::string>* errors_ = nullptr;     // collect statement errors instead of stopping
+  std::vector<std::string> pending_names_;         // names the statement being parsed assigns
+  std::set<std::string> failed_names_;             // names whose statement failed (collecting)
+  bool used_failed_name_ = false;
 };
 
 }  // namespace
@@ -609,6 +653,16 @@ bool is_symbol_name(std::string_view name) { return is_value_name(name) && !pars
 
 std::vector<std::unique_ptr<Fusion>> parse_fusions(std::string_view text, const std::string& file_name) {
   return Parser(text, file_name).parse_file();
+}
+
+std::vector<std::string> check_fusions(std::string_view text, const std::string& file_name) {
+  std::vector<std::string> errors;
+  try {
+    Parser(text, file_name, &errors).parse_file();
+  } catch (const UserError& e) {
+    errors.push_back(e.what());
+  }
+  return errors;
 }
 
 std::unique_ptr<Fusion> parse_fusion(std::string_view text, const std::string& file_name,

@@ -17,6 +17,11 @@ namespace alloy {
 // Every fusion in `text`, in file order. `file_name` is used in error locations and Op::loc.
 std::vector<std::unique_ptr<Fusion>> parse_fusions(std::string_view text, const std::string& file_name);
 
+// Every error in `text` (for `alloy check`): after an error in a statement the parser goes on at
+// the next line, and uses of the names that statement failed to define are not reported again.
+// An error outside statements (a parameter, a header) ends the file. Empty when all is well.
+std::vector<std::string> check_fusions(std::string_view text, const std::string& file_name);
+
 // The fusion called `name`, or the first one in the file when no name is given.
 std::unique_ptr<Fusion> parse_fusion(std::string_view text, const std::string& file_name,
                                      std::optional<std::string> name = std::nullopt);
