@@ -31,6 +31,7 @@ bool Stream::is_per_thread_default() const { return false; }
 void Stream::synchronize() const { unavailable("Stream::synchronize"); }
 void Stream::wait(const Event&) const { unavailable("Stream::wait"); }
 void* Stream::scratch(size_t) const { unavailable("Stream::scratch"); }
+void* Stream::zeroed_scratch(size_t) const { unavailable("Stream::zeroed_scratch"); }
 
 StreamGuard::StreamGuard(const Stream& stream) : previous_(stream) { unavailable("StreamGuard"); }
 StreamGuard::~StreamGuard() = default;

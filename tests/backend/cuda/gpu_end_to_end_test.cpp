@@ -78,6 +78,38 @@ TEST(GpuEndToEnd, OuterReduction) {
 })", {});
 }
 
+// Single-pass reductions over outer axes run as column kernels, split over blocks.
+TEST(GpuEndToEnd, ColumnReductionsWithElementOutputs) {
+  expect_gpu_matches_cpu(R"(fusion f(g: bf16[T, H], x: bf16[T, H], b: bf16[H]) {
+  xb = add(x, b)
+  d = gelu_backward(g, xb, approximate="tanh")
+  db = sum(d, dims=[0])
+  v, m = var_mean(x, dims=[0], correction=1)
+  mx = max(g, dims=[0], keepdim=true)
+  mn = min(d, dims=[0])
+  a = mean(x, dims=[0])
+  return d, db, v, m, mx, mn, a
+})", {{"T", 3000}, {"H", 136}});
+}
+
+TEST(GpuEndToEnd, ColumnReductionsOddShapesAndTypes) {
+  expect_gpu_matches_cpu(R"(fusion f(x: f32[A, B, C], i: i32[A, B, C], y: f64[A, B, C]) {
+  s = sum(x, dims=[0, 1])
+  k = sum(i, dims=[0])
+  v, m = var_mean(y, dims=[0, 1], correction=0)
+  p = gt(x, 0.5)
+  c = sum(p, dims=[0, 1])
+  return s, k, v, m, c
+})", {{"A", 37}, {"B", 29}, {"C", 65}});
+  // few long rows: one block per kept index, split along the contiguous reduced axis
+  expect_gpu_matches_cpu(R"(fusion g(x: bf16[R, N]) {
+  s = sum(x, dims=[1])
+  m = max(x, dims=[1])
+  v, mu = var_mean(x, dims=[1])
+  return s, m, v, mu
+})", {{"R", 5}, {"N", 100003}});
+}
+
 TEST(GpuEndToEnd, FullReductionOfLargeTensor) {
   expect_gpu_matches_cpu(R"(fusion f(x: f32[N]) {
   s = sum(x)

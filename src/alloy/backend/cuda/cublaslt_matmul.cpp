@@ -1,5 +1,6 @@
 // cuBLASLt matmul: checks, the row-major -> column-major translation, and a plan cache (matmul
-// descriptor, four layouts, the heuristic's algorithm) keyed by everything but the pointers.
+// descriptor, four layouts, an algorithm) keyed by everything but the pointers. The algorithm is
+// the fastest of the heuristic's first candidates, timed on the first run of each plan.
 //
 // The swap trick. cuBLASLt is column-major; a row-major [r, c] matrix with row stride ld is, in
 // the same memory, a column-major [c, r] matrix with leading dimension ld: its transpose. So the
@@ -14,7 +15,10 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <mutex>
+#include <vector>
 #include <unordered_map>
 
 #include "alloy/backend/cuda/cuda_runtime.h"
@@ -210,7 +214,48 @@ void build_descriptors(Plan& plan, const PlanKey& key) {
                              : make_layout(d.c_dtype, d.n, d.m, d.ldc, d.batch, d.stride_c);
 }
 
-void choose_algorithm(Plan& plan, const PlanKey& key, const MatmulArgs& args) {
+// How many of the heuristic's candidates the first run of a shape times (ALLOY_MATMUL_AUTOTUNE;
+// 1 takes the heuristic's first choice untimed).
+int autotune_candidates() {
+  static const int n = [] {
+    const char* env = std::getenv("ALLOY_MATMUL_AUTOTUNE");
+    return env ? std::clamp(std::atoi(env), 1, 16) : 6;
+  }();
+  return n;
+}
+
+// Launches the plan's matmul with `algo` on the stream (args as run_matmul passes them).
+cublasStatus_t launch(const Plan& plan, const PlanKey& key, const cublasLtMatmulAlgo_t& algo, const MatmulArgs& args,
+                      const Stream& stream) {
+  const void* c = args.c ? args.c : args.d;
+  // Swapped operands: cuBLASLt's A is our B and its B is our A (see the file comment).
+  return cublasLtMatmul(handle_for(key.device), plan.op, &args.alpha, args.b, plan.layout_a, args.a, plan.layout_b, &args.beta,
+                        c, plan.layout_c, args.d, plan.layout_d, &algo, stream.scratch(kWorkspaceBytes), kWorkspaceBytes,
+                        raw(stream));
+}
+
+// The fastest of the candidates, timed on this run's own buffers (3 runs each after one warm-up).
+// Only where rerunning is harmless: D does not feed C.
+int fastest_candidate(const Plan& plan, const PlanKey& key, const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
+                      const MatmulArgs& args, const Stream& stream) {
+  if (candidates.size() < 2 || (args.beta != 0.0f && (!args.c || args.c == args.d))) return 0;
+  Event start(key.device, true), stop(key.device, true);
+  int best = 0;
+  float best_ms = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (launch(plan, key, candidates[i].algo, args, stream) != CUBLAS_STATUS_SUCCESS) continue;
+    start.record(stream);
+    bool ok = true;
+    for (int rep = 0; rep < 3 && ok; ++rep) ok = launch(plan, key, candidates[i].algo, args, stream) == CUBLAS_STATUS_SUCCESS;
+    stop.record(stream);
+    stop.synchronize();
+    float ms = start.elapsed_ms(stop);
+    if (ok && (i == 0 || ms < best_ms)) best = int(i), best_ms = ms;
+  }
+  return best;
+}
+
+void choose_algorithm(Plan& plan, const PlanKey& key, const MatmulArgs& args, const Stream& stream) {
   const MatmulDesc& d = key.desc;
   // The heuristic reads the bias/aux pointers' alignment from the descriptor.
   if (epilogue_uses_bias(d.epilogue)) set_desc(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, args.bias);
@@ -225,10 +270,11 @@ void choose_algorithm(Plan& plan, const PlanKey& key, const MatmulArgs& args) {
   set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
   set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.c_is_d ? key.align_d : key.align_c);
   set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(autotune_candidates()));
   int found = 0;
   cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_for(key.device), plan.op, plan.layout_a, plan.layout_b,
-                                                         plan.layout_c, plan.layout_d, pref, 1, &result, &found);
+                                                         plan.layout_c, plan.layout_d, pref, int(results.size()),
+                                                         results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   // INVALID_VALUE here means the combination (e.g. an f32 bias with a bf16 result for this
   // epilogue) is not one cuBLASLt takes: a refusal, so the caller falls back.
@@ -237,15 +283,17 @@ void choose_algorithm(Plan& plan, const PlanKey& key, const MatmulArgs& args) {
     return;
   }
   ALLOY_CUBLAS_CHECK(status);
-  if (result.state != CUBLAS_STATUS_SUCCESS) {
-    plan.why = "cuBLASLt matmul " + d.str() + ": heuristic result unusable (" + cublasLtGetStatusName(result.state) + ")";
+  results.resize(size_t(found));
+  std::erase_if(results, [](const cublasLtMatmulHeuristicResult_t& r) { return r.state != CUBLAS_STATUS_SUCCESS; });
+  if (results.empty()) {
+    plan.why = "cuBLASLt matmul " + d.str() + ": no usable heuristic result";
     return;
   }
-  plan.algo = result.algo;
+  plan.algo = results[size_t(fastest_candidate(plan, key, results, args, stream))].algo;
   plan.usable = true;
 }
 
-Plan& plan_for(const PlanKey& key, const MatmulArgs& args) {
+Plan& plan_for(const PlanKey& key, const MatmulArgs& args, const Stream& stream) {
   static std::mutex mutex;
   static std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;  // kept for the process
   std::lock_guard<std::mutex> lock(mutex);
@@ -254,7 +302,7 @@ Plan& plan_for(const PlanKey& key, const MatmulArgs& args) {
   auto plan = std::make_unique<Plan>();
   DeviceGuard guard(key.device);
   build_descriptors(*plan, key);
-  choose_algorithm(*plan, key, args);
+  choose_algorithm(*plan, key, args, stream);
   return *plans.emplace(key, std::move(plan)).first->second;
 }
 
@@ -370,19 +418,14 @@ std::optional<MatmulRefusal> run_matmul(const MatmulDesc& desc, const MatmulArgs
   key.align_d = alignment_of(args.d);
   key.align_bias = epilogue_uses_bias(d.epilogue) ? alignment_of(args.bias) : 0;
   key.align_aux = epilogue_uses_aux(d.epilogue) ? alignment_of(args.aux) : 0;
-  Plan& plan = plan_for(key, args);
+  Plan& plan = plan_for(key, args, stream);
   if (!plan.usable) return MatmulRefusal{plan.why};
 
-  void* workspace = stream.scratch(kWorkspaceBytes);
   DeviceGuard guard(key.device);
   std::lock_guard<std::mutex> lock(plan.mutex);
   if (epilogue_uses_bias(d.epilogue)) set_desc(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, args.bias);
   if (epilogue_uses_aux(d.epilogue)) set_desc(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, args.aux);
-  const void* c = args.c ? args.c : args.d;
-  // Swapped operands: cuBLASLt's A is our B and its B is our A (see the file comment).
-  ALLOY_CUBLAS_CHECK(cublasLtMatmul(handle_for(key.device), plan.op, &args.alpha, args.b, plan.layout_a, args.a,
-                                    plan.layout_b, &args.beta, c, plan.layout_c, args.d, plan.layout_d, &plan.algo,
-                                    workspace, kWorkspaceBytes, raw(stream)));
+  ALLOY_CUBLAS_CHECK(launch(plan, key, plan.algo, args, stream));
   return std::nullopt;
 }
 

@@ -69,6 +69,9 @@ class Stream {
   // A device buffer private to this stream, at least `bytes` long, kept and grown as needed,
   // freed with the stream (cuBLASLt's workspace, grid-wide reduction scratch).
   void* scratch(size_t bytes) const;
+  // A second private buffer whose bytes are zero between kernels: zeroed when (re)allocated, and
+  // every kernel that uses it (the column reductions' arrival counters) leaves it zero again.
+  void* zeroed_scratch(size_t bytes) const;
 
   bool operator==(const Stream& other) const { return handle() == other.handle() && device() == other.device(); }
   const std::shared_ptr<detail::StreamState>& state() const { return state_; }

@@ -204,6 +204,7 @@ StreamState::~StreamState() {
   // Runs from destructors, possibly at process exit after the runtime unloaded: never throws.
   int previous = quiet_set_device(device);
   if (scratch && cudaFreeAsync(scratch, free_stream_for(*this)) != cudaSuccess) cudaGetLastError();
+  if (zeroed && cudaFreeAsync(zeroed, free_stream_for(*this)) != cudaSuccess) cudaGetLastError();
   if (owned && stream && cudaStreamDestroy(stream) != cudaSuccess) cudaGetLastError();
   quiet_restore_device(previous, device);
 }
@@ -253,22 +254,38 @@ void Stream::wait(const Event& event) const {
   ALLOY_CUDA_CHECK(cudaStreamWaitEvent(state_->stream, raw(event), 0));
 }
 
-void* Stream::scratch(size_t bytes) const {
-  ALLOY_CHECK(state_, "scratch on an empty Stream");
-  // Owned streams may be shared between threads; the per-thread default state is thread-local.
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock(mutex);
-  detail::StreamState& s = *state_;
-  if (bytes <= s.scratch_bytes) return s.scratch;
+namespace {
+
+// Grows `buffer` to at least `bytes` (rounded up to 1 MiB) in the stream's order.
+void* grow_stream_buffer(detail::StreamState& s, void*& buffer, size_t& size, size_t bytes, bool zero) {
+  if (bytes <= size) return buffer;
   DeviceGuard guard(s.device);
   // Work already queued on this stream finishes with the old buffer before the new one is used.
-  if (s.scratch) ALLOY_CUDA_CHECK(cudaFreeAsync(s.scratch, s.stream));
-  s.scratch = nullptr;
-  s.scratch_bytes = 0;
+  if (buffer) ALLOY_CUDA_CHECK(cudaFreeAsync(buffer, s.stream));
+  buffer = nullptr;
+  size = 0;
   size_t rounded = (bytes + (size_t(1) << 20) - 1) & ~((size_t(1) << 20) - 1);
-  ALLOY_CUDA_CHECK(cudaMallocAsync(&s.scratch, rounded, s.stream));
-  s.scratch_bytes = rounded;
-  return s.scratch;
+  ALLOY_CUDA_CHECK(cudaMallocAsync(&buffer, rounded, s.stream));
+  if (zero) ALLOY_CUDA_CHECK(cudaMemsetAsync(buffer, 0, rounded, s.stream));
+  size = rounded;
+  return buffer;
+}
+
+// Owned streams may be shared between threads; the per-thread default state is thread-local.
+std::mutex stream_buffer_mutex;
+
+}  // namespace
+
+void* Stream::scratch(size_t bytes) const {
+  ALLOY_CHECK(state_, "scratch on an empty Stream");
+  std::lock_guard<std::mutex> lock(stream_buffer_mutex);
+  return grow_stream_buffer(*state_, state_->scratch, state_->scratch_bytes, bytes, false);
+}
+
+void* Stream::zeroed_scratch(size_t bytes) const {
+  ALLOY_CHECK(state_, "zeroed_scratch on an empty Stream");
+  std::lock_guard<std::mutex> lock(stream_buffer_mutex);
+  return grow_stream_buffer(*state_, state_->zeroed, state_->zeroed_bytes, bytes, true);
 }
 
 StreamGuard::StreamGuard(const Stream& stream) : previous_(Stream::current(stream.device())) {

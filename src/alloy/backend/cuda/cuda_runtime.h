@@ -54,6 +54,8 @@ struct StreamState {
   uint64_t id = 0;
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
+  void* zeroed = nullptr;
+  size_t zeroed_bytes = 0;
   ~StreamState();
 };
 

@@ -73,25 +73,45 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     for (auto& ax : inner) cols *= ax.size;
     if (a_.is_reduction() && rows == 0) return;
 
+    bool columns = a_.is_reduction() && use_column_kernel(outer, inner, rows, cols, state.device.index);
+    if (columns && outer.empty()) outer.push_back(Axis{1, std::vector<int64_t>(tensors.size(), 0)});
     std::vector<Axis> axes = outer;
     axes.insert(axes.end(), inner.begin(), inner.end());
     KernelVariant v;
     v.outer_rank = int(outer.size());
     v.inner_rank = int(inner.size());
-    choose_vector(v, axes, tensors);
-    if (a_.is_reduction()) choose_block(v, rows, cols);
+    choose_vector(v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, tensors);
+    if (columns) choose_tile(v, outer, inner, rows);
+    else if (a_.is_reduction()) choose_block(v, rows, cols);
     else v.threads = 256;
+    if (columns && column_shared_bytes(a_, v) > kMaxColumnSharedBytes) {  // too many accumulators: row kernel
+      columns = false;
+      v = KernelVariant{};
+      v.outer_rank = int(outer.size());
+      v.inner_rank = int(inner.size());
+      choose_vector(v, axes, int(axes.size()) - 1, tensors);
+      choose_block(v, rows, cols);
+    }
 
     const LoadedKernel* kernel = kernel_for(v, state.device.index);
     std::vector<uint64_t> words;
     auto push_i = [&](int64_t x) { words.push_back(uint64_t(x)); };
     auto push_d = [&](double x) { uint64_t w; std::memcpy(&w, &x, 8); words.push_back(w); };
+    Dim3 grid;
     if (a_.is_reduction()) {
       push_i(rows);
       push_i(cols);
       push_d(double(cols));
     } else {
       push_i(numel);
+    }
+    if (columns) {
+      int64_t splits = 1;
+      int64_t blocks_x = column_grid(v, rows, cols, state.device.index, splits);
+      grid = Dim3{unsigned(blocks_x), unsigned(splits)};
+      size_t ws_bytes = splits > 1 ? size_t(splits) * size_t(rows) * size_t(column_workspace_words(a_)) * 8 : 0;
+      push_i(ws_bytes ? int64_t(reinterpret_cast<uintptr_t>(stream.scratch(ws_bytes))) : 0);
+      push_i(splits > 1 ? int64_t(reinterpret_cast<uintptr_t>(stream.zeroed_scratch(size_t(blocks_x) * 4))) : 0);
     }
     int dims = std::max(1, int(axes.size()));
     for (int d = 0; d < dims; ++d) push_i(d < int(axes.size()) ? axes[d].size : 1);
@@ -104,12 +124,15 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
       if (is_floating(s->dtype())) push_d(load_as_double(t.data(), t.dtype(), 0));
       else push_i(load_as_int(t.data(), t.dtype(), 0));
     }
-    int64_t rows_per_block = std::max(1, v.rows_per_block);
-    int64_t grid = a_.is_reduction() ? std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, 2147483647)
-                                     : std::min<int64_t>((numel / v.vector + v.threads - 1) / v.threads, 2147483647);
-    if (grid == 0) return;
+    if (!columns) {
+      int64_t rows_per_block = std::max(1, v.rows_per_block);
+      int64_t blocks = a_.is_reduction() ? std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, 2147483647)
+                                         : std::min<int64_t>((numel / v.vector + v.threads - 1) / v.threads, 2147483647);
+      if (blocks == 0) return;
+      grid = Dim3{unsigned(blocks)};
+    }
     void* args[] = {words.data()};
-    kernel->launch(Dim3{unsigned(grid)}, Dim3{unsigned(v.threads)}, 0, stream, args);
+    kernel->launch(grid, Dim3{unsigned(v.threads)}, 0, stream, args);
   }
 
   std::string source() const override {
@@ -146,29 +169,31 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     return 0;
   }
 
-  // The widest vector (up to 16 bytes for the narrowest type) every pointer and stride allows.
-  void choose_vector(KernelVariant& v, const std::vector<Axis>& axes, const std::vector<const Tensor*>& tensors) const {
+  // The widest vector (up to 16 bytes for the narrowest type) every pointer and stride allows,
+  // along axis `va` (the innermost reduced axis of a row kernel, the innermost kept axis of a
+  // column kernel, the innermost axis of a pointwise kernel).
+  void choose_vector(KernelVariant& v, const std::vector<Axis>& axes, int va, const std::vector<const Tensor*>& tensors) const {
     v.vector = 1;
-    if (axes.empty()) return;
+    if (axes.empty() || va < 0) return;
     int min_size = 8;
     for (const Tensor* t : tensors) min_size = std::min(min_size, dtype_size(t->dtype()));
-    const Axis& last = axes.back();
+    const Axis& along = axes[va];
     size_t leaves = a_.leaves.size();
     for (int vec = std::min(8, 16 / min_size); vec > 1; vec /= 2) {
-      if (last.size % vec != 0) continue;
+      if (along.size % vec != 0) continue;
       bool ok = true;
       std::string modes;
       for (size_t t = 0; t < tensors.size() && ok; ++t) {
         bool per_row_leaf = t < leaves && a_.is_reduction() && a_.at(a_.leaves[t]).per_row;
         bool per_row_out = t >= leaves && a_.is_reduction() && a_.at(a_.outputs[t - leaves]).per_row;
         if (per_row_leaf || per_row_out) { if (t < leaves) modes += 's'; continue; }
-        int64_t inner = last.strides[t];
+        int64_t inner = along.strides[t];
         if (inner == 0 && t < leaves) { modes += 'b'; continue; }
         if (inner != 1) { ok = false; break; }
         uintptr_t address = reinterpret_cast<uintptr_t>(tensors[t]->data());
         if (address % (uintptr_t(vec) * dtype_size(tensors[t]->dtype())) != 0) ok = false;
-        for (size_t d = 0; d + 1 < axes.size(); ++d)
-          if (axes[d].strides[t] % vec != 0) ok = false;
+        for (size_t d = 0; d < axes.size(); ++d)
+          if (int(d) != va && axes[d].strides[t] % vec != 0) ok = false;
         if (t < leaves) modes += 'v';
       }
       if (ok) {
@@ -177,6 +202,53 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
         return;
       }
     }
+  }
+
+  // A single-pass reduction runs as a column kernel when its kept axes are the contiguous ones
+  // (a row kernel would read strided), or when a few long rows would leave most SMs idle.
+  bool use_column_kernel(const std::vector<Axis>& outer, const std::vector<Axis>& inner, int64_t rows, int64_t cols,
+                         int device) const {
+    if (!a_.single_pass || std::getenv("ALLOY_NO_COLUMN_KERNELS")) return false;
+    if (inner.empty() || cols <= 1) return false;
+    int main = -1;  // the first leaf read per element decides the memory order
+    for (size_t k = 0; k < a_.leaves.size() && main < 0; ++k)
+      if (!a_.at(a_.leaves[k]).per_row) main = int(k);
+    if (main < 0) return false;
+    int64_t kept_stride = outer.empty() ? 0 : std::llabs(outer.back().strides[main]);
+    int64_t reduced_stride = std::llabs(inner.back().strides[main]);
+    if (!outer.empty() && kept_stride != 0 && kept_stride < reduced_stride) return true;
+    int sms = device_props(device).sm_count;
+    return rows < sms && cols >= 8192;
+  }
+
+  // Column tile: up to 32 threads (each `vector` kept elements wide) along the kept axes, the
+  // rest of a 256-thread block along the reduced axes.
+  void choose_tile(KernelVariant& v, const std::vector<Axis>& outer, const std::vector<Axis>& inner, int64_t rows) const {
+    v.threads = 256;
+    int64_t slots = (rows + v.vector - 1) / v.vector;
+    int tile = 1;
+    while (tile < 32 && tile < slots) tile *= 2;
+    v.tile_x = tile;
+    int main = 0;
+    for (size_t k = 0; k < a_.leaves.size(); ++k)
+      if (!a_.at(a_.leaves[k]).per_row) { main = int(k); break; }
+    // Where the reduced axis is the contiguous one (few long rows), a block takes one kept index
+    // and consecutive threads take consecutive reduced indices.
+    v.ty_fast = !inner.empty() && std::llabs(inner.back().strides[main]) == 1 &&
+                (outer.empty() || std::llabs(outer.back().strides[main]) != 1);
+    if (v.ty_fast) v.tile_x = 1;
+  }
+
+  // Blocks along the kept axes; `splits` gets the blocks along the reduced axes: enough to fill
+  // the GPU about twice, with at least 16 reduced indices per thread.
+  int64_t column_grid(const KernelVariant& v, int64_t rows, int64_t cols, int device, int64_t& splits) const {
+    int64_t slots = (rows + v.vector - 1) / v.vector;
+    int64_t blocks_x = (slots + v.tile_x - 1) / v.tile_x;
+    int ty = v.threads / v.tile_x;
+    int64_t target = int64_t(device_props(device).sm_count) * (2048 / v.threads) * 2;
+    int64_t most = std::max<int64_t>(1, cols / (int64_t(ty) * 16));
+    splits = std::clamp<int64_t>((target + blocks_x - 1) / blocks_x, 1, std::min<int64_t>(most, 65535));
+    return blocks_x;
   }
 
   // Threads per row and how many vectors each keeps in registers (0: re-read each pass).

@@ -10,8 +10,9 @@
 namespace alloy {
 namespace {
 
-// The two variants every kernel is checked in: scalar accesses over the uncollapsed domain, and
-// 16-byte vectors with the row cached in registers, as contiguous inputs get at run time.
+// The variants every kernel is checked in: scalar accesses over the uncollapsed domain, and
+// 16-byte vectors with the row cached in registers, as contiguous inputs get at run time; for
+// reductions also a warp per row, and (single-pass ones) the column and few-long-rows kernels.
 std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a) {
   int min_size = 8;
   for (Value* v : a.leaves) min_size = std::min(min_size, dtype_size(v->dtype()));
@@ -30,7 +31,15 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
   if (!a.is_reduction()) return {scalar, vector};
   cuda::KernelVariant warp_rows = vector;  // short rows: a warp per row
   warp_rows.rows_per_block = 8;
-  return {scalar, vector, warp_rows};
+  if (!a.single_pass) return {scalar, vector, warp_rows};
+  cuda::KernelVariant columns = vector;  // reductions over outer axes, split over blocks
+  columns.items = 0;
+  columns.tile_x = 32;
+  cuda::KernelVariant long_rows = scalar;  // few long rows, split over blocks
+  long_rows.tile_x = 1;
+  long_rows.ty_fast = true;
+  if (cuda::column_shared_bytes(a, columns) > cuda::kMaxColumnSharedBytes) return {scalar, vector, warp_rows, long_rows};
+  return {scalar, vector, warp_rows, columns, long_rows};
 }
 
 }  // namespace

@@ -255,6 +255,9 @@ class Analyzer {
       }
       for (Value* out : op->outputs) depth[out] = d;
     }
+    a_.single_pass = a_.stages.size() == 1;
+    for (auto& [v, d] : depth)
+      if (d > 0 && !a_.at(v).per_row) a_.single_pass = false;
   }
 
   void check_outputs() {

@@ -34,6 +34,10 @@ struct KernelAnalysis {
   std::vector<Value*> outputs;              // values the kernel stores
   std::map<const Value*, ValueLayout> layout;
   std::vector<std::vector<const Op*>> stages;  // reductions grouped by dependency depth
+  // One pass over the domain computes everything: a single stage of reductions, and no value
+  // stored per element depends on a reduction result. Such a kernel may also run as a column
+  // (outer) reduction with the reduced axes split over blocks (bias gradients, sum over dim 0).
+  bool single_pass = false;
 
   bool is_reduction() const { return !reduced_axes.empty(); }
   const ValueLayout& at(const Value* v) const { return layout.at(v); }

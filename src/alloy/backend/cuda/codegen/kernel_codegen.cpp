@@ -171,7 +171,8 @@ class Generator {
       for (Value* in : op->inputs) used_in_kernel_.insert(in);
     os_ << kKernelPrelude << "\n";
     emit_params();
-    if (a_.is_reduction()) emit_row_kernel();
+    if (a_.is_reduction() && v_.tile_x > 0) emit_column_kernel();
+    else if (a_.is_reduction()) emit_row_kernel();
     else emit_pointwise_kernel();
     return os_.str();
   }
@@ -183,6 +184,7 @@ class Generator {
   void emit_params() {
     os_ << "struct Params {\n";
     if (a_.is_reduction()) os_ << "  long long rows, cols;\n  double count;\n";
+    if (a_.is_reduction() && v_.tile_x > 0) os_ << "  unsigned long long* ws;\n  unsigned* counters;\n";
     else os_ << "  long long numel;\n";
     os_ << "  long long size[" << std::max(1, dims()) << "];\n";
     for (size_t k = 0; k < a_.leaves.size(); ++k)
@@ -418,6 +420,219 @@ class Generator {
       for (const Op* op : ops) emit_op(*op, "", indent);
     });
     os_ << "  }\n}\n";
+  }
+
+  // ---- column kernels: single-pass reductions over outer axes, split over blocks ----
+
+  // `name` is the register array prefix; words: 1 (sum, mean, max, min) or 3 (var_mean: n, mean, m2).
+  struct ColumnAcc {
+    const Op* op;
+    std::string name;
+    std::string ct;
+    std::vector<std::string> words;  // register arrays, one per word
+  };
+
+  std::vector<ColumnAcc> column_accs() const {
+    std::vector<ColumnAcc> accs;
+    for (const Op* r : a_.stages.at(0)) {
+      ColumnAcc acc{r, "acc" + std::to_string(r->outputs[0]->id), reduction_ct(*r), {}};
+      if (r->kind == OpKind::var_mean) acc.words = {acc.name + "_n", acc.name + "_mean", acc.name + "_m2"};
+      else acc.words = {acc.name};
+      accs.push_back(acc);
+    }
+    return accs;
+  }
+
+  static std::string reduction_ct(const Op& r) {
+    std::string T = compute_type(r.outputs[0]->dtype());
+    return T == "bool" ? "alloy_i64" : T;
+  }
+
+  static std::string identity_of(const Op& r, const std::string& T) {
+    switch (r.kind) {
+      case OpKind::max:
+        return T == "alloy_i64" ? "(long long)(-9223372036854775807LL - 1)" : "-" + T + "(__longlong_as_double(0x7ff0000000000000LL))";
+      case OpKind::min:
+        return T == "alloy_i64" ? "(long long)9223372036854775807LL" : T + "(__longlong_as_double(0x7ff0000000000000LL))";
+      default:
+        return T + "(0)";
+    }
+  }
+
+  void emit_column_identity(const std::vector<ColumnAcc>& accs, const std::string& in, bool declare) {
+    int V = v_.vector;
+    for (auto& acc : accs)
+      for (auto& w : acc.words) {
+        std::string init = acc.op->kind == OpKind::var_mean ? acc.ct + "(0)" : identity_of(*acc.op, acc.ct);
+        if (declare) os_ << in << acc.ct << " " << w << "[" << V << "];\n";
+        os_ << in << "#pragma unroll\n" << in << "for (int e = 0; e < " << V << "; ++e) " << w << "[e] = " << init << ";\n";
+      }
+  }
+
+  // acc[e] = combine(acc[e], sources...) where source(w) is the text of word w's other value.
+  void emit_column_merge(const ColumnAcc& acc, const std::string& in, const std::function<std::string(int)>& source) {
+    const std::string& a = acc.words[0];
+    switch (acc.op->kind) {
+      case OpKind::max: os_ << in << a << "[e] = ax_max(" << a << "[e], " << source(0) << ");\n"; break;
+      case OpKind::min: os_ << in << a << "[e] = ax_min(" << a << "[e], " << source(0) << ");\n"; break;
+      case OpKind::var_mean:
+        os_ << in << "alloy_welford_merge(" << acc.words[0] << "[e], " << acc.words[1] << "[e], " << acc.words[2] << "[e], " << source(0)
+            << ", " << source(1) << ", " << source(2) << ");\n";
+        break;
+      default: os_ << in << a << "[e] += " << source(0) << ";\n";
+    }
+  }
+
+  // Tree-combines the block's partials across its reduced-axis threads; thread ty == 0 ends with
+  // the block's result in registers.
+  void emit_column_block_combine(const std::vector<ColumnAcc>& accs, const std::string& in) {
+    int TY = v_.threads / v_.tile_x, V = v_.vector;
+    if (TY == 1) return;
+    // slot (ty, e, tx): consecutive threads of a warp touch consecutive words
+    std::string slot = "((ty * " + std::to_string(V) + " + e) * " + std::to_string(v_.tile_x) + " + tx)";
+    std::string partner = "(((ty + s) * " + std::to_string(V) + " + e) * " + std::to_string(v_.tile_x) + " + tx)";
+    os_ << in << "#pragma unroll\n" << in << "for (int e = 0; e < " << V << "; ++e) {\n";
+    for (auto& acc : accs)
+      for (auto& w : acc.words) os_ << in << "  " << w << "_s[" << slot << "] = " << w << "[e];\n";
+    os_ << in << "}\n" << in << "__syncthreads();\n";
+    os_ << in << "for (int s = " << TY / 2 << "; s > 0; s >>= 1) {\n";
+    os_ << in << "  if (ty < s) {\n" << in << "    #pragma unroll\n" << in << "    for (int e = 0; e < " << V << "; ++e) {\n";
+    for (auto& acc : accs) {
+      emit_column_merge(acc, in + "      ", [&](int w) { return acc.words[w] + "_s[" + partner + "]"; });
+      for (auto& w : acc.words) os_ << in << "      " << w << "_s[" << slot << "] = " << w << "[e];\n";
+    }
+    os_ << in << "    }\n" << in << "  }\n" << in << "  __syncthreads();\n" << in << "}\n";
+  }
+
+  void emit_column_kernel() {
+    const int TX = v_.tile_x, TY = v_.threads / v_.tile_x, V = v_.vector, R = v_.outer_rank;
+    const std::string in = "  ";
+    auto accs = column_accs();
+    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads << ") " << name_ << "(const Params p) {\n";
+    if (TY > 1)
+      for (auto& acc : accs)
+        for (auto& w : acc.words) os_ << in << "__shared__ " << acc.ct << " " << w << "_s[" << TY * TX * V << "];\n";
+    os_ << in << "__shared__ bool alloy_last;\n";
+    if (v_.ty_fast) os_ << in << "const int ty = threadIdx.x % " << TY << ", tx = threadIdx.x / " << TY << ";\n";
+    else os_ << in << "const int tx = threadIdx.x % " << TX << ", ty = threadIdx.x / " << TX << ";\n";
+    os_ << in << "const long long k0 = ((long long)blockIdx.x * " << TX << " + tx) * " << V << ";\n";
+    os_ << in << "const bool active = k0 < p.rows;\n";
+    std::vector<std::string> element_tensors = tensor_names(true, true, false), per_row_tensors = tensor_names(true, true, true);
+    std::vector<std::string> all = element_tensors;
+    all.insert(all.end(), per_row_tensors.begin(), per_row_tensors.end());
+    emit_offsets("k0", 0, R, "ro_", all, in);
+    // element e of a thread's vector runs along the innermost kept axis
+    auto along = [&](const std::string& tensor) {
+      return (R > 0 && V > 1) ? " + e * p." + tensor + "_stride[" + std::to_string(R - 1) + "]" : std::string();
+    };
+    std::vector<int> per_row_leaves;
+    for (size_t k = 0; k < a_.leaves.size(); ++k)
+      if (a_.at(a_.leaves[k]).per_row) per_row_leaves.push_back(int(k));
+    for (int k : per_row_leaves) {
+      std::string l = "l" + std::to_string(k);
+      os_ << in << compute_type(a_.leaves[k]->dtype()) << " PV" << k << "[" << V << "] = {};\n";
+      os_ << in << "if (active) {\n" << in << "  #pragma unroll\n" << in << "  for (int e = 0; e < " << V << "; ++e) PV" << k << "[e] = "
+          << load_convert(a_.leaves[k]->dtype(), "p." + l + "[ro_" + l + along(l) + "]") << ";\n" << in << "}\n";
+    }
+    auto per_row_registers = [&](const std::string& indent) {
+      for (int k : per_row_leaves)
+        os_ << indent << compute_type(a_.leaves[k]->dtype()) << " P" << k << " = PV" << k << "[e];\n";
+    };
+    emit_column_identity(accs, in, true);
+    bool welford = false;
+    std::string count_type = "float";
+    for (auto& acc : accs)
+      if (acc.op->kind == OpKind::var_mean) {
+        welford = true;
+        if (acc.ct == "double") count_type = "double";
+      }
+    if (welford) os_ << in << count_type << " alloy_n = 0;\n";
+
+    // the pass over this thread's share of the reduced axes
+    std::vector<const Value*> targets = element_outputs();
+    for (auto& acc : accs) targets.push_back(acc.op->inputs[0]);
+    std::set<int> leaves = leaves_for(targets);
+    os_ << in << "if (active) {\n";
+    os_ << in << "  for (long long r = (long long)blockIdx.y * " << TY << " + ty; r < p.cols; r += (long long)gridDim.y * " << TY << ") {\n";
+    std::string body = in + "    ";
+    emit_offsets("r", R, v_.inner_rank, "co_", element_tensors, body);
+    for (auto& t : element_tensors) os_ << body << "co_" << t << " += ro_" << t << ";\n";
+    emit_leaf_arrays("U", "", body, leaves);
+    emit_leaf_loads("U", "", "co_", body, leaves);
+    if (welford) os_ << body << "alloy_n += 1; const " << count_type << " alloy_inv_n = " << count_type << "(1) / alloy_n;\n";
+    auto ops = element_ops_for(targets);
+    emit_vector_stores("co_", body, "", [&](const std::string& indent) {
+      per_row_registers(indent);
+      emitted_per_row_.clear();
+      emit_ready_per_row_ops(indent);
+      for (const Op* op : ops) emit_op(*op, "", indent);
+      for (auto& acc : accs) {
+        std::string x = "((" + acc.ct + ")" + ref(acc.op->inputs[0], "") + ")";
+        if (acc.op->kind == OpKind::var_mean)
+          os_ << indent << "{ " << acc.ct << " x = " << x << ", d = x - " << acc.words[1] << "[e]; " << acc.words[1] << "[e] += d * (" << acc.ct
+              << ")alloy_inv_n; " << acc.words[2] << "[e] += d * (x - " << acc.words[1] << "[e]); }\n";
+        else
+          emit_column_merge(acc, indent, [&](int) { return x; });
+      }
+    });
+    os_ << in << "  }\n" << in << "}\n";
+    for (auto& acc : accs)
+      if (acc.op->kind == OpKind::var_mean)
+        os_ << in << "#pragma unroll\n" << in << "for (int e = 0; e < " << V << "; ++e) " << acc.words[0] << "[e] = (" << acc.ct << ")alloy_n;\n";
+    emit_column_block_combine(accs, in);
+
+    // several blocks along the reduced axes: partials meet in the workspace, the last block of
+    // the column tile combines them (and leaves its counter at zero for the next launch)
+    os_ << in << "if (gridDim.y > 1) {\n";
+    int word = 0;
+    for (auto& acc : accs)
+      for (auto& w : acc.words)
+        os_ << in << "  " << acc.ct << "* " << w << "_ws = reinterpret_cast<" << acc.ct << "*>(p.ws + (long long)" << word++
+            << " * gridDim.y * p.rows);\n";
+    os_ << in << "  if (ty == 0 && active) {\n" << in << "    #pragma unroll\n" << in << "    for (int e = 0; e < " << V << "; ++e) {\n";
+    for (auto& acc : accs)
+      for (auto& w : acc.words) os_ << in << "      " << w << "_ws[(long long)blockIdx.y * p.rows + k0 + e] = " << w << "[e];\n";
+    os_ << in << "    }\n" << in << "  }\n";
+    os_ << in << "  __threadfence();\n" << in << "  __syncthreads();\n";
+    os_ << in << "  if (threadIdx.x == 0) alloy_last = atomicAdd(p.counters + blockIdx.x, 1u) == gridDim.y - 1;\n";
+    os_ << in << "  __syncthreads();\n" << in << "  if (!alloy_last) return;\n" << in << "  __threadfence();\n";
+    emit_column_identity(accs, in + "  ", false);
+    os_ << in << "  if (active) {\n" << in << "    for (unsigned y = ty; y < gridDim.y; y += " << TY << ") {\n";
+    os_ << in << "      #pragma unroll\n" << in << "      for (int e = 0; e < " << V << "; ++e) {\n";
+    for (auto& acc : accs)
+      emit_column_merge(acc, in + "        ", [&](int w) {
+        return "*(volatile " + acc.ct + "*)(" + acc.words[w] + "_ws + (long long)y * p.rows + k0 + e)";
+      });
+    os_ << in << "      }\n" << in << "    }\n" << in << "  }\n";
+    emit_column_block_combine(accs, in + "  ");
+    os_ << in << "  if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;\n" << in << "}\n";
+
+    // results, values computed from them, and the per-column stores
+    os_ << in << "if (ty == 0 && active) {\n" << in << "  #pragma unroll\n" << in << "  for (int e = 0; e < " << V << "; ++e) {\n";
+    std::string fin = in + "    ";
+    per_row_registers(fin);
+    emitted_per_row_.clear();
+    for (auto& acc : accs) {
+      const Op& r = *acc.op;
+      std::string T = compute_type(r.outputs[0]->dtype());
+      if (r.kind == OpKind::var_mean) {
+        std::string var = acc.words[2] + "[e] / (" + T + ")fmax(0.0, p.count - " + std::to_string(r.real_attr("correction")) + ")";
+        os_ << fin << T << " v" << r.outputs[0]->id << " = " << round_to_dtype(r.outputs[0]->dtype(), var) << ";\n";
+        os_ << fin << T << " v" << r.outputs[1]->id << " = " << round_to_dtype(r.outputs[1]->dtype(), acc.words[1] + "[e]") << ";\n";
+      } else {
+        std::string value = "(" + T + ")" + acc.words[0] + "[e]";
+        if (r.kind == OpKind::mean) value = "(" + value + " / (" + T + ")p.count)";
+        os_ << fin << T << " v" << r.outputs[0]->id << " = " << round_to_dtype(r.outputs[0]->dtype(), value) << ";\n";
+      }
+      for (Value* out : r.outputs) emitted_per_row_.insert(out);
+    }
+    emit_ready_per_row_ops(fin);
+    for (size_t k = 0; k < a_.outputs.size(); ++k) {
+      if (!a_.at(a_.outputs[k]).per_row) continue;
+      std::string o = "o" + std::to_string(k);
+      os_ << fin << "p." << o << "[ro_" << o << along(o) << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
+    }
+    os_ << in << "  }\n" << in << "}\n}\n";
   }
 
   // ---- row kernels (reductions and normalizations) ----
@@ -682,7 +897,7 @@ class Generator {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + "_" +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + "_" +
          leaf_modes;
 }
 
@@ -692,8 +907,30 @@ std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant&
 
 int param_words(const KernelAnalysis& a, const KernelVariant& v) {
   int dims = std::max(1, v.outer_rank + v.inner_rank);
-  int header = a.is_reduction() ? 3 : 1;
+  int header = a.is_reduction() ? (v.tile_x > 0 ? 5 : 3) : 1;
   return header + dims + int(a.leaves.size() + a.outputs.size()) * (1 + dims) + int(a.scalar_inputs.size());
+}
+
+namespace {
+int register_bytes(const std::string& ct) { return ct == "float" ? 4 : 8; }
+}  // namespace
+
+int column_shared_bytes(const KernelAnalysis& a, const KernelVariant& v) {
+  if (v.tile_x <= 0 || v.threads / v.tile_x <= 1 || a.stages.empty()) return 0;
+  int bytes = 0;
+  for (const Op* r : a.stages[0]) {
+    std::string T = compute_type(r->outputs[0]->dtype());
+    if (T == "bool") T = "alloy_i64";
+    bytes += (r->kind == OpKind::var_mean ? 3 : 1) * register_bytes(T) * v.threads * v.vector;
+  }
+  return bytes;
+}
+
+int column_workspace_words(const KernelAnalysis& a) {
+  int words = 0;
+  if (!a.stages.empty())
+    for (const Op* r : a.stages[0]) words += r->kind == OpKind::var_mean ? 3 : 1;
+  return words;
 }
 
 }  // namespace alloy::cuda

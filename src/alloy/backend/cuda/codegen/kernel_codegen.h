@@ -17,6 +17,13 @@ struct KernelVariant {
   int items = 0;       // row kernels: vectors per thread held in registers; 0 = re-read each pass
   int rows_per_block = 0;  // row kernels: 0 = a block per row; N = one warp per row, N warps a block
   int min_blocks = 0;      // row kernels: blocks an SM must fit (__launch_bounds__'s second argument); 0 = no cap
+  // Column kernels (single-pass reductions over outer axes): tile_x > 0 threads of a block run
+  // along the kept axes (`vector` elements each) and threads / tile_x along the reduced axes,
+  // which gridDim.y further splits; partial results meet in a workspace and the last block of
+  // each column tile combines them. ty_fast: consecutive threads take consecutive reduced indices
+  // (for few long rows whose reduced axis is the contiguous one). 0 = a row kernel.
+  int tile_x = 0;
+  bool ty_fast = false;
   // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
   // (stride 1), 'b' one value for the whole vector (stride 0).
   std::string leaf_modes;
@@ -31,8 +38,16 @@ std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant&
 // Words of the Params struct, in order (every field is 8 bytes):
 //   pointwise:  numel, size[outer_rank]
 //   row kernel: rows, cols, count (double: elements reduced per row), size[outer_rank + inner_rank]
+//               (column kernels add: workspace pointer, counters pointer, after count)
 //   then for each leaf, then each output: pointer, stride[outer_rank + inner_rank]
 //   then each scalar input: value (double, or int64 for integer scalars)
 int param_words(const KernelAnalysis& analysis, const KernelVariant& variant);
+
+// Column kernels: the static shared memory the block-level combine needs, and the 8-byte words
+// of workspace one split needs per kept element (one per sum/max/min, three per var_mean).
+// Above kMaxColumnSharedBytes a reduction runs as a row kernel instead.
+int column_shared_bytes(const KernelAnalysis& analysis, const KernelVariant& variant);
+constexpr int kMaxColumnSharedBytes = 40 * 1024;
+int column_workspace_words(const KernelAnalysis& analysis);
 
 }  // namespace alloy::cuda
