@@ -141,6 +141,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   int runs = argc > 1 ? std::atoi(argv[1]) : 100;
+  std::string only = argc > 2 ? argv[2] : "";  // run only the cases whose name contains this
   const int64_t big = 8192;
   std::vector<Case> cases = {
       {"layer_norm_nanogpt",
@@ -179,8 +180,17 @@ int main(int argc, char** argv) {
   const std::array<int64_t, 3> gemm_shapes[] = {{{2048, 1600, 6400}}, {{8192, 4096, 11008}}, {{16384, 8192, 8192}}};
   for (const auto& [m, k, n] : gemm_shapes) cases.push_back(linear_gelu(m, k, n));
   cases.push_back(mlp_backward(8192, 1600, 6400));
+  // single-pass reductions over the outer axis (bias gradients): column kernels
+  const int64_t t = 8192, h = 6400;
+  cases.push_back({"column_sum_8192x6400", "fusion cs(x: bf16[T, H]) {\n  s = sum(x, dims=[0])\n  return s\n}\n",
+                   {{"T", t}, {"H", h}}, 2 * t * h + 2 * h});
+  cases.push_back({"gelu_backward_bgrad_8192x6400",
+                   "fusion gb(g: bf16[T, H], x: bf16[T, H]) {\n  d = gelu_backward(g, x, approximate=\"tanh\")\n"
+                   "  db = sum(d, dims=[0])\n  return d, db\n}\n",
+                   {{"T", t}, {"H", h}}, 3 * 2 * t * h + 2 * h});
   time_copy(runs);
-  for (auto& c : cases) time_case(c, runs);
-  time_host_latency(20000);
+  for (auto& c : cases)
+    if (c.name.find(only) != std::string::npos) time_case(c, runs);
+  if (only.empty()) time_host_latency(20000);
   return 0;
 }

@@ -48,7 +48,12 @@ def torch_cases():
     def chain(a, b, c):
         return F.gelu(a * b + c)
 
+    def gelu_backward_bgrad(g, x):
+        d = torch.ops.aten.gelu_backward(g, x, approximate="tanh")
+        return d, d.sum(0)
+
     n = 1 << 28
+    t, h = 8192, 6400
     return {
         "layer_norm_nanogpt": (ln_trace, lambda: (torch.randn(16, 128, 1600, device=dev, dtype=bf),
                                                   torch.randn(1600, device=dev, dtype=bf), torch.randn(1600, device=dev, dtype=bf))),
@@ -57,6 +62,9 @@ def torch_cases():
         "softmax_8192": (lambda x: torch.softmax(x, -1), lambda: (torch.randn(big, big, device=dev, dtype=bf),)),
         "rms_norm_8192": (rms, lambda: (torch.randn(big, big, device=dev, dtype=bf), torch.randn(big, device=dev, dtype=bf))),
         "gelu_chain_2e28": (chain, lambda: tuple(torch.randn(n, device=dev, dtype=bf) for _ in range(3))),
+        "column_sum_8192x6400": (lambda x: x.sum(0), lambda: (torch.randn(t, h, device=dev, dtype=bf),)),
+        "gelu_backward_bgrad_8192x6400": (gelu_backward_bgrad, lambda: (torch.randn(t, h, device=dev, dtype=bf),
+                                                                         torch.randn(t, h, device=dev, dtype=bf))),
     }
 
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -128,6 +129,16 @@ void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& size
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < actual.size(); ++i)
     EXPECT_TRUE(tensors_close(actual[i], expected[i], scale)) << "output " << i << " of\n" << fusion_text << "\nsegments:\n" << gpu.dump("segments");
+}
+
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) old_ = old;
+  setenv(name, value, 1);
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (old_) setenv(name_, old_->c_str(), 1);
+  else unsetenv(name_);
 }
 
 }  // namespace alloy::testing

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,5 +28,18 @@ std::string read_file(const std::string& path);
 void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& sizes, uint64_t seed = 7, double scale = 1.0);
 
 bool gpu_available();
+
+// Sets an environment variable for one scope (read-per-use settings such as ALLOY_DISABLE_EPILOGUES).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 }  // namespace alloy::testing

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 
 #include "alloy/ir/parser.h"
 #include "alloy/passes/decompose_composites.h"
@@ -15,6 +17,7 @@
 
 namespace alloy {
 namespace {
+
 
 using V = std::vector<std::string>;
 
@@ -332,6 +335,7 @@ TEST(MatmulEpilogue, BiasComputedAfterTheMatmul_IsPlacedBeforeItsSegment) {
 // ---- backward ----
 
 TEST(MatmulEpilogue, MlpBackward_IsFourGemmsWithTheirEpilogues) {
+  testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the bias-gradient kinds are off by default
   Segmented f = segment_example("examples/mlp_backward.fusion");
   ASSERT_EQ(schedulers(f.s), (V{"matmul", "matmul", "matmul", "matmul"})) << f.s.str();
   const Segment& dw_proj = f.s.segments[0];
@@ -350,7 +354,25 @@ TEST(MatmulEpilogue, MlpBackward_IsFourGemmsWithTheirEpilogues) {
   EXPECT_EQ(kind_of(f.s.segments[3]), EpilogueKind::none);
 }
 
+// By default (measured faster) the bias-gradient kinds are off: dGELU stays in the GEMM and the
+// sums run as generated column reductions, each with its reason.
+TEST(MatmulEpilogue, MlpBackward_ByDefault_LeavesTheBiasGradientsToColumnKernels) {
+  Segmented f = segment_example("examples/mlp_backward.fusion");
+  const Segment* dg = nullptr;
+  int sums = 0;
+  for (const Segment& s : f.s.segments) {
+    if (s.epilogue && s.epilogue->aux) dg = &s;
+    for (const Op* op : s.ops) sums += op->kind == OpKind::sum && s.scheduler != "matmul";
+    if (s.scheduler == "matmul") EXPECT_NE(kind_of(s), EpilogueKind::dgelu_bgrad);
+  }
+  ASSERT_NE(dg, nullptr) << f.s.str();
+  EXPECT_EQ(kind_of(*dg), EpilogueKind::dgelu);
+  EXPECT_EQ(sums, 2) << f.s.str();
+  EXPECT_NE(f.s.str().find("dgelu_bgrad is off (ALLOY_DISABLE_EPILOGUES)"), std::string::npos) << f.s.str();
+}
+
 TEST(MatmulEpilogue, WeightGradientOfTransposedActivations_TakesBgradB) {
+  testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the bias-gradient kinds are off by default
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 32], dy: bf16[T, 48]) {
   x_t = permute(x, dims=[1, 0])
   dw_t = matmul(x_t, dy)
@@ -363,6 +385,7 @@ TEST(MatmulEpilogue, WeightGradientOfTransposedActivations_TakesBgradB) {
 }
 
 TEST(MatmulEpilogue, BiasGradientDefinedBeforeTheMatmul_IsStillTaken) {
+  testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the bias-gradient kinds are off by default
   Segmented f = segment_text(R"(fusion f(x: f32[T, 32], dy: f32[T, 48]) {
   db = sum(dy, dims=[0])
   dy_t = permute(dy, dims=[1, 0])

@@ -11,6 +11,19 @@ namespace alloy {
 namespace {
 
 bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+// ALLOY_DISABLE_EPILOGUES="bgrad_a,dgelu_bgrad" turns those kinds off (read at each segmentation).
+// A disabled bias-gradient kind leaves its sum to a generated kernel and keeps the rest of the
+// match (dgelu_bgrad becomes dgelu); any other disabled kind leaves the GEMM plain.
+// Unset, the bias-gradient kinds are off: on an H100 the column-reduction kernel beside a plain or
+// dGELU GEMM beat cuBLASLt's BGRAD epilogues (bench/results/*-notes.md). Set to "" for all kinds.
+constexpr const char* kDefaultDisabledEpilogues = "dgelu_bgrad,bgrad_a,bgrad_b";
+
+bool epilogue_disabled(EpilogueKind kind) {
+  const char* env = std::getenv("ALLOY_DISABLE_EPILOGUES");
+  std::string list = "," + std::string(env ? env : kDefaultDisabledEpilogues) + ",";
+  return list.find("," + std::string(epilogue_kind_name(kind)) + ",") != std::string::npos;
+}
 std::string dt(DType t) { return std::string(dtype_name(t)); }
 std::string dt(const Value* v) { return dt(v->dtype()); }
 
@@ -325,6 +338,10 @@ class Matcher {
     for (const Op* r : uses_.of(d))
       if (r->kind == OpKind::sum && !taken_.count(r) && r->inputs[0] == d && reduced_axes(*r) == want &&
           (r->outputs[0]->dtype() == d->dtype() || r->outputs[0]->dtype() == DType::f32)) {
+        if (epilogue_disabled(EpilogueKind::dgelu_bgrad)) {
+          refuse(r, "dgelu_bgrad is off (ALLOY_DISABLE_EPILOGUES): the bias gradient runs as a generated column reduction");
+          return;
+        }
         bias_gradient_ = r;
         return;
       }
@@ -374,6 +391,10 @@ class Matcher {
       for (const Op* r : uses_.of(c.source))
         if (r->kind == OpKind::sum && !taken_.count(r) && reduced_axes(*r) == std::vector<int>{c.axis} &&
             (r->outputs[0]->dtype() == product_dtype() || r->outputs[0]->dtype() == DType::f32)) {
+          if (epilogue_disabled(c.kind)) {
+            refuse(r, std::string(epilogue_kind_name(c.kind)) + " is off (ALLOY_DISABLE_EPILOGUES): the bias gradient runs as a generated column reduction");
+            continue;
+          }
           bias_gradient_ = r;
           operand_bgrad_ = c.kind;
           return;
@@ -476,12 +497,7 @@ std::string EpilogueMatch::note() const {
 EpilogueMatch match_matmul_epilogue(const Fusion& fusion, const Op& matmul, const std::set<const Op*>& taken) {
   ALLOY_CHECK(matmul.kind == OpKind::matmul || matmul.kind == OpKind::linear, "not a matmul: ", op_name(matmul.kind));
   EpilogueMatch match = Matcher(fusion, matmul, taken).run();
-  // ALLOY_DISABLE_EPILOGUES="bgrad_a,dgelu_bgrad" refuses those kinds: for A/B timing only.
-  static const std::string disabled = [] {
-    const char* env = std::getenv("ALLOY_DISABLE_EPILOGUES");
-    return env ? "," + std::string(env) + "," : std::string();
-  }();
-  if (match.kind != EpilogueKind::none && disabled.find("," + std::string(epilogue_kind_name(match.kind)) + ",") != std::string::npos) {
+  if (match.kind != EpilogueKind::none && epilogue_disabled(match.kind)) {
     EpilogueMatch plain;
     plain.matmul = match.matmul;
     plain.operand_views = match.operand_views;

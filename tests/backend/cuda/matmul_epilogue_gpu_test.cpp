@@ -158,6 +158,7 @@ TEST(MatmulEpilogueGpu, WideResultWithoutCastBack) {
 // ---- backward ----
 
 TEST(MatmulEpilogueGpu, DgeluWithBiasGradient) {
+  testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the fused bias gradients, off by default
   const char* text = R"(fusion f(dy: DT[T, C], w: DT[C, H], h: DT[T, H]) {
   dg = matmul(dy, w)
   dh = gelu_backward(dg, h, approximate="tanh")
@@ -178,6 +179,7 @@ TEST(MatmulEpilogueGpu, DgeluAlone) {
 }
 
 TEST(MatmulEpilogueGpu, WeightGradientsWithBiasGradients) {
+  testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the fused bias gradients, off by default
   expect_in_both_dtypes(R"(fusion f(x: DT[T, K], dy: DT[T, N]) {
   dy_t = permute(dy, dims=[1, 0])
   dw = matmul(dy_t, x)
@@ -217,6 +219,15 @@ TEST(MatmulEpilogueGpu, MlpBackwardExample) {
     for (size_t at = small.find(from); at != std::string::npos; at = small.find(from, at + to.size()))
       small.replace(at, from.size(), to);
   expect_gpu_matches_cpu(small, {{"T", 40}});
+}
+
+// The backward at a T where the bias gradients' column kernels split over blocks (the default),
+// and with every fused bias-gradient epilogue instead (ALLOY_DISABLE_EPILOGUES="").
+TEST(MatmulEpilogueGpu, MlpBackwardBothWaysOfBiasGradients) {
+  std::string text = testing::read_file(testing::source_path("examples/mlp_backward.fusion"));
+  expect_gpu_matches_cpu(text, {{"T", 1000}});
+  testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");
+  expect_gpu_matches_cpu(text, {{"T", 1000}});
 }
 
 }  // namespace

@@ -92,6 +92,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
       choose_vector(v, axes, int(axes.size()) - 1, tensors);
       choose_block(v, rows, cols);
     }
+    v.index32 = small_offsets(axes, numel) && !std::getenv("ALLOY_NO_INDEX32");
 
     const LoadedKernel* kernel = kernel_for(v, state.device.index);
     std::vector<uint64_t> words;
@@ -204,6 +205,19 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     }
   }
 
+  // Every offset a kernel computes (with slack for the lanes past the end) fits in an int.
+  static bool small_offsets(const std::vector<Axis>& axes, int64_t numel) {
+    const int64_t limit = int64_t(1) << 30;
+    if (numel >= limit) return false;
+    size_t tensors = axes.empty() ? 0 : axes[0].strides.size();
+    for (size_t t = 0; t < tensors; ++t) {
+      int64_t span = 0;
+      for (const Axis& a : axes) span += (a.size - 1) * std::llabs(a.strides[t]);
+      if (span >= limit) return false;
+    }
+    return true;
+  }
+
   // A single-pass reduction runs as a column kernel when its kept axes are the contiguous ones
   // (a row kernel would read strided), or when a few long rows would leave most SMs idle.
   bool use_column_kernel(const std::vector<Axis>& outer, const std::vector<Axis>& inner, int64_t rows, int64_t cols,
@@ -239,15 +253,19 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     if (v.ty_fast) v.tile_x = 1;
   }
 
-  // Blocks along the kept axes; `splits` gets the blocks along the reduced axes: enough to fill
-  // the GPU about twice, with at least 16 reduced indices per thread.
+  // Blocks along the kept axes; `splits` gets the blocks along the reduced axes: as many as fit
+  // on the GPU at once with the kept-axis blocks (one full wave, no half-empty second one), with
+  // at least 16 reduced indices per thread.
   int64_t column_grid(const KernelVariant& v, int64_t rows, int64_t cols, int device, int64_t& splits) const {
     int64_t slots = (rows + v.vector - 1) / v.vector;
     int64_t blocks_x = (slots + v.tile_x - 1) / v.tile_x;
     int ty = v.threads / v.tile_x;
-    int64_t target = int64_t(device_props(device).sm_count) * (2048 / v.threads) * 2;
+    const DeviceProps& props = device_props(device);
+    int64_t per_sm = 2048 / v.threads;
+    if (int shared = column_shared_bytes(a_, v); shared > 0) per_sm = std::min<int64_t>(per_sm, props.shared_per_sm / shared);
+    int64_t wave = int64_t(props.sm_count) * std::max<int64_t>(1, per_sm);
     int64_t most = std::max<int64_t>(1, cols / (int64_t(ty) * 16));
-    splits = std::clamp<int64_t>((target + blocks_x - 1) / blocks_x, 1, std::min<int64_t>(most, 65535));
+    splits = std::clamp<int64_t>(wave / blocks_x, 1, std::min<int64_t>(most, 65535));
     return blocks_x;
   }
 

@@ -28,6 +28,7 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
   }
   vector.vector = std::min(8, 16 / min_size);
   vector.leaf_modes = std::string(a.leaves.size(), 'v');
+  vector.index32 = true;  // and 32-bit offsets, as tensors under 2^30 elements get
   if (!a.is_reduction()) return {scalar, vector};
   cuda::KernelVariant warp_rows = vector;  // short rows: a warp per row
   warp_rows.rows_per_block = 8;

@@ -182,10 +182,11 @@ class Generator {
   char mode_of_leaf(int k) const { return v_.vector > 1 && k < int(v_.leaf_modes.size()) ? v_.leaf_modes[k] : 's'; }
 
   void emit_params() {
+    os_ << "typedef " << (v_.index32 ? "int" : "long long") << " alloy_idx;\n";
     os_ << "struct Params {\n";
     if (a_.is_reduction()) os_ << "  long long rows, cols;\n  double count;\n";
-    if (a_.is_reduction() && v_.tile_x > 0) os_ << "  unsigned long long* ws;\n  unsigned* counters;\n";
     else os_ << "  long long numel;\n";
+    if (a_.is_reduction() && v_.tile_x > 0) os_ << "  unsigned long long* ws;\n  unsigned* counters;\n";
     os_ << "  long long size[" << std::max(1, dims()) << "];\n";
     for (size_t k = 0; k < a_.leaves.size(); ++k)
       os_ << "  const " << storage_type(a_.leaves[k]->dtype()) << "* l" << k << "; long long l" << k << "_stride[" << std::max(1, dims()) << "];\n";
@@ -193,19 +194,22 @@ class Generator {
       os_ << "  " << storage_type(a_.outputs[k]->dtype()) << "* o" << k << "; long long o" << k << "_stride[" << std::max(1, dims()) << "];\n";
     for (size_t k = 0; k < a_.scalar_inputs.size(); ++k)
       os_ << "  " << (is_floating(a_.scalar_inputs[k]->dtype()) ? "double" : "long long") << " s" << k << ";\n";
-    os_ << "};\n\n";
+    os_ << "};\n";
+    // the host fills Params word by word (param_words): the layouts must agree
+    os_ << "static_assert(sizeof(Params) == " << param_words(a_, v_) << " * 8, \"Params layout\");\n\n";
   }
 
   // Offsets of every leaf and output for coordinates of axes [first, first + count) of `index`.
   void emit_offsets(const std::string& index, int first, int count, const std::string& prefix,
                     const std::vector<std::string>& tensors, const std::string& indent) {
-    for (auto& t : tensors) os_ << indent << "long long " << prefix << t << " = 0;\n";
+    // alloy_idx: int where the host found every offset small (KernelVariant::index32)
+    for (auto& t : tensors) os_ << indent << "alloy_idx " << prefix << t << " = 0;\n";
     if (count == 0) return;
-    os_ << indent << "{ long long rem = " << index << ";\n";
+    os_ << indent << "{ alloy_idx rem = (alloy_idx)(" << index << ");\n";
     for (int d = first + count - 1; d >= first; --d) {
-      if (d == first) os_ << indent << "  long long c" << d << " = rem;\n";
-      else os_ << indent << "  long long c" << d << " = rem % p.size[" << d << "]; rem /= p.size[" << d << "];\n";
-      for (auto& t : tensors) os_ << indent << "  " << prefix << t << " += c" << d << " * p." << t << "_stride[" << d << "];\n";
+      if (d == first) os_ << indent << "  alloy_idx c" << d << " = rem;\n";
+      else os_ << indent << "  alloy_idx c" << d << " = rem % (alloy_idx)p.size[" << d << "]; rem /= (alloy_idx)p.size[" << d << "];\n";
+      for (auto& t : tensors) os_ << indent << "  " << prefix << t << " += c" << d << " * (alloy_idx)p." << t << "_stride[" << d << "];\n";
     }
     os_ << indent << "}\n";
   }
@@ -552,29 +556,50 @@ class Generator {
     std::vector<const Value*> targets = element_outputs();
     for (auto& acc : accs) targets.push_back(acc.op->inputs[0]);
     std::set<int> leaves = leaves_for(targets);
+    // Four reduced indices a step: their loads are all issued before any is used.
+    constexpr int kUnroll = 4;
+    std::vector<std::string> leaf_tensors, output_tensors;
+    for (int k : leaves) leaf_tensors.push_back("l" + std::to_string(k));
+    for (size_t k = 0; k < a_.outputs.size(); ++k)
+      if (!a_.at(a_.outputs[k]).per_row) output_tensors.push_back("o" + std::to_string(k));
+    cached_ = leaves;  // ref() reads them as L<k>[u]
     os_ << in << "if (active) {\n";
-    os_ << in << "  for (long long r = (long long)blockIdx.y * " << TY << " + ty; r < p.cols; r += (long long)gridDim.y * " << TY << ") {\n";
+    os_ << in << "  const long long alloy_step = (long long)gridDim.y * " << TY << ";\n";
+    os_ << in << "  for (long long r0 = (long long)blockIdx.y * " << TY << " + ty; r0 < p.cols; r0 += " << kUnroll << " * alloy_step) {\n";
     std::string body = in + "    ";
-    emit_offsets("r", R, v_.inner_rank, "co_", element_tensors, body);
-    for (auto& t : element_tensors) os_ << body << "co_" << t << " += ro_" << t << ";\n";
-    emit_leaf_arrays("U", "", body, leaves);
-    emit_leaf_loads("U", "", "co_", body, leaves);
-    if (welford) os_ << body << "alloy_n += 1; const " << count_type << " alloy_inv_n = " << count_type << "(1) / alloy_n;\n";
-    auto ops = element_ops_for(targets);
-    emit_vector_stores("co_", body, "", [&](const std::string& indent) {
-      per_row_registers(indent);
-      emitted_per_row_.clear();
-      emit_ready_per_row_ops(indent);
-      for (const Op* op : ops) emit_op(*op, "", indent);
-      for (auto& acc : accs) {
-        std::string x = "((" + acc.ct + ")" + ref(acc.op->inputs[0], "") + ")";
-        if (acc.op->kind == OpKind::var_mean)
-          os_ << indent << "{ " << acc.ct << " x = " << x << ", d = x - " << acc.words[1] << "[e]; " << acc.words[1] << "[e] += d * (" << acc.ct
-              << ")alloy_inv_n; " << acc.words[2] << "[e] += d * (x - " << acc.words[1] << "[e]); }\n";
-        else
-          emit_column_merge(acc, indent, [&](int) { return x; });
-      }
+    emit_leaf_arrays("L", "[" + std::to_string(kUnroll) + "]", body, leaves);
+    auto unrolled = [&](const std::function<void(const std::string&)>& emit) {
+      os_ << body << "#pragma unroll\n" << body << "for (int u = 0; u < " << kUnroll << "; ++u) {\n";
+      os_ << body << "  const long long r = r0 + u * alloy_step;\n" << body << "  if (r < p.cols) {\n";
+      emit(body + "    ");
+      os_ << body << "  }\n" << body << "}\n";
+    };
+    unrolled([&](const std::string& indent) {
+      emit_offsets("r", R, v_.inner_rank, "co_", leaf_tensors, indent);
+      for (auto& t : leaf_tensors) os_ << indent << "co_" << t << " += ro_" << t << ";\n";
+      emit_leaf_loads("L", "[u]", "co_", indent, leaves);
     });
+    auto ops = element_ops_for(targets);
+    unrolled([&](const std::string& indent) {
+      emit_offsets("r", R, v_.inner_rank, "co_", output_tensors, indent);
+      for (auto& t : output_tensors) os_ << indent << "co_" << t << " += ro_" << t << ";\n";
+      if (welford) os_ << indent << "alloy_n += 1; const " << count_type << " alloy_inv_n = " << count_type << "(1) / alloy_n;\n";
+      emit_vector_stores("co_", indent, "[u]", [&](const std::string& inner) {
+        per_row_registers(inner);
+        emitted_per_row_.clear();
+        emit_ready_per_row_ops(inner);
+        for (const Op* op : ops) emit_op(*op, "[u]", inner);
+        for (auto& acc : accs) {
+          std::string x = "((" + acc.ct + ")" + ref(acc.op->inputs[0], "[u]") + ")";
+          if (acc.op->kind == OpKind::var_mean)
+            os_ << inner << "{ " << acc.ct << " x = " << x << ", d = x - " << acc.words[1] << "[e]; " << acc.words[1] << "[e] += d * ("
+                << acc.ct << ")alloy_inv_n; " << acc.words[2] << "[e] += d * (x - " << acc.words[1] << "[e]); }\n";
+          else
+            emit_column_merge(acc, inner, [&](int) { return x; });
+        }
+      });
+    });
+    cached_.clear();
     os_ << in << "  }\n" << in << "}\n";
     for (auto& acc : accs)
       if (acc.op->kind == OpKind::var_mean)
@@ -647,7 +672,7 @@ class Generator {
     os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads;
     if (v_.min_blocks > 0) os_ << ", " << v_.min_blocks;
     os_ << ") " << name_ << "(const Params p) {\n";
-    os_ << "  __shared__ double alloy_smem[99];\n";
+    os_ << "  __shared__ double alloy_smem[2 * 99];  // two regions, alternated by consecutive reductions\n";
     if (v_.rows_per_block > 0) {  // one warp per row: reductions are shuffles, no block barrier
       os_ << "  const int tid = threadIdx.x & 31;\n";
       os_ << "  for (long long row = (long long)blockIdx.x * " << v_.rows_per_block << " + (threadIdx.x >> 5); row < p.rows; row += (long long)gridDim.x * "
@@ -705,12 +730,17 @@ class Generator {
         for (auto& acc : accs) accumulate(acc, indent, element);
       });
       if (two_pass_ && stage_has_var_mean(stage)) {
+        // Each thread's own (count, mean, squared deviations) from the row in registers, then one
+        // block-wide Welford merge: one barrier instead of a reduction per pass.
         std::vector<const Value*> var_targets;
         for (auto& acc : accs) {
           if (acc.op->kind != OpKind::var_mean) continue;
           std::string T = acc.ct;
-          os_ << in << T << " " << acc.name << "_mean = " << reduce_fn() << "(" << acc.name << "_sum, AlloySum(), reinterpret_cast<" << T
-              << "*>(alloy_smem)) / (" << T << ")p.count;\n";
+          os_ << in << T << " " << acc.name << "_n = 0;\n";
+          os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) if (((long long)it * " << lanes()
+              << " + tid) * " << v_.vector << " < p.cols) " << acc.name << "_n += " << T << "(" << v_.vector << ");\n";
+          os_ << in << T << " " << acc.name << "_mean = " << acc.name << "_n > " << T << "(0) ? " << acc.name << "_sum / " << acc.name
+              << "_n : " << T << "(0);\n";
           os_ << in << T << " " << acc.name << "_m2 = 0;\n";
           var_targets.push_back(acc.op->inputs[0]);
         }
@@ -827,13 +857,12 @@ class Generator {
 
   void finish_acc(const Acc& acc, const std::string& in) {
     std::string T = acc.ct;
-    std::string smem = "reinterpret_cast<" + T + "*>(alloy_smem)";
+    std::string region = smem_region();
     const Op& r = *acc.op;
     if (r.kind == OpKind::var_mean) {
-      if (two_pass_)
-        os_ << in << acc.name << "_m2 = " << reduce_fn() << "(" << acc.name << "_m2, AlloySum(), " << smem << ");\n";
-      else
-        os_ << in << (v_.rows_per_block ? "alloy_warp_welford(" : "alloy_block_welford(") << acc.name << "_n, " << acc.name << "_mean, " << acc.name << "_m2, " << smem << ");\n";
+      std::string smem = "reinterpret_cast<" + T + "*>(" + region + ")";
+      os_ << in << (v_.rows_per_block ? "alloy_warp_welford(" : "alloy_block_welford(") << acc.name << "_n, " << acc.name << "_mean, "
+          << acc.name << "_m2, " << smem << ");\n";
       double correction = r.real_attr("correction");
       std::string var = acc.name + "_m2 / (" + T + ")fmax(0.0, p.count - " + std::to_string(correction) + ")";
       os_ << in << T << " v" << r.outputs[0]->id << " = " << round_to_dtype(r.outputs[0]->dtype(), var) << ";\n";
@@ -842,7 +871,7 @@ class Generator {
       const char* f = r.kind == OpKind::max ? "AlloyMax()" : r.kind == OpKind::min ? "AlloyMin()" : "AlloySum()";
       std::string ct_red = T == "bool" ? "alloy_i64" : T;
       os_ << in << T << " v" << r.outputs[0]->id << " = (" << T << ")" << reduce_fn() << "((" << ct_red << ")" << acc.name << ", " << f
-          << ", reinterpret_cast<" << ct_red << "*>(alloy_smem));\n";
+          << ", reinterpret_cast<" << ct_red << "*>(" << region << "));\n";
       if (r.kind == OpKind::mean) os_ << in << "v" << r.outputs[0]->id << " /= (" << T << ")p.count;\n";
       DType dt = r.outputs[0]->dtype();
       if (dt == DType::bf16 || dt == DType::f16)
@@ -884,6 +913,10 @@ class Generator {
 
   int lanes() const { return v_.rows_per_block ? 32 : v_.threads; }
   const char* reduce_fn() const { return v_.rows_per_block ? "alloy_warp_reduce" : "alloy_block_reduce"; }
+  // Block reductions alternate between the two shared regions (see alloy_block_reduce); a barrier
+  // ends each row, so the count restarts there.
+  int reductions_in_row_ = 0;
+  std::string smem_region() { return "alloy_smem + " + std::to_string(99 * (reductions_in_row_++ % 2)); }
 
   static bool stage_has_var_mean(const std::vector<const Op*>& stage) {
     for (const Op* r : stage)
@@ -897,7 +930,7 @@ class Generator {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + "_" +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + "_" +
          leaf_modes;
 }
 

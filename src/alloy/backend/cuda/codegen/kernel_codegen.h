@@ -24,6 +24,9 @@ struct KernelVariant {
   // (for few long rows whose reduced axis is the contiguous one). 0 = a row kernel.
   int tile_x = 0;
   bool ty_fast = false;
+  // Offsets fit in 32 bits (every tensor spans under 2^30 elements): int index arithmetic, fewer
+  // registers than 64-bit.
+  bool index32 = false;
   // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
   // (stride 1), 'b' one value for the whole vector (stride 0).
   std::string leaf_modes;

@@ -11,6 +11,11 @@ typedef unsigned short alloy_u16;
 typedef long long alloy_i64;
 __device__ __forceinline__ float alloy_bf16_to_float(alloy_u16 b) { return __uint_as_float(((unsigned)b) << 16); }
 __device__ __forceinline__ alloy_u16 alloy_float_to_bf16(float f) {
+#if __CUDA_ARCH__ >= 800
+  alloy_u16 h;  // one instruction on Ampere and later (round to nearest even, NaN stays NaN)
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+#endif
   unsigned u = __float_as_uint(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (alloy_u16)((u >> 16) | 0x40u);  // quiet NaN, sign kept
   u += 0x7fffu + ((u >> 16) & 1u);
@@ -46,32 +51,34 @@ __device__ __forceinline__ long long ax_pow(long long a, long long b) {
 }
 template <class T> __device__ __forceinline__ T ax_max(T a, T b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
 template <class T> __device__ __forceinline__ T ax_min(T a, T b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
+#if __CUDA_ARCH__ >= 800
+// NaN-propagating float max/min in one instruction
+__device__ __forceinline__ float ax_max(float a, float b) { float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+__device__ __forceinline__ float ax_min(float a, float b) { float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+#endif
 template <class T> __device__ __forceinline__ T ax_relu(T a) { return (a != a || a > T(0)) ? a : T(0); }
 
 struct AlloySum { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
 struct AlloyMax { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_max(a, b); } };
 struct AlloyMin { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_min(a, b); } };
 
-// Reduces one value per thread over the block; every thread gets the result.
+// Reduces one value per thread over the block; every thread gets the result. One barrier: each
+// warp writes its partial, then every warp combines all of them. Consecutive reductions must use
+// different `smem` regions (the generator alternates two), so no barrier guards the reuse.
 template <class T, class F>
 __device__ __forceinline__ T alloy_block_reduce(T v, F f, T* smem) {
   #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  __syncthreads();
   if (lane == 0) smem[warp] = v;
   __syncthreads();
-  if (warp == 0) {
-    T w = smem[lane < warps ? lane : 0];
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      T other = __shfl_xor_sync(0xffffffffu, w, o);
-      if ((lane ^ o) < warps) w = f(w, other);
-    }
-    if (lane == 0) smem[32] = w;
+  T w = smem[lane < warps ? lane : 0];
+  #pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    T other = __shfl_xor_sync(0xffffffffu, w, o);
+    if ((lane ^ o) < warps) w = f(w, other);
   }
-  __syncthreads();
-  return smem[32];
+  return __shfl_sync(0xffffffffu, w, 0);
 }
 
 // The same within one warp (a row per warp): shuffles only.
@@ -100,19 +107,16 @@ __device__ __forceinline__ void alloy_block_welford(T& n, T& mean, T& m2, T* sme
     alloy_welford_merge(n, mean, m2, __shfl_xor_sync(0xffffffffu, n, o), __shfl_xor_sync(0xffffffffu, mean, o),
                         __shfl_xor_sync(0xffffffffu, m2, o));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  __syncthreads();
   if (lane == 0) { smem[warp] = n; smem[33 + warp] = mean; smem[66 + warp] = m2; }
-  __syncthreads();
-  if (warp == 0) {
-    T wn = lane < warps ? smem[lane] : T(0), wmean = lane < warps ? smem[33 + lane] : T(0), wm2 = lane < warps ? smem[66 + lane] : T(0);
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-      alloy_welford_merge(wn, wmean, wm2, __shfl_xor_sync(0xffffffffu, wn, o), __shfl_xor_sync(0xffffffffu, wmean, o),
-                          __shfl_xor_sync(0xffffffffu, wm2, o));
-    if (lane == 0) { smem[32] = wn; smem[65] = wmean; smem[98] = wm2; }
-  }
-  __syncthreads();
-  n = smem[32]; mean = smem[65]; m2 = smem[98];
+  __syncthreads();  // one barrier, as in alloy_block_reduce
+  T wn = lane < warps ? smem[lane] : T(0), wmean = lane < warps ? smem[33 + lane] : T(0), wm2 = lane < warps ? smem[66 + lane] : T(0);
+  #pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    alloy_welford_merge(wn, wmean, wm2, __shfl_xor_sync(0xffffffffu, wn, o), __shfl_xor_sync(0xffffffffu, wmean, o),
+                        __shfl_xor_sync(0xffffffffu, wm2, o));
+  n = __shfl_sync(0xffffffffu, wn, 0);
+  mean = __shfl_sync(0xffffffffu, wmean, 0);
+  m2 = __shfl_sync(0xffffffffu, wm2, 0);
 }
 template <class T>
 __device__ __forceinline__ void alloy_warp_welford(T& n, T& mean, T& m2, T*) {
