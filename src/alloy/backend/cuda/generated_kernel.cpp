@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string>
 
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
 #include "alloy/backend/cuda/cuda_api.h"
@@ -92,7 +93,9 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
       choose_vector(v, axes, int(axes.size()) - 1, tensors);
       choose_block(v, rows, cols);
     }
-    v.index32 = small_offsets(axes, numel) && !std::getenv("ALLOY_NO_INDEX32");
+    static const bool lean = std::getenv("ALLOY_LEAN_KERNELS") && std::string(std::getenv("ALLOY_LEAN_KERNELS")) == "1";
+    v.lean = lean;
+    v.index32 = lean && small_offsets(axes, numel);
 
     const LoadedKernel* kernel = kernel_for(v, state.device.index);
     std::vector<uint64_t> words;

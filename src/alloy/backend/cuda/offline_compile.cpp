@@ -28,19 +28,22 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
   }
   vector.vector = std::min(8, 16 / min_size);
   vector.leaf_modes = std::string(a.leaves.size(), 'v');
-  vector.index32 = true;  // and 32-bit offsets, as tensors under 2^30 elements get
-  if (!a.is_reduction()) return {scalar, vector};
+  cuda::KernelVariant lean = vector;  // the opt-in lean arithmetic with 32-bit offsets
+  lean.lean = lean.index32 = true;
+  if (!a.is_reduction()) return {scalar, vector, lean};
   cuda::KernelVariant warp_rows = vector;  // short rows: a warp per row
   warp_rows.rows_per_block = 8;
-  if (!a.single_pass) return {scalar, vector, warp_rows};
+  cuda::KernelVariant lean_warp_rows = warp_rows;
+  lean_warp_rows.lean = lean_warp_rows.index32 = true;
+  if (!a.single_pass) return {scalar, vector, warp_rows, lean, lean_warp_rows};
   cuda::KernelVariant columns = vector;  // reductions over outer axes, split over blocks
   columns.items = 0;
   columns.tile_x = 32;
   cuda::KernelVariant long_rows = scalar;  // few long rows, split over blocks
   long_rows.tile_x = 1;
   long_rows.ty_fast = true;
-  if (cuda::column_shared_bytes(a, columns) > cuda::kMaxColumnSharedBytes) return {scalar, vector, warp_rows, long_rows};
-  return {scalar, vector, warp_rows, columns, long_rows};
+  if (cuda::column_shared_bytes(a, columns) > cuda::kMaxColumnSharedBytes) return {scalar, vector, warp_rows, lean, long_rows};
+  return {scalar, vector, warp_rows, lean, columns, long_rows};
 }
 
 }  // namespace

@@ -169,6 +169,7 @@ class Generator {
   std::string run() {
     for (const Op* op : a_.compute_ops)
       for (Value* in : op->inputs) used_in_kernel_.insert(in);
+    if (v_.lean) os_ << "#define ALLOY_LEAN 1\n";
     os_ << kKernelPrelude << "\n";
     emit_params();
     if (a_.is_reduction() && v_.tile_x > 0) emit_column_kernel();
@@ -672,7 +673,8 @@ class Generator {
     os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads;
     if (v_.min_blocks > 0) os_ << ", " << v_.min_blocks;
     os_ << ") " << name_ << "(const Params p) {\n";
-    os_ << "  __shared__ double alloy_smem[2 * 99];  // two regions, alternated by consecutive reductions\n";
+    if (v_.lean) os_ << "  __shared__ double alloy_smem[2 * 99];  // two regions, alternated by consecutive reductions\n";
+    else os_ << "  __shared__ double alloy_smem[99];\n";
     if (v_.rows_per_block > 0) {  // one warp per row: reductions are shuffles, no block barrier
       os_ << "  const int tid = threadIdx.x & 31;\n";
       os_ << "  for (long long row = (long long)blockIdx.x * " << v_.rows_per_block << " + (threadIdx.x >> 5); row < p.rows; row += (long long)gridDim.x * "
@@ -729,8 +731,25 @@ class Generator {
       emit_column_loop(in, targets, [&](const std::string& indent, const std::string& element) {
         for (auto& acc : accs) accumulate(acc, indent, element);
       });
-      if (two_pass_ && stage_has_var_mean(stage)) {
-        // Each thread's own (count, mean, squared deviations) from the row in registers, then one
+      if (two_pass_ && stage_has_var_mean(stage) && !v_.lean) {
+        std::vector<const Value*> var_targets;
+        for (auto& acc : accs) {
+          if (acc.op->kind != OpKind::var_mean) continue;
+          std::string T = acc.ct;
+          os_ << in << T << " " << acc.name << "_mean = " << reduce_fn() << "(" << acc.name << "_sum, AlloySum(), reinterpret_cast<" << T
+              << "*>(" << smem_region() << ")) / (" << T << ")p.count;\n";
+          os_ << in << T << " " << acc.name << "_m2 = 0;\n";
+          var_targets.push_back(acc.op->inputs[0]);
+        }
+        emit_column_loop(in, var_targets, [&](const std::string& indent, const std::string& element) {
+          for (auto& acc : accs) {
+            if (acc.op->kind != OpKind::var_mean) continue;
+            os_ << indent << "{ " << acc.ct << " d = ((" << acc.ct << ")" << ref(acc.op->inputs[0], element) << ") - " << acc.name
+                << "_mean; " << acc.name << "_m2 += d * d; }\n";
+          }
+        });
+      } else if (two_pass_ && stage_has_var_mean(stage)) {
+        // Lean: each thread's own (count, mean, squared deviations) from the row in registers, then one
         // block-wide Welford merge: one barrier instead of a reduction per pass.
         std::vector<const Value*> var_targets;
         for (auto& acc : accs) {
@@ -861,8 +880,11 @@ class Generator {
     const Op& r = *acc.op;
     if (r.kind == OpKind::var_mean) {
       std::string smem = "reinterpret_cast<" + T + "*>(" + region + ")";
-      os_ << in << (v_.rows_per_block ? "alloy_warp_welford(" : "alloy_block_welford(") << acc.name << "_n, " << acc.name << "_mean, "
-          << acc.name << "_m2, " << smem << ");\n";
+      if (two_pass_ && !v_.lean)
+        os_ << in << acc.name << "_m2 = " << reduce_fn() << "(" << acc.name << "_m2, AlloySum(), " << smem << ");\n";
+      else
+        os_ << in << (v_.rows_per_block ? "alloy_warp_welford(" : v_.lean ? "alloy_block_welford_lean(" : "alloy_block_welford(")
+            << acc.name << "_n, " << acc.name << "_mean, " << acc.name << "_m2, " << smem << ");\n";
       double correction = r.real_attr("correction");
       std::string var = acc.name + "_m2 / (" + T + ")fmax(0.0, p.count - " + std::to_string(correction) + ")";
       os_ << in << T << " v" << r.outputs[0]->id << " = " << round_to_dtype(r.outputs[0]->dtype(), var) << ";\n";
@@ -912,11 +934,16 @@ class Generator {
   bool two_pass_ = false;  // var_mean as a sum, then squared deviations, over cached rows
 
   int lanes() const { return v_.rows_per_block ? 32 : v_.threads; }
-  const char* reduce_fn() const { return v_.rows_per_block ? "alloy_warp_reduce" : "alloy_block_reduce"; }
-  // Block reductions alternate between the two shared regions (see alloy_block_reduce); a barrier
-  // ends each row, so the count restarts there.
+  const char* reduce_fn() const {
+    return v_.rows_per_block ? "alloy_warp_reduce" : v_.lean ? "alloy_block_reduce_lean" : "alloy_block_reduce";
+  }
+  // Lean block reductions alternate between two shared regions (see alloy_block_reduce_lean); a
+  // barrier ends each row, so the parity may restart there.
   int reductions_in_row_ = 0;
-  std::string smem_region() { return "alloy_smem + " + std::to_string(99 * (reductions_in_row_++ % 2)); }
+  std::string smem_region() {
+    if (!v_.lean) return "alloy_smem";
+    return "alloy_smem + " + std::to_string(99 * (reductions_in_row_++ % 2));
+  }
 
   static bool stage_has_var_mean(const std::vector<const Op*>& stage) {
     for (const Op* r : stage)
@@ -930,7 +957,7 @@ class Generator {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + "_" +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + (lean ? "_lean" : "") + "_" +
          leaf_modes;
 }
 

@@ -27,6 +27,10 @@ struct KernelVariant {
   // Offsets fit in 32 bits (every tensor spans under 2^30 elements): int index arithmetic, fewer
   // registers than 64-bit.
   bool index32 = false;
+  // Lean arithmetic, opt-in (ALLOY_LEAN_KERNELS=1) until measured on a GPU: hardware bf16 rounding
+  // and NaN max/min (sm_80+), one barrier per block reduction, one Welford merge per var_mean of a
+  // row held in registers; the runtime then also takes 32-bit offsets where they fit.
+  bool lean = false;
   // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
   // (stride 1), 'b' one value for the whole vector (stride 0).
   std::string leaf_modes;

@@ -1,4 +1,5 @@
-// The fixed part of every generated kernel: integer types and bf16/f16 conversions on raw bits
+// The fixed part of every generated kernel (ALLOY_LEAN, defined by lean variants, picks the
+// hardware bf16 rounding and NaN max/min, not yet measured on a GPU, and the *_lean reductions): integer types and bf16/f16 conversions on raw bits
 // (round to nearest even, like ir/dtype.cpp; so NVRTC needs no toolkit headers), vector access
 // types, math overloads, NaN-propagating max/min and block reductions.
 #pragma once
@@ -11,7 +12,7 @@ typedef unsigned short alloy_u16;
 typedef long long alloy_i64;
 __device__ __forceinline__ float alloy_bf16_to_float(alloy_u16 b) { return __uint_as_float(((unsigned)b) << 16); }
 __device__ __forceinline__ alloy_u16 alloy_float_to_bf16(float f) {
-#if __CUDA_ARCH__ >= 800
+#if defined(ALLOY_LEAN) && __CUDA_ARCH__ >= 800
   alloy_u16 h;  // one instruction on Ampere and later (round to nearest even, NaN stays NaN)
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
   return h;
@@ -51,7 +52,7 @@ __device__ __forceinline__ long long ax_pow(long long a, long long b) {
 }
 template <class T> __device__ __forceinline__ T ax_max(T a, T b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
 template <class T> __device__ __forceinline__ T ax_min(T a, T b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
-#if __CUDA_ARCH__ >= 800
+#if defined(ALLOY_LEAN) && __CUDA_ARCH__ >= 800
 // NaN-propagating float max/min in one instruction
 __device__ __forceinline__ float ax_max(float a, float b) { float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
 __device__ __forceinline__ float ax_min(float a, float b) { float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
@@ -62,11 +63,33 @@ struct AlloySum { template <class T> __device__ __forceinline__ T operator()(T a
 struct AlloyMax { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_max(a, b); } };
 struct AlloyMin { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_min(a, b); } };
 
+// Reduces one value per thread over the block; every thread gets the result.
+template <class T, class F>
+__device__ __forceinline__ T alloy_block_reduce(T v, F f, T* smem) {
+  #pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  __syncthreads();
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    T w = smem[lane < warps ? lane : 0];
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      T other = __shfl_xor_sync(0xffffffffu, w, o);
+      if ((lane ^ o) < warps) w = f(w, other);
+    }
+    if (lane == 0) smem[32] = w;
+  }
+  __syncthreads();
+  return smem[32];
+}
+
 // Reduces one value per thread over the block; every thread gets the result. One barrier: each
 // warp writes its partial, then every warp combines all of them. Consecutive reductions must use
 // different `smem` regions (the generator alternates two), so no barrier guards the reuse.
 template <class T, class F>
-__device__ __forceinline__ T alloy_block_reduce(T v, F f, T* smem) {
+__device__ __forceinline__ T alloy_block_reduce_lean(T v, F f, T* smem) {
   #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
@@ -107,8 +130,29 @@ __device__ __forceinline__ void alloy_block_welford(T& n, T& mean, T& m2, T* sme
     alloy_welford_merge(n, mean, m2, __shfl_xor_sync(0xffffffffu, n, o), __shfl_xor_sync(0xffffffffu, mean, o),
                         __shfl_xor_sync(0xffffffffu, m2, o));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  __syncthreads();
   if (lane == 0) { smem[warp] = n; smem[33 + warp] = mean; smem[66 + warp] = m2; }
-  __syncthreads();  // one barrier, as in alloy_block_reduce
+  __syncthreads();
+  if (warp == 0) {
+    T wn = lane < warps ? smem[lane] : T(0), wmean = lane < warps ? smem[33 + lane] : T(0), wm2 = lane < warps ? smem[66 + lane] : T(0);
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      alloy_welford_merge(wn, wmean, wm2, __shfl_xor_sync(0xffffffffu, wn, o), __shfl_xor_sync(0xffffffffu, wmean, o),
+                          __shfl_xor_sync(0xffffffffu, wm2, o));
+    if (lane == 0) { smem[32] = wn; smem[65] = wmean; smem[98] = wm2; }
+  }
+  __syncthreads();
+  n = smem[32]; mean = smem[65]; m2 = smem[98];
+}
+template <class T>
+__device__ __forceinline__ void alloy_block_welford_lean(T& n, T& mean, T& m2, T* smem) {
+  #pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    alloy_welford_merge(n, mean, m2, __shfl_xor_sync(0xffffffffu, n, o), __shfl_xor_sync(0xffffffffu, mean, o),
+                        __shfl_xor_sync(0xffffffffu, m2, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  if (lane == 0) { smem[warp] = n; smem[33 + warp] = mean; smem[66 + warp] = m2; }
+  __syncthreads();  // one barrier, as in alloy_block_reduce_lean
   T wn = lane < warps ? smem[lane] : T(0), wmean = lane < warps ? smem[33 + lane] : T(0), wm2 = lane < warps ? smem[66 + lane] : T(0);
   #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
