@@ -2,6 +2,7 @@
 //   {"case": ..., "alloy_us": median, "min_us": ..., "bytes": ..., "runs": N}
 // plus "flops" for the matmul cases (issue 4: GEMMs with their epilogue, forward and backward).
 // bench/run_benchmarks.py times PyTorch on the same cases in the same job and prints the tables.
+// usage: alloy_bench [RUNS] [CASES]   (CASES: comma-separated substrings of case names; default all)
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -141,7 +142,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   int runs = argc > 1 ? std::atoi(argv[1]) : 100;
-  std::string only = argc > 2 ? argv[2] : "";  // run only the cases whose name contains this
+  // run only the cases whose name contains one of these comma-separated strings
+  std::string only = argc > 2 ? argv[2] : "";
   const int64_t big = 8192;
   std::vector<Case> cases = {
       {"layer_norm_nanogpt",
@@ -189,8 +191,17 @@ int main(int argc, char** argv) {
                    "  db = sum(d, dims=[0])\n  return d, db\n}\n",
                    {{"T", t}, {"H", h}}, 3 * 2 * t * h + 2 * h});
   time_copy(runs);
+  auto wanted = [&](const std::string& name) {
+    if (only.empty()) return true;
+    for (size_t start = 0; start <= only.size();) {
+      size_t comma = std::min(only.find(',', start), only.size());
+      if (comma > start && name.find(only.substr(start, comma - start)) != std::string::npos) return true;
+      start = comma + 1;
+    }
+    return false;
+  };
   for (auto& c : cases)
-    if (c.name.find(only) != std::string::npos) time_case(c, runs);
+    if (wanted(c.name)) time_case(c, runs);
   if (only.empty()) time_host_latency(20000);
   return 0;
 }

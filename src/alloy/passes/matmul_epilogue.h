@@ -18,6 +18,8 @@
 //                                    -> dgelu / dgelu_bgrad, reading pre as the aux matrix
 //   matmul(permute(dy), x) beside sum(dy, dims=[0]) (the weight gradient and bias gradient)
 //                                    -> bgrad_a; the sum of op(B) over k -> bgrad_b
+// The bias-gradient kinds are off unless ALLOY_DISABLE_EPILOGUES says otherwise: on an H100 the
+// generated column-reduction kernels beat cuBLASLt's BGRAD epilogues (docs/architecture.md).
 // A permute feeding the matmul and used nowhere else joins the segment (a host-side view).
 //
 // Not taken, each with a reason (shown by `--dump segments`): activations cuBLASLt does not have
