@@ -22,8 +22,33 @@ __device__ __forceinline__ alloy_u16 alloy_float_to_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return (alloy_u16)(u >> 16);
 }
+#ifdef __CUDA_ARCH__
 __device__ __forceinline__ float alloy_f16_to_float(alloy_u16 h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ alloy_u16 alloy_float_to_f16(float f) { alloy_u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#else  // compiled for the host (the CPU emulation tests): IEEE half in software
+__device__ __forceinline__ float alloy_f16_to_float(alloy_u16 h) {
+  unsigned sign = (unsigned)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu, bits;
+  if (exponent == 31) bits = sign | 0x7f800000u | (mantissa << 13);
+  else if (exponent != 0) bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  else if (mantissa == 0) bits = sign;
+  else {
+    int shifts = 0;
+    while (!(mantissa & 0x400u)) { mantissa <<= 1; ++shifts; }
+    bits = sign | ((unsigned)(113 - shifts) << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  return __uint_as_float(bits);
+}
+__device__ __forceinline__ alloy_u16 alloy_float_to_f16(float f) {
+  unsigned x = __float_as_uint(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return (alloy_u16)(sign | 0x7e00u);
+  if (ax >= 0x477ff000u) return (alloy_u16)(sign | 0x7c00u);  // 65520 and up round to infinity
+  if (ax >= 0x38800000u) {  // normal: rebias, round to nearest even
+    unsigned m = ax - 0x38000000u;
+    return (alloy_u16)(sign | ((m + 0xfffu + ((m >> 13) & 1u)) >> 13));
+  }
+  return (alloy_u16)(sign | (unsigned)nearbyintf(__uint_as_float(ax) * 16777216.0f));  // subnormal: units of 2^-24
+}
+#endif
 __device__ __forceinline__ long long alloy_to_int(double x) { return x != x ? 0LL : (long long)x; }
 
 template <class T, int V> struct __align__(sizeof(T) * V) AlloyVec { T v[V]; };

@@ -1,0 +1,279 @@
+#include "alloy/backend/cuda/launch_plan.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace alloy::cuda {
+namespace {
+
+// One axis of the launch: its size and every tensor's stride along it.
+struct Axis {
+  int64_t size;
+  std::vector<int64_t> strides;  // leaves, then outputs
+};
+
+// Drops size-1 axes and merges neighbours that every tensor walks contiguously.
+std::vector<Axis> collapse(std::vector<Axis> axes) {
+  std::vector<Axis> out;
+  for (Axis& a : axes) {
+    if (a.size == 1) continue;
+    if (!out.empty()) {
+      Axis& prev = out.back();
+      bool mergeable = true;
+      for (size_t t = 0; t < a.strides.size(); ++t)
+        if (prev.strides[t] != a.strides[t] * a.size) mergeable = false;
+      if (mergeable) {
+        prev.size *= a.size;
+        prev.strides = a.strides;
+        continue;
+      }
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+// The stride of tensor t (leaf or output) along domain axis d; 0 where it is broadcast.
+int64_t domain_stride(const KernelAnalysis& a, size_t t, const Tensor& tensor, int d) {
+  bool is_leaf = t < a.leaves.size();
+  const Value* v = is_leaf ? a.leaves[t] : a.outputs[t - a.leaves.size()];
+  const ValueLayout& l = a.at(v);
+  const std::vector<int>& map = is_leaf ? l.axis_map : l.store_axes;
+  for (size_t i = 0; i < map.size(); ++i)
+    if (map[i] == d) return tensor.size(int(i)) == 1 ? 0 : tensor.stride(int(i));
+  return 0;
+}
+
+// The widest vector (up to 16 bytes for the narrowest type) every pointer and stride allows,
+// along axis `va` (the innermost reduced axis of a row kernel, the innermost kept axis of a
+// column kernel, the innermost axis of a pointwise kernel).
+void choose_vector(const KernelAnalysis& a, KernelVariant& v, const std::vector<Axis>& axes, int va,
+                   const std::vector<const Tensor*>& tensors) {
+  v.vector = 1;
+  if (axes.empty() || va < 0) return;
+  int min_size = 8;
+  for (const Tensor* t : tensors) min_size = std::min(min_size, dtype_size(t->dtype()));
+  const Axis& along = axes[va];
+  size_t leaves = a.leaves.size();
+  for (int vec = std::min(8, 16 / min_size); vec > 1; vec /= 2) {
+    if (along.size % vec != 0) continue;
+    bool ok = true;
+    std::string modes;
+    for (size_t t = 0; t < tensors.size() && ok; ++t) {
+      bool per_row_leaf = t < leaves && a.is_reduction() && a.at(a.leaves[t]).per_row;
+      bool per_row_out = t >= leaves && a.is_reduction() && a.at(a.outputs[t - leaves]).per_row;
+      if (per_row_leaf || per_row_out) { if (t < leaves) modes += 's'; continue; }
+      int64_t inner = along.strides[t];
+      if (inner == 0 && t < leaves) { modes += 'b'; continue; }
+      if (inner != 1) { ok = false; break; }
+      uintptr_t address = reinterpret_cast<uintptr_t>(tensors[t]->data());
+      if (address % (uintptr_t(vec) * dtype_size(tensors[t]->dtype())) != 0) ok = false;
+      for (size_t d = 0; d < axes.size(); ++d)
+        if (int(d) != va && axes[d].strides[t] % vec != 0) ok = false;
+      if (t < leaves) modes += 'v';
+    }
+    if (ok) {
+      v.vector = vec;
+      v.leaf_modes = modes;
+      return;
+    }
+  }
+}
+
+// Every offset a kernel computes (with slack for the lanes past the end) fits in an int.
+bool small_offsets(const std::vector<Axis>& axes, int64_t numel) {
+  const int64_t limit = int64_t(1) << 30;
+  if (numel >= limit) return false;
+  size_t tensors = axes.empty() ? 0 : axes[0].strides.size();
+  for (size_t t = 0; t < tensors; ++t) {
+    int64_t span = 0;
+    for (const Axis& a : axes) span += (a.size - 1) * std::llabs(a.strides[t]);
+    if (span >= limit) return false;
+  }
+  return true;
+}
+
+// A single-pass reduction runs as a column kernel when its kept axes are the contiguous ones
+// (a row kernel would read strided), or when a few long rows would leave most SMs idle.
+bool use_column_kernel(const KernelAnalysis& a, const std::vector<Axis>& outer, const std::vector<Axis>& inner, int64_t rows,
+                       int64_t cols, const LaunchTarget& target) {
+  if (!a.single_pass || std::getenv("ALLOY_NO_COLUMN_KERNELS")) return false;
+  if (inner.empty() || cols <= 1) return false;
+  int main = -1;  // the first leaf read per element decides the memory order
+  for (size_t k = 0; k < a.leaves.size() && main < 0; ++k)
+    if (!a.at(a.leaves[k]).per_row) main = int(k);
+  if (main < 0) return false;
+  int64_t kept_stride = outer.empty() ? 0 : std::llabs(outer.back().strides[main]);
+  int64_t reduced_stride = std::llabs(inner.back().strides[main]);
+  if (!outer.empty() && kept_stride != 0 && kept_stride < reduced_stride) return true;
+  return rows < target.sm_count && cols >= 8192;
+}
+
+// Column tile: up to 32 threads (each `vector` kept elements wide) along the kept axes, the
+// rest of a 256-thread block along the reduced axes.
+void choose_tile(const KernelAnalysis& a, KernelVariant& v, const std::vector<Axis>& outer, const std::vector<Axis>& inner, int64_t rows) {
+  v.threads = 256;
+  int64_t slots = (rows + v.vector - 1) / v.vector;
+  int tile = 1;
+  while (tile < 32 && tile < slots) tile *= 2;
+  v.tile_x = tile;
+  int main = 0;
+  for (size_t k = 0; k < a.leaves.size(); ++k)
+    if (!a.at(a.leaves[k]).per_row) { main = int(k); break; }
+  // Where the reduced axis is the contiguous one (few long rows), a block takes one kept index
+  // and consecutive threads take consecutive reduced indices.
+  v.ty_fast = !inner.empty() && std::llabs(inner.back().strides[main]) == 1 &&
+              (outer.empty() || std::llabs(outer.back().strides[main]) != 1);
+  if (v.ty_fast) v.tile_x = 1;
+}
+
+// Blocks along the kept axes; `splits` gets the blocks along the reduced axes: as many as fit
+// on the GPU at once with the kept-axis blocks (one full wave, no half-empty second one), with
+// at least 16 reduced indices per thread.
+int64_t column_grid(const KernelAnalysis& a, const KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarget& target,
+                    int64_t& splits) {
+  int64_t slots = (rows + v.vector - 1) / v.vector;
+  int64_t blocks_x = (slots + v.tile_x - 1) / v.tile_x;
+  int ty = v.threads / v.tile_x;
+  int64_t per_sm = 2048 / v.threads;
+  if (int shared = column_shared_bytes(a, v); shared > 0) per_sm = std::min<int64_t>(per_sm, target.shared_per_sm / shared);
+  int64_t wave = int64_t(target.sm_count) * std::max<int64_t>(1, per_sm);
+  int64_t most = std::max<int64_t>(1, cols / (int64_t(ty) * 16));
+  splits = std::clamp<int64_t>(wave / blocks_x, 1, std::min<int64_t>(most, 65535));
+  return blocks_x;
+}
+
+// Threads per row and how many vectors each keeps in registers (0: re-read each pass).
+void choose_block(KernelVariant& v, int64_t rows, int64_t cols) {
+  int64_t slots = (cols + v.vector - 1) / v.vector;
+  // ALLOY_ROW_THREADS caps the block size (tuning experiments); the default favours several
+  // vectors per thread in flight over wide blocks.
+  static const int max_threads = [] {
+    const char* env = std::getenv("ALLOY_ROW_THREADS");
+    return env ? std::clamp(std::atoi(env), 32, 1024) / 32 * 32 : 256;
+  }();
+  int threads = int(std::min<int64_t>(max_threads, std::max<int64_t>(32, (slots + 31) / 32 * 32)));
+  int64_t items = (slots + threads - 1) / threads;
+  if (items > 8) {
+    threads = 1024;
+    items = (slots + threads - 1) / threads;
+  }
+  v.threads = threads;
+  // registers per thread for one cached leaf; only leaves read by several passes are cached
+  v.items = (items * v.vector <= 64) ? int(std::max<int64_t>(items, 1)) : 0;
+  static const int min_blocks = [] {
+    const char* env = std::getenv("ALLOY_ROW_MIN_BLOCKS");
+    return env ? std::clamp(std::atoi(env), 0, 16) : 0;
+  }();
+  v.min_blocks = min_blocks;
+  // Short rows (up to 8 vectors a lane): a warp per row, 8 rows a block, no block barriers.
+  int64_t lane_items = (slots + 31) / 32;
+  if (lane_items <= 8 && rows >= 64 && !std::getenv("ALLOY_NO_WARP_ROWS")) {
+    v.rows_per_block = 8;
+    v.threads = 256;
+    v.items = int(std::max<int64_t>(lane_items, 1));
+  }
+}
+
+}  // namespace
+
+LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm) {
+  LaunchTarget t;
+  t.sm_count = sm_count;
+  t.shared_per_sm = shared_per_sm;
+  const char* lean = std::getenv("ALLOY_LEAN_KERNELS");
+  t.lean = lean && std::string(lean) == "1";
+  return t;
+}
+
+LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& domain, const std::vector<const Tensor*>& tensors,
+                       const std::vector<uint64_t>& scalar_words, const LaunchTarget& target) {
+  LaunchPlan plan;
+  // axes in kernel order: kept then reduced (pointwise: all, in order)
+  std::vector<Axis> outer, inner;
+  for (int d = 0; d < int(domain.size()); ++d) {
+    Axis axis{domain[d], {}};
+    for (size_t t = 0; t < tensors.size(); ++t) axis.strides.push_back(domain_stride(a, t, *tensors[t], d));
+    bool reduced = std::find(a.reduced_axes.begin(), a.reduced_axes.end(), d) != a.reduced_axes.end();
+    (reduced ? inner : outer).push_back(axis);
+  }
+  int64_t numel = 1;
+  for (int64_t n : domain) numel *= n;
+  if (numel == 0 && !a.is_reduction()) return plan;
+  outer = collapse(outer);
+  inner = collapse(inner);
+  if (a.is_reduction() && inner.empty()) inner.push_back(Axis{1, std::vector<int64_t>(tensors.size(), 0)});
+  int64_t rows = 1, cols = 1;
+  for (auto& ax : outer) rows *= ax.size;
+  for (auto& ax : inner) cols *= ax.size;
+  if (a.is_reduction() && rows == 0) return plan;
+
+  bool columns = a.is_reduction() && use_column_kernel(a, outer, inner, rows, cols, target);
+  if (columns && outer.empty()) outer.push_back(Axis{1, std::vector<int64_t>(tensors.size(), 0)});
+  std::vector<Axis> axes = outer;
+  axes.insert(axes.end(), inner.begin(), inner.end());
+  KernelVariant v;
+  v.outer_rank = int(outer.size());
+  v.inner_rank = int(inner.size());
+  choose_vector(a, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, tensors);
+  if (columns) choose_tile(a, v, outer, inner, rows);
+  else if (a.is_reduction()) choose_block(v, rows, cols);
+  else v.threads = 256;
+  if (columns && column_shared_bytes(a, v) > kMaxColumnSharedBytes) {  // too many accumulators: row kernel
+    columns = false;
+    v = KernelVariant{};
+    v.outer_rank = int(outer.size());
+    v.inner_rank = int(inner.size());
+    choose_vector(a, v, axes, int(axes.size()) - 1, tensors);
+    choose_block(v, rows, cols);
+  }
+  v.lean = target.lean;
+  v.index32 = target.lean && small_offsets(axes, numel);
+  std::vector<uint64_t>& words = plan.words;
+  auto push_i = [&](int64_t x) { words.push_back(uint64_t(x)); };
+  auto push_d = [&](double x) { uint64_t w; std::memcpy(&w, &x, 8); words.push_back(w); };
+  if (a.is_reduction()) {
+    push_i(rows);
+    push_i(cols);
+    push_d(double(cols));
+  } else {
+    push_i(numel);
+  }
+  if (columns) {
+    int64_t splits = 1;
+    int64_t blocks_x = column_grid(a, v, rows, cols, target, splits);
+    plan.grid_x = unsigned(blocks_x);
+    plan.grid_y = unsigned(splits);
+    if (splits > 1) {
+      plan.workspace_bytes = size_t(splits) * size_t(rows) * size_t(column_workspace_words(a)) * 8;
+      plan.counter_bytes = size_t(blocks_x) * 4;
+      plan.workspace_word = int(words.size());
+      plan.counters_word = int(words.size()) + 1;
+    }
+    push_i(0);  // the workspace and counters, filled in by the launcher
+    push_i(0);
+  }
+  int dims = std::max(1, int(axes.size()));
+  for (int d = 0; d < dims; ++d) push_i(d < int(axes.size()) ? axes[d].size : 1);
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    push_i(int64_t(reinterpret_cast<uintptr_t>(tensors[t]->data())));
+    for (int d = 0; d < dims; ++d) push_i(d < int(axes.size()) ? axes[d].strides[t] : 0);
+  }
+  words.insert(words.end(), scalar_words.begin(), scalar_words.end());
+  if (!columns) {
+    int64_t rows_per_block = std::max(1, v.rows_per_block);
+    int64_t blocks = a.is_reduction() ? std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, 2147483647)
+                                       : std::min<int64_t>((numel / v.vector + v.threads - 1) / v.threads, 2147483647);
+    if (blocks == 0) return plan;
+    plan.grid_x = unsigned(blocks);
+  }
+  plan.variant = v;
+  plan.block = unsigned(v.threads);
+  plan.launch = true;
+  return plan;
+}
+
+}  // namespace alloy::cuda
+

@@ -1,0 +1,42 @@
+// How a generated kernel is launched on given tensors: their strides laid over the kernel's
+// domain (kept axes, then reduced), contiguous axes collapsed, the kernel shape (pointwise, row or
+// column kernel), vector width and block chosen, and the Params words filled. No GPU calls: the
+// CUDA runtime (generated_kernel) and the CPU emulation tests share it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "alloy/backend/cuda/codegen/kernel_codegen.h"
+#include "alloy/runtime/tensor.h"
+#include "alloy/segment/schedulers/kernel_analysis.h"
+
+namespace alloy::cuda {
+
+// What the choices depend on besides the tensors.
+struct LaunchTarget {
+  int sm_count = 0;
+  int64_t shared_per_sm = 0;
+  bool lean = false;  // ALLOY_LEAN_KERNELS=1
+  static LaunchTarget from_environment(int sm_count, int64_t shared_per_sm);
+};
+
+struct LaunchPlan {
+  bool launch = false;  // false: nothing to compute (an empty domain)
+  KernelVariant variant;
+  std::vector<uint64_t> words;  // Params (param_words), the workspace and counter words left 0
+  // Column kernels split over blocks: a scratch workspace and zeroed arrival counters, whose
+  // pointers go into words[workspace_word] and words[counters_word]; -1 when not needed.
+  int workspace_word = -1, counters_word = -1;
+  size_t workspace_bytes = 0, counter_bytes = 0;
+  unsigned grid_x = 1, grid_y = 1, block = 256;
+};
+
+// `tensors`: the analysis' leaves, then its outputs; `domain`: its extents evaluated;
+// `scalar_words`: each scalar input as its Params word (double bits, or int64).
+LaunchPlan plan_launch(const KernelAnalysis& analysis, const std::vector<int64_t>& domain,
+                       const std::vector<const Tensor*>& tensors, const std::vector<uint64_t>& scalar_words,
+                       const LaunchTarget& target);
+
+}  // namespace alloy::cuda

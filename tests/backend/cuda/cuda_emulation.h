@@ -1,0 +1,89 @@
+// Enough of CUDA to run Alloy's generated kernels on the CPU, for tests on machines without a GPU:
+// each CUDA thread of a block is a std::thread, __syncthreads a barrier of the block, warp
+// shuffles an exchange through a per-warp buffer between two barriers of the warp, __shared__
+// variables function-local statics (blocks run one after another). Included first by the
+// translation unit emulated_kernels_test.cpp writes around a generated kernel; the prelude sees
+// no __CUDA_ARCH__ and takes its portable paths (no inline PTX).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+using std::fmax;
+
+struct AlloyEmuDim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+inline thread_local AlloyEmuDim3 threadIdx, blockIdx;
+inline AlloyEmuDim3 gridDim, blockDim;
+
+struct AlloyEmuWarp {
+  std::barrier<> sync{32};
+  unsigned long long slot[32] = {};
+};
+inline thread_local std::barrier<>* alloy_emu_block;
+inline thread_local AlloyEmuWarp* alloy_emu_warp;
+
+inline void __syncthreads() { alloy_emu_block->arrive_and_wait(); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+inline double __longlong_as_double(long long u) { double f; std::memcpy(&f, &u, 8); return f; }
+
+template <class T>
+T alloy_emu_exchange(T v, unsigned source_lane) {
+  static_assert(sizeof(T) <= 8);
+  unsigned lane = threadIdx.x & 31;
+  std::memcpy(&alloy_emu_warp->slot[lane], &v, sizeof(T));
+  alloy_emu_warp->sync.arrive_and_wait();
+  T r;
+  std::memcpy(&r, &alloy_emu_warp->slot[source_lane & 31], sizeof(T));
+  alloy_emu_warp->sync.arrive_and_wait();
+  return r;
+}
+template <class T>
+T __shfl_xor_sync(unsigned, T v, int mask) { return alloy_emu_exchange(v, (threadIdx.x & 31) ^ unsigned(mask)); }
+template <class T>
+T __shfl_sync(unsigned, T v, int lane) { return alloy_emu_exchange(v, unsigned(lane)); }
+
+#define __device__
+#define __forceinline__ inline
+#define __global__
+#define __shared__ static
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+
+// Runs kernel(params) over the grid, one block at a time: `threads` std::threads take every block
+// in turn and meet at a barrier between blocks.
+template <class Params>
+void alloy_emulate_grid(void (*kernel)(const Params), unsigned gx, unsigned gy, unsigned threads, const void* params) {
+  gridDim = {gx, gy, 1};
+  blockDim = {threads, 1, 1};
+  const Params& p = *static_cast<const Params*>(params);
+  std::barrier<> block(threads), between(threads);
+  std::vector<std::unique_ptr<AlloyEmuWarp>> warps;
+  for (unsigned w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<AlloyEmuWarp>());
+  std::vector<std::thread> pool;
+  pool.reserve(threads);
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      threadIdx = {t, 0, 0};
+      alloy_emu_block = &block;
+      alloy_emu_warp = warps[t / 32].get();
+      for (unsigned by = 0; by < gy; ++by)
+        for (unsigned bx = 0; bx < gx; ++bx) {
+          blockIdx = {bx, by, 0};
+          kernel(p);
+          between.arrive_and_wait();
+        }
+    });
+  for (auto& th : pool) th.join();
+}

@@ -1,0 +1,240 @@
+// The generated CUDA kernels run on the CPU (cuda_emulation.h): for each fusion, every kernel the
+// runtime would launch is planned by the runtime's own launch planning (plan_launch), generated,
+// compiled for the host with the C++ compiler that built Alloy, run thread by thread, and its
+// outputs (poisoned first) compared with the CPU reference. Runs in CI, where there is no GPU;
+// it checks the launch planning, the Params layout and the kernels' logic (barriers, shuffles,
+// split reductions, lean variants), not the hardware or the PTX-only paths.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "alloy/backend/cuda/codegen/kernel_codegen.h"
+#include "alloy/backend/cuda/launch_plan.h"
+#include "alloy/ir/parser.h"
+#include "alloy/passes/decompose_composites.h"
+#include "alloy/runtime/executor.h"
+#include "alloy/runtime/run_inputs.h"
+#include "alloy/runtime/views.h"
+#include "alloy/segment/schedulers/cuda_segmenter.h"
+#include "alloy/segment/schedulers/kernel_analysis.h"
+#include "test_util.h"
+
+namespace alloy {
+namespace {
+
+#ifndef ALLOY_HAVE_CUDA
+TEST(EmulatedKernels, NeedTheCudaBackend) { GTEST_SKIP() << "this build has no CUDA backend (the CUDA toolkit was not found)"; }
+#else
+
+using EmulateFn = void (*)(unsigned, unsigned, unsigned, const void*);
+
+// Compiles a generated kernel for the host once per source; the launcher runs it over a grid.
+EmulateFn compile_for_host(const std::string& source) {
+  static std::map<std::string, EmulateFn> compiled;
+  if (auto it = compiled.find(source); it != compiled.end()) return it->second;
+  auto dir = std::filesystem::temp_directory_path() / ("alloy_emulation_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::string stem = (dir / ("kernel" + std::to_string(compiled.size()))).string();
+  {
+    std::ofstream out(stem + ".cpp");
+    out << "#include \"" << testing::source_path("tests/backend/cuda/cuda_emulation.h") << "\"\n"
+        << source << "\nextern \"C\" void alloy_emulate(unsigned gx, unsigned gy, unsigned threads, const void* p) {\n"
+        << "  alloy_emulate_grid(&alloy_kernel, gx, gy, threads, p);\n}\n";
+  }
+  std::string command = std::string(ALLOY_HOST_CXX) + " -std=c++20 -O1 -w -shared -fPIC -pthread -o " + stem + ".so " + stem +
+                        ".cpp > " + stem + ".log 2>&1";
+  if (std::system(command.c_str()) != 0) {
+    std::ifstream log(stem + ".log");
+    std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    ADD_FAILURE() << "the generated kernel does not compile for the host:\n" << text.substr(0, 4000);
+    return nullptr;
+  }
+  void* handle = dlopen((stem + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    ADD_FAILURE() << "dlopen: " << dlerror();
+    return nullptr;
+  }
+  auto fn = reinterpret_cast<EmulateFn>(dlsym(handle, "alloy_emulate"));
+  return compiled[source] = fn;
+}
+
+std::vector<int64_t> concrete(const Value* v, const Bindings& b) {
+  std::vector<int64_t> sizes;
+  for (const Extent& e : v->shape()) sizes.push_back(*e.evaluate(b));
+  return sizes;
+}
+
+// Runs `text` segment by segment through emulated kernels (every segment must be a generated
+// kernel) and compares with the CPU reference. sm_count shapes the column kernels' splits.
+void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, bool lean, int sm_count = 4) {
+  SCOPED_TRACE(lean ? "lean kernels" : "default kernels");
+  auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
+  std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), sizes, 11);
+  FusionExecutor reference(parse_fusion(text, "emulated.fusion", std::nullopt), {DeviceChoice::cpu});
+  std::vector<Tensor> expected = reference.run(inputs);
+
+  auto lowered = decompose_composites(*fusion);
+  Segmentation segmentation = segment_for_cuda(*lowered);
+  std::map<const Value*, Tensor> values;
+  for (size_t i = 0; i < inputs.size(); ++i) values[lowered->inputs()[i]] = inputs[i];
+  cuda::LaunchTarget target;
+  target.sm_count = sm_count;
+  target.shared_per_sm = 228 * 1024;
+  target.lean = lean;
+  for (const Segment& s : segmentation.segments) {
+    ASSERT_TRUE(s.scheduler == "pointwise" || s.scheduler == "reduction" || s.scheduler == "normalization") << segmentation.str();
+    auto analyzed = analyze_kernel(s.ops, s.inputs, s.outputs);
+    ASSERT_TRUE(std::holds_alternative<KernelAnalysis>(analyzed)) << std::get<std::string>(analyzed);
+    const KernelAnalysis& a = std::get<KernelAnalysis>(analyzed);
+    for (const Op* view : a.host_views) {
+      Tensor t = apply_view(*view, values.at(view->inputs[0]), concrete(view->outputs[0], sizes));
+      ASSERT_TRUE(t.defined()) << "a view the test cannot make on the host";
+      values[view->outputs[0]] = t;
+    }
+    std::vector<const Tensor*> tensors;
+    for (Value* leaf : a.leaves) tensors.push_back(&values.at(leaf));
+    for (Value* out : a.outputs) {
+      Tensor t = Tensor::empty(out->dtype(), concrete(out, sizes));
+      std::memset(t.data(), 0xFF, size_t(t.numel()) * dtype_size(t.dtype()));  // poison: NaN, -1
+      values[out] = t;
+    }
+    for (Value* out : a.outputs) tensors.push_back(&values.at(out));
+    std::vector<int64_t> domain;
+    for (const Extent& e : a.domain) domain.push_back(*e.evaluate(sizes));
+    std::vector<uint64_t> scalars;
+    for (Value* sv : a.scalar_inputs) {
+      const Tensor& t = values.at(sv);
+      if (is_floating(sv->dtype())) {
+        double x = load_as_double(t.data(), t.dtype(), 0);
+        uint64_t w;
+        std::memcpy(&w, &x, 8);
+        scalars.push_back(w);
+      } else {
+        scalars.push_back(uint64_t(load_as_int(t.data(), t.dtype(), 0)));
+      }
+    }
+    cuda::LaunchPlan plan = cuda::plan_launch(a, domain, tensors, scalars, target);
+    if (!plan.launch) continue;
+    EXPECT_EQ(plan.variant.lean, lean);
+    ASSERT_EQ(int(plan.words.size()), cuda::param_words(a, plan.variant));
+    std::vector<uint64_t> workspace(plan.workspace_bytes / 8 + 1);
+    std::vector<unsigned> counters(plan.counter_bytes / 4 + 1, 0);
+    if (plan.workspace_word >= 0) {
+      plan.words[plan.workspace_word] = uint64_t(reinterpret_cast<uintptr_t>(workspace.data()));
+      plan.words[plan.counters_word] = uint64_t(reinterpret_cast<uintptr_t>(counters.data()));
+    }
+    EmulateFn run = compile_for_host(cuda::generate_kernel(a, plan.variant, "alloy_kernel"));
+    ASSERT_NE(run, nullptr);
+    SCOPED_TRACE("variant " + plan.variant.key());
+    run(plan.grid_x, plan.grid_y, plan.block, plan.words.data());
+    for (unsigned c : counters) EXPECT_EQ(c, 0u) << "a column kernel left its arrival counter set";
+  }
+  ASSERT_EQ(expected.size(), lowered->outputs().size());
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_TRUE(testing::tensors_close(values.at(lowered->outputs()[i]), expected[i])) << "output " << lowered->outputs()[i]->name;
+}
+
+void both_ways(const std::string& text, const Bindings& sizes, int sm_count = 4) {
+  expect_emulation_matches_cpu(text, sizes, false, sm_count);
+  expect_emulation_matches_cpu(text, sizes, true, sm_count);
+}
+
+TEST(EmulatedKernels, PointwiseWithBroadcastsAndCasts) {
+  both_ways(R"(fusion f(a: bf16[N, 64], b: bf16[64], c: f32[N, 1], h: f16[N, 64]) {
+  m = mul(a, b)
+  s = add(m, c)
+  g = gelu(s, approximate="tanh")
+  hf = cast(h, dtype=f32)
+  t = maximum(hf, s)
+  th = cast(t, dtype=f16)
+  return g, th
+})", {{"N", 37}});
+}
+
+TEST(EmulatedKernels, InnerReductions) {
+  both_ways(R"(fusion f(x: bf16[B, 100, 257]) {
+  s = sum(x, dims=[2])
+  m = max(x, dims=[-1], keepdim=true)
+  a = mean(x, dims=[2], keepdim=true)
+  return s, m, a
+})", {{"B", 1}});
+}
+
+TEST(EmulatedKernels, NormalizationsBlockAndWarpPerRow) {
+  // 4096 columns: a block per row, the row in registers; 128 columns and 64+ rows: a warp per row
+  for (auto [n, d] : {std::pair<int64_t, int64_t>{20, 4096}, {70, 128}})
+    both_ways(R"(fusion f(x: bf16[N, D], w: bf16[D], b: bf16[D]) {
+  y = layer_norm(x, w, b, normalized_ndim=1, eps=1e-5)
+  s = softmax(x, dim=1)
+  r = rms_norm(x, w, normalized_ndim=1, eps=1e-6)
+  v, m = var_mean(x, dims=[1], correction=1)
+  return y, s, r, v, m
+})", {{"N", n}, {"D", d}});
+}
+
+// examples/layer_norm.fusion's trace, at fewer rows: one kernel
+TEST(EmulatedKernels, LayerNormTracedInPrimitives) {
+  both_ways(R"(fusion ln(x: bf16[2, 16, 1600], weight: bf16[1600], bias: bf16[1600]) {
+  x32 = cast(x, dtype=f32)
+  var, mean = var_mean(x32, dims=[2], correction=0, keepdim=false)
+  mean_b = broadcast_in_dim(mean, shape=[2, 16, 1], broadcast_dims=[0, 1])
+  var_b = broadcast_in_dim(var, shape=[2, 16, 1], broadcast_dims=[0, 1])
+  var_eps = add(var_b, 1.0e-5)
+  rstd = rsqrt(var_eps)
+  mean_full = broadcast_in_dim(mean_b, shape=[2, 16, 1600], broadcast_dims=[0, 1, 2])
+  centered = sub(x32, mean_full)
+  rstd_full = broadcast_in_dim(rstd, shape=[2, 16, 1600], broadcast_dims=[0, 1, 2])
+  normed = mul(centered, rstd_full)
+  weight_full = broadcast_in_dim(weight, shape=[2, 16, 1600], broadcast_dims=[2])
+  weight32 = cast(weight_full, dtype=f32)
+  scaled = mul(normed, weight32)
+  bias_full = broadcast_in_dim(bias, shape=[2, 16, 1600], broadcast_dims=[2])
+  bias32 = cast(bias_full, dtype=f32)
+  shifted = add(scaled, bias32)
+  y = cast(shifted, dtype=bf16)
+  return y
+})", {});
+}
+
+TEST(EmulatedKernels, LongRowsReReadFromMemory) {
+  both_ways(R"(fusion g(x: f32[3, 20000]) {
+  y = softmax(x, dim=-1)
+  v, m = var_mean(x, dims=[1])
+  return y, v, m
+})", {});
+}
+
+TEST(EmulatedKernels, ColumnReductionsSplitOverBlocks) {
+  both_ways(R"(fusion f(g: bf16[T, H], x: bf16[T, H], b: bf16[H]) {
+  xb = add(x, b)
+  d = gelu_backward(g, xb, approximate="tanh")
+  db = sum(d, dims=[0])
+  mx = max(g, dims=[0], keepdim=true)
+  return d, db, mx
+})", {{"T", 3000}, {"H", 136}});
+  both_ways(R"(fusion f(x: f32[A, B, C], i: i32[A, B, C], y: f64[A, B, C]) {
+  s = sum(x, dims=[0, 1])
+  k = sum(i, dims=[0])
+  v, m = var_mean(y, dims=[0, 1], correction=0)
+  return s, k, v, m
+})", {{"A", 37}, {"B", 29}, {"C", 65}});
+}
+
+TEST(EmulatedKernels, FewLongRowsSplitAlongTheContiguousAxis) {
+  both_ways(R"(fusion g(x: bf16[R, N]) {
+  s = sum(x, dims=[1])
+  m = min(x, dims=[1])
+  return s, m
+})", {{"R", 3}, {"N", 40000}});
+}
+
+#endif  // ALLOY_HAVE_CUDA
+
+}  // namespace
+}  // namespace alloy
