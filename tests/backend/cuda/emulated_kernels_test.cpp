@@ -72,10 +72,13 @@ std::vector<int64_t> concrete(const Value* v, const Bindings& b) {
 
 // Runs `text` segment by segment through emulated kernels (every segment must be a generated
 // kernel) and compares with the CPU reference. sm_count shapes the column kernels' splits.
-void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, bool lean, int sm_count = 4) {
+// `given`: inputs by position (undefined ones are drawn at random).
+void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, bool lean, int sm_count = 4,
+                                  std::vector<Tensor> given = {}) {
   SCOPED_TRACE(lean ? "lean kernels" : "default kernels");
   auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
-  std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), sizes, 11);
+  given.resize(fusion->inputs().size());
+  std::vector<Tensor> inputs = complete_inputs(*fusion, given, sizes, 11);
   FusionExecutor reference(parse_fusion(text, "emulated.fusion", std::nullopt), {DeviceChoice::cpu});
   std::vector<Tensor> expected = reference.run(inputs);
 
@@ -176,6 +179,29 @@ TEST(EmulatedKernels, NormalizationsBlockAndWarpPerRow) {
   v, m = var_mean(x, dims=[1], correction=1)
   return y, s, r, v, m
 })", {{"N", n}, {"D", d}});
+}
+
+// Softmax of rows with -inf entries (masked attention): whole threads' shares masked, and one row
+// masked entirely (NaN, as PyTorch gives) — the online softmax of lean kernels must agree.
+TEST(EmulatedKernels, MaskedSoftmax) {
+  std::string text = R"(fusion f(x: f32[N, D], keep: bool[N, D]) {
+  zero = mul(x, 0.0)
+  ninf = log(zero)
+  xm = where(keep, x, ninf)
+  s = softmax(xm, dim=1)
+  return s
+})";
+  // a block per row (4096 columns), then a warp per row (128 columns, 70 rows)
+  for (auto [n, d] : {std::pair<int64_t, int64_t>{6, 4096}, {70, 128}}) {
+    Tensor mask = Tensor::empty(DType::boolean, {n, d});
+    bool* m = mask.data_as<bool>();
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < d; ++c) {
+        bool thread_masked = d > 1000 ? (c < 1000 || (c >= 2048 && c < 3048)) : c < 64;
+        m[r * d + c] = r != 0 && !thread_masked && (r != 3 || c % 7 == 0);
+      }
+    for (bool lean : {false, true}) expect_emulation_matches_cpu(text, {{"N", n}, {"D", d}}, lean, 4, {Tensor(), mask});
+  }
 }
 
 // examples/layer_norm.fusion's trace, at fewer rows: one kernel

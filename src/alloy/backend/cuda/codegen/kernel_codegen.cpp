@@ -237,8 +237,53 @@ class Generator {
       std::string raw = cached_.count(it->second) ? "L" + std::to_string(it->second) + element : "U" + std::to_string(it->second);
       return load_convert(v->dtype(), raw + ".v[e]");
     }
-    if (held_from_earlier_pass(v)) return "C" + std::to_string(v->id) + element + ".v[e]";
+    if (held_from_earlier_pass(v)) {
+      std::string held = "C" + std::to_string(v->id) + element + ".v[e]";
+      // online softmax: exp(x - this thread's max), rescaled to the row's max
+      return v == online_exp_ ? "(" + held + " * alloy_online_scale)" : held;
+    }
     return "v" + std::to_string(v->id);
+  }
+
+  // Lean row kernels with the row in registers fuse softmax's two block reductions (max, then the
+  // sum of exp(x - max)) into one: each thread keeps its own max, sums exp against it, and the
+  // (max, sum) pairs merge once; the exp values held in registers are rescaled by
+  // exp(thread max - row max) where read later. Taken only when the max feeds nothing but
+  // exp(x - max) (through views), and that exp is held in registers from the sum's pass.
+  void detect_online_softmax() {
+    online_stage_ = -1;
+    online_exp_ = nullptr;
+    if (!v_.lean || v_.items == 0) return;
+    std::map<const Value*, int> uses;
+    for (const Op* op : a_.compute_ops)
+      for (const Value* in : std::set<const Value*>(op->inputs.begin(), op->inputs.end())) ++uses[in];
+    auto internal = [&](const Value* v) {
+      return uses[v] == 1 && std::find(a_.outputs.begin(), a_.outputs.end(), v) == a_.outputs.end();
+    };
+    for (size_t k = 0; k + 1 < a_.stages.size(); ++k) {
+      if (a_.stages[k].size() != 1 || a_.stages[k + 1].size() != 1) continue;
+      const Op *top = a_.stages[k][0], *total = a_.stages[k + 1][0];
+      if (top->kind != OpKind::max || total->kind != OpKind::sum) continue;
+      if (top->outputs[0]->dtype() != DType::f32 || total->outputs[0]->dtype() != DType::f32) continue;
+      const Value* e = total->inputs[0];
+      const Op* exp_op = e->producer;
+      if (!exp_op || exp_op->kind != OpKind::exp || e->dtype() != DType::f32) continue;
+      const Value* d = exp_op->inputs[0];
+      const Op* sub_op = d->producer;
+      if (!sub_op || sub_op->kind != OpKind::sub || d->dtype() != DType::f32 || !internal(d)) continue;
+      const Value* chain = sub_op->inputs[1];
+      bool ok = sub_op->inputs[0] != chain;
+      while (ok && chain != top->outputs[0]) {
+        ok = internal(chain) && chain->producer && op_row(chain->producer->kind).op_class == OpClass::shape;
+        if (ok) chain = chain->producer->inputs[0];
+      }
+      if (!ok || !internal(top->outputs[0])) continue;
+      auto held = cache_pass_.find(e);
+      if (held == cache_pass_.end() || held->second != int(k + 1)) continue;
+      online_stage_ = int(k);
+      online_exp_ = e;
+      return;
+    }
   }
 
   bool held_from_earlier_pass(const Value* v) const {
@@ -693,6 +738,7 @@ class Generator {
         os_ << in << compute_type(a_.leaves[k]->dtype()) << " P" << k << " = "
             << load_convert(a_.leaves[k]->dtype(), "p.l" + std::to_string(k) + "[ro_l" + std::to_string(k) + "]") << ";\n";
     plan_value_cache();
+    detect_online_softmax();
     for (auto& [v, pass] : cache_pass_)
       os_ << in << "AlloyVec<" << compute_type(v->dtype()) << ", " << v_.vector << "> C" << v->id << "[" << v_.items << "];\n";
     // Leaves read by more than one pass over the row stay in registers (when the row fits).
@@ -876,8 +922,24 @@ class Generator {
 
   void finish_acc(const Acc& acc, const std::string& in) {
     std::string T = acc.ct;
-    std::string region = smem_region();
     const Op& r = *acc.op;
+    if (online_stage_ >= 0 && &r == a_.stages[online_stage_][0]) {
+      // this thread's max (0 where it has no finite one: its exp values are then all 0)
+      os_ << in << "float v" << r.outputs[0]->id << " = " << acc.name << " < -3.402823466e38f ? 0.0f : " << acc.name << ";\n";
+      for (Value* out : r.outputs) emitted_per_row_.insert(out);
+      return;
+    }
+    std::string region = smem_region();
+    if (online_stage_ >= 0 && &r == a_.stages[online_stage_ + 1][0]) {
+      std::string top = "acc" + std::to_string(a_.stages[online_stage_][0]->outputs[0]->id);
+      os_ << in << "float alloy_online_max = " << top << ", alloy_online_sum = " << acc.name << ";\n";
+      os_ << in << (v_.rows_per_block ? "alloy_warp_online" : "alloy_block_online") << "(alloy_online_max, alloy_online_sum, reinterpret_cast<float*>("
+          << region << "));\n";
+      os_ << in << "const float alloy_online_scale = " << top << " < -3.402823466e38f ? 0.0f : ax_exp(" << top << " - alloy_online_max);\n";
+      os_ << in << "float v" << r.outputs[0]->id << " = alloy_online_sum;\n";
+      for (Value* out : r.outputs) emitted_per_row_.insert(out);
+      return;
+    }
     if (r.kind == OpKind::var_mean) {
       std::string smem = "reinterpret_cast<" + T + "*>(" + region + ")";
       if (two_pass_ && !v_.lean)
@@ -930,6 +992,8 @@ class Generator {
   std::set<int> cached_;   // leaves held in registers across passes
   std::map<const Value*, int> cache_pass_;  // computed values held in registers, by the pass that computes them
   int current_pass_ = 0;   // the stage being emitted; the stage count for the final pass
+  int online_stage_ = -1;  // online softmax: the max's stage (the sum's is the next), or -1
+  const Value* online_exp_ = nullptr;  // its exp, held in registers and rescaled where read
   std::set<const Value*> used_in_kernel_;  // values some op of the kernel reads
   bool two_pass_ = false;  // var_mean as a sum, then squared deviations, over cached rows
 

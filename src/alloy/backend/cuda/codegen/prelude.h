@@ -187,6 +187,32 @@ __device__ __forceinline__ void alloy_block_welford_lean(T& n, T& mean, T& m2, T
   mean = __shfl_sync(0xffffffffu, wmean, 0);
   m2 = __shfl_sync(0xffffffffu, wm2, 0);
 }
+// Online softmax: (max, sum of exp(x - max)) pairs merged; a side with sum 0 contributes nothing
+// (a thread without elements, or whose elements are all -inf).
+template <class T>
+__device__ __forceinline__ void alloy_online_combine(T& m, T& s, T m2, T s2) {
+  T top = ax_max(m, m2);
+  T a = s == T(0) ? T(0) : s * ax_exp(m - top);
+  T b = s2 == T(0) ? T(0) : s2 * ax_exp(m2 - top);
+  m = top;
+  s = a + b;
+}
+template <class T>
+__device__ __forceinline__ void alloy_warp_online(T& m, T& s, T*) {
+  #pragma unroll
+  for (int o = 16; o > 0; o >>= 1) alloy_online_combine(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+}
+template <class T>
+__device__ __forceinline__ void alloy_block_online(T& m, T& s, T* smem) {
+  alloy_warp_online(m, s, smem);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  if (lane == 0) { smem[warp] = m; smem[33 + warp] = s; }
+  __syncthreads();  // one barrier, as in alloy_block_reduce_lean
+  T wm = lane < warps ? smem[lane] : -T(__longlong_as_double(0x7ff0000000000000LL)), ws = lane < warps ? smem[33 + lane] : T(0);
+  alloy_warp_online(wm, ws, smem);
+  m = __shfl_sync(0xffffffffu, wm, 0);
+  s = __shfl_sync(0xffffffffu, ws, 0);
+}
 template <class T>
 __device__ __forceinline__ void alloy_warp_welford(T& n, T& mean, T& m2, T*) {
   #pragma unroll
