@@ -157,11 +157,20 @@ int print_command(const std::string& file, const std::string& name) {
 }
 
 // Generates and compiles every kernel of every fusion in the file for `arch`; no GPU needed.
-int compile_command(const std::string& file, const std::string& arch, bool dump_cuda) {
+std::vector<SizeRequest> parse_binds(const std::vector<std::string>& binds);
+
+// With --bind, only the variant the runtime would launch for contiguous inputs of those sizes.
+int compile_command(const std::string& file, const std::string& arch, bool dump_cuda, const std::vector<std::string>& binds) {
   auto fusions = parse_fusions(read_source(file), file);
+  std::vector<SizeRequest> requests = parse_binds(binds);
   for (auto& fusion : fusions) {
     if (!dump_cuda) std::cout << "fusion " << fusion->name() << ":\n";
-    std::cout << compile_offline(*fusion, arch, dump_cuda);
+    if (requests.empty()) {
+      std::cout << compile_offline(*fusion, arch, dump_cuda);
+      continue;
+    }
+    Bindings sizes = resolve_input_sizes(*fusion, std::vector<Tensor>(fusion->inputs().size()), requests);
+    std::cout << compile_offline(*fusion, arch, dump_cuda, &sizes);
   }
   return 0;
 }
@@ -345,6 +354,9 @@ int run_cli(int argc, char** argv) {
   compile_cmd->add_option("file", compile_file, "The .fusion file")->required();
   compile_cmd->add_option("--arch", arch, "GPU architecture, e.g. sm_90")->default_val("sm_90");
   compile_cmd->add_option("--dump", compile_dumps, "Print a stage")->check(CLI::IsMember({"cuda"}));
+  std::vector<std::string> compile_binds;
+  compile_cmd->add_option("--bind", compile_binds,
+                          "SYMBOL=N: compile only the variant a run at these sizes would launch, and report its registers (repeatable)");
 
   try {
     app.parse(argc, argv);
@@ -356,7 +368,7 @@ int run_cli(int argc, char** argv) {
     if (run_cmd->parsed()) return run_command(run);
     if (check_cmd->parsed()) return check_command(check_file);
     if (print_cmd->parsed()) return print_command(print_file, print_name);
-    if (compile_cmd->parsed()) return compile_command(compile_file, arch, !compile_dumps.empty());
+    if (compile_cmd->parsed()) return compile_command(compile_file, arch, !compile_dumps.empty(), compile_binds);
   } catch (const UsageError& e) {
     std::cerr << e.what() << "\nRun with --help for more information.\n";
     return 2;

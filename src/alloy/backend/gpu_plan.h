@@ -21,6 +21,8 @@ namespace alloy {
 // Ahead-of-time compilation without a GPU (`alloy compile`): generates every kernel of the
 // fusion's CUDA plan in representative variants (scalar and vectorized) and compiles each with
 // NVRTC for `arch` ("sm_90", "sm_80", ...). Returns a report, or with `dump_source` the sources.
-std::string compile_offline(const Fusion& fusion, const std::string& arch, bool dump_source);
+// With `sizes` (every symbol bound), instead the one variant the runtime would launch for
+// contiguous inputs of those sizes, with its grid, block and ptxas' register count.
+std::string compile_offline(const Fusion& fusion, const std::string& arch, bool dump_source, const Bindings* sizes = nullptr);
 
 }  // namespace alloy

@@ -14,7 +14,7 @@ void synchronize_device(Device) {}
 
 namespace alloy {
 
-std::string compile_offline(const Fusion&, const std::string& arch, bool) {
+std::string compile_offline(const Fusion&, const std::string& arch, bool, const Bindings*) {
   user_error_at("alloy compile --arch " + arch, "this build of Alloy has no CUDA backend (the CUDA toolkit was not found)");
 }
 

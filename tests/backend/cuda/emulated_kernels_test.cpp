@@ -73,9 +73,14 @@ std::vector<int64_t> concrete(const Value* v, const Bindings& b) {
 // Runs `text` segment by segment through emulated kernels (every segment must be a generated
 // kernel) and compares with the CPU reference. sm_count shapes the column kernels' splits.
 // `given`: inputs by position (undefined ones are drawn at random).
-void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, bool lean, int sm_count = 4,
+// The kernel flavours a run can choose (LaunchTarget): default, lean, lean recomputing values.
+enum class Flavour { plain, lean, lean_recompute };
+constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean, Flavour::lean_recompute};
+
+void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
                                   std::vector<Tensor> given = {}) {
-  SCOPED_TRACE(lean ? "lean kernels" : "default kernels");
+  bool lean = flavour != Flavour::plain;
+  SCOPED_TRACE(flavour == Flavour::plain ? "default kernels" : flavour == Flavour::lean ? "lean kernels" : "lean kernels, values recomputed");
   auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
   given.resize(fusion->inputs().size());
   std::vector<Tensor> inputs = complete_inputs(*fusion, given, sizes, 11);
@@ -90,6 +95,7 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   target.sm_count = sm_count;
   target.shared_per_sm = 228 * 1024;
   target.lean = lean;
+  target.recompute = flavour == Flavour::lean_recompute;
   for (const Segment& s : segmentation.segments) {
     ASSERT_TRUE(s.scheduler == "pointwise" || s.scheduler == "reduction" || s.scheduler == "normalization") << segmentation.str();
     auto analyzed = analyze_kernel(s.ops, s.inputs, s.outputs);
@@ -143,13 +149,12 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
     EXPECT_TRUE(testing::tensors_close(values.at(lowered->outputs()[i]), expected[i])) << "output " << lowered->outputs()[i]->name;
 }
 
-void both_ways(const std::string& text, const Bindings& sizes, int sm_count = 4) {
-  expect_emulation_matches_cpu(text, sizes, false, sm_count);
-  expect_emulation_matches_cpu(text, sizes, true, sm_count);
+void every_flavour(const std::string& text, const Bindings& sizes, int sm_count = 4) {
+  for (Flavour f : kFlavours) expect_emulation_matches_cpu(text, sizes, f, sm_count);
 }
 
 TEST(EmulatedKernels, PointwiseWithBroadcastsAndCasts) {
-  both_ways(R"(fusion f(a: bf16[N, 64], b: bf16[64], c: f32[N, 1], h: f16[N, 64]) {
+  every_flavour(R"(fusion f(a: bf16[N, 64], b: bf16[64], c: f32[N, 1], h: f16[N, 64]) {
   m = mul(a, b)
   s = add(m, c)
   g = gelu(s, approximate="tanh")
@@ -161,7 +166,7 @@ TEST(EmulatedKernels, PointwiseWithBroadcastsAndCasts) {
 }
 
 TEST(EmulatedKernels, InnerReductions) {
-  both_ways(R"(fusion f(x: bf16[B, 100, 257]) {
+  every_flavour(R"(fusion f(x: bf16[B, 100, 257]) {
   s = sum(x, dims=[2])
   m = max(x, dims=[-1], keepdim=true)
   a = mean(x, dims=[2], keepdim=true)
@@ -172,7 +177,7 @@ TEST(EmulatedKernels, InnerReductions) {
 TEST(EmulatedKernels, NormalizationsBlockAndWarpPerRow) {
   // 4096 columns: a block per row, the row in registers; 128 columns and 64+ rows: a warp per row
   for (auto [n, d] : {std::pair<int64_t, int64_t>{20, 4096}, {70, 128}})
-    both_ways(R"(fusion f(x: bf16[N, D], w: bf16[D], b: bf16[D]) {
+    every_flavour(R"(fusion f(x: bf16[N, D], w: bf16[D], b: bf16[D]) {
   y = layer_norm(x, w, b, normalized_ndim=1, eps=1e-5)
   s = softmax(x, dim=1)
   r = rms_norm(x, w, normalized_ndim=1, eps=1e-6)
@@ -200,13 +205,13 @@ TEST(EmulatedKernels, MaskedSoftmax) {
         bool thread_masked = d > 1000 ? (c < 1000 || (c >= 2048 && c < 3048)) : c < 64;
         m[r * d + c] = r != 0 && !thread_masked && (r != 3 || c % 7 == 0);
       }
-    for (bool lean : {false, true}) expect_emulation_matches_cpu(text, {{"N", n}, {"D", d}}, lean, 4, {Tensor(), mask});
+    for (Flavour f : kFlavours) expect_emulation_matches_cpu(text, {{"N", n}, {"D", d}}, f, 4, {Tensor(), mask});
   }
 }
 
 // examples/layer_norm.fusion's trace, at fewer rows: one kernel
 TEST(EmulatedKernels, LayerNormTracedInPrimitives) {
-  both_ways(R"(fusion ln(x: bf16[2, 16, 1600], weight: bf16[1600], bias: bf16[1600]) {
+  every_flavour(R"(fusion ln(x: bf16[2, 16, 1600], weight: bf16[1600], bias: bf16[1600]) {
   x32 = cast(x, dtype=f32)
   var, mean = var_mean(x32, dims=[2], correction=0, keepdim=false)
   mean_b = broadcast_in_dim(mean, shape=[2, 16, 1], broadcast_dims=[0, 1])
@@ -229,7 +234,7 @@ TEST(EmulatedKernels, LayerNormTracedInPrimitives) {
 }
 
 TEST(EmulatedKernels, LongRowsReReadFromMemory) {
-  both_ways(R"(fusion g(x: f32[3, 20000]) {
+  every_flavour(R"(fusion g(x: f32[3, 20000]) {
   y = softmax(x, dim=-1)
   v, m = var_mean(x, dims=[1])
   return y, v, m
@@ -237,14 +242,14 @@ TEST(EmulatedKernels, LongRowsReReadFromMemory) {
 }
 
 TEST(EmulatedKernels, ColumnReductionsSplitOverBlocks) {
-  both_ways(R"(fusion f(g: bf16[T, H], x: bf16[T, H], b: bf16[H]) {
+  every_flavour(R"(fusion f(g: bf16[T, H], x: bf16[T, H], b: bf16[H]) {
   xb = add(x, b)
   d = gelu_backward(g, xb, approximate="tanh")
   db = sum(d, dims=[0])
   mx = max(g, dims=[0], keepdim=true)
   return d, db, mx
 })", {{"T", 3000}, {"H", 136}});
-  both_ways(R"(fusion f(x: f32[A, B, C], i: i32[A, B, C], y: f64[A, B, C]) {
+  every_flavour(R"(fusion f(x: f32[A, B, C], i: i32[A, B, C], y: f64[A, B, C]) {
   s = sum(x, dims=[0, 1])
   k = sum(i, dims=[0])
   v, m = var_mean(y, dims=[0, 1], correction=0)
@@ -253,7 +258,7 @@ TEST(EmulatedKernels, ColumnReductionsSplitOverBlocks) {
 }
 
 TEST(EmulatedKernels, FewLongRowsSplitAlongTheContiguousAxis) {
-  both_ways(R"(fusion g(x: bf16[R, N]) {
+  every_flavour(R"(fusion g(x: bf16[R, N]) {
   s = sum(x, dims=[1])
   m = min(x, dims=[1])
   return s, m

@@ -35,6 +35,25 @@ TEST(OfflineCompile, EveryExampleCompilesForSm90AndSm80) {
   EXPECT_GE(examples, 4);
 }
 
+// With sizes bound: the one variant a run would launch, its grid and block, and ptxas' registers.
+TEST(OfflineCompile, BoundSizesCompileTheVariantARunWouldLaunch) {
+  REQUIRE_CUDA_BUILD();
+  auto fusion = parse_fusion(R"(fusion f(x: bf16[N, D], g: bf16[T, D]) {
+  y = softmax(x, dim=1)
+  db = sum(g, dims=[0])
+  return y, db
+})", "bound.fusion", std::nullopt);
+  Bindings sizes{{"N", 8192}, {"D", 8192}, {"T", 4096}};
+  std::string report = compile_offline(*fusion, "sm_90", false, &sizes);
+  EXPECT_NE(report.find("variant r1.1_v8_t256_i4_"), std::string::npos) << report;  // a block per 8192-wide row
+  EXPECT_NE(report.find("grid 8192x1, block 256"), std::string::npos) << report;
+  EXPECT_NE(report.find("_x32_"), std::string::npos) << report;  // the bias-gradient-like sum: a column kernel
+  EXPECT_NE(report.find("registers"), std::string::npos) << report;
+  EXPECT_NE(report.find("2 kernels compiled for sm_90"), std::string::npos) << report;
+  Bindings missing{{"N", 8}};
+  EXPECT_THROW(compile_offline(*fusion, "sm_90", false, &missing), UserError);
+}
+
 TEST(OfflineCompile, EveryOpFamilyGeneratesCompilableCode) {
   REQUIRE_CUDA_BUILD();
   auto fusion = parse_fusion(R"(fusion f(x: bf16[N, 64], y: f32[N, 64], i: i32[N, 64], m: bool[N, 64], s: f32) {

@@ -185,6 +185,8 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.shared_per_sm = shared_per_sm;
   const char* lean = std::getenv("ALLOY_LEAN_KERNELS");
   t.lean = lean && std::string(lean) == "1";
+  const char* recompute = std::getenv("ALLOY_RECOMPUTE_VALUES");
+  t.recompute = recompute && std::string(recompute) == "1";
   return t;
 }
 
@@ -230,6 +232,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
     choose_block(v, rows, cols);
   }
   v.lean = target.lean;
+  v.recompute = target.recompute && a.is_reduction() && !columns;
   v.index32 = target.lean && small_offsets(axes, numel);
   std::vector<uint64_t>& words = plan.words;
   auto push_i = [&](int64_t x) { words.push_back(uint64_t(x)); };

@@ -18,7 +18,8 @@ namespace alloy::cuda {
 struct LaunchTarget {
   int sm_count = 0;
   int64_t shared_per_sm = 0;
-  bool lean = false;  // ALLOY_LEAN_KERNELS=1
+  bool lean = false;       // ALLOY_LEAN_KERNELS=1
+  bool recompute = false;  // ALLOY_RECOMPUTE_VALUES=1
   static LaunchTarget from_environment(int sm_count, int64_t shared_per_sm);
 };
 

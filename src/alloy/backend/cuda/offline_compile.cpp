@@ -1,10 +1,14 @@
 // compile_offline: the CUDA plan's kernels generated and compiled by NVRTC with no GPU present.
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
+#include "alloy/backend/cuda/launch_plan.h"
 #include "alloy/backend/cuda/nvrtc_compiler.h"
 #include "alloy/backend/gpu_plan.h"
 #include "alloy/passes/decompose_composites.h"
+#include "alloy/runtime/views.h"
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 
 namespace alloy {
@@ -46,15 +50,80 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
   return {scalar, vector, warp_rows, lean, columns, long_rows};
 }
 
+// The variant the runtime would launch for contiguous tensors of the bound sizes (fake, never
+// read: plan_launch looks only at shapes, strides and alignment), on an SM count typical of the
+// architecture; its grid and block go into the report.
+struct BoundLaunch {
+  cuda::KernelVariant variant;
+  std::string shape;  // "grid 8192x1, block 256"
+};
+
+class SizedValues {
+ public:
+  SizedValues(const Bindings& sizes) : sizes_(sizes) {}
+
+  const Tensor& at(const Value* v) {
+    auto it = values_.find(v);
+    if (it != values_.end()) return it->second;
+    std::vector<int64_t> shape;
+    for (size_t i = 0; i < v->shape().size(); ++i) {
+      auto n = v->shape()[i].evaluate(sizes_);
+      if (!n) user_error_at("--bind", "the size of axis ", i, " of ", v->name, " (", v->type_str(), ") is not bound; give each symbol with --bind SYMBOL=N");
+      shape.push_back(*n);
+    }
+    // a fake address, aligned like a fresh allocation
+    void* fake = reinterpret_cast<void*>(uintptr_t(1) << 30);
+    return values_[v] = Tensor::borrow(fake, Device{}, v->dtype(), shape, contiguous_strides(shape));
+  }
+  void set(const Value* v, Tensor t) { values_[v] = std::move(t); }
+  const Bindings& sizes() const { return sizes_; }
+
+ private:
+  const Bindings& sizes_;
+  std::map<const Value*, Tensor> values_;
+};
+
+std::optional<BoundLaunch> bound_launch(const KernelAnalysis& a, SizedValues& values, const cuda::CudaArch& arch) {
+  for (const Op* view : a.host_views) {
+    std::vector<int64_t> shape = values.at(view->outputs[0]).sizes();
+    Tensor t = apply_view(*view, values.at(view->inputs[0]), shape);
+    if (t.defined()) values.set(view->outputs[0], t);
+  }
+  std::vector<const Tensor*> tensors;
+  for (Value* leaf : a.leaves) tensors.push_back(&values.at(leaf));
+  for (Value* out : a.outputs) tensors.push_back(&values.at(out));
+  std::vector<int64_t> domain;
+  for (const Extent& e : a.domain) domain.push_back(*e.evaluate(values.sizes()));
+  std::vector<uint64_t> scalars(a.scalar_inputs.size(), 0);
+  int sms = arch.major == 9 ? 132 : arch.major == 8 && arch.minor == 0 ? 108 : 80;
+  cuda::LaunchPlan plan = cuda::plan_launch(a, domain, tensors, scalars, cuda::LaunchTarget::from_environment(sms, 228 * 1024));
+  if (!plan.launch) return std::nullopt;
+  return BoundLaunch{plan.variant, "grid " + std::to_string(plan.grid_x) + "x" + std::to_string(plan.grid_y) + ", block " +
+                                       std::to_string(plan.block) + " (" + std::to_string(sms) + " SMs assumed)"};
+}
+
+// "ptxas info    : Used 40 registers, ..." from a verbose compile's log
+std::string resource_usage(const std::string& log) {
+  size_t at = log.find("Used ");
+  if (at == std::string::npos) return "";
+  size_t end = log.find('\n', at);
+  return log.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
 }  // namespace
 
-std::string compile_offline(const Fusion& fusion, const std::string& arch_text, bool dump_source) {
+std::string compile_offline(const Fusion& fusion, const std::string& arch_text, bool dump_source, const Bindings* sizes) {
   cuda::CudaArch arch = cuda::parse_cuda_arch(arch_text);
   if (!arch.valid()) user_error_at("--arch " + arch_text, "expected an architecture such as sm_90 or sm_80");
   auto lowered = decompose_composites(fusion);
   Segmentation segmentation = segment_for_cuda(*lowered);
   std::ostringstream report;
   int kernels = 0;
+  std::optional<SizedValues> values;
+  if (sizes) {
+    values.emplace(*sizes);
+    for (size_t i = 0; i < lowered->inputs().size(); ++i) values->at(lowered->inputs()[i]);
+  }
   for (const Segment& s : segmentation.segments) {
     if (s.scheduler == "noop" || s.scheduler == "matmul" || s.scheduler == "cpu_fallback") {
       if (!dump_source) report << "segment " << s.id << " [" << s.scheduler << "]: no generated kernel\n";
@@ -62,17 +131,37 @@ std::string compile_offline(const Fusion& fusion, const std::string& arch_text, 
     }
     auto analysis = analyze_kernel(s.ops, s.inputs, s.outputs);
     const auto& a = std::get<KernelAnalysis>(analysis);
-    for (const cuda::KernelVariant& v : representative_variants(a)) {
+    std::vector<cuda::KernelVariant> variants;
+    std::string launch;
+    if (values) {
+      auto bound = bound_launch(a, *values, arch);
+      if (!bound) {
+        if (!dump_source) report << "segment " << s.id << " [" << s.scheduler << "]: nothing to compute at these sizes\n";
+        continue;
+      }
+      variants = {bound->variant};
+      launch = ", " + bound->shape;
+    } else {
+      variants = representative_variants(a);
+    }
+    for (const cuda::KernelVariant& v : variants) {
       std::string name = "alloy_segment" + std::to_string(s.id);
       std::string source = cuda::generate_kernel(a, v, name);
       cuda::CompileOptions options;
       options.arch_suffix = arch.suffix;
+      if (values) {  // the register count of the very kernel that would run
+        options.extra.push_back("--ptxas-options=-v");
+        options.use_disk_cache = false;
+      }
       auto module = cuda::compile_cuda(source, name, arch.major, arch.minor, options);
       ++kernels;
       if (dump_source) report << "// segment " << s.id << " [" << s.scheduler << "], variant " << v.key() << "\n" << source << "\n";
-      else
+      else {
         report << "segment " << s.id << " [" << s.scheduler << "] variant " << v.key() << ": sm_" << arch.major << arch.minor
-               << arch.suffix << " cubin " << module->cubin.size() << " bytes\n";
+               << arch.suffix << " cubin " << module->cubin.size() << " bytes";
+        if (values) report << launch << "; " << resource_usage(module->log);
+        report << "\n";
+      }
     }
   }
   if (!dump_source) report << kernels << " kernel" << (kernels == 1 ? "" : "s") << " compiled for " << arch_text << "\n";

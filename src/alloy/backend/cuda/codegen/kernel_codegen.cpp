@@ -279,9 +279,12 @@ class Generator {
       }
       if (!ok || !internal(top->outputs[0])) continue;
       auto held = cache_pass_.find(e);
-      if (held == cache_pass_.end() || held->second != int(k + 1)) continue;
+      bool cached = held != cache_pass_.end() && held->second == int(k + 1);
+      if (!cached && cache_pass_.count(e)) continue;
       online_stage_ = int(k);
-      online_exp_ = e;
+      online_exp_ = cached ? e : nullptr;  // not held: later passes recompute it from the row max
+      online_chain_.clear();
+      for (const Value* c = sub_op->inputs[1]; c != top->outputs[0]; c = c->producer->inputs[0]) online_chain_.push_back(c);
       return;
     }
   }
@@ -295,7 +298,7 @@ class Generator {
   // later pass are kept in registers instead of recomputed (softmax's exp).
   void plan_value_cache() {
     cache_pass_.clear();
-    if (v_.items == 0) return;
+    if (v_.items == 0 || v_.recompute) return;
     static const std::set<OpKind> costly = {OpKind::exp, OpKind::log, OpKind::tanh, OpKind::sigmoid, OpKind::silu,
                                             OpKind::erf, OpKind::gelu, OpKind::pow, OpKind::gelu_backward};
     std::map<const Value*, int> first_pass;
@@ -935,7 +938,18 @@ class Generator {
       os_ << in << "float alloy_online_max = " << top << ", alloy_online_sum = " << acc.name << ";\n";
       os_ << in << (v_.rows_per_block ? "alloy_warp_online" : "alloy_block_online") << "(alloy_online_max, alloy_online_sum, reinterpret_cast<float*>("
           << region << "));\n";
-      os_ << in << "const float alloy_online_scale = " << top << " < -3.402823466e38f ? 0.0f : ax_exp(" << top << " - alloy_online_max);\n";
+      if (online_exp_) {
+        os_ << in << "const float alloy_online_scale = " << top << " < -3.402823466e38f ? 0.0f : ax_exp(" << top << " - alloy_online_max);\n";
+      } else {
+        // later passes recompute exp(x - max) against the row's max: the max and its views become it
+        const Value* m = a_.stages[online_stage_][0]->outputs[0];
+        os_ << in << "v" << m->id << " = alloy_online_max;\n";
+        const Value* previous = m;
+        for (auto it = online_chain_.rbegin(); it != online_chain_.rend(); ++it) {
+          os_ << in << "v" << (*it)->id << " = v" << previous->id << ";\n";
+          previous = *it;
+        }
+      }
       os_ << in << "float v" << r.outputs[0]->id << " = alloy_online_sum;\n";
       for (Value* out : r.outputs) emitted_per_row_.insert(out);
       return;
@@ -993,7 +1007,8 @@ class Generator {
   std::map<const Value*, int> cache_pass_;  // computed values held in registers, by the pass that computes them
   int current_pass_ = 0;   // the stage being emitted; the stage count for the final pass
   int online_stage_ = -1;  // online softmax: the max's stage (the sum's is the next), or -1
-  const Value* online_exp_ = nullptr;  // its exp, held in registers and rescaled where read
+  const Value* online_exp_ = nullptr;  // its exp, held in registers and rescaled where read (or null)
+  std::vector<const Value*> online_chain_;  // the views from the max to what exp(x - .) reads, last first
   std::set<const Value*> used_in_kernel_;  // values some op of the kernel reads
   bool two_pass_ = false;  // var_mean as a sum, then squared deviations, over cached rows
 
@@ -1021,7 +1036,7 @@ class Generator {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + (lean ? "_lean" : "") + "_" +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + (lean ? "_lean" : "") + (recompute ? "_rc" : "") + "_" +
          leaf_modes;
 }
 

@@ -31,6 +31,9 @@ struct KernelVariant {
   // and NaN max/min (sm_80+), one barrier per block reduction, one Welford merge per var_mean of a
   // row held in registers; the runtime then also takes 32-bit offsets where they fit.
   bool lean = false;
+  // Row kernels: recompute costly values (exp, tanh, ...) in later passes instead of holding them
+  // in registers (fewer registers, more arithmetic; ALLOY_RECOMPUTE_VALUES=1, for A/B timing).
+  bool recompute = false;
   // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
   // (stride 1), 'b' one value for the whole vector (stride 0).
   std::string leaf_modes;
