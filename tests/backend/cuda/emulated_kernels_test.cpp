@@ -116,18 +116,7 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
     for (Value* out : a.outputs) tensors.push_back(&values.at(out));
     std::vector<int64_t> domain;
     for (const Extent& e : a.domain) domain.push_back(*e.evaluate(sizes));
-    std::vector<uint64_t> scalars;
-    for (Value* sv : a.scalar_inputs) {
-      const Tensor& t = values.at(sv);
-      if (is_floating(sv->dtype())) {
-        double x = load_as_double(t.data(), t.dtype(), 0);
-        uint64_t w;
-        std::memcpy(&w, &x, 8);
-        scalars.push_back(w);
-      } else {
-        scalars.push_back(uint64_t(load_as_int(t.data(), t.dtype(), 0)));
-      }
-    }
+    std::vector<uint64_t> scalars = cuda::scalar_words(a, [&](const Value* v) -> const Tensor& { return values.at(v); });
     cuda::LaunchPlan plan = cuda::plan_launch(a, domain, tensors, scalars, target);
     if (!plan.launch) continue;
     EXPECT_EQ(plan.variant.lean, lean);

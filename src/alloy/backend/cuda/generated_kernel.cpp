@@ -28,18 +28,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     Stream stream = Stream::current(state.device.index);
     std::vector<int64_t> domain;
     for (const Extent& e : a_.domain) domain.push_back(*e.evaluate(state.bindings));
-    std::vector<uint64_t> scalars;
-    for (Value* s : a_.scalar_inputs) {
-      const Tensor& t = state.at(s);
-      if (is_floating(s->dtype())) {
-        double x = load_as_double(t.data(), t.dtype(), 0);
-        uint64_t w;
-        std::memcpy(&w, &x, 8);
-        scalars.push_back(w);
-      } else {
-        scalars.push_back(uint64_t(load_as_int(t.data(), t.dtype(), 0)));
-      }
-    }
+    std::vector<uint64_t> scalars = scalar_words(a_, [&](const Value* v) -> const Tensor& { return state.at(v); });
     if (target_.sm_count == 0 || target_device_ != state.device.index) {
       const DeviceProps& props = device_props(state.device.index);
       target_ = LaunchTarget::from_environment(props.sm_count, props.shared_per_sm);
@@ -77,17 +66,6 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
       t = contiguous(in, Stream::current(state.device.index)).view(sizes);
     }
     state.values[view.outputs[0]->id] = t;
-  }
-
-  // The stride of tensor t (leaf or output) along domain axis d; 0 where it is broadcast.
-  int64_t domain_stride(size_t t, const Tensor& tensor, int d) const {
-    bool is_leaf = t < a_.leaves.size();
-    const Value* v = is_leaf ? a_.leaves[t] : a_.outputs[t - a_.leaves.size()];
-    const ValueLayout& l = a_.at(v);
-    const std::vector<int>& map = is_leaf ? l.axis_map : l.store_axes;
-    for (size_t i = 0; i < map.size(); ++i)
-      if (map[i] == d) return tensor.size(int(i)) == 1 ? 0 : tensor.stride(int(i));
-    return 0;
   }
 
   const LoadedKernel* kernel_for(const KernelVariant& v, int device) {

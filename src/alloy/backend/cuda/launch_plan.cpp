@@ -179,6 +179,22 @@ void choose_block(KernelVariant& v, int64_t rows, int64_t cols) {
 
 }  // namespace
 
+std::vector<uint64_t> scalar_words(const KernelAnalysis& a, const std::function<const Tensor&(const Value*)>& value_of) {
+  std::vector<uint64_t> words;
+  for (const Value* s : a.scalar_inputs) {
+    const Tensor& t = value_of(s);
+    if (is_floating(s->dtype())) {
+      double x = load_as_double(t.data(), t.dtype(), 0);
+      uint64_t w;
+      std::memcpy(&w, &x, 8);
+      words.push_back(w);
+    } else {
+      words.push_back(uint64_t(load_as_int(t.data(), t.dtype(), 0)));
+    }
+  }
+  return words;
+}
+
 LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm) {
   LaunchTarget t;
   t.sm_count = sm_count;

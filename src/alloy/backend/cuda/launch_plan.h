@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
@@ -33,6 +34,10 @@ struct LaunchPlan {
   size_t workspace_bytes = 0, counter_bytes = 0;
   unsigned grid_x = 1, grid_y = 1, block = 256;
 };
+
+// Each scalar input of the analysis as its Params word (double bits, or int64), read from the
+// host tensor `value_of` gives for it.
+std::vector<uint64_t> scalar_words(const KernelAnalysis& analysis, const std::function<const Tensor&(const Value*)>& value_of);
 
 // `tensors`: the analysis' leaves, then its outputs; `domain`: its extents evaluated;
 // `scalar_words`: each scalar input as its Params word (double bits, or int64).

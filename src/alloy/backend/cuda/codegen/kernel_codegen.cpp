@@ -780,35 +780,25 @@ class Generator {
       emit_column_loop(in, targets, [&](const std::string& indent, const std::string& element) {
         for (auto& acc : accs) accumulate(acc, indent, element);
       });
-      if (two_pass_ && stage_has_var_mean(stage) && !v_.lean) {
+      if (two_pass_ && stage_has_var_mean(stage)) {
+        // The row is in registers: the mean first, then the squared deviations from it. Lean:
+        // each thread's own (count, mean, squared deviations), then one block-wide Welford merge
+        // (one barrier); else the row's mean from a block reduction, and the deviations' sum from
+        // another.
         std::vector<const Value*> var_targets;
         for (auto& acc : accs) {
           if (acc.op->kind != OpKind::var_mean) continue;
           std::string T = acc.ct;
-          os_ << in << T << " " << acc.name << "_mean = " << reduce_fn() << "(" << acc.name << "_sum, AlloySum(), reinterpret_cast<" << T
-              << "*>(" << smem_region() << ")) / (" << T << ")p.count;\n";
-          os_ << in << T << " " << acc.name << "_m2 = 0;\n";
-          var_targets.push_back(acc.op->inputs[0]);
-        }
-        emit_column_loop(in, var_targets, [&](const std::string& indent, const std::string& element) {
-          for (auto& acc : accs) {
-            if (acc.op->kind != OpKind::var_mean) continue;
-            os_ << indent << "{ " << acc.ct << " d = ((" << acc.ct << ")" << ref(acc.op->inputs[0], element) << ") - " << acc.name
-                << "_mean; " << acc.name << "_m2 += d * d; }\n";
+          if (v_.lean) {
+            os_ << in << T << " " << acc.name << "_n = 0;\n";
+            os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) if (((long long)it * " << lanes()
+                << " + tid) * " << v_.vector << " < p.cols) " << acc.name << "_n += " << T << "(" << v_.vector << ");\n";
+            os_ << in << T << " " << acc.name << "_mean = " << acc.name << "_n > " << T << "(0) ? " << acc.name << "_sum / " << acc.name
+                << "_n : " << T << "(0);\n";
+          } else {
+            os_ << in << T << " " << acc.name << "_mean = " << reduce_fn() << "(" << acc.name << "_sum, AlloySum(), reinterpret_cast<" << T
+                << "*>(" << smem_region() << ")) / (" << T << ")p.count;\n";
           }
-        });
-      } else if (two_pass_ && stage_has_var_mean(stage)) {
-        // Lean: each thread's own (count, mean, squared deviations) from the row in registers, then one
-        // block-wide Welford merge: one barrier instead of a reduction per pass.
-        std::vector<const Value*> var_targets;
-        for (auto& acc : accs) {
-          if (acc.op->kind != OpKind::var_mean) continue;
-          std::string T = acc.ct;
-          os_ << in << T << " " << acc.name << "_n = 0;\n";
-          os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) if (((long long)it * " << lanes()
-              << " + tid) * " << v_.vector << " < p.cols) " << acc.name << "_n += " << T << "(" << v_.vector << ");\n";
-          os_ << in << T << " " << acc.name << "_mean = " << acc.name << "_n > " << T << "(0) ? " << acc.name << "_sum / " << acc.name
-              << "_n : " << T << "(0);\n";
           os_ << in << T << " " << acc.name << "_m2 = 0;\n";
           var_targets.push_back(acc.op->inputs[0]);
         }
