@@ -8,154 +8,12 @@
 #include <set>
 #include <sstream>
 
+#include "alloy/backend/cuda/codegen/cuda_expressions.h"
 #include "alloy/backend/cuda/codegen/prelude.h"
 #include "alloy/ir/op_table.h"
 
 namespace alloy::cuda {
 namespace {
-
-// ---- types ---------------------------------------------------------------------------
-
-// How a dtype is held in registers.
-const char* compute_type(DType t) {
-  switch (t) {
-    case DType::f64: return "double";
-    case DType::f32: case DType::f16: case DType::bf16: return "float";
-    case DType::i64: case DType::i32: return "alloy_i64";  // one token, so `T(0)` is a valid cast
-    case DType::boolean: return "bool";
-  }
-  return "float";
-}
-
-// How a dtype is stored in memory.
-const char* storage_type(DType t) {
-  switch (t) {
-    case DType::f64: return "double";
-    case DType::f32: return "float";
-    case DType::f16: case DType::bf16: return "alloy_u16";
-    case DType::i64: return "long long";
-    case DType::i32: return "int";
-    case DType::boolean: return "alloy_u8";
-  }
-  return "float";
-}
-
-std::string load_convert(DType t, const std::string& raw) {
-  switch (t) {
-    case DType::bf16: return "alloy_bf16_to_float(" + raw + ")";
-    case DType::f16: return "alloy_f16_to_float(" + raw + ")";
-    case DType::i32: return "(long long)(" + raw + ")";
-    case DType::boolean: return "(" + raw + " != 0)";
-    default: return raw;
-  }
-}
-
-std::string store_convert(DType t, const std::string& value) {
-  switch (t) {
-    case DType::bf16: return "alloy_float_to_bf16((float)(" + value + "))";
-    case DType::f16: return "alloy_float_to_f16((float)(" + value + "))";
-    case DType::f32: return "(float)(" + value + ")";
-    case DType::f64: return "(double)(" + value + ")";
-    case DType::i32: return "(int)(" + value + ")";
-    case DType::i64: return "(long long)(" + value + ")";
-    case DType::boolean: return "(alloy_u8)((" + value + ") ? 1 : 0)";
-  }
-  return value;
-}
-
-OperandTier tier_of(const Value* v) {
-  if (v->is_scalar()) return OperandTier::scalar;
-  return v->rank() == 0 ? OperandTier::zero_dim : OperandTier::tensor;
-}
-
-// The dtype an op computes in: its output's, except comparisons (their operands' promotion).
-DType op_compute_dtype(const Op& op) {
-  switch (op.kind) {
-    case OpKind::eq: case OpKind::ne: case OpKind::lt: case OpKind::le: case OpKind::gt: case OpKind::ge: {
-      TypedOperand operands[2] = {{op.inputs[0]->dtype(), tier_of(op.inputs[0])}, {op.inputs[1]->dtype(), tier_of(op.inputs[1])}};
-      if (op.inputs[0]->is_scalar() && op.inputs[1]->is_scalar()) return promote_types(operands[0].dtype, operands[1].dtype);
-      return result_type(operands, 2);
-    }
-    default:
-      return op.outputs[0]->dtype();
-  }
-}
-
-std::string literal_text(const Literal& lit, const char* ctype) {
-  std::string ct = ctype;
-  if (lit.kind == Literal::Kind::boolean) return ct == "bool" ? (lit.b ? "true" : "false") : (lit.b ? "(" + ct + ")1" : "(" + ct + ")0");
-  if (lit.kind == Literal::Kind::integer) return "(" + ct + ")(" + std::to_string(lit.i) + "LL)";
-  if (std::isnan(lit.f)) return "(" + ct + ")__longlong_as_double(0x7ff8000000000000LL)";
-  if (std::isinf(lit.f)) return std::string("(") + ct + ")(" + (lit.f > 0 ? "" : "-") + "__longlong_as_double(0x7ff0000000000000LL))";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", lit.f);
-  std::string text = buf;
-  if (text.find_first_of(".eE") == std::string::npos) text += ".0";
-  return "(" + ct + ")(" + text + ")";
-}
-
-// A value of a 16-bit float dtype is held in a float register but rounded as PyTorch stores it,
-// so a fused chain computes what the op-by-op program computes.
-std::string round_to_dtype(DType t, const std::string& expr) {
-  if (t == DType::bf16) return "alloy_bf16_to_float(alloy_float_to_bf16((float)(" + expr + ")))";
-  if (t == DType::f16) return "alloy_f16_to_float(alloy_float_to_f16((float)(" + expr + ")))";
-  return expr;
-}
-
-// ---- pointwise expressions: one row per op kind ----------------------------------------
-
-std::string pointwise_expr(const Op& op, const std::vector<std::string>& a, const char* ct) {
-  std::string T = ct;
-  auto call = [&](const char* f) { return std::string(f) + "(" + a[0] + ")"; };
-  switch (op.kind) {
-    case OpKind::neg: return "(-" + a[0] + ")";
-    case OpKind::abs: return call("ax_abs");
-    case OpKind::exp: return call("ax_exp");
-    case OpKind::log: return call("ax_log");
-    case OpKind::sqrt: return call("ax_sqrt");
-    case OpKind::rsqrt: return "(" + T + "(1) / ax_sqrt(" + a[0] + "))";
-    case OpKind::tanh: return call("ax_tanh");
-    case OpKind::sigmoid: return "(" + T + "(1) / (" + T + "(1) + ax_exp(-" + a[0] + ")))";
-    case OpKind::relu: return call("ax_relu");
-    case OpKind::silu: return "(" + a[0] + " / (" + T + "(1) + ax_exp(-" + a[0] + ")))";
-    case OpKind::erf: return call("ax_erf");
-    case OpKind::reciprocal: return "(" + T + "(1) / " + a[0] + ")";
-    case OpKind::gelu:
-      if (op.string_attr("approximate") == "tanh")
-        return "(" + T + "(0.5) * " + a[0] + " * (" + T + "(1) + ax_tanh(" + T + "(0.7978845608028654) * (" + a[0] + " + " + T +
-               "(0.044715) * " + a[0] + " * " + a[0] + " * " + a[0] + "))))";
-      return "(" + T + "(0.5) * " + a[0] + " * (" + T + "(1) + ax_erf(" + a[0] + " * " + T + "(0.7071067811865476))))";
-    case OpKind::add: return "(" + a[0] + " + " + a[1] + ")";
-    case OpKind::sub: return "(" + a[0] + " - " + a[1] + ")";
-    case OpKind::mul: return "(" + a[0] + " * " + a[1] + ")";
-    case OpKind::div: return "(" + a[0] + " / " + a[1] + ")";
-    case OpKind::pow: return "ax_pow(" + a[0] + ", " + a[1] + ")";
-    case OpKind::maximum: return "ax_max(" + a[0] + ", " + a[1] + ")";
-    case OpKind::minimum: return "ax_min(" + a[0] + ", " + a[1] + ")";
-    case OpKind::eq: return "(" + a[0] + " == " + a[1] + ")";
-    case OpKind::ne: return "(" + a[0] + " != " + a[1] + ")";
-    case OpKind::lt: return "(" + a[0] + " < " + a[1] + ")";
-    case OpKind::le: return "(" + a[0] + " <= " + a[1] + ")";
-    case OpKind::gt: return "(" + a[0] + " > " + a[1] + ")";
-    case OpKind::ge: return "(" + a[0] + " >= " + a[1] + ")";
-    case OpKind::where: return "(" + a[0] + " ? " + a[1] + " : " + a[2] + ")";
-    case OpKind::relu_backward: return "(" + a[1] + " > " + T + "(0) ? " + a[0] + " : " + T + "(0))";
-    case OpKind::gelu_backward: {
-      const std::string &g = a[0], &x = a[1];
-      if (op.string_attr("approximate") == "tanh") {
-        std::string inner = T + "(0.7978845608028654) * (" + x + " + " + T + "(0.044715) * " + x + " * " + x + " * " + x + ")";
-        std::string th = "ax_tanh(" + inner + ")";
-        return "([&]() { " + T + " th = " + th + "; return " + g + " * (" + T + "(0.5) * (" + T + "(1) + th) + " + T + "(0.5) * " +
-               x + " * (" + T + "(1) - th * th) * " + T + "(0.7978845608028654) * (" + T + "(1) + " + T + "(3 * 0.044715) * " + x +
-               " * " + x + ")); }())";
-      }
-      return "(" + g + " * (" + T + "(0.5) * (" + T + "(1) + ax_erf(" + x + " * " + T + "(0.7071067811865476))) + " + x + " * ax_exp(" + T +
-             "(-0.5) * " + x + " * " + x + ") * " + T + "(0.3989422804014327)))";
-    }
-    default:
-      internal_error("no CUDA expression for ", op_name(op.kind));
-  }
-}
 
 // ---- the generator ---------------------------------------------------------------------
 
@@ -557,64 +415,87 @@ class Generator {
     os_ << in << "    }\n" << in << "  }\n" << in << "  __syncthreads();\n" << in << "}\n";
   }
 
-  void emit_column_kernel() {
-    const int TX = v_.tile_x, TY = v_.threads / v_.tile_x, V = v_.vector, R = v_.outer_rank;
-    const std::string in = "  ";
-    auto accs = column_accs();
-    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads << ") " << name_ << "(const Params p) {\n";
-    if (TY > 1)
-      for (auto& acc : accs)
-        for (auto& w : acc.words) os_ << in << "__shared__ " << acc.ct << " " << w << "_s[" << TY * TX * V << "];\n";
-    os_ << in << "__shared__ bool alloy_last;\n";
-    if (v_.ty_fast) os_ << in << "const int ty = threadIdx.x % " << TY << ", tx = threadIdx.x / " << TY << ";\n";
-    else os_ << in << "const int tx = threadIdx.x % " << TX << ", ty = threadIdx.x / " << TX << ";\n";
-    os_ << in << "const long long k0 = ((long long)blockIdx.x * " << TX << " + tx) * " << V << ";\n";
-    os_ << in << "const bool active = k0 < p.rows;\n";
-    std::vector<std::string> element_tensors = tensor_names(true, true, false), per_row_tensors = tensor_names(true, true, true);
-    std::vector<std::string> all = element_tensors;
-    all.insert(all.end(), per_row_tensors.begin(), per_row_tensors.end());
-    emit_offsets("k0", 0, R, "ro_", all, in);
-    // element e of a thread's vector runs along the innermost kept axis
-    auto along = [&](const std::string& tensor) {
-      return (R > 0 && V > 1) ? " + e * p." + tensor + "_stride[" + std::to_string(R - 1) + "]" : std::string();
-    };
+  // What the parts of a column kernel share.
+  struct ColumnKernel {
+    int tx = 32, ty = 8;
+    std::vector<ColumnAcc> accs;
     std::vector<int> per_row_leaves;
+    bool welford = false;            // some var_mean: a count of reduced indices per thread
+    std::string count_type = "float";
+  };
+
+  // Element e of a thread's vector runs along the innermost kept axis.
+  std::string along_kept(const std::string& tensor) const {
+    int R = v_.outer_rank;
+    return (R > 0 && v_.vector > 1) ? " + e * p." + tensor + "_stride[" + std::to_string(R - 1) + "]" : std::string();
+  }
+
+  void emit_column_per_row_registers(const ColumnKernel& ck, const std::string& indent) {
+    for (int k : ck.per_row_leaves) os_ << indent << compute_type(a_.leaves[k]->dtype()) << " P" << k << " = PV" << k << "[e];\n";
+  }
+
+  void emit_column_kernel() {
+    ColumnKernel ck;
+    ck.tx = v_.tile_x;
+    ck.ty = v_.threads / v_.tile_x;
+    ck.accs = column_accs();
     for (size_t k = 0; k < a_.leaves.size(); ++k)
-      if (a_.at(a_.leaves[k]).per_row) per_row_leaves.push_back(int(k));
-    for (int k : per_row_leaves) {
+      if (a_.at(a_.leaves[k]).per_row) ck.per_row_leaves.push_back(int(k));
+    for (auto& acc : ck.accs)
+      if (acc.op->kind == OpKind::var_mean) {
+        ck.welford = true;
+        if (acc.ct == "double") ck.count_type = "double";
+      }
+    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads << ") " << name_ << "(const Params p) {\n";
+    emit_column_setup(ck);
+    emit_column_pass(ck);
+    emit_column_block_combine(ck.accs, "  ");
+    emit_column_grid_combine(ck);
+    emit_column_results(ck);
+    os_ << "}\n";
+  }
+
+  // Shared arrays, this thread's kept index, per-column leaves, accumulators.
+  void emit_column_setup(const ColumnKernel& ck) {
+    const int V = v_.vector;
+    const std::string in = "  ";
+    if (ck.ty > 1)
+      for (auto& acc : ck.accs)
+        for (auto& w : acc.words) os_ << in << "__shared__ " << acc.ct << " " << w << "_s[" << ck.ty * ck.tx * V << "];\n";
+    os_ << in << "__shared__ bool alloy_last;\n";
+    if (v_.ty_fast) os_ << in << "const int ty = threadIdx.x % " << ck.ty << ", tx = threadIdx.x / " << ck.ty << ";\n";
+    else os_ << in << "const int tx = threadIdx.x % " << ck.tx << ", ty = threadIdx.x / " << ck.tx << ";\n";
+    os_ << in << "const long long k0 = ((long long)blockIdx.x * " << ck.tx << " + tx) * " << V << ";\n";
+    os_ << in << "const bool active = k0 < p.rows;\n";
+    std::vector<std::string> all = tensor_names(true, true, false), per_row_tensors = tensor_names(true, true, true);
+    all.insert(all.end(), per_row_tensors.begin(), per_row_tensors.end());
+    emit_offsets("k0", 0, v_.outer_rank, "ro_", all, in);
+    for (int k : ck.per_row_leaves) {
       std::string l = "l" + std::to_string(k);
       os_ << in << compute_type(a_.leaves[k]->dtype()) << " PV" << k << "[" << V << "] = {};\n";
       os_ << in << "if (active) {\n" << in << "  #pragma unroll\n" << in << "  for (int e = 0; e < " << V << "; ++e) PV" << k << "[e] = "
-          << load_convert(a_.leaves[k]->dtype(), "p." + l + "[ro_" + l + along(l) + "]") << ";\n" << in << "}\n";
+          << load_convert(a_.leaves[k]->dtype(), "p." + l + "[ro_" + l + along_kept(l) + "]") << ";\n" << in << "}\n";
     }
-    auto per_row_registers = [&](const std::string& indent) {
-      for (int k : per_row_leaves)
-        os_ << indent << compute_type(a_.leaves[k]->dtype()) << " P" << k << " = PV" << k << "[e];\n";
-    };
-    emit_column_identity(accs, in, true);
-    bool welford = false;
-    std::string count_type = "float";
-    for (auto& acc : accs)
-      if (acc.op->kind == OpKind::var_mean) {
-        welford = true;
-        if (acc.ct == "double") count_type = "double";
-      }
-    if (welford) os_ << in << count_type << " alloy_n = 0;\n";
+    emit_column_identity(ck.accs, in, true);
+    if (ck.welford) os_ << in << ck.count_type << " alloy_n = 0;\n";
+  }
 
-    // the pass over this thread's share of the reduced axes
-    std::vector<const Value*> targets = element_outputs();
-    for (auto& acc : accs) targets.push_back(acc.op->inputs[0]);
-    std::set<int> leaves = leaves_for(targets);
-    // Four reduced indices a step: their loads are all issued before any is used.
+  // The pass over this thread's share of the reduced axes, four reduced indices a step (their
+  // loads all issued before any is used), storing per-element outputs as it goes.
+  void emit_column_pass(const ColumnKernel& ck) {
     constexpr int kUnroll = 4;
+    const std::string in = "  ";
+    std::vector<const Value*> targets = element_outputs();
+    for (auto& acc : ck.accs) targets.push_back(acc.op->inputs[0]);
+    std::set<int> leaves = leaves_for(targets);
     std::vector<std::string> leaf_tensors, output_tensors;
     for (int k : leaves) leaf_tensors.push_back("l" + std::to_string(k));
     for (size_t k = 0; k < a_.outputs.size(); ++k)
       if (!a_.at(a_.outputs[k]).per_row) output_tensors.push_back("o" + std::to_string(k));
     cached_ = leaves;  // ref() reads them as L<k>[u]
     os_ << in << "if (active) {\n";
-    os_ << in << "  const long long alloy_step = (long long)gridDim.y * " << TY << ";\n";
-    os_ << in << "  for (long long r0 = (long long)blockIdx.y * " << TY << " + ty; r0 < p.cols; r0 += " << kUnroll << " * alloy_step) {\n";
+    os_ << in << "  const long long alloy_step = (long long)gridDim.y * " << ck.ty << ";\n";
+    os_ << in << "  for (long long r0 = (long long)blockIdx.y * " << ck.ty << " + ty; r0 < p.cols; r0 += " << kUnroll << " * alloy_step) {\n";
     std::string body = in + "    ";
     emit_leaf_arrays("L", "[" + std::to_string(kUnroll) + "]", body, leaves);
     auto unrolled = [&](const std::function<void(const std::string&)>& emit) {
@@ -624,21 +505,22 @@ class Generator {
       os_ << body << "  }\n" << body << "}\n";
     };
     unrolled([&](const std::string& indent) {
-      emit_offsets("r", R, v_.inner_rank, "co_", leaf_tensors, indent);
+      emit_offsets("r", v_.outer_rank, v_.inner_rank, "co_", leaf_tensors, indent);
       for (auto& t : leaf_tensors) os_ << indent << "co_" << t << " += ro_" << t << ";\n";
       emit_leaf_loads("L", "[u]", "co_", indent, leaves);
     });
     auto ops = element_ops_for(targets);
     unrolled([&](const std::string& indent) {
-      emit_offsets("r", R, v_.inner_rank, "co_", output_tensors, indent);
+      emit_offsets("r", v_.outer_rank, v_.inner_rank, "co_", output_tensors, indent);
       for (auto& t : output_tensors) os_ << indent << "co_" << t << " += ro_" << t << ";\n";
-      if (welford) os_ << indent << "alloy_n += 1; const " << count_type << " alloy_inv_n = " << count_type << "(1) / alloy_n;\n";
+      if (ck.welford)
+        os_ << indent << "alloy_n += 1; const " << ck.count_type << " alloy_inv_n = " << ck.count_type << "(1) / alloy_n;\n";
       emit_vector_stores("co_", indent, "[u]", [&](const std::string& inner) {
-        per_row_registers(inner);
+        emit_column_per_row_registers(ck, inner);
         emitted_per_row_.clear();
         emit_ready_per_row_ops(inner);
         for (const Op* op : ops) emit_op(*op, "[u]", inner);
-        for (auto& acc : accs) {
+        for (auto& acc : ck.accs) {
           std::string x = "((" + acc.ct + ")" + ref(acc.op->inputs[0], "[u]") + ")";
           if (acc.op->kind == OpKind::var_mean)
             os_ << inner << "{ " << acc.ct << " x = " << x << ", d = x - " << acc.words[1] << "[e]; " << acc.words[1] << "[e] += d * ("
@@ -650,43 +532,50 @@ class Generator {
     });
     cached_.clear();
     os_ << in << "  }\n" << in << "}\n";
-    for (auto& acc : accs)
+    for (auto& acc : ck.accs)
       if (acc.op->kind == OpKind::var_mean)
-        os_ << in << "#pragma unroll\n" << in << "for (int e = 0; e < " << V << "; ++e) " << acc.words[0] << "[e] = (" << acc.ct << ")alloy_n;\n";
-    emit_column_block_combine(accs, in);
+        os_ << in << "#pragma unroll\n" << in << "for (int e = 0; e < " << v_.vector << "; ++e) " << acc.words[0] << "[e] = (" << acc.ct
+            << ")alloy_n;\n";
+  }
 
-    // several blocks along the reduced axes: partials meet in the workspace, the last block of
-    // the column tile combines them (and leaves its counter at zero for the next launch)
+  // Several blocks along the reduced axes: partials meet in the workspace, and the last block of
+  // the column tile combines them (and leaves its counter at zero for the next launch).
+  void emit_column_grid_combine(const ColumnKernel& ck) {
+    const int V = v_.vector;
+    const std::string in = "  ";
     os_ << in << "if (gridDim.y > 1) {\n";
     int word = 0;
-    for (auto& acc : accs)
+    for (auto& acc : ck.accs)
       for (auto& w : acc.words)
         os_ << in << "  " << acc.ct << "* " << w << "_ws = reinterpret_cast<" << acc.ct << "*>(p.ws + (long long)" << word++
             << " * gridDim.y * p.rows);\n";
     os_ << in << "  if (ty == 0 && active) {\n" << in << "    #pragma unroll\n" << in << "    for (int e = 0; e < " << V << "; ++e) {\n";
-    for (auto& acc : accs)
+    for (auto& acc : ck.accs)
       for (auto& w : acc.words) os_ << in << "      " << w << "_ws[(long long)blockIdx.y * p.rows + k0 + e] = " << w << "[e];\n";
     os_ << in << "    }\n" << in << "  }\n";
     os_ << in << "  __threadfence();\n" << in << "  __syncthreads();\n";
     os_ << in << "  if (threadIdx.x == 0) alloy_last = atomicAdd(p.counters + blockIdx.x, 1u) == gridDim.y - 1;\n";
     os_ << in << "  __syncthreads();\n" << in << "  if (!alloy_last) return;\n" << in << "  __threadfence();\n";
-    emit_column_identity(accs, in + "  ", false);
-    os_ << in << "  if (active) {\n" << in << "    for (unsigned y = ty; y < gridDim.y; y += " << TY << ") {\n";
+    emit_column_identity(ck.accs, in + "  ", false);
+    os_ << in << "  if (active) {\n" << in << "    for (unsigned y = ty; y < gridDim.y; y += " << ck.ty << ") {\n";
     os_ << in << "      #pragma unroll\n" << in << "      for (int e = 0; e < " << V << "; ++e) {\n";
-    for (auto& acc : accs)
+    for (auto& acc : ck.accs)
       emit_column_merge(acc, in + "        ", [&](int w) {
         return "*(volatile " + acc.ct + "*)(" + acc.words[w] + "_ws + (long long)y * p.rows + k0 + e)";
       });
     os_ << in << "      }\n" << in << "    }\n" << in << "  }\n";
-    emit_column_block_combine(accs, in + "  ");
+    emit_column_block_combine(ck.accs, in + "  ");
     os_ << in << "  if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;\n" << in << "}\n";
+  }
 
-    // results, values computed from them, and the per-column stores
-    os_ << in << "if (ty == 0 && active) {\n" << in << "  #pragma unroll\n" << in << "  for (int e = 0; e < " << V << "; ++e) {\n";
+  // The results, the values computed from them, and the per-column stores.
+  void emit_column_results(const ColumnKernel& ck) {
+    const std::string in = "  ";
+    os_ << in << "if (ty == 0 && active) {\n" << in << "  #pragma unroll\n" << in << "  for (int e = 0; e < " << v_.vector << "; ++e) {\n";
     std::string fin = in + "    ";
-    per_row_registers(fin);
+    emit_column_per_row_registers(ck, fin);
     emitted_per_row_.clear();
-    for (auto& acc : accs) {
+    for (auto& acc : ck.accs) {
       const Op& r = *acc.op;
       std::string T = compute_type(r.outputs[0]->dtype());
       if (r.kind == OpKind::var_mean) {
@@ -704,9 +593,10 @@ class Generator {
     for (size_t k = 0; k < a_.outputs.size(); ++k) {
       if (!a_.at(a_.outputs[k]).per_row) continue;
       std::string o = "o" + std::to_string(k);
-      os_ << fin << "p." << o << "[ro_" << o << along(o) << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
+      os_ << fin << "p." << o << "[ro_" << o << along_kept(o) << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], ""))
+          << ";\n";
     }
-    os_ << in << "  }\n" << in << "}\n}\n";
+    os_ << in << "  }\n" << in << "}\n";
   }
 
   // ---- row kernels (reductions and normalizations) ----
@@ -744,7 +634,37 @@ class Generator {
     detect_online_softmax();
     for (auto& [v, pass] : cache_pass_)
       os_ << in << "AlloyVec<" << compute_type(v->dtype()) << ", " << v_.vector << "> C" << v->id << "[" << v_.items << "];\n";
-    // Leaves read by more than one pass over the row stay in registers (when the row fits).
+    emit_cached_row(in);
+    emitted_per_row_.clear();
+    emit_ready_per_row_ops(in);
+    for (auto& stage : a_.stages) {
+      current_pass_ = int(&stage - &a_.stages[0]);
+      two_pass_ = v_.items > 0;  // with the row in registers, var_mean is mean first, then squares
+      std::vector<Acc> accs;
+      for (const Op* r : stage) accs.push_back(declare_acc(*r, in));
+      std::vector<const Value*> targets;
+      for (auto& acc : accs) targets.push_back(acc.op->inputs[0]);
+      emit_column_loop(in, targets, [&](const std::string& indent, const std::string& element) {
+        for (auto& acc : accs) accumulate(acc, indent, element);
+      });
+      if (two_pass_ && stage_has_var_mean(stage)) emit_var_mean_deviations(accs, in);
+      for (auto& acc : accs) finish_acc(acc, in);
+      emit_ready_per_row_ops(in);
+    }
+    current_pass_ = int(a_.stages.size());
+    auto outs = element_outputs();
+    if (!outs.empty()) emit_column_loop(in, outs, {}, true);
+    for (size_t k = 0; k < a_.outputs.size(); ++k)
+      if (a_.at(a_.outputs[k]).per_row)
+        os_ << in << "if (tid == 0) p.o" << k << "[ro_o" << k << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
+    if (v_.rows_per_block == 0) os_ << in << "__syncthreads();\n";
+    os_ << "  }\n}\n";
+  }
+
+  // Leaves read by more than one pass over the row stay in registers (when the row fits): loaded
+  // once here.
+  void emit_cached_row(const std::string& in) {
+    std::vector<std::string> row_tensors = tensor_names(true, true, false);
     cached_.clear();
     if (v_.items > 0) {
       std::map<int, int> passes;
@@ -768,59 +688,36 @@ class Generator {
       emit_leaf_loads("L", "[it]", "co_", in + "    ", cached_);
       os_ << in << "  }\n" << in << "}\n";
     }
-    emitted_per_row_.clear();
-    emit_ready_per_row_ops(in);
-    for (auto& stage : a_.stages) {
-      current_pass_ = int(&stage - &a_.stages[0]);
-      two_pass_ = v_.items > 0;  // with the row in registers, var_mean is mean first, then squares
-      std::vector<Acc> accs;
-      for (const Op* r : stage) accs.push_back(declare_acc(*r, in));
-      std::vector<const Value*> targets;
-      for (auto& acc : accs) targets.push_back(acc.op->inputs[0]);
-      emit_column_loop(in, targets, [&](const std::string& indent, const std::string& element) {
-        for (auto& acc : accs) accumulate(acc, indent, element);
-      });
-      if (two_pass_ && stage_has_var_mean(stage)) {
-        // The row is in registers: the mean first, then the squared deviations from it. Lean:
-        // each thread's own (count, mean, squared deviations), then one block-wide Welford merge
-        // (one barrier); else the row's mean from a block reduction, and the deviations' sum from
-        // another.
-        std::vector<const Value*> var_targets;
-        for (auto& acc : accs) {
-          if (acc.op->kind != OpKind::var_mean) continue;
-          std::string T = acc.ct;
-          if (v_.lean) {
-            os_ << in << T << " " << acc.name << "_n = 0;\n";
-            os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) if (((long long)it * " << lanes()
-                << " + tid) * " << v_.vector << " < p.cols) " << acc.name << "_n += " << T << "(" << v_.vector << ");\n";
-            os_ << in << T << " " << acc.name << "_mean = " << acc.name << "_n > " << T << "(0) ? " << acc.name << "_sum / " << acc.name
-                << "_n : " << T << "(0);\n";
-          } else {
-            os_ << in << T << " " << acc.name << "_mean = " << reduce_fn() << "(" << acc.name << "_sum, AlloySum(), reinterpret_cast<" << T
-                << "*>(" << smem_region() << ")) / (" << T << ")p.count;\n";
-          }
-          os_ << in << T << " " << acc.name << "_m2 = 0;\n";
-          var_targets.push_back(acc.op->inputs[0]);
-        }
-        emit_column_loop(in, var_targets, [&](const std::string& indent, const std::string& element) {
-          for (auto& acc : accs) {
-            if (acc.op->kind != OpKind::var_mean) continue;
-            os_ << indent << "{ " << acc.ct << " d = ((" << acc.ct << ")" << ref(acc.op->inputs[0], element) << ") - " << acc.name
-                << "_mean; " << acc.name << "_m2 += d * d; }\n";
-          }
-        });
+  }
+
+  // The row is in registers: var_mean's mean first, then the squared deviations from it. Lean:
+  // each thread's own (count, mean, squared deviations), then one block-wide Welford merge (one
+  // barrier); else the row's mean from a block reduction, and the deviations' sum from another.
+  void emit_var_mean_deviations(const std::vector<Acc>& accs, const std::string& in) {
+    std::vector<const Value*> var_targets;
+    for (auto& acc : accs) {
+      if (acc.op->kind != OpKind::var_mean) continue;
+      std::string T = acc.ct;
+      if (v_.lean) {
+        os_ << in << T << " " << acc.name << "_n = 0;\n";
+        os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) if (((long long)it * " << lanes()
+            << " + tid) * " << v_.vector << " < p.cols) " << acc.name << "_n += " << T << "(" << v_.vector << ");\n";
+        os_ << in << T << " " << acc.name << "_mean = " << acc.name << "_n > " << T << "(0) ? " << acc.name << "_sum / " << acc.name
+            << "_n : " << T << "(0);\n";
+      } else {
+        os_ << in << T << " " << acc.name << "_mean = " << reduce_fn() << "(" << acc.name << "_sum, AlloySum(), reinterpret_cast<" << T
+            << "*>(" << smem_region() << ")) / (" << T << ")p.count;\n";
       }
-      for (auto& acc : accs) finish_acc(acc, in);
-      emit_ready_per_row_ops(in);
+      os_ << in << T << " " << acc.name << "_m2 = 0;\n";
+      var_targets.push_back(acc.op->inputs[0]);
     }
-    current_pass_ = int(a_.stages.size());
-    auto outs = element_outputs();
-    if (!outs.empty()) emit_column_loop(in, outs, {}, true);
-    for (size_t k = 0; k < a_.outputs.size(); ++k)
-      if (a_.at(a_.outputs[k]).per_row)
-        os_ << in << "if (tid == 0) p.o" << k << "[ro_o" << k << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
-    if (v_.rows_per_block == 0) os_ << in << "__syncthreads();\n";
-    os_ << "  }\n}\n";
+    emit_column_loop(in, var_targets, [&](const std::string& indent, const std::string& element) {
+      for (auto& acc : accs) {
+        if (acc.op->kind != OpKind::var_mean) continue;
+        os_ << indent << "{ " << acc.ct << " d = ((" << acc.ct << ")" << ref(acc.op->inputs[0], element) << ") - " << acc.name
+            << "_mean; " << acc.name << "_m2 += d * d; }\n";
+      }
+    });
   }
 
   // Loops over this thread's columns: from registers (items > 0) or re-reading memory.
