@@ -244,6 +244,13 @@ TEST(EmulatedKernels, ColumnReductionsSplitOverBlocks) {
   v, m = var_mean(y, dims=[0, 1], correction=0)
   return s, k, v, m
 })", {{"A", 37}, {"B", 29}, {"C", 65}});
+  every_flavour(R"(fusion f(b: bool[T, H], h: f16[T, H]) {
+  any = max(b, dims=[0])
+  all = min(b, dims=[0])
+  count = sum(b, dims=[0])
+  a = mean(h, dims=[0], keepdim=true)
+  return any, all, count, a
+})", {{"T", 700}, {"H", 48}});
 }
 
 TEST(EmulatedKernels, FewLongRowsSplitAlongTheContiguousAxis) {
