@@ -71,7 +71,7 @@ std::vector<int64_t> concrete(const Value* v, const Bindings& b) {
 }
 
 // Runs `text` segment by segment through emulated kernels (every segment must be a generated
-// kernel) and compares with the CPU reference. sm_count shapes the column kernels' splits.
+// kernel or views) and compares with the CPU reference. sm_count shapes the column kernels' splits.
 // `given`: inputs by position (undefined ones are drawn at random).
 // The kernel flavours a run can choose (LaunchTarget): default, lean, lean recomputing values.
 enum class Flavour { plain, lean, lean_recompute };
@@ -97,6 +97,14 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   target.lean = lean;
   target.recompute = flavour == Flavour::lean_recompute;
   for (const Segment& s : segmentation.segments) {
+    if (s.scheduler == "noop") {  // views only, made on the host as the runtime makes them
+      for (const Op* view : s.ops) {
+        Tensor t = apply_view(*view, values.at(view->inputs[0]), concrete(view->outputs[0], sizes));
+        ASSERT_TRUE(t.defined()) << "a view the test cannot make on the host";
+        values[view->outputs[0]] = t;
+      }
+      continue;
+    }
     ASSERT_TRUE(s.scheduler == "pointwise" || s.scheduler == "reduction" || s.scheduler == "normalization") << segmentation.str();
     auto analyzed = analyze_kernel(s.ops, s.inputs, s.outputs);
     ASSERT_TRUE(std::holds_alternative<KernelAnalysis>(analyzed)) << std::get<std::string>(analyzed);
@@ -251,6 +259,21 @@ TEST(EmulatedKernels, ColumnReductionsSplitOverBlocks) {
   a = mean(h, dims=[0], keepdim=true)
   return any, all, count, a
 })", {{"T", 700}, {"H", 48}});
+}
+
+// Column and row reductions reading views of the inputs (made on the host): a transposed input,
+// a strided slice, and an operand broadcast along the kept axis.
+TEST(EmulatedKernels, ReductionsOfViewsAndBroadcasts) {
+  every_flavour(R"(fusion f(x: f32[H, T], y: bf16[T, H], c: bf16[T, 1], s: f32[600, 17]) {
+  xt = permute(x, dims=[1, 0])
+  a = sum(xt, dims=[0])
+  yc = add(y, c)
+  b = sum(yc, dims=[0], keepdim=true)
+  sl = slice(s, starts=[0, 1], ends=[600, 17], steps=[1, 2])
+  m = max(sl, dims=[0])
+  r = sum(sl, dims=[1])
+  return a, b, m, r
+})", {{"H", 40}, {"T", 600}});
 }
 
 TEST(EmulatedKernels, FewLongRowsSplitAlongTheContiguousAxis) {
