@@ -74,13 +74,14 @@ std::vector<int64_t> concrete(const Value* v, const Bindings& b) {
 // kernel or views) and compares with the CPU reference. sm_count shapes the column kernels' splits.
 // `given`: inputs by position (undefined ones are drawn at random).
 // The kernel flavours a run can choose (LaunchTarget): default, lean, lean recomputing values.
-enum class Flavour { plain, lean, lean_recompute };
-constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean, Flavour::lean_recompute};
+enum class Flavour { plain, lean, lean_recompute, lean_prefetch };
+constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean, Flavour::lean_recompute, Flavour::lean_prefetch};
 
 void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
                                   std::vector<Tensor> given = {}) {
   bool lean = flavour != Flavour::plain;
-  SCOPED_TRACE(flavour == Flavour::plain ? "default kernels" : flavour == Flavour::lean ? "lean kernels" : "lean kernels, values recomputed");
+  const char* names[] = {"default kernels", "lean kernels", "lean kernels, values recomputed", "lean kernels, rows prefetched"};
+  SCOPED_TRACE(names[int(flavour)]);
   auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
   given.resize(fusion->inputs().size());
   std::vector<Tensor> inputs = complete_inputs(*fusion, given, sizes, 11);
@@ -92,10 +93,12 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   std::map<const Value*, Tensor> values;
   for (size_t i = 0; i < inputs.size(); ++i) values[lowered->inputs()[i]] = inputs[i];
   cuda::LaunchTarget target;
-  target.sm_count = sm_count;
+  // one SM for the prefetching flavour: a persistent grid of 8 blocks, each looping over rows
+  target.sm_count = flavour == Flavour::lean_prefetch ? 1 : sm_count;
   target.shared_per_sm = 228 * 1024;
   target.lean = lean;
   target.recompute = flavour == Flavour::lean_recompute;
+  target.prefetch = flavour == Flavour::lean_prefetch;
   for (const Segment& s : segmentation.segments) {
     if (s.scheduler == "noop") {  // views only, made on the host as the runtime makes them
       for (const Op* view : s.ops) {

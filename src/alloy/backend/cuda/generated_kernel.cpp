@@ -41,6 +41,10 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
       plan.words[plan.counters_word] = uint64_t(reinterpret_cast<uintptr_t>(stream.zeroed_scratch(plan.counter_bytes)));
     }
     const LoadedKernel* kernel = kernel_for(plan.variant, state.device.index);
+    if (plan.variant.prefetch) {  // persistent: no more blocks than are resident at once
+      int per_sm = std::max(1, kernel->max_active_blocks_per_sm(int(plan.block), 0));
+      plan.grid_x = std::min<unsigned>(plan.grid_x, unsigned(target_.sm_count * per_sm));
+    }
     void* args[] = {plan.words.data()};
     kernel->launch(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, 0, stream, args);
   }

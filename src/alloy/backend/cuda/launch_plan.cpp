@@ -203,6 +203,8 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.lean = lean && std::string(lean) == "1";
   const char* recompute = std::getenv("ALLOY_RECOMPUTE_VALUES");
   t.recompute = recompute && std::string(recompute) == "1";
+  const char* prefetch = std::getenv("ALLOY_ROW_PREFETCH");
+  t.prefetch = prefetch && std::string(prefetch) == "1";
   return t;
 }
 
@@ -249,6 +251,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   }
   v.lean = target.lean;
   v.recompute = target.recompute && a.is_reduction() && !columns;
+  v.prefetch = target.prefetch && a.is_reduction() && !columns && v.rows_per_block == 0 && v.items > 0;
   v.index32 = target.lean && small_offsets(axes, numel);
   std::vector<uint64_t>& words = plan.words;
   auto push_i = [&](int64_t x) { words.push_back(uint64_t(x)); };
@@ -286,6 +289,9 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
     int64_t blocks = a.is_reduction() ? std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, 2147483647)
                                        : std::min<int64_t>((numel / v.vector + v.threads - 1) / v.threads, 2147483647);
     if (blocks == 0) return plan;
+    // prefetching: a persistent grid, at most what fits at once (the runtime narrows it to the
+    // kernel's occupancy)
+    if (v.prefetch) blocks = std::min<int64_t>(blocks, int64_t(target.sm_count) * (2048 / v.threads));
     plan.grid_x = unsigned(blocks);
   }
   plan.variant = v;

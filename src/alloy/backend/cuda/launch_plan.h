@@ -21,6 +21,7 @@ struct LaunchTarget {
   int64_t shared_per_sm = 0;
   bool lean = false;       // ALLOY_LEAN_KERNELS=1
   bool recompute = false;  // ALLOY_RECOMPUTE_VALUES=1
+  bool prefetch = false;   // ALLOY_ROW_PREFETCH=1
   static LaunchTarget from_environment(int sm_count, int64_t shared_per_sm);
 };
 

@@ -608,6 +608,10 @@ class Generator {
   };
 
   void emit_row_kernel() {
+    plan_value_cache();
+    detect_online_softmax();
+    plan_cached_leaves();
+    const bool prefetch = v_.prefetch && v_.rows_per_block == 0 && v_.items > 0 && !cached_.empty();
     os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads;
     if (v_.min_blocks > 0) os_ << ", " << v_.min_blocks;
     os_ << ") " << name_ << "(const Params p) {\n";
@@ -619,6 +623,10 @@ class Generator {
           << v_.rows_per_block << ") {\n";
     } else {
       os_ << "  const int tid = threadIdx.x;\n";
+      if (prefetch) {  // a persistent block: its first row's cached leaves are loaded before the loop
+        emit_leaf_arrays("N", "[" + std::to_string(v_.items) + "]", "  ", cached_);
+        emit_cached_row_loads("N", "(long long)blockIdx.x", "  ");
+      }
       os_ << "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n";
     }
     std::string in = "    ";
@@ -630,11 +638,18 @@ class Generator {
       if (a_.at(a_.leaves[k]).per_row)
         os_ << in << compute_type(a_.leaves[k]->dtype()) << " P" << k << " = "
             << load_convert(a_.leaves[k]->dtype(), "p.l" + std::to_string(k) + "[ro_l" + std::to_string(k) + "]") << ";\n";
-    plan_value_cache();
-    detect_online_softmax();
     for (auto& [v, pass] : cache_pass_)
       os_ << in << "AlloyVec<" << compute_type(v->dtype()) << ", " << v_.vector << "> C" << v->id << "[" << v_.items << "];\n";
-    emit_cached_row(in);
+    if (prefetch) {
+      // this row's leaves came in during the previous row; the next row's are requested now, so
+      // they arrive while this one is reduced and written
+      emit_leaf_arrays("L", "[" + std::to_string(v_.items) + "]", in, cached_);
+      for (int k : cached_)
+        os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) L" << k << "[it] = N" << k << "[it];\n";
+      emit_cached_row_loads("N", "row + gridDim.x", in);
+    } else {
+      emit_cached_row(in);
+    }
     emitted_per_row_.clear();
     emit_ready_per_row_ops(in);
     for (auto& stage : a_.stages) {
@@ -661,33 +676,51 @@ class Generator {
     os_ << "  }\n}\n";
   }
 
-  // Leaves read by more than one pass over the row stay in registers (when the row fits): loaded
-  // once here.
-  void emit_cached_row(const std::string& in) {
-    std::vector<std::string> row_tensors = tensor_names(true, true, false);
+  // Leaves read by more than one pass over the row stay in registers (when the row fits).
+  void plan_cached_leaves() {
     cached_.clear();
-    if (v_.items > 0) {
-      std::map<int, int> passes;
-      for (size_t stage = 0; stage < a_.stages.size(); ++stage) {
-        current_pass_ = int(stage);
-        for (int k : leaves_for(pass_targets(int(stage)))) passes[k] += stage_has_var_mean(a_.stages[stage]) ? 2 : 1;
-      }
-      current_pass_ = int(a_.stages.size());
-      for (int k : leaves_for(element_outputs())) passes[k] += 1;
-      current_pass_ = 0;
-      for (auto [k, n] : passes)
-        if (n > 1) cached_.insert(k);
+    if (v_.items == 0) return;
+    std::map<int, int> passes;
+    for (size_t stage = 0; stage < a_.stages.size(); ++stage) {
+      current_pass_ = int(stage);
+      for (int k : leaves_for(pass_targets(int(stage)))) passes[k] += stage_has_var_mean(a_.stages[stage]) ? 2 : 1;
     }
-    if (v_.items > 0 && !cached_.empty()) {
-      emit_leaf_arrays("L", "[" + std::to_string(v_.items) + "]", in, cached_);
-      os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
-      os_ << in << "  const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
-      os_ << in << "  if (col0 < p.cols) {\n";
-      emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "    ");
-      for (auto& t : row_tensors) os_ << in << "    co_" << t << " += ro_" << t << ";\n";
-      emit_leaf_loads("L", "[it]", "co_", in + "    ", cached_);
-      os_ << in << "  }\n" << in << "}\n";
-    }
+    current_pass_ = int(a_.stages.size());
+    for (int k : leaves_for(element_outputs())) passes[k] += 1;
+    current_pass_ = 0;
+    for (auto [k, n] : passes)
+      if (n > 1) cached_.insert(k);
+  }
+
+  // Loads the row's cached leaves once, into L<k>[it].
+  void emit_cached_row(const std::string& in) {
+    if (v_.items == 0 || cached_.empty()) return;
+    std::vector<std::string> row_tensors = tensor_names(true, true, false);
+    emit_leaf_arrays("L", "[" + std::to_string(v_.items) + "]", in, cached_);
+    os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
+    os_ << in << "  const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
+    os_ << in << "  if (col0 < p.cols) {\n";
+    emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "    ");
+    for (auto& t : row_tensors) os_ << in << "    co_" << t << " += ro_" << t << ";\n";
+    emit_leaf_loads("L", "[it]", "co_", in + "    ", cached_);
+    os_ << in << "  }\n" << in << "}\n";
+  }
+
+  // Prefetching row kernels: loads row `row_expr`'s cached leaves into <prefix><k>[it] (when the
+  // row exists).
+  void emit_cached_row_loads(const std::string& prefix, const std::string& row_expr, const std::string& in) {
+    std::vector<std::string> leaves;
+    for (int k : cached_) leaves.push_back("l" + std::to_string(k));
+    os_ << in << "{ const long long alloy_prefetch_row = " << row_expr << ";\n";
+    os_ << in << "  if (alloy_prefetch_row < p.rows) {\n";
+    emit_offsets("alloy_prefetch_row", 0, v_.outer_rank, "rn_", leaves, in + "    ");
+    os_ << in << "    #pragma unroll\n" << in << "    for (int it = 0; it < " << v_.items << "; ++it) {\n";
+    os_ << in << "      const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
+    os_ << in << "      if (col0 < p.cols) {\n";
+    emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", leaves, in + "        ");
+    for (auto& t : leaves) os_ << in << "        co_" << t << " += rn_" << t << ";\n";
+    emit_leaf_loads(prefix, "[it]", "co_", in + "        ", cached_);
+    os_ << in << "      }\n" << in << "    }\n" << in << "  }\n" << in << "}\n";
   }
 
   // The row is in registers: var_mean's mean first, then the squared deviations from it. Lean:
@@ -923,7 +956,7 @@ class Generator {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + (lean ? "_lean" : "") + (recompute ? "_rc" : "") + "_" +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + (lean ? "_lean" : "") + (recompute ? "_rc" : "") + (prefetch ? "_pf" : "") + "_" +
          leaf_modes;
 }
 

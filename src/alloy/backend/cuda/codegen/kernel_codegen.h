@@ -34,6 +34,9 @@ struct KernelVariant {
   // Row kernels: recompute costly values (exp, tanh, ...) in later passes instead of holding them
   // in registers (fewer registers, more arithmetic; ALLOY_RECOMPUTE_VALUES=1, for A/B timing).
   bool recompute = false;
+  // Block-per-row kernels holding the row in registers: a persistent grid, each block loading its
+  // next row's leaves while it reduces and writes the current one (ALLOY_ROW_PREFETCH=1, A/B).
+  bool prefetch = false;
   // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
   // (stride 1), 'b' one value for the whole vector (stride 0).
   std::string leaf_modes;
