@@ -23,6 +23,7 @@
 #include "alloy/runtime/views.h"
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
+#include "backend/cuda/kernel_cases.h"
 #include "test_util.h"
 
 namespace alloy {
@@ -70,12 +71,14 @@ std::vector<int64_t> concrete(const Value* v, const Bindings& b) {
   return sizes;
 }
 
+// The kernel flavours a run can choose (LaunchTarget): default, lean, lean recomputing values,
+// lean prefetching rows.
+enum class Flavour { plain, lean, lean_recompute, lean_prefetch };
+constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean, Flavour::lean_recompute, Flavour::lean_prefetch};
+
 // Runs `text` segment by segment through emulated kernels (every segment must be a generated
 // kernel or views) and compares with the CPU reference. sm_count shapes the column kernels' splits.
 // `given`: inputs by position (undefined ones are drawn at random).
-// The kernel flavours a run can choose (LaunchTarget): default, lean, lean recomputing values.
-enum class Flavour { plain, lean, lean_recompute, lean_prefetch };
-constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean, Flavour::lean_recompute, Flavour::lean_prefetch};
 
 void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
                                   std::vector<Tensor> given = {}) {
@@ -153,6 +156,19 @@ void every_flavour(const std::string& text, const Bindings& sizes, int sm_count 
   for (Flavour f : kFlavours) expect_emulation_matches_cpu(text, sizes, f, sm_count);
 }
 
+// Every case the GPU end-to-end tests run, here on the CPU.
+class EmulatedKernelCase : public ::testing::TestWithParam<testing::KernelCase> {};
+
+TEST_P(EmulatedKernelCase, MatchesTheCpu) {
+  const testing::KernelCase& c = GetParam();
+  if (!c.emulate) GTEST_SKIP() << "covered by another emulated test at a size the emulation runs quickly";
+  every_flavour(c.file.empty() ? c.text : testing::read_file(testing::source_path(c.file)),
+                c.emulated_sizes.empty() ? c.sizes : c.emulated_sizes);
+}
+
+INSTANTIATE_TEST_SUITE_P(EmulatedKernels, EmulatedKernelCase, ::testing::ValuesIn(testing::kernel_cases()),
+                         [](const ::testing::TestParamInfo<testing::KernelCase>& info) { return info.param.name; });
+
 TEST(EmulatedKernels, PointwiseWithBroadcastsAndCasts) {
   every_flavour(R"(fusion f(a: bf16[N, 64], b: bf16[64], c: f32[N, 1], h: f16[N, 64]) {
   m = mul(a, b)
@@ -163,15 +179,6 @@ TEST(EmulatedKernels, PointwiseWithBroadcastsAndCasts) {
   th = cast(t, dtype=f16)
   return g, th
 })", {{"N", 37}});
-}
-
-TEST(EmulatedKernels, InnerReductions) {
-  every_flavour(R"(fusion f(x: bf16[B, 100, 257]) {
-  s = sum(x, dims=[2])
-  m = max(x, dims=[-1], keepdim=true)
-  a = mean(x, dims=[2], keepdim=true)
-  return s, m, a
-})", {{"B", 1}});
 }
 
 TEST(EmulatedKernels, NormalizationsBlockAndWarpPerRow) {
@@ -241,20 +248,7 @@ TEST(EmulatedKernels, LongRowsReReadFromMemory) {
 })", {});
 }
 
-TEST(EmulatedKernels, ColumnReductionsSplitOverBlocks) {
-  every_flavour(R"(fusion f(g: bf16[T, H], x: bf16[T, H], b: bf16[H]) {
-  xb = add(x, b)
-  d = gelu_backward(g, xb, approximate="tanh")
-  db = sum(d, dims=[0])
-  mx = max(g, dims=[0], keepdim=true)
-  return d, db, mx
-})", {{"T", 3000}, {"H", 136}});
-  every_flavour(R"(fusion f(x: f32[A, B, C], i: i32[A, B, C], y: f64[A, B, C]) {
-  s = sum(x, dims=[0, 1])
-  k = sum(i, dims=[0])
-  v, m = var_mean(y, dims=[0, 1], correction=0)
-  return s, k, v, m
-})", {{"A", 37}, {"B", 29}, {"C", 65}});
+TEST(EmulatedKernels, ColumnReductionsOfBoolsAndHalves) {
   every_flavour(R"(fusion f(b: bool[T, H], h: f16[T, H]) {
   any = max(b, dims=[0])
   all = min(b, dims=[0])
@@ -277,14 +271,6 @@ TEST(EmulatedKernels, ReductionsOfViewsAndBroadcasts) {
   r = sum(sl, dims=[1])
   return a, b, m, r
 })", {{"H", 40}, {"T", 600}});
-}
-
-TEST(EmulatedKernels, FewLongRowsSplitAlongTheContiguousAxis) {
-  every_flavour(R"(fusion g(x: bf16[R, N]) {
-  s = sum(x, dims=[1])
-  m = min(x, dims=[1])
-  return s, m
-})", {{"R", 3}, {"N", 40000}});
 }
 
 #endif  // ALLOY_HAVE_CUDA

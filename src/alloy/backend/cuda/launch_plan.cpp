@@ -241,7 +241,9 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   if (columns) choose_tile(a, v, outer, inner, rows);
   else if (a.is_reduction()) choose_block(v, rows, cols);
   else v.threads = 256;
-  if (columns && column_shared_bytes(a, v) > kMaxColumnSharedBytes) {  // too many accumulators: row kernel
+  // many accumulators: fewer threads along the reduced axes, down to 2 a column; else a row kernel
+  while (columns && column_shared_bytes(a, v) > kMaxColumnSharedBytes && v.threads / v.tile_x > 2) v.threads /= 2;
+  if (columns && column_shared_bytes(a, v) > kMaxColumnSharedBytes) {
     columns = false;
     v = KernelVariant{};
     v.outer_rank = int(outer.size());

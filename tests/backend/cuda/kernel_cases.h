@@ -1,0 +1,154 @@
+// Fusions that run as generated kernels (pointwise, reductions, normalizations), each a
+// specification of GPU behaviour: gpu_end_to_end_test runs them on the GPU, and
+// emulated_kernels_test runs the same kernels on the CPU (in CI, without a GPU); both compare
+// with the CPU reference.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "alloy/ir/extent.h"
+
+namespace alloy::testing {
+
+struct KernelCase {
+  std::string name;  // a test name
+  std::string text;  // the fusion, or
+  std::string file;  // a file under the source tree holding it
+  Bindings sizes;
+  // The CPU emulation runs a thread per CUDA thread: smaller sizes where the GPU's are slow there
+  // (empty: the same), or none at all where another emulated test covers the kernel.
+  Bindings emulated_sizes = {};
+  bool emulate = true;
+};
+
+inline const std::vector<KernelCase>& kernel_cases() {
+  static const std::vector<KernelCase> cases = {
+      {"PointwiseChainWithBroadcasts", R"(fusion f(a: bf16[N, 64], b: bf16[64], c: f32[N, 1]) {
+  m = mul(a, b)
+  s = add(m, c)
+  g = gelu(s, approximate="tanh")
+  return g, s
+})", "", {{"N", 37}}},
+      {"PointwiseOddSizesAndAllUnaryOps", R"(fusion f(x: f32[N]) {
+  a = abs(x)
+  na = neg(a)
+  e = exp(na)
+  a1 = add(a, 1.0)
+  l = log(a1)
+  a2 = add(a, 0.5)
+  r = rsqrt(a2)
+  t = tanh(x)
+  s = sigmoid(x)
+  q = sqrt(a)
+  u = silu(x)
+  v = erf(x)
+  a3 = add(a, 2.0)
+  w = reciprocal(a3)
+  g = gelu(x)
+  z = relu(x)
+  return e, l, r, t, s, q, u, v, w, g, z
+})", "", {{"N", 1001}}},
+      {"BinaryComparisonsWhereAndIntegers", R"(fusion f(x: f32[8, 33], y: f32[8, 33], i: i32[8, 33]) {
+  m = gt(x, y)
+  w = where(m, x, y)
+  mx = maximum(x, y)
+  mn = minimum(x, 0.0)
+  ax = abs(x)
+  p = pow(ax, 1.5)
+  d = div(i, 3)
+  ii = mul(i, 7)
+  eqs = eq(i, 4)
+  c = cast(x, dtype=i32)
+  h = cast(x, dtype=f16)
+  b = cast(x, dtype=bf16)
+  return w, mx, mn, p, d, ii, eqs, c, h, b
+})", "", {}},
+      {"InnerReductionsWithKeepdim", R"(fusion f(x: bf16[B, 100, 257]) {
+  s = sum(x, dims=[2])
+  m = max(x, dims=[-1], keepdim=true)
+  n = min(x, dims=[1, 2])
+  a = mean(x, dims=[2], keepdim=true)
+  return s, m, n, a
+})", "", {{"B", 3}}, {{"B", 1}}},
+      {"OuterReduction", R"(fusion f(x: f32[300, 65]) {
+  s = sum(x, dims=[0])
+  return s
+})", "", {}},
+      {"ColumnReductionsWithElementOutputs", R"(fusion f(g: bf16[T, H], x: bf16[T, H], b: bf16[H]) {
+  xb = add(x, b)
+  d = gelu_backward(g, xb, approximate="tanh")
+  db = sum(d, dims=[0])
+  v, m = var_mean(x, dims=[0], correction=1)
+  mx = max(g, dims=[0], keepdim=true)
+  mn = min(d, dims=[0])
+  a = mean(x, dims=[0])
+  return d, db, v, m, mx, mn, a
+})", "", {{"T", 3000}, {"H", 136}}, {{"T", 600}, {"H", 136}}},
+      {"ColumnReductionsOddShapesAndTypes_1", R"(fusion f(x: f32[A, B, C], i: i32[A, B, C], y: f64[A, B, C]) {
+  s = sum(x, dims=[0, 1])
+  k = sum(i, dims=[0])
+  v, m = var_mean(y, dims=[0, 1], correction=0)
+  p = gt(x, 0.5)
+  c = sum(p, dims=[0, 1])
+  return s, k, v, m, c
+})", "", {{"A", 37}, {"B", 29}, {"C", 65}}},
+      {"ColumnReductionsOddShapesAndTypes_2", R"(fusion g(x: bf16[R, N]) {
+  s = sum(x, dims=[1])
+  m = max(x, dims=[1])
+  v, mu = var_mean(x, dims=[1])
+  return s, m, v, mu
+})", "", {{"R", 5}, {"N", 100003}}},
+      {"FullReductionOfLargeTensor", R"(fusion f(x: f32[N]) {
+  s = sum(x)
+  return s
+})", "", {{"N", 100000}}},
+      {"VarMeanWithCorrection", R"(fusion f(x: f32[16, 1000]) {
+  v, m = var_mean(x, dims=[1], correction=1)
+  return v, m
+})", "", {}},
+      {"TracedLayerNormExample", "", "examples/layer_norm.fusion", {}, {}, false},
+      {"CompositeNormalizations", R"(fusion f(x: bf16[N, D], w: bf16[D], b: bf16[D]) {
+  y = layer_norm(x, w, b, normalized_ndim=1, eps=1e-5)
+  s = softmax(x, dim=1)
+  r = rms_norm(x, w, normalized_ndim=1, eps=1e-6)
+  return y, s, r
+})", "", {{"N", 64}, {"D", 4096}}, {{"N", 8}, {"D", 4096}}},
+      {"SoftmaxOverANonLastAxis", R"(fusion f(x: f32[4, 50, 6]) {
+  s = softmax(x, dim=1)
+  return s
+})", "", {}},
+      {"NormalizationOverTwoAxesAndHugeRows_1", R"(fusion f(x: f32[2, 8, 100]) {
+  y = layer_norm(x, normalized_ndim=2)
+  return y
+})", "", {}},
+      {"NormalizationOverTwoAxesAndHugeRows_2", R"(fusion g(x: bf16[3, 70000]) {
+  y = softmax(x, dim=-1)
+  return y
+})", "", {}},
+      {"ViewsOfInputsAndOutputs", R"(fusion f(x: f32[6, 8], y: f32[8, 6]) {
+  t = permute(y, dims=[1, 0])
+  s = add(x, t)
+  sl = slice(x, starts=[1, 0], ends=[5, 8], steps=[2, 3])
+  e = exp(sl)
+  r = reshape(s, shape=[48])
+  u = unsqueeze(r, dim=0)
+  return u, e
+})", "", {}},
+      {"ShortRowsRunAWarpPerRow_1", R"(fusion f(x: bf16[R, 96], w: bf16[96]) {
+  y = layer_norm(x, w, normalized_ndim=1)
+  s = softmax(x, dim=1)
+  v, m = var_mean(x, dims=[1], correction=1)
+  mx = max(x, dims=[1])
+  return y, s, v, m, mx
+})", "", {{"R", 1003}}, {{"R", 203}}},
+      {"ShortRowsRunAWarpPerRow_2", R"(fusion g(x: f32[R, 33]) {
+  v, m = var_mean(x, dims=[1])
+  r = rms_norm(x, normalized_ndim=1)
+  return v, m, r
+})", "", {{"R", 517}}},
+  };
+  return cases;
+}
+
+}  // namespace alloy::testing
