@@ -208,70 +208,92 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   return t;
 }
 
-LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& domain, const std::vector<const Tensor*>& tensors,
-                       const std::vector<uint64_t>& scalar_words, const LaunchTarget& target) {
-  LaunchPlan plan;
-  // axes in kernel order: kept then reduced (pointwise: all, in order)
+namespace {
+
+// The domain's axes in kernel order (kept, then reduced; pointwise: all, in order) with every
+// tensor's stride, contiguous neighbours merged.
+struct LaidOut {
   std::vector<Axis> outer, inner;
+  int64_t numel = 1, rows = 1, cols = 1;
+};
+
+LaidOut lay_out(const KernelAnalysis& a, const std::vector<int64_t>& domain, const std::vector<const Tensor*>& tensors) {
+  LaidOut l;
   for (int d = 0; d < int(domain.size()); ++d) {
     Axis axis{domain[d], {}};
     for (size_t t = 0; t < tensors.size(); ++t) axis.strides.push_back(domain_stride(a, t, *tensors[t], d));
     bool reduced = std::find(a.reduced_axes.begin(), a.reduced_axes.end(), d) != a.reduced_axes.end();
-    (reduced ? inner : outer).push_back(axis);
+    (reduced ? l.inner : l.outer).push_back(axis);
   }
-  int64_t numel = 1;
-  for (int64_t n : domain) numel *= n;
-  if (numel == 0 && !a.is_reduction()) return plan;
-  outer = collapse(outer);
-  inner = collapse(inner);
-  if (a.is_reduction() && inner.empty()) inner.push_back(Axis{1, std::vector<int64_t>(tensors.size(), 0)});
-  int64_t rows = 1, cols = 1;
-  for (auto& ax : outer) rows *= ax.size;
-  for (auto& ax : inner) cols *= ax.size;
-  if (a.is_reduction() && rows == 0) return plan;
+  for (int64_t n : domain) l.numel *= n;
+  l.outer = collapse(l.outer);
+  l.inner = collapse(l.inner);
+  if (a.is_reduction() && l.inner.empty()) l.inner.push_back(Axis{1, std::vector<int64_t>(tensors.size(), 0)});
+  for (auto& ax : l.outer) l.rows *= ax.size;
+  for (auto& ax : l.inner) l.cols *= ax.size;
+  return l;
+}
 
-  bool columns = a.is_reduction() && use_column_kernel(a, outer, inner, rows, cols, target);
-  if (columns && outer.empty()) outer.push_back(Axis{1, std::vector<int64_t>(tensors.size(), 0)});
-  std::vector<Axis> axes = outer;
-  axes.insert(axes.end(), inner.begin(), inner.end());
+// The kernel shape and its launch-time choices; `columns` says whether it is a column kernel.
+KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const std::vector<const Tensor*>& tensors,
+                             const LaunchTarget& target, bool& columns, std::vector<Axis>& axes) {
+  columns = a.is_reduction() && use_column_kernel(a, l.outer, l.inner, l.rows, l.cols, target);
+  if (columns && l.outer.empty()) l.outer.push_back(Axis{1, std::vector<int64_t>(tensors.size(), 0)});
+  axes = l.outer;
+  axes.insert(axes.end(), l.inner.begin(), l.inner.end());
   KernelVariant v;
-  v.outer_rank = int(outer.size());
-  v.inner_rank = int(inner.size());
+  v.outer_rank = int(l.outer.size());
+  v.inner_rank = int(l.inner.size());
   choose_vector(a, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, tensors);
-  if (columns) choose_tile(a, v, outer, inner, rows);
-  else if (a.is_reduction()) choose_block(v, rows, cols);
+  if (columns) choose_tile(a, v, l.outer, l.inner, l.rows);
+  else if (a.is_reduction()) choose_block(v, l.rows, l.cols);
   else v.threads = 256;
   // many accumulators: fewer threads along the reduced axes, down to 2 a column; else a row kernel
   while (columns && column_shared_bytes(a, v) > kMaxColumnSharedBytes && v.threads / v.tile_x > 2) v.threads /= 2;
   if (columns && column_shared_bytes(a, v) > kMaxColumnSharedBytes) {
     columns = false;
     v = KernelVariant{};
-    v.outer_rank = int(outer.size());
-    v.inner_rank = int(inner.size());
+    v.outer_rank = int(l.outer.size());
+    v.inner_rank = int(l.inner.size());
     choose_vector(a, v, axes, int(axes.size()) - 1, tensors);
-    choose_block(v, rows, cols);
+    choose_block(v, l.rows, l.cols);
   }
   v.lean = target.lean;
   v.recompute = target.recompute && a.is_reduction() && !columns;
   v.prefetch = target.prefetch && a.is_reduction() && !columns && v.rows_per_block == 0 && v.items > 0;
-  v.index32 = target.lean && small_offsets(axes, numel);
+  v.index32 = target.lean && small_offsets(axes, l.numel);
+  return v;
+}
+
+}  // namespace
+
+LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& domain, const std::vector<const Tensor*>& tensors,
+                       const std::vector<uint64_t>& scalar_words, const LaunchTarget& target) {
+  LaunchPlan plan;
+  LaidOut l = lay_out(a, domain, tensors);
+  if (l.numel == 0 && !a.is_reduction()) return plan;
+  if (a.is_reduction() && l.rows == 0) return plan;
+  bool columns = false;
+  std::vector<Axis> axes;
+  KernelVariant v = choose_variant(a, l, tensors, target, columns, axes);
+
   std::vector<uint64_t>& words = plan.words;
   auto push_i = [&](int64_t x) { words.push_back(uint64_t(x)); };
   auto push_d = [&](double x) { uint64_t w; std::memcpy(&w, &x, 8); words.push_back(w); };
   if (a.is_reduction()) {
-    push_i(rows);
-    push_i(cols);
-    push_d(double(cols));
+    push_i(l.rows);
+    push_i(l.cols);
+    push_d(double(l.cols));
   } else {
-    push_i(numel);
+    push_i(l.numel);
   }
   if (columns) {
     int64_t splits = 1;
-    int64_t blocks_x = column_grid(a, v, rows, cols, target, splits);
+    int64_t blocks_x = column_grid(a, v, l.rows, l.cols, target, splits);
     plan.grid_x = unsigned(blocks_x);
     plan.grid_y = unsigned(splits);
     if (splits > 1) {
-      plan.workspace_bytes = size_t(splits) * size_t(rows) * size_t(column_workspace_words(a)) * 8;
+      plan.workspace_bytes = size_t(splits) * size_t(l.rows) * size_t(column_workspace_words(a)) * 8;
       plan.counter_bytes = size_t(blocks_x) * 4;
       plan.workspace_word = int(words.size());
       plan.counters_word = int(words.size()) + 1;
@@ -288,8 +310,8 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   words.insert(words.end(), scalar_words.begin(), scalar_words.end());
   if (!columns) {
     int64_t rows_per_block = std::max(1, v.rows_per_block);
-    int64_t blocks = a.is_reduction() ? std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, 2147483647)
-                                       : std::min<int64_t>((numel / v.vector + v.threads - 1) / v.threads, 2147483647);
+    int64_t blocks = a.is_reduction() ? std::min<int64_t>((l.rows + rows_per_block - 1) / rows_per_block, 2147483647)
+                                       : std::min<int64_t>((l.numel / v.vector + v.threads - 1) / v.threads, 2147483647);
     if (blocks == 0) return plan;
     // prefetching: a persistent grid, at most what fits at once (the runtime narrows it to the
     // kernel's occupancy)
@@ -303,4 +325,3 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
 }
 
 }  // namespace alloy::cuda
-
