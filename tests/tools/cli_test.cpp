@@ -332,6 +332,22 @@ TEST_F(CliTest, Compile_BuildsEveryKernelForTheArchitectureWithoutAGpu) {
   EXPECT_TRUE(contains(bad.err, "--arch vulkan")) << bad.err;
 }
 
+TEST_F(CliTest, Compile_WithBoundSizes_ReportsTheKernelARunWouldLaunch) {
+#ifndef ALLOY_HAVE_CUDA
+  GTEST_SKIP() << "this build has no CUDA backend";
+#endif
+  CliResult r = alloy("compile " + example("mlp_backward.fusion") + " --bind T=8192");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "[reduction] variant")) << r.out;  // the bias gradients: column kernels
+  EXPECT_TRUE(contains(r.out, "_x32_")) << r.out;
+  EXPECT_TRUE(contains(r.out, "registers")) << r.out;
+  CliResult unknown = alloy("compile " + example("mlp_backward.fusion") + " --bind Q=3");
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_TRUE(contains(unknown.err, "--bind Q=3")) << unknown.err;
+  CliResult malformed = alloy("compile " + example("mlp_backward.fusion") + " --bind T=x");
+  EXPECT_EQ(malformed.code, 2);
+}
+
 }  // namespace
 }  // namespace alloy
 
