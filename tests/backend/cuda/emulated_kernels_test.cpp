@@ -161,7 +161,6 @@ class EmulatedKernelCase : public ::testing::TestWithParam<testing::KernelCase> 
 
 TEST_P(EmulatedKernelCase, MatchesTheCpu) {
   const testing::KernelCase& c = GetParam();
-  if (!c.emulate) GTEST_SKIP() << "covered by another emulated test at a size the emulation runs quickly";
   every_flavour(c.file.empty() ? c.text : testing::read_file(testing::source_path(c.file)),
                 c.emulated_sizes.empty() ? c.sizes : c.emulated_sizes);
 }
@@ -214,30 +213,6 @@ TEST(EmulatedKernels, MaskedSoftmax) {
       }
     for (Flavour f : kFlavours) expect_emulation_matches_cpu(text, {{"N", n}, {"D", d}}, f, 4, {Tensor(), mask});
   }
-}
-
-// examples/layer_norm.fusion's trace, at fewer rows: one kernel
-TEST(EmulatedKernels, LayerNormTracedInPrimitives) {
-  every_flavour(R"(fusion ln(x: bf16[2, 16, 1600], weight: bf16[1600], bias: bf16[1600]) {
-  x32 = cast(x, dtype=f32)
-  var, mean = var_mean(x32, dims=[2], correction=0, keepdim=false)
-  mean_b = broadcast_in_dim(mean, shape=[2, 16, 1], broadcast_dims=[0, 1])
-  var_b = broadcast_in_dim(var, shape=[2, 16, 1], broadcast_dims=[0, 1])
-  var_eps = add(var_b, 1.0e-5)
-  rstd = rsqrt(var_eps)
-  mean_full = broadcast_in_dim(mean_b, shape=[2, 16, 1600], broadcast_dims=[0, 1, 2])
-  centered = sub(x32, mean_full)
-  rstd_full = broadcast_in_dim(rstd, shape=[2, 16, 1600], broadcast_dims=[0, 1, 2])
-  normed = mul(centered, rstd_full)
-  weight_full = broadcast_in_dim(weight, shape=[2, 16, 1600], broadcast_dims=[2])
-  weight32 = cast(weight_full, dtype=f32)
-  scaled = mul(normed, weight32)
-  bias_full = broadcast_in_dim(bias, shape=[2, 16, 1600], broadcast_dims=[2])
-  bias32 = cast(bias_full, dtype=f32)
-  shifted = add(scaled, bias32)
-  y = cast(shifted, dtype=bf16)
-  return y
-})", {});
 }
 
 TEST(EmulatedKernels, LongRowsReReadFromMemory) {

@@ -4,6 +4,7 @@
 // with the CPU reference.
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -17,10 +18,12 @@ struct KernelCase {
   std::string file;  // a file under the source tree holding it
   Bindings sizes;
   // The CPU emulation runs a thread per CUDA thread: smaller sizes where the GPU's are slow there
-  // (empty: the same), or none at all where another emulated test covers the kernel.
+  // (empty: the same).
   Bindings emulated_sizes = {};
-  bool emulate = true;
 };
+
+// How GoogleTest names a case in test listings (instead of dumping its bytes).
+inline void PrintTo(const KernelCase& c, std::ostream* os) { *os << c.name; }
 
 inline const std::vector<KernelCase>& kernel_cases() {
   static const std::vector<KernelCase> cases = {
@@ -107,7 +110,7 @@ inline const std::vector<KernelCase>& kernel_cases() {
   v, m = var_mean(x, dims=[1], correction=1)
   return v, m
 })", "", {}},
-      {"TracedLayerNormExample", "", "examples/layer_norm.fusion", {}, {}, false},
+      {"TracedLayerNormExample", "", "examples/layer_norm.fusion", {}},
       {"CompositeNormalizations", R"(fusion f(x: bf16[N, D], w: bf16[D], b: bf16[D]) {
   y = layer_norm(x, w, b, normalized_ndim=1, eps=1e-5)
   s = softmax(x, dim=1)

@@ -42,8 +42,8 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     }
     const LoadedKernel* kernel = kernel_for(plan.variant, state.device.index);
     if (plan.variant.prefetch) {  // persistent: no more blocks than are resident at once
-      int per_sm = std::max(1, kernel->max_active_blocks_per_sm(int(plan.block), 0));
-      plan.grid_x = std::min<unsigned>(plan.grid_x, unsigned(target_.sm_count * per_sm));
+      if (last_resident_ == 0) last_resident_ = std::max(1, kernel->max_active_blocks_per_sm(int(plan.block), 0));
+      plan.grid_x = std::min<unsigned>(plan.grid_x, unsigned(target_.sm_count * last_resident_));
     }
     void* args[] = {plan.words.data()};
     kernel->launch(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, 0, stream, args);
@@ -77,6 +77,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     if (last_kernel_ && v == last_variant_ && device == last_device_) return last_kernel_;
     last_variant_ = v;
     last_device_ = device;
+    last_resident_ = 0;
     last_kernel_ = lookup_or_compile(v, device);
     return last_kernel_;
   }
@@ -100,6 +101,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
   KernelVariant last_variant_;
   int last_device_ = -1;
   const LoadedKernel* last_kernel_ = nullptr;
+  int last_resident_ = 0;  // blocks of the last kernel resident per SM (prefetching variants), 0 = not asked yet
 };
 
 }  // namespace

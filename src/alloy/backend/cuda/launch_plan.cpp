@@ -99,7 +99,7 @@ bool small_offsets(const std::vector<Axis>& axes, int64_t numel) {
 // (a row kernel would read strided), or when a few long rows would leave most SMs idle.
 bool use_column_kernel(const KernelAnalysis& a, const std::vector<Axis>& outer, const std::vector<Axis>& inner, int64_t rows,
                        int64_t cols, const LaunchTarget& target) {
-  if (!a.single_pass || std::getenv("ALLOY_NO_COLUMN_KERNELS")) return false;
+  if (!a.single_pass || !target.column_kernels) return false;
   if (inner.empty() || cols <= 1) return false;
   int main = -1;  // the first leaf read per element decides the memory order
   for (size_t k = 0; k < a.leaves.size() && main < 0; ++k)
@@ -146,7 +146,7 @@ int64_t column_grid(const KernelAnalysis& a, const KernelVariant& v, int64_t row
 }
 
 // Threads per row and how many vectors each keeps in registers (0: re-read each pass).
-void choose_block(KernelVariant& v, int64_t rows, int64_t cols) {
+void choose_block(KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarget& target) {
   int64_t slots = (cols + v.vector - 1) / v.vector;
   // ALLOY_ROW_THREADS caps the block size (tuning experiments); the default favours several
   // vectors per thread in flight over wide blocks.
@@ -170,7 +170,7 @@ void choose_block(KernelVariant& v, int64_t rows, int64_t cols) {
   v.min_blocks = min_blocks;
   // Short rows (up to 8 vectors a lane): a warp per row, 8 rows a block, no block barriers.
   int64_t lane_items = (slots + 31) / 32;
-  if (lane_items <= 8 && rows >= 64 && !std::getenv("ALLOY_NO_WARP_ROWS")) {
+  if (lane_items <= 8 && rows >= 64 && target.warp_rows) {
     v.rows_per_block = 8;
     v.threads = 256;
     v.items = int(std::max<int64_t>(lane_items, 1));
@@ -205,6 +205,8 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.recompute = recompute && std::string(recompute) == "1";
   const char* prefetch = std::getenv("ALLOY_ROW_PREFETCH");
   t.prefetch = prefetch && std::string(prefetch) == "1";
+  t.column_kernels = !std::getenv("ALLOY_NO_COLUMN_KERNELS");
+  t.warp_rows = !std::getenv("ALLOY_NO_WARP_ROWS");
   return t;
 }
 
@@ -246,7 +248,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const std::vec
   v.inner_rank = int(l.inner.size());
   choose_vector(a, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, tensors);
   if (columns) choose_tile(a, v, l.outer, l.inner, l.rows);
-  else if (a.is_reduction()) choose_block(v, l.rows, l.cols);
+  else if (a.is_reduction()) choose_block(v, l.rows, l.cols, target);
   else v.threads = 256;
   // many accumulators: fewer threads along the reduced axes, down to 2 a column; else a row kernel
   while (columns && column_shared_bytes(a, v) > kMaxColumnSharedBytes && v.threads / v.tile_x > 2) v.threads /= 2;
@@ -256,7 +258,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const std::vec
     v.outer_rank = int(l.outer.size());
     v.inner_rank = int(l.inner.size());
     choose_vector(a, v, axes, int(axes.size()) - 1, tensors);
-    choose_block(v, l.rows, l.cols);
+    choose_block(v, l.rows, l.cols, target);
   }
   v.lean = target.lean;
   v.recompute = target.recompute && a.is_reduction() && !columns;

@@ -15,13 +15,16 @@
 
 namespace alloy::cuda {
 
-// What the choices depend on besides the tensors.
+// What the choices depend on besides the tensors; from_environment reads the settings once, so
+// a cached run reads no environment.
 struct LaunchTarget {
   int sm_count = 0;
   int64_t shared_per_sm = 0;
   bool lean = false;       // ALLOY_LEAN_KERNELS=1
   bool recompute = false;  // ALLOY_RECOMPUTE_VALUES=1
   bool prefetch = false;   // ALLOY_ROW_PREFETCH=1
+  bool column_kernels = true;  // ALLOY_NO_COLUMN_KERNELS unset
+  bool warp_rows = true;       // ALLOY_NO_WARP_ROWS unset
   static LaunchTarget from_environment(int sm_count, int64_t shared_per_sm);
 };
 

@@ -359,12 +359,13 @@ class Generator {
     return T == "bool" ? "alloy_i64" : T;
   }
 
+  // The value a sum, mean, max or min starts from, in register type T.
   static std::string identity_of(const Op& r, const std::string& T) {
     switch (r.kind) {
       case OpKind::max:
-        return T == "alloy_i64" ? "(long long)(-9223372036854775807LL - 1)" : "-" + T + "(__longlong_as_double(0x7ff0000000000000LL))";
+        return T == "alloy_i64" ? "(long long)(-9223372036854775807LL - 1)" : T == "bool" ? "false" : "-" + T + "(__longlong_as_double(0x7ff0000000000000LL))";
       case OpKind::min:
-        return T == "alloy_i64" ? "(long long)9223372036854775807LL" : T + "(__longlong_as_double(0x7ff0000000000000LL))";
+        return T == "alloy_i64" ? "(long long)9223372036854775807LL" : T == "bool" ? "true" : T + "(__longlong_as_double(0x7ff0000000000000LL))";
       default:
         return T + "(0)";
     }
@@ -809,12 +810,8 @@ class Generator {
     Acc acc{&r, "acc" + std::to_string(r.outputs[0]->id), compute_type(r.outputs[0]->dtype())};
     std::string T = acc.ct;
     switch (r.kind) {
-      case OpKind::sum: case OpKind::mean: os_ << in << T << " " << acc.name << " = " << T << "(0);\n"; break;
-      case OpKind::max:
-        os_ << in << T << " " << acc.name << " = " << (T == "alloy_i64" ? "(long long)(-9223372036854775807LL - 1)" : T == "bool" ? "false" : "-" + T + "(__longlong_as_double(0x7ff0000000000000LL))") << ";\n";
-        break;
-      case OpKind::min:
-        os_ << in << T << " " << acc.name << " = " << (T == "alloy_i64" ? "(long long)9223372036854775807LL" : T == "bool" ? "true" : T + "(__longlong_as_double(0x7ff0000000000000LL))") << ";\n";
+      case OpKind::sum: case OpKind::mean: case OpKind::max: case OpKind::min:
+        os_ << in << T << " " << acc.name << " = " << identity_of(r, T) << ";\n";
         break;
       case OpKind::var_mean:
         if (two_pass_) os_ << in << T << " " << acc.name << "_sum = 0;\n";
