@@ -202,6 +202,6 @@ int main(int argc, char** argv) {
   };
   for (auto& c : cases)
     if (wanted(c.name)) time_case(c, runs);
-  if (only.empty()) time_host_latency(20000);
+  if (only.empty() || wanted("host_latency")) time_host_latency(20000);
   return 0;
 }

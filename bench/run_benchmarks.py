@@ -113,10 +113,26 @@ def matmul_cases():
     return cases
 
 
-def matmul_table(alloy, runs):
+def alloy_bench(build, runs, cases):
+    """Alloy's timings of `cases` (comma-separated names) from alloy_bench, by case name."""
+    out = subprocess.run([os.path.join(build, "alloy_bench"), str(runs), cases], capture_output=True, text=True)
+    sys.stderr.write(out.stderr)
+    rows = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            rows[row["case"]] = row
+    if out.returncode != 0:
+        print(out.stdout)
+        sys.exit("alloy_bench failed")
+    return rows
+
+
+def matmul_table(build, runs):
     rows = []
     for name, make in matmul_cases().items():
-        a = alloy.get(name)
+        # Alloy's run right before PyTorch's: the same GPU state (clocks, temperature) for both
+        a = alloy_bench(build, runs, name).get(name)
         if a is None:
             print(f"alloy_bench has no case {name}", file=sys.stderr)
             continue
@@ -159,19 +175,12 @@ def write_results(stem, text, payload):
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 100
-    out = subprocess.run([os.path.join(build, "alloy_bench"), str(runs)], capture_output=True, text=True)
-    sys.stderr.write(out.stderr)
-    alloy = {}
-    for line in out.stdout.splitlines():
-        if line.startswith("{"):
-            row = json.loads(line)
-            alloy[row["case"]] = row
-    if out.returncode != 0:
-        print(out.stdout)
-        sys.exit("alloy_bench failed")
+    alloy = alloy_bench(build, runs, "host_latency")
     copy_bw = alloy["copy"]["bytes"] / alloy["copy"]["alloy_us"] / 1e3  # GB/s
     rows = []
     for name, (fn, make) in torch_cases().items():
+        # Alloy's run right before PyTorch's: the same GPU state (clocks, temperature) for both
+        alloy.update(alloy_bench(build, runs, name))
         args = make()
         eager = time_torch(fn, args, runs)
         try:
@@ -207,7 +216,7 @@ def main():
     write_results(f"{date}-{slug}-memory-bound", text,
                   {"device": device, "date": date, "copy_GBps": copy_bw, "rows": rows, "alloy_raw": alloy})
 
-    matmul_rows, matmul_lines = matmul_table(alloy, runs)
+    matmul_rows, matmul_lines = matmul_table(build, runs)
     text = "\n".join([f"# Alloy matmul + epilogue benchmarks, {device}, {date}", "",
                       f"bf16; median of {runs} runs each, CUDA events; TFLOP/s from 2*M*N*K per GEMM; "
                       "x/alloy > 1 means Alloy is faster", ""] + matmul_lines) + "\n"

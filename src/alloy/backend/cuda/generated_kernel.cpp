@@ -40,13 +40,14 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
       plan.words[plan.workspace_word] = uint64_t(reinterpret_cast<uintptr_t>(stream.scratch(plan.workspace_bytes)));
       plan.words[plan.counters_word] = uint64_t(reinterpret_cast<uintptr_t>(stream.zeroed_scratch(plan.counter_bytes)));
     }
-    const LoadedKernel* kernel = kernel_for(plan.variant, state.device.index);
-    if (plan.variant.prefetch) {  // persistent: no more blocks than are resident at once
-      if (last_resident_ == 0) last_resident_ = std::max(1, kernel->max_active_blocks_per_sm(int(plan.block), 0));
+    const Variant& variant = variant_for(plan.variant, state.device.index);
+    if (plan.variant.stages) {  // persistent: no more blocks than are resident at once
+      if (last_resident_ == 0)
+        last_resident_ = std::max(1, variant.kernel->max_active_blocks_per_sm(int(plan.block), size_t(variant.shared_bytes)));
       plan.grid_x = std::min<unsigned>(plan.grid_x, unsigned(target_.sm_count * last_resident_));
     }
     void* args[] = {plan.words.data()};
-    kernel->launch(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, 0, stream, args);
+    variant.kernel->launch(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, size_t(variant.shared_bytes), stream, args);
   }
 
   std::string source() const override {
@@ -59,6 +60,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
   struct Variant {
     std::string source;
     const LoadedKernel* kernel = nullptr;
+    int shared_bytes = 0;  // dynamic shared memory of a launch
   };
 
   void make_host_view(const Op& view, host_ir::RunState& state) {
@@ -72,25 +74,26 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     state.values[view.outputs[0]->id] = t;
   }
 
-  const LoadedKernel* kernel_for(const KernelVariant& v, int device) {
+  const Variant& variant_for(const KernelVariant& v, int device) {
     // the cached run path: the same variant as last time costs one comparison
-    if (last_kernel_ && v == last_variant_ && device == last_device_) return last_kernel_;
+    if (last_ && v == last_variant_ && device == last_device_) return *last_;
     last_variant_ = v;
     last_device_ = device;
     last_resident_ = 0;
-    last_kernel_ = lookup_or_compile(v, device);
-    return last_kernel_;
+    last_ = &lookup_or_compile(v, device);
+    return *last_;
   }
 
-  const LoadedKernel* lookup_or_compile(const KernelVariant& v, int device) {
+  const Variant& lookup_or_compile(const KernelVariant& v, int device) {
     std::string key = v.key() + "@" + std::to_string(device);
     auto it = variants_.find(key);
-    if (it != variants_.end()) return it->second.kernel;
+    if (it != variants_.end()) return it->second;
     Variant entry;
     std::string name = "alloy_segment" + std::to_string(id_);
     entry.source = generate_kernel(a_, v, name);
     entry.kernel = &get_kernel(entry.source, name, device);
-    return variants_.emplace(key, std::move(entry)).first->second.kernel;
+    entry.shared_bytes = dynamic_shared_bytes(a_, v);
+    return variants_.emplace(key, std::move(entry)).first->second;
   }
 
   KernelAnalysis a_;
@@ -100,8 +103,8 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
   std::map<std::string, Variant> variants_;
   KernelVariant last_variant_;
   int last_device_ = -1;
-  const LoadedKernel* last_kernel_ = nullptr;
-  int last_resident_ = 0;  // blocks of the last kernel resident per SM (prefetching variants), 0 = not asked yet
+  const Variant* last_ = nullptr;  // std::map nodes stay put
+  int last_resident_ = 0;  // blocks of the last kernel resident per SM (staged variants), 0 = not asked yet
 };
 
 }  // namespace

@@ -199,12 +199,13 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   LaunchTarget t;
   t.sm_count = sm_count;
   t.shared_per_sm = shared_per_sm;
-  const char* lean = std::getenv("ALLOY_LEAN_KERNELS");
-  t.lean = lean && std::string(lean) == "1";
-  const char* recompute = std::getenv("ALLOY_RECOMPUTE_VALUES");
-  t.recompute = recompute && std::string(recompute) == "1";
-  const char* prefetch = std::getenv("ALLOY_ROW_PREFETCH");
-  t.prefetch = prefetch && std::string(prefetch) == "1";
+  auto flag = [](const char* name, bool fallback) {
+    const char* value = std::getenv(name);
+    return value && *value ? std::string(value) != "0" : fallback;
+  };
+  t.lean = flag("ALLOY_LEAN_KERNELS", t.lean);
+  t.recompute = flag("ALLOY_RECOMPUTE_VALUES", t.recompute);
+  if (const char* stages = std::getenv("ALLOY_ROW_STAGES"); stages && *stages) t.stages = std::clamp(std::atoi(stages), 0, 4);
   t.column_kernels = !std::getenv("ALLOY_NO_COLUMN_KERNELS");
   t.warp_rows = !std::getenv("ALLOY_NO_WARP_ROWS");
   return t;
@@ -262,7 +263,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const std::vec
   }
   v.lean = target.lean;
   v.recompute = target.recompute && a.is_reduction() && !columns;
-  v.prefetch = target.prefetch && a.is_reduction() && !columns && v.rows_per_block == 0 && v.items > 0;
+  v.stages = (target.stages > 1 && a.is_reduction() && !columns && v.rows_per_block == 0 && v.items > 0) ? target.stages : 0;
   v.index32 = target.lean && small_offsets(axes, l.numel);
   return v;
 }
@@ -315,9 +316,9 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
     int64_t blocks = a.is_reduction() ? std::min<int64_t>((l.rows + rows_per_block - 1) / rows_per_block, 2147483647)
                                        : std::min<int64_t>((l.numel / v.vector + v.threads - 1) / v.threads, 2147483647);
     if (blocks == 0) return plan;
-    // prefetching: a persistent grid, at most what fits at once (the runtime narrows it to the
+    // staged rows: a persistent grid, at most what fits at once (the runtime narrows it to the
     // kernel's occupancy)
-    if (v.prefetch) blocks = std::min<int64_t>(blocks, int64_t(target.sm_count) * (2048 / v.threads));
+    if (v.stages) blocks = std::min<int64_t>(blocks, int64_t(target.sm_count) * (2048 / v.threads));
     plan.grid_x = unsigned(blocks);
   }
   plan.variant = v;

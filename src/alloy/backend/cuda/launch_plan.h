@@ -20,9 +20,9 @@ namespace alloy::cuda {
 struct LaunchTarget {
   int sm_count = 0;
   int64_t shared_per_sm = 0;
-  bool lean = false;       // ALLOY_LEAN_KERNELS=1
-  bool recompute = false;  // ALLOY_RECOMPUTE_VALUES=1
-  bool prefetch = false;   // ALLOY_ROW_PREFETCH=1
+  bool lean = true;        // ALLOY_LEAN_KERNELS=0 turns it off
+  bool recompute = true;   // ALLOY_RECOMPUTE_VALUES=0 turns it off
+  int stages = 0;          // staged row kernels, rows in flight per block (ALLOY_ROW_STAGES=N)
   bool column_kernels = true;  // ALLOY_NO_COLUMN_KERNELS unset
   bool warp_rows = true;       // ALLOY_NO_WARP_ROWS unset
   static LaunchTarget from_environment(int sm_count, int64_t shared_per_sm);

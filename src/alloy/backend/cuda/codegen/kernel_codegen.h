@@ -34,9 +34,10 @@ struct KernelVariant {
   // Row kernels: recompute costly values (exp, tanh, ...) in later passes instead of holding them
   // in registers (fewer registers, more arithmetic; ALLOY_RECOMPUTE_VALUES=1, for A/B timing).
   bool recompute = false;
-  // Block-per-row kernels holding the row in registers: a persistent grid, each block loading its
-  // next row's leaves while it reduces and writes the current one (ALLOY_ROW_PREFETCH=1, A/B).
-  bool prefetch = false;
+  // Block-per-row kernels holding the row in registers: a persistent grid whose blocks copy the
+  // rows they will reduce into shared memory asynchronously, `stages` rows deep (cp.async), so
+  // the next rows' loads are in flight while the current row is reduced and written. 0 = off.
+  int stages = 0;
   // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
   // (stride 1), 'b' one value for the whole vector (stride 0).
   std::string leaf_modes;
@@ -47,6 +48,9 @@ struct KernelVariant {
 // The kernel is `extern "C" __global__ void <name>(Params p)`; Params is a struct of 8-byte
 // words laid out as kernel_param_layout describes.
 std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
+
+// The dynamic shared memory a launch of the kernel needs (staged row kernels), 0 if none.
+int dynamic_shared_bytes(const KernelAnalysis& analysis, const KernelVariant& variant);
 
 // Words of the Params struct, in order (every field is 8 bytes):
 //   pointwise:  numel, size[outer_rank]
