@@ -72,7 +72,8 @@ std::vector<int64_t> concrete(const Value* v, const Bindings& b) {
 }
 
 // The kernel flavours a run can choose (LaunchTarget): plain arithmetic, lean, lean recomputing
-// values (the default), and that with rows staged through shared memory three deep.
+// values (the default), and that with rows staged through shared memory three deep and merges
+// made of plain reductions.
 enum class Flavour { plain, lean, lean_recompute, staged };
 constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean, Flavour::lean_recompute, Flavour::staged};
 
@@ -102,6 +103,7 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   target.lean = lean;
   target.recompute = flavour == Flavour::lean_recompute || flavour == Flavour::staged;
   target.stages = flavour == Flavour::staged ? 3 : 0;
+  target.cheap_merges = flavour == Flavour::staged;
   for (const Segment& s : segmentation.segments) {
     if (s.scheduler == "noop") {  // views only, made on the host as the runtime makes them
       for (const Op* view : s.ops) {

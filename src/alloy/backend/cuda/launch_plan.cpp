@@ -205,6 +205,7 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   };
   t.lean = flag("ALLOY_LEAN_KERNELS", t.lean);
   t.recompute = flag("ALLOY_RECOMPUTE_VALUES", t.recompute);
+  t.cheap_merges = flag("ALLOY_CHEAP_MERGES", t.cheap_merges);
   if (const char* stages = std::getenv("ALLOY_ROW_STAGES"); stages && *stages) t.stages = std::clamp(std::atoi(stages), 0, 4);
   t.column_kernels = !std::getenv("ALLOY_NO_COLUMN_KERNELS");
   t.warp_rows = !std::getenv("ALLOY_NO_WARP_ROWS");
@@ -263,6 +264,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const std::vec
   }
   v.lean = target.lean;
   v.recompute = target.recompute && a.is_reduction() && !columns;
+  v.cheap_merges = target.lean && target.cheap_merges && a.is_reduction() && !columns;
   v.stages = (target.stages > 1 && a.is_reduction() && !columns && v.rows_per_block == 0 && v.items > 0) ? target.stages : 0;
   v.index32 = target.lean && small_offsets(axes, l.numel);
   return v;

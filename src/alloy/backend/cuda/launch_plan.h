@@ -23,6 +23,7 @@ struct LaunchTarget {
   bool lean = true;        // ALLOY_LEAN_KERNELS=0 turns it off
   bool recompute = true;   // ALLOY_RECOMPUTE_VALUES=0 turns it off
   int stages = 0;          // staged row kernels, rows in flight per block (ALLOY_ROW_STAGES=N)
+  bool cheap_merges = false;  // ALLOY_CHEAP_MERGES=1
   bool column_kernels = true;  // ALLOY_NO_COLUMN_KERNELS unset
   bool warp_rows = true;       // ALLOY_NO_WARP_ROWS unset
   static LaunchTarget from_environment(int sm_count, int64_t shared_per_sm);

@@ -52,7 +52,9 @@ class LoadedKernel {
   CUfunc_st* function_ = nullptr;
   int device_ = 0;
   std::string name_;
-  mutable std::atomic<size_t> shared_opted_in_{48 * 1024};
+  // dynamic shared memory allowed so far: any is opted into, since the 48 KiB a kernel may take
+  // without asking counts its static shared memory too
+  mutable std::atomic<size_t> shared_opted_in_{0};
 };
 
 // True when a CUBIN for sm_<major><minor><suffix> runs on a GPU of compute capability

@@ -793,7 +793,7 @@ class Generator {
     for (auto& acc : accs) {
       if (acc.op->kind != OpKind::var_mean) continue;
       std::string T = acc.ct;
-      if (v_.lean) {
+      if (v_.lean && !v_.cheap_merges) {
         os_ << in << T << " " << acc.name << "_n = 0;\n";
         os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) if (((long long)it * " << lanes()
             << " + tid) * " << v_.vector << " < p.cols) " << acc.name << "_n += " << T << "(" << v_.vector << ");\n";
@@ -913,10 +913,22 @@ class Generator {
     std::string region = smem_region();
     if (online_stage_ >= 0 && &r == a_.stages[online_stage_ + 1][0]) {
       std::string top = "acc" + std::to_string(a_.stages[online_stage_][0]->outputs[0]->id);
-      os_ << in << "float alloy_online_max = " << top << ", alloy_online_sum = " << acc.name << ";\n";
-      os_ << in << (v_.rows_per_block ? "alloy_warp_online" : "alloy_block_online") << "(alloy_online_max, alloy_online_sum, reinterpret_cast<float*>("
-          << region << "));\n";
-      if (online_exp_) {
+      if (v_.cheap_merges) {
+        // the row's max, then the sum of each thread's sum rescaled to it: two plain reductions
+        // instead of one whose every step takes two exps
+        os_ << in << "float alloy_online_max = " << reduce_fn() << "(" << top << ", AlloyMax(), reinterpret_cast<float*>(" << region
+            << "));\n";
+        os_ << in << "const float alloy_thread_scale = " << top << " < -3.402823466e38f ? 0.0f : ax_exp(" << top << " - alloy_online_max);\n";
+        os_ << in << "float alloy_online_sum = " << reduce_fn() << "(" << acc.name << " * alloy_thread_scale, AlloySum(), reinterpret_cast<float*>("
+            << smem_region() << "));\n";
+      } else {
+        os_ << in << "float alloy_online_max = " << top << ", alloy_online_sum = " << acc.name << ";\n";
+        os_ << in << (v_.rows_per_block ? "alloy_warp_online" : "alloy_block_online") << "(alloy_online_max, alloy_online_sum, reinterpret_cast<float*>("
+            << region << "));\n";
+      }
+      if (online_exp_ && v_.cheap_merges) {
+        os_ << in << "const float alloy_online_scale = alloy_thread_scale;\n";
+      } else if (online_exp_) {
         os_ << in << "const float alloy_online_scale = " << top << " < -3.402823466e38f ? 0.0f : ax_exp(" << top << " - alloy_online_max);\n";
       } else {
         // later passes recompute exp(x - max) against the row's max: the max and its views become it
@@ -934,7 +946,7 @@ class Generator {
     }
     if (r.kind == OpKind::var_mean) {
       std::string smem = "reinterpret_cast<" + T + "*>(" + region + ")";
-      if (two_pass_ && !v_.lean)
+      if (two_pass_ && (!v_.lean || v_.cheap_merges))
         os_ << in << acc.name << "_m2 = " << reduce_fn() << "(" << acc.name << "_m2, AlloySum(), " << smem << ");\n";
       else
         os_ << in << (v_.rows_per_block ? "alloy_warp_welford(" : v_.lean ? "alloy_block_welford_lean(" : "alloy_block_welford(")
@@ -1014,7 +1026,7 @@ class Generator {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + (lean ? "_lean" : "") + (recompute ? "_rc" : "") + (stages ? "_s" + std::to_string(stages) : "") + "_" +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + (lean ? "_lean" : "") + (recompute ? "_rc" : "") + (cheap_merges ? "_cm" : "") + (stages ? "_s" + std::to_string(stages) : "") + "_" +
          leaf_modes;
 }
 

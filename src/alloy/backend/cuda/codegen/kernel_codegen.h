@@ -38,6 +38,10 @@ struct KernelVariant {
   // rows they will reduce into shared memory asynchronously, `stages` rows deep (cp.async), so
   // the next rows' loads are in flight while the current row is reduced and written. 0 = off.
   int stages = 0;
+  // Lean row kernels: var_mean's row statistics and online softmax's (max, sum) from plain block
+  // reductions (sum, then squared deviations; max, then rescaled sums), one barrier more than a
+  // Welford or online merge but no divisions or exps in the merge steps (ALLOY_CHEAP_MERGES=1).
+  bool cheap_merges = false;
   // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
   // (stride 1), 'b' one value for the whole vector (stride 0).
   std::string leaf_modes;
