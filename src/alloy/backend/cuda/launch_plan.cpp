@@ -262,6 +262,8 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const std::vec
     choose_vector(a, v, axes, int(axes.size()) - 1, tensors);
     choose_block(v, l.rows, l.cols, target);
   }
+  int lanes = v.rows_per_block ? 32 : v.threads;
+  v.full_rows = a.is_reduction() && !columns && v.items > 0 && l.cols == int64_t(v.items) * lanes * v.vector;
   v.lean = target.lean;
   v.recompute = target.recompute && a.is_reduction() && !columns;
   v.cheap_merges = target.lean && target.cheap_merges && a.is_reduction() && !columns;

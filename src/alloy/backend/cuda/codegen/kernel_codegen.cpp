@@ -670,8 +670,8 @@ class Generator {
     os_ << "  auto alloy_stage_row = [&](long long r, int slot) {\n" << in << "if (r < p.rows) {\n";
     emit_offsets("r", 0, v_.outer_rank, "rn_", leaves, in + "  ");
     os_ << in << "  #pragma unroll\n" << in << "  for (int it = 0; it < " << v_.items << "; ++it) {\n";
-    os_ << in << "    const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
-    os_ << in << "    if (col0 < p.cols) {\n";
+    os_ << in << "    [[maybe_unused]] const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
+    os_ << in << "    " << open_col_guard("col0") << "\n";
     emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", leaves, in + "      ");
     for (int k : cached_)
       os_ << in << "      alloy_copy_async<" << vector_bytes(k) << ">(" << stage_address(k, "slot") << ", p.l" << k << " + co_l" << k
@@ -690,7 +690,7 @@ class Generator {
     os_ << in << "alloy_copy_async_wait<" << S - 1 << ">();\n";
     emit_leaf_arrays("L", "[" + std::to_string(v_.items) + "]", in, cached_);
     os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
-    os_ << in << "  if (((long long)it * " << lanes() << " + tid) * " << v_.vector << " < p.cols) {\n";
+    os_ << in << "  " << open_col_guard("((long long)it * " + std::to_string(lanes()) + " + tid) * " + std::to_string(v_.vector)) << "\n";
     for (int k : cached_) {
       std::string vec = "AlloyVec<" + std::string(storage_type(a_.leaves[k]->dtype())) + ", " + std::to_string(v_.vector) + ">";
       os_ << in << "    L" << k << "[it] = *reinterpret_cast<const " << vec << "*>(" << stage_address(k, "alloy_slot") << ");\n";
@@ -777,8 +777,8 @@ class Generator {
     std::vector<std::string> row_tensors = tensor_names(true, true, false);
     emit_leaf_arrays("L", "[" + std::to_string(v_.items) + "]", in, cached_);
     os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
-    os_ << in << "  const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
-    os_ << in << "  if (col0 < p.cols) {\n";
+    os_ << in << "  [[maybe_unused]] const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
+    os_ << in << "  " << open_col_guard("col0") << "\n";
     emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "    ");
     for (auto& t : row_tensors) os_ << in << "    co_" << t << " += ro_" << t << ";\n";
     emit_leaf_loads("L", "[it]", "co_", in + "    ", cached_);
@@ -795,8 +795,8 @@ class Generator {
       std::string T = acc.ct;
       if (v_.lean && !v_.cheap_merges) {
         os_ << in << T << " " << acc.name << "_n = 0;\n";
-        os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) if (((long long)it * " << lanes()
-            << " + tid) * " << v_.vector << " < p.cols) " << acc.name << "_n += " << T << "(" << v_.vector << ");\n";
+        os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) " << open_col_guard("((long long)it * " + std::to_string(lanes())
+            + " + tid) * " + std::to_string(v_.vector)) << " " << acc.name << "_n += " << T << "(" << v_.vector << "); }\n";
         os_ << in << T << " " << acc.name << "_mean = " << acc.name << "_n > " << T << "(0) ? " << acc.name << "_sum / " << acc.name
             << "_n : " << T << "(0);\n";
       } else {
@@ -828,8 +828,8 @@ class Generator {
       if (!cached_.count(k)) uncached.insert(k);
     if (v_.items > 0) {
       os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
-      os_ << in << "  const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
-      os_ << in << "  if (col0 < p.cols) {\n";
+      os_ << in << "  [[maybe_unused]] const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
+      os_ << in << "  " << open_col_guard("col0") << "\n";
       std::vector<std::string> addressed;
       if (store) addressed = tensor_names(false, true, false);
       for (int k : uncached) addressed.push_back("l" + std::to_string(k));
@@ -1003,6 +1003,9 @@ class Generator {
   bool two_pass_ = false;  // var_mean as a sum, then squared deviations, over cached rows
 
   int lanes() const { return v_.rows_per_block ? 32 : v_.threads; }
+  // The bounds check of a thread's vector at column `col` of the row, opening a block; none where
+  // every vector a thread holds is inside the row (KernelVariant::full_rows).
+  std::string open_col_guard(const std::string& col) const { return v_.full_rows ? "{" : "if (" + col + " < p.cols) {"; }
   const char* reduce_fn() const {
     return v_.rows_per_block ? "alloy_warp_reduce" : v_.lean ? "alloy_block_reduce_lean" : "alloy_block_reduce";
   }
@@ -1026,7 +1029,7 @@ class Generator {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + (lean ? "_lean" : "") + (recompute ? "_rc" : "") + (cheap_merges ? "_cm" : "") + (stages ? "_s" + std::to_string(stages) : "") + "_" +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + (lean ? "_lean" : "") + (recompute ? "_rc" : "") + (cheap_merges ? "_cm" : "") + (full_rows ? "_f" : "") + (stages ? "_s" + std::to_string(stages) : "") + "_" +
          leaf_modes;
 }
 
