@@ -71,11 +71,10 @@ std::vector<int64_t> concrete(const Value* v, const Bindings& b) {
   return sizes;
 }
 
-// The kernel flavours a run can choose (LaunchTarget): plain arithmetic, lean, lean recomputing
-// values (the default), and that with rows staged through shared memory three deep and merges
-// made of plain reductions.
-enum class Flavour { plain, lean, lean_recompute, staged };
-constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean, Flavour::lean_recompute, Flavour::staged};
+// The kernel flavours a run can choose (LaunchTarget): plain arithmetic, lean with Welford and
+// online merges, lean recomputing values, and the default (lean, cheap merges, values held).
+enum class Flavour { plain, lean_merges, lean_recompute, default_choice };
+constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean_merges, Flavour::lean_recompute, Flavour::default_choice};
 
 // Runs `text` segment by segment through emulated kernels (every segment must be a generated
 // kernel or views) and compares with the CPU reference. sm_count shapes the column kernels' splits.
@@ -84,7 +83,8 @@ constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean, Flavour::lean_re
 void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
                                   std::vector<Tensor> given = {}) {
   bool lean = flavour != Flavour::plain;
-  const char* names[] = {"plain kernels", "lean kernels", "lean kernels, values recomputed", "staged rows"};
+  const char* names[] = {"plain kernels", "lean kernels, Welford and online merges", "lean kernels, values recomputed",
+                         "default kernels"};
   SCOPED_TRACE(names[int(flavour)]);
   auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
   given.resize(fusion->inputs().size());
@@ -97,13 +97,11 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   std::map<const Value*, Tensor> values;
   for (size_t i = 0; i < inputs.size(); ++i) values[lowered->inputs()[i]] = inputs[i];
   cuda::LaunchTarget target;
-  // one SM for the staged flavour: a persistent grid of 8 blocks, each looping over rows
-  target.sm_count = flavour == Flavour::staged ? 1 : sm_count;
+  target.sm_count = sm_count;
   target.shared_per_sm = 228 * 1024;
   target.lean = lean;
-  target.recompute = flavour == Flavour::lean_recompute || flavour == Flavour::staged;
-  target.stages = flavour == Flavour::staged ? 3 : 0;
-  target.cheap_merges = flavour == Flavour::staged;
+  target.recompute = flavour == Flavour::lean_recompute;
+  target.cheap_merges = flavour != Flavour::lean_merges;
   for (const Segment& s : segmentation.segments) {
     if (s.scheduler == "noop") {  // views only, made on the host as the runtime makes them
       for (const Op* view : s.ops) {

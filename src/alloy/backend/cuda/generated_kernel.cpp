@@ -40,14 +40,9 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
       plan.words[plan.workspace_word] = uint64_t(reinterpret_cast<uintptr_t>(stream.scratch(plan.workspace_bytes)));
       plan.words[plan.counters_word] = uint64_t(reinterpret_cast<uintptr_t>(stream.zeroed_scratch(plan.counter_bytes)));
     }
-    const Variant& variant = variant_for(plan.variant, state.device.index);
-    if (plan.variant.stages) {  // persistent: no more blocks than are resident at once
-      if (last_resident_ == 0)
-        last_resident_ = std::max(1, variant.kernel->max_active_blocks_per_sm(int(plan.block), size_t(variant.shared_bytes)));
-      plan.grid_x = std::min<unsigned>(plan.grid_x, unsigned(target_.sm_count * last_resident_));
-    }
+    const LoadedKernel* kernel = kernel_for(plan.variant, state.device.index);
     void* args[] = {plan.words.data()};
-    variant.kernel->launch(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, size_t(variant.shared_bytes), stream, args);
+    kernel->launch(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, 0, stream, args);
   }
 
   std::string source() const override {
@@ -60,7 +55,6 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
   struct Variant {
     std::string source;
     const LoadedKernel* kernel = nullptr;
-    int shared_bytes = 0;  // dynamic shared memory of a launch
   };
 
   void make_host_view(const Op& view, host_ir::RunState& state) {
@@ -74,26 +68,24 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     state.values[view.outputs[0]->id] = t;
   }
 
-  const Variant& variant_for(const KernelVariant& v, int device) {
+  const LoadedKernel* kernel_for(const KernelVariant& v, int device) {
     // the cached run path: the same variant as last time costs one comparison
-    if (last_ && v == last_variant_ && device == last_device_) return *last_;
+    if (last_kernel_ && v == last_variant_ && device == last_device_) return last_kernel_;
     last_variant_ = v;
     last_device_ = device;
-    last_resident_ = 0;
-    last_ = &lookup_or_compile(v, device);
-    return *last_;
+    last_kernel_ = lookup_or_compile(v, device);
+    return last_kernel_;
   }
 
-  const Variant& lookup_or_compile(const KernelVariant& v, int device) {
+  const LoadedKernel* lookup_or_compile(const KernelVariant& v, int device) {
     std::string key = v.key() + "@" + std::to_string(device);
     auto it = variants_.find(key);
-    if (it != variants_.end()) return it->second;
+    if (it != variants_.end()) return it->second.kernel;
     Variant entry;
     std::string name = "alloy_segment" + std::to_string(id_);
     entry.source = generate_kernel(a_, v, name);
     entry.kernel = &get_kernel(entry.source, name, device);
-    entry.shared_bytes = dynamic_shared_bytes(a_, v);
-    return variants_.emplace(key, std::move(entry)).first->second;
+    return variants_.emplace(key, std::move(entry)).first->second.kernel;
   }
 
   KernelAnalysis a_;
@@ -103,8 +95,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
   std::map<std::string, Variant> variants_;
   KernelVariant last_variant_;
   int last_device_ = -1;
-  const Variant* last_ = nullptr;  // std::map nodes stay put
-  int last_resident_ = 0;  // blocks of the last kernel resident per SM (staged variants), 0 = not asked yet
+  const LoadedKernel* last_kernel_ = nullptr;
 };
 
 }  // namespace

@@ -206,7 +206,6 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.lean = flag("ALLOY_LEAN_KERNELS", t.lean);
   t.recompute = flag("ALLOY_RECOMPUTE_VALUES", t.recompute);
   t.cheap_merges = flag("ALLOY_CHEAP_MERGES", t.cheap_merges);
-  if (const char* stages = std::getenv("ALLOY_ROW_STAGES"); stages && *stages) t.stages = std::clamp(std::atoi(stages), 0, 4);
   t.column_kernels = !std::getenv("ALLOY_NO_COLUMN_KERNELS");
   t.warp_rows = !std::getenv("ALLOY_NO_WARP_ROWS");
   return t;
@@ -267,7 +266,6 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const std::vec
   v.lean = target.lean;
   v.recompute = target.recompute && a.is_reduction() && !columns;
   v.cheap_merges = target.lean && target.cheap_merges && a.is_reduction() && !columns;
-  v.stages = (target.stages > 1 && a.is_reduction() && !columns && v.rows_per_block == 0 && v.items > 0) ? target.stages : 0;
   v.index32 = target.lean && small_offsets(axes, l.numel);
   return v;
 }
@@ -320,9 +318,6 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
     int64_t blocks = a.is_reduction() ? std::min<int64_t>((l.rows + rows_per_block - 1) / rows_per_block, 2147483647)
                                        : std::min<int64_t>((l.numel / v.vector + v.threads - 1) / v.threads, 2147483647);
     if (blocks == 0) return plan;
-    // staged rows: a persistent grid, at most what fits at once (the runtime narrows it to the
-    // kernel's occupancy)
-    if (v.stages) blocks = std::min<int64_t>(blocks, int64_t(target.sm_count) * (2048 / v.threads));
     plan.grid_x = unsigned(blocks);
   }
   plan.variant = v;

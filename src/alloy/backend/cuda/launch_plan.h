@@ -20,10 +20,11 @@ namespace alloy::cuda {
 struct LaunchTarget {
   int sm_count = 0;
   int64_t shared_per_sm = 0;
-  bool lean = true;        // ALLOY_LEAN_KERNELS=0 turns it off
-  bool recompute = true;   // ALLOY_RECOMPUTE_VALUES=0 turns it off
-  int stages = 0;          // staged row kernels, rows in flight per block (ALLOY_ROW_STAGES=N)
-  bool cheap_merges = false;  // ALLOY_CHEAP_MERGES=1
+  // The defaults are the fastest measured on an H200 (bench/results/*-notes.md); each variable
+  // set to 0 or 1 picks the other side, for A/B timings (scripts/gpu-ab).
+  bool lean = true;          // ALLOY_LEAN_KERNELS
+  bool recompute = false;    // ALLOY_RECOMPUTE_VALUES
+  bool cheap_merges = true;  // ALLOY_CHEAP_MERGES
   bool column_kernels = true;  // ALLOY_NO_COLUMN_KERNELS unset
   bool warp_rows = true;       // ALLOY_NO_WARP_ROWS unset
   static LaunchTarget from_environment(int sm_count, int64_t shared_per_sm);

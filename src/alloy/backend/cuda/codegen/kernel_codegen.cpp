@@ -93,6 +93,7 @@ class Generator {
       if (a_.is_reduction() && a_.at(v).per_row) return "P" + std::to_string(it->second);
       // leaves stay in their storage type in registers (a bf16 vector is half the registers)
       std::string raw = cached_.count(it->second) ? "L" + std::to_string(it->second) + element : "U" + std::to_string(it->second);
+      if (v->dtype() == DType::bf16 && v_.vector > 1) return "alloy_bf16_at(" + raw + ", e)";
       return load_convert(v->dtype(), raw + ".v[e]");
     }
     if (held_from_earlier_pass(v)) {
@@ -608,99 +609,10 @@ class Generator {
     const char* ct;
   };
 
-  // Which leaves a row kernel holds in registers, and the values it keeps or recomputes.
-  void plan_row() {
+  void emit_row_kernel() {
     plan_value_cache();
     detect_online_softmax();
     plan_cached_leaves();
-  }
-
-  // Staged row kernels (KernelVariant::stages): a persistent block copies the cached leaves of its
-  // rows into shared memory with asynchronous copies, `stages` rows ahead, so the loads of the
-  // next rows are in flight while it reduces and writes the current one, at no cost in registers.
-  // Each thread copies and later reads only its own vectors, so no barrier guards a stage.
-  // Taken where every cached leaf is read as whole vectors of 4, 8 or 16 bytes, with as many
-  // stages (at least 2, at most v_.stages) as fit in kMaxStagedBytes.
-  static constexpr int kMaxStagedBytes = 64 * 1024;
-  int stages() const {
-    if (v_.stages < 2 || v_.rows_per_block != 0 || v_.items == 0 || cached_.empty()) return 0;
-    for (int k : cached_) {
-      int bytes = vector_bytes(k);
-      if (mode_of_leaf(k) != 'v' || (bytes != 4 && bytes != 8 && bytes != 16)) return 0;
-    }
-    int fit = kMaxStagedBytes / stage_bytes();
-    return fit >= 2 ? std::min(v_.stages, fit) : 0;
-  }
-  bool staged() const { return stages() > 0; }
-  int vector_bytes(int leaf) const { return v_.vector * dtype_size(a_.leaves[leaf]->dtype()); }
-  // Bytes of one stage (a row's cached leaves, leaf after leaf, [item][thread] vectors each).
-  int stage_bytes() const {
-    int bytes = 0;
-    for (int k : cached_) bytes += v_.items * v_.threads * vector_bytes(k);
-    return bytes;
-  }
-  // The address of this thread's vector `it` of cached leaf k in stage `slot`.
-  std::string stage_address(int k, const std::string& slot) const {
-    int offset = 0;
-    for (int j : cached_) {
-      if (j == k) break;
-      offset += v_.items * v_.threads * vector_bytes(j);
-    }
-    return "alloy_stage + " + slot + " * " + std::to_string(stage_bytes()) + " + " + std::to_string(offset) + " + (it * " +
-           std::to_string(v_.threads) + " + tid) * " + std::to_string(vector_bytes(k));
-  }
-
- public:
-  // Dynamic shared memory of the kernel (staged row kernels), 0 if none.
-  int dynamic_shared_bytes() {
-    if (!a_.is_reduction() || v_.tile_x > 0) return 0;
-    plan_row();
-    return stages() * stage_bytes();
-  }
-
- private:
-  // The staging buffer and `alloy_stage_row(row, slot)`, which issues the copies of a row (if it
-  // exists) into a stage and commits them as one group.
-  void emit_stage_setup() {
-    os_ << "#ifdef __CUDA_ARCH__\n  extern __shared__ __align__(16) unsigned char alloy_stage[];\n#else  // the CPU emulation\n";
-    os_ << "  alignas(16) static unsigned char alloy_stage[" << stages() * stage_bytes() << "];\n#endif\n";
-    std::vector<std::string> leaves;
-    for (int k : cached_) leaves.push_back("l" + std::to_string(k));
-    const std::string in = "    ";
-    os_ << "  auto alloy_stage_row = [&](long long r, int slot) {\n" << in << "if (r < p.rows) {\n";
-    emit_offsets("r", 0, v_.outer_rank, "rn_", leaves, in + "  ");
-    os_ << in << "  #pragma unroll\n" << in << "  for (int it = 0; it < " << v_.items << "; ++it) {\n";
-    os_ << in << "    [[maybe_unused]] const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
-    os_ << in << "    " << open_col_guard("col0") << "\n";
-    emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", leaves, in + "      ");
-    for (int k : cached_)
-      os_ << in << "      alloy_copy_async<" << vector_bytes(k) << ">(" << stage_address(k, "slot") << ", p.l" << k << " + co_l" << k
-          << " + rn_l" << k << ");\n";
-    os_ << in << "    }\n" << in << "  }\n" << in << "}\n" << in << "alloy_copy_async_commit();\n  };\n";
-    for (int s = 0; s + 1 < stages(); ++s)
-      os_ << "  alloy_stage_row((long long)blockIdx.x + (long long)" << s << " * gridDim.x, " << s << ");\n";
-    os_ << "  int alloy_slot = 0;\n";
-  }
-
-  // This row's stage: the copies of `stages - 1` rows ahead issued, this row's awaited and moved
-  // into registers.
-  void emit_staged_row(const std::string& in) {
-    int S = stages();
-    os_ << in << "alloy_stage_row(row + (long long)" << S - 1 << " * gridDim.x, alloy_slot == 0 ? " << S - 1 << " : alloy_slot - 1);\n";
-    os_ << in << "alloy_copy_async_wait<" << S - 1 << ">();\n";
-    emit_leaf_arrays("L", "[" + std::to_string(v_.items) + "]", in, cached_);
-    os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
-    os_ << in << "  " << open_col_guard("((long long)it * " + std::to_string(lanes()) + " + tid) * " + std::to_string(v_.vector)) << "\n";
-    for (int k : cached_) {
-      std::string vec = "AlloyVec<" + std::string(storage_type(a_.leaves[k]->dtype())) + ", " + std::to_string(v_.vector) + ">";
-      os_ << in << "    L" << k << "[it] = *reinterpret_cast<const " << vec << "*>(" << stage_address(k, "alloy_slot") << ");\n";
-    }
-    os_ << in << "  }\n" << in << "}\n";
-  }
-
-  void emit_row_kernel() {
-    plan_row();
-    const bool stage = staged();
     os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads;
     if (v_.min_blocks > 0) os_ << ", " << v_.min_blocks;
     os_ << ") " << name_ << "(const Params p) {\n";
@@ -712,7 +624,6 @@ class Generator {
           << v_.rows_per_block << ") {\n";
     } else {
       os_ << "  const int tid = threadIdx.x;\n";
-      if (stage) emit_stage_setup();
       os_ << "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n";
     }
     std::string in = "    ";
@@ -726,8 +637,7 @@ class Generator {
             << load_convert(a_.leaves[k]->dtype(), "p.l" + std::to_string(k) + "[ro_l" + std::to_string(k) + "]") << ";\n";
     for (auto& [v, pass] : cache_pass_)
       os_ << in << "AlloyVec<" << compute_type(v->dtype()) << ", " << v_.vector << "> C" << v->id << "[" << v_.items << "];\n";
-    if (stage) emit_staged_row(in);
-    else emit_cached_row(in);
+    emit_cached_row(in);
     emitted_per_row_.clear();
     emit_ready_per_row_ops(in);
     for (auto& stage : a_.stages) {
@@ -750,7 +660,6 @@ class Generator {
     for (size_t k = 0; k < a_.outputs.size(); ++k)
       if (a_.at(a_.outputs[k]).per_row)
         os_ << in << "if (tid == 0) p.o" << k << "[ro_o" << k << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
-    if (stage) os_ << in << "alloy_slot = alloy_slot == " << stages() - 1 << " ? 0 : alloy_slot + 1;\n";
     if (v_.rows_per_block == 0) os_ << in << "__syncthreads();\n";
     os_ << "  }\n}\n";
   }
@@ -1029,16 +938,12 @@ class Generator {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + (lean ? "_lean" : "") + (recompute ? "_rc" : "") + (cheap_merges ? "_cm" : "") + (full_rows ? "_f" : "") + (stages ? "_s" + std::to_string(stages) : "") + "_" +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + (lean ? "_lean" : "") + (recompute ? "_rc" : "") + (cheap_merges ? "_cm" : "") + (full_rows ? "_f" : "") + "_" +
          leaf_modes;
 }
 
 std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name) {
   return Generator(analysis, variant, name).run();
-}
-
-int dynamic_shared_bytes(const KernelAnalysis& analysis, const KernelVariant& variant) {
-  return Generator(analysis, variant, "").dynamic_shared_bytes();
 }
 
 int param_words(const KernelAnalysis& a, const KernelVariant& v) {

@@ -37,10 +37,6 @@ struct KernelVariant {
   // Row kernels: recompute costly values (exp, tanh, ...) in later passes instead of holding them
   // in registers (fewer registers, more arithmetic; ALLOY_RECOMPUTE_VALUES=1, for A/B timing).
   bool recompute = false;
-  // Block-per-row kernels holding the row in registers: a persistent grid whose blocks copy the
-  // rows they will reduce into shared memory asynchronously, `stages` rows deep (cp.async), so
-  // the next rows' loads are in flight while the current row is reduced and written. 0 = off.
-  int stages = 0;
   // Lean row kernels: var_mean's row statistics and online softmax's (max, sum) from plain block
   // reductions (sum, then squared deviations; max, then rescaled sums), one barrier more than a
   // Welford or online merge but no divisions or exps in the merge steps (ALLOY_CHEAP_MERGES=1).
@@ -55,9 +51,6 @@ struct KernelVariant {
 // The kernel is `extern "C" __global__ void <name>(Params p)`; Params is a struct of 8-byte
 // words laid out as kernel_param_layout describes.
 std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
-
-// The dynamic shared memory a launch of the kernel needs (staged row kernels), 0 if none.
-int dynamic_shared_bytes(const KernelAnalysis& analysis, const KernelVariant& variant);
 
 // Words of the Params struct, in order (every field is 8 bytes):
 //   pointwise:  numel, size[outer_rank]

@@ -52,34 +52,17 @@ __device__ __forceinline__ alloy_u16 alloy_float_to_f16(float f) {
 __device__ __forceinline__ long long alloy_to_int(double x) { return x != x ? 0LL : (long long)x; }
 
 template <class T, int V> struct __align__(sizeof(T) * V) AlloyVec { T v[V]; };
+// Element e of a vector of bf16 as a float, from the 32-bit word that holds it and its neighbour:
+// one shift or mask, where extracting the 16 bits first would take two instructions.
+template <int V>
+__device__ __forceinline__ float alloy_bf16_at(const AlloyVec<alloy_u16, V>& x, int e) {
+  if (V == 1) return alloy_bf16_to_float(x.v[0]);
+  unsigned word;
+  memcpy(&word, &x.v[e & ~1], 4);
+  return __uint_as_float((e & 1) ? (word & 0xffff0000u) : (word << 16));
+}
 
-// Staged row kernels: copies of N bytes (4, 8 or 16) from global into shared memory that do not
-// pass through registers (cp.async, sm_80+), committed in groups and waited for by count. On
-// older GPUs and in the CPU emulation the copy is a plain one, done at once.
-template <int N>
-__device__ __forceinline__ void alloy_copy_async(void* shared, const void* global) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  unsigned address;
-  asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(address) : "l"(shared));
-  if (N == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global) : "memory");
-  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(address), "l"(global), "n"(N) : "memory");
-#else
-  struct Bytes { unsigned char b[N]; };
-  *reinterpret_cast<Bytes*>(shared) = *reinterpret_cast<const Bytes*>(global);
-#endif
-}
-__device__ __forceinline__ void alloy_copy_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-// Waits until at most `Pending` of this thread's committed groups are still in flight.
-template <int Pending>
-__device__ __forceinline__ void alloy_copy_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
-#endif
-}
+
 
 __device__ __forceinline__ float ax_exp(float x) { return expf(x); }
 __device__ __forceinline__ double ax_exp(double x) { return exp(x); }
