@@ -1,5 +1,6 @@
 // Times Alloy on the benchmark cases on the GPU and prints one JSON object per line:
 //   {"case": ..., "alloy_us": median, "min_us": ..., "bytes": ..., "runs": N}
+// (N samples, each the mean of kBatch calls enqueued back to back)
 // plus "flops" for the matmul cases (issue 4: GEMMs with their epilogue, forward and backward).
 // bench/run_benchmarks.py times PyTorch on the same cases in the same job and prints the tables.
 // usage: alloy_bench [RUNS] [CASES]   (CASES: comma-separated substrings of case names; default all)
@@ -32,6 +33,26 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Runs per timed sample: the calls of a sample are enqueued back to back, so the GPU stays busy
+// and the time is the device's, not the host's launch path (measured apart: host_latency).
+// bench/run_benchmarks.py times PyTorch the same way.
+constexpr int kBatch = 10;
+
+// `samples` timings (us per call, CUDA events) of kBatch back-to-back calls of `call` each.
+template <class Call>
+std::vector<double> timed_samples(const cuda::Stream& stream, int samples, Call call) {
+  std::vector<double> times;
+  cuda::Event start(0, true), stop(0, true);
+  for (int i = 0; i < samples; ++i) {
+    start.record(stream);
+    for (int k = 0; k < kBatch; ++k) call();
+    stop.record(stream);
+    stop.synchronize();
+    times.push_back(1000.0 * start.elapsed_ms(stop) / kBatch);
+  }
+  return times;
+}
+
 void time_case(const Case& c, int runs) {
   auto fusion = parse_fusion(c.fusion, c.name + ".fusion", std::nullopt);
   std::vector<Tensor> given(fusion->inputs().size());
@@ -41,15 +62,7 @@ void time_case(const Case& c, int runs) {
   for (auto& t : inputs) t = cuda::to_device(t, stream);
   for (int i = 0; i < 5; ++i) exec.run(inputs);
   stream.synchronize();
-  std::vector<double> times;
-  cuda::Event start(0, true), stop(0, true);
-  for (int i = 0; i < runs; ++i) {
-    start.record(stream);
-    exec.run(inputs);
-    stop.record(stream);
-    stop.synchronize();
-    times.push_back(1000.0 * start.elapsed_ms(stop));
-  }
+  std::vector<double> times = timed_samples(stream, runs, [&] { exec.run(inputs); });
   std::string flops = c.flops > 0 ? ", \"flops\": " + std::to_string(int64_t(c.flops)) : "";
   std::printf("{\"case\": \"%s\", \"alloy_us\": %.3f, \"min_us\": %.3f, \"bytes\": %lld, \"runs\": %d%s}\n", c.name.c_str(),
               median(times), *std::min_element(times.begin(), times.end()), (long long)c.bytes, runs, flops.c_str());
@@ -63,15 +76,7 @@ void time_copy(int runs) {
   Tensor a = cuda::cuda_empty(DType::f32, {n}, stream), b = cuda::cuda_empty(DType::f32, {n}, stream);
   cuda::fill_poison(a, stream);
   for (int i = 0; i < 3; ++i) cuda::copy_d2d(b, a, stream);
-  std::vector<double> times;
-  cuda::Event start(0, true), stop(0, true);
-  for (int i = 0; i < runs; ++i) {
-    start.record(stream);
-    cuda::copy_d2d(b, a, stream);
-    stop.record(stream);
-    stop.synchronize();
-    times.push_back(1000.0 * start.elapsed_ms(stop));
-  }
+  std::vector<double> times = timed_samples(stream, runs, [&] { cuda::copy_d2d(b, a, stream); });
   std::printf("{\"case\": \"copy\", \"alloy_us\": %.3f, \"min_us\": %.3f, \"bytes\": %lld, \"runs\": %d}\n", median(times),
               *std::min_element(times.begin(), times.end()), (long long)(2 * n * 4), runs);
 }
