@@ -30,16 +30,18 @@ struct KernelVariant {
   // Offsets fit in 32 bits (every tensor spans under 2^30 elements): int index arithmetic, fewer
   // registers than 64-bit.
   bool index32 = false;
-  // Lean arithmetic, opt-in (ALLOY_LEAN_KERNELS=1) until measured on a GPU: hardware bf16 rounding
-  // and NaN max/min (sm_80+), one barrier per block reduction, one Welford merge per var_mean of a
-  // row held in registers; the runtime then also takes 32-bit offsets where they fit.
+  // Lean arithmetic (the runtime's default; ALLOY_LEAN_KERNELS=0 turns it off): hardware bf16
+  // rounding and NaN max/min (sm_80+), one barrier per block reduction, one Welford merge per
+  // var_mean of a row held in registers (unless cheap_merges); the runtime then also takes 32-bit
+  // offsets where they fit.
   bool lean = false;
   // Row kernels: recompute costly values (exp, tanh, ...) in later passes instead of holding them
   // in registers (fewer registers, more arithmetic; ALLOY_RECOMPUTE_VALUES=1, for A/B timing).
   bool recompute = false;
   // Lean row kernels: var_mean's row statistics and online softmax's (max, sum) from plain block
   // reductions (sum, then squared deviations; max, then rescaled sums), one barrier more than a
-  // Welford or online merge but no divisions or exps in the merge steps (ALLOY_CHEAP_MERGES=1).
+  // Welford or online merge but no divisions or exps in the merge steps (the runtime's default;
+  // ALLOY_CHEAP_MERGES=0 turns it off).
   bool cheap_merges = false;
   // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
   // (stride 1), 'b' one value for the whole vector (stride 0).

@@ -1,7 +1,8 @@
-// The fixed part of every generated kernel (ALLOY_LEAN, defined by lean variants, picks the
-// hardware bf16 rounding and NaN max/min, not yet measured on a GPU, and the *_lean reductions): integer types and bf16/f16 conversions on raw bits
-// (round to nearest even, like ir/dtype.cpp; so NVRTC needs no toolkit headers), vector access
-// types, math overloads, NaN-propagating max/min and block reductions.
+// The fixed part of every generated kernel (ALLOY_LEAN, defined by lean variants, the default,
+// picks the hardware bf16 rounding and NaN max/min and the *_lean reductions): integer types and
+// bf16/f16 conversions on raw bits (round to nearest even, like ir/dtype.cpp; so NVRTC needs no
+// toolkit headers), vector access types, math overloads, NaN-propagating max/min and block
+// reductions.
 #pragma once
 
 namespace alloy::cuda {
