@@ -139,6 +139,27 @@ Case mlp_backward(int64_t t, int64_t c, int64_t h) {
           4 * 2.0 * double(t) * double(c) * double(h)};
 }
 
+// The MLP backward's GEMMs one at a time (bwd_gemm_*), to see where its time goes.
+std::vector<Case> mlp_backward_gemms(int64_t t, int64_t c, int64_t h) {
+  const Bindings sizes = {{"T", t}, {"C", c}, {"H", h}};
+  const double flops = 2.0 * double(t) * double(c) * double(h);
+  auto gemm = [&](const std::string& name, const std::string& body, int64_t bytes) {
+    return Case{"bwd_gemm_" + name, body, sizes, bytes, flops};
+  };
+  return {
+      gemm("dw_proj", "fusion f(dy: bf16[T, C], g: bf16[T, H]) {\n  dy_t = permute(dy, dims=[1, 0])\n  d = matmul(dy_t, g)\n  return d\n}\n",
+           2 * (t * c + t * h + c * h)),
+      gemm("dg", "fusion f(dy: bf16[T, C], w: bf16[C, H]) {\n  d = matmul(dy, w)\n  return d\n}\n", 2 * (t * c + c * h + t * h)),
+      gemm("dg_dgelu",
+           "fusion f(dy: bf16[T, C], w: bf16[C, H], h: bf16[T, H]) {\n  dg = matmul(dy, w)\n"
+           "  d = gelu_backward(dg, h, approximate=\"tanh\")\n  return d\n}\n",
+           2 * (t * c + c * h + 2 * t * h)),
+      gemm("dw_fc", "fusion f(dh: bf16[T, H], x: bf16[T, C]) {\n  dh_t = permute(dh, dims=[1, 0])\n  d = matmul(dh_t, x)\n  return d\n}\n",
+           2 * (t * h + t * c + h * c)),
+      gemm("dx", "fusion f(dh: bf16[T, H], w: bf16[H, C]) {\n  d = matmul(dh, w)\n  return d\n}\n", 2 * (t * h + h * c + t * c)),
+  };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,6 +208,7 @@ int main(int argc, char** argv) {
   const std::array<int64_t, 3> gemm_shapes[] = {{{2048, 1600, 6400}}, {{8192, 4096, 11008}}, {{16384, 8192, 8192}}};
   for (const auto& [m, k, n] : gemm_shapes) cases.push_back(linear_gelu(m, k, n));
   cases.push_back(mlp_backward(8192, 1600, 6400));
+  for (Case& c : mlp_backward_gemms(8192, 1600, 6400)) cases.push_back(c);
   // single-pass reductions over the outer axis (bias gradients): column kernels
   const int64_t t = 8192, h = 6400;
   cases.push_back({"column_sum_8192x6400", "fusion cs(x: bf16[T, H]) {\n  s = sum(x, dims=[0])\n  return s\n}\n",

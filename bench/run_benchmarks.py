@@ -110,11 +110,28 @@ def mlp_backward_torch(t, c, h):
     return (dy,), {"eager": backward}
 
 
+def mlp_backward_gemms_torch(t, c, h):
+    """The MLP backward's GEMMs one at a time, as eager autograd runs them."""
+    dev, bf = "cuda", torch.bfloat16
+    dy, x = torch.randn(t, c, device=dev, dtype=bf), torch.randn(t, c, device=dev, dtype=bf)
+    g, hh, dh = (torch.randn(t, h, device=dev, dtype=bf) for _ in range(3))
+    w_fc, w_proj = torch.randn(h, c, device=dev, dtype=bf), torch.randn(c, h, device=dev, dtype=bf)
+    return {
+        "bwd_gemm_dw_proj": lambda: ((dy, g), {"eager": lambda a, b: a.t() @ b}),
+        "bwd_gemm_dg": lambda: ((dy, w_proj), {"eager": lambda a, b: a @ b}),
+        "bwd_gemm_dg_dgelu": lambda: ((dy, w_proj, hh),
+                                      {"eager": lambda a, b, p: torch.ops.aten.gelu_backward(a @ b, p, approximate="tanh")}),
+        "bwd_gemm_dw_fc": lambda: ((dh, x), {"eager": lambda a, b: a.t() @ b}),
+        "bwd_gemm_dx": lambda: ((dh, w_fc), {"eager": lambda a, b: a @ b}),
+    }
+
+
 def matmul_cases():
     cases = {}
     for m, k, n in [(2048, 1600, 6400), (8192, 4096, 11008), (16384, 8192, 8192)]:
         cases[f"linear_gelu_{m}x{k}x{n}"] = lambda m=m, k=k, n=n: linear_gelu_torch(m, k, n)
     cases["mlp_backward_8192x1600x6400"] = lambda: mlp_backward_torch(8192, 1600, 6400)
+    cases.update(mlp_backward_gemms_torch(8192, 1600, 6400))
     return cases
 
 
