@@ -27,7 +27,7 @@ class LoadedKernel {
   static LoadedKernel& get(const CompiledModule& module, int device);
 
   // `args` holds one pointer per kernel parameter, pointing at the parameter's value.
-  // Dynamic shared memory above 48 KiB is opted into on first use.
+  // Dynamic shared memory is opted into on first use.
   void launch(Dim3 grid, Dim3 block, size_t shared_bytes, const Stream& stream, void** args) const;
   // The same with all blocks resident at once (cooperative launch), for grid-wide synchronization.
   void launch_cooperative(Dim3 grid, Dim3 block, size_t shared_bytes, const Stream& stream, void** args) const;

@@ -694,9 +694,10 @@ class Generator {
     os_ << in << "  }\n" << in << "}\n";
   }
 
-  // The row is in registers: var_mean's mean first, then the squared deviations from it. Lean:
-  // each thread's own (count, mean, squared deviations), then one block-wide Welford merge (one
-  // barrier); else the row's mean from a block reduction, and the deviations' sum from another.
+  // The row is in registers: var_mean's mean first, then the squared deviations from it. Lean
+  // without cheap merges: each thread's own (count, mean, squared deviations), then one
+  // block-wide Welford merge (one barrier); else the row's mean from a block reduction, and the
+  // deviations' sum from another.
   void emit_var_mean_deviations(const std::vector<Acc>& accs, const std::string& in) {
     std::vector<const Value*> var_targets;
     for (auto& acc : accs) {

@@ -15,10 +15,10 @@ struct KernelVariant {
   int vector = 1;      // elements per access along the innermost axis
   int threads = 256;   // block size
   int items = 0;       // row kernels: vectors per thread held in registers; 0 = re-read each pass
-  int rows_per_block = 0;
+  int rows_per_block = 0;  // row kernels: 0 = a block per row; N = one warp per row, N warps a block
   // Row kernels holding the row in registers whose rows are exactly `items` vectors a lane: no
   // bounds checks.
-  bool full_rows = false;  // row kernels: 0 = a block per row; N = one warp per row, N warps a block
+  bool full_rows = false;
   int min_blocks = 0;      // row kernels: blocks an SM must fit (__launch_bounds__'s second argument); 0 = no cap
   // Column kernels (single-pass reductions over outer axes): tile_x > 0 threads of a block run
   // along the kept axes (`vector` elements each) and threads / tile_x along the reduced axes,

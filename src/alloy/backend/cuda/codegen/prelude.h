@@ -63,8 +63,6 @@ __device__ __forceinline__ float alloy_bf16_at(const AlloyVec<alloy_u16, V>& x, 
   return __uint_as_float((e & 1) ? (word & 0xffff0000u) : (word << 16));
 }
 
-
-
 __device__ __forceinline__ float ax_exp(float x) { return expf(x); }
 __device__ __forceinline__ double ax_exp(double x) { return exp(x); }
 __device__ __forceinline__ float ax_log(float x) { return logf(x); }
