@@ -1,7 +1,8 @@
 // Times Alloy on the benchmark cases on the GPU and prints one JSON object per line:
 //   {"case": ..., "alloy_us": median, "min_us": ..., "bytes": ..., "runs": N}
 // (N samples, each the mean of kBatch calls enqueued back to back)
-// plus "flops" for the matmul cases (issue 4: GEMMs with their epilogue, forward and backward).
+// plus, for the matmul cases (issue 4: GEMMs with their epilogue, forward and backward), "flops"
+// and "isolated_us": the median of N single calls, each after the GPU idled (see isolated_samples).
 // bench/run_benchmarks.py times PyTorch on the same cases in the same job and prints the tables.
 // usage: alloy_bench [RUNS] [CASES]   (CASES: comma-separated substrings of case names; default all)
 #include <algorithm>
@@ -9,7 +10,10 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <cuda_runtime_api.h>
 
 #include "alloy/backend/cuda/cuda_api.h"
 #include "alloy/ir/parser.h"
@@ -53,6 +57,33 @@ std::vector<double> timed_samples(const cuda::Stream& stream, int samples, Call 
   return times;
 }
 
+// Back to back, a GPU doing compute-bound work for long reaches its power limit and lowers its
+// clock; then time follows energy. `samples` timings (us) of one call each, measured the other
+// way: each call is enqueued while the stream is held by a host function that sleeps kHoldMs, so
+// the launch path is hidden (the events time the device alone), and the GPU idles that long before
+// every call, so it starts each at its full clock. bench/run_benchmarks.py times PyTorch the same
+// way (torch.cuda._sleep holds its stream).
+constexpr double kHoldMs = 2.0;
+
+template <class Call>
+std::vector<double> isolated_samples(const cuda::Stream& stream, int samples, Call call) {
+  std::vector<double> times;
+  cuda::Event start(0, true), stop(0, true);
+  auto hold = [](void*) { std::this_thread::sleep_for(std::chrono::microseconds(int64_t(kHoldMs * 1000))); };
+  for (int i = 0; i < samples; ++i) {
+    if (cudaLaunchHostFunc(reinterpret_cast<cudaStream_t>(stream.handle()), hold, nullptr) != cudaSuccess) {
+      std::fprintf(stderr, "alloy_bench: cudaLaunchHostFunc failed\n");
+      std::exit(1);
+    }
+    start.record(stream);
+    call();
+    stop.record(stream);
+    stop.synchronize();
+    times.push_back(1000.0 * start.elapsed_ms(stop));
+  }
+  return times;
+}
+
 void time_case(const Case& c, int runs) {
   auto fusion = parse_fusion(c.fusion, c.name + ".fusion", std::nullopt);
   std::vector<Tensor> given(fusion->inputs().size());
@@ -63,7 +94,12 @@ void time_case(const Case& c, int runs) {
   for (int i = 0; i < 5; ++i) exec.run(inputs);
   stream.synchronize();
   std::vector<double> times = timed_samples(stream, runs, [&] { exec.run(inputs); });
-  std::string flops = c.flops > 0 ? ", \"flops\": " + std::to_string(int64_t(c.flops)) : "";
+  std::string flops;
+  if (c.flops > 0) {
+    char isolated[64];
+    std::snprintf(isolated, sizeof isolated, ", \"isolated_us\": %.3f", median(isolated_samples(stream, runs, [&] { exec.run(inputs); })));
+    flops = ", \"flops\": " + std::to_string(int64_t(c.flops)) + isolated;
+  }
   std::printf("{\"case\": \"%s\", \"alloy_us\": %.3f, \"min_us\": %.3f, \"bytes\": %lld, \"runs\": %d%s}\n", c.name.c_str(),
               median(times), *std::min_element(times.begin(), times.end()), (long long)c.bytes, runs, flops.c_str());
   std::fflush(stdout);

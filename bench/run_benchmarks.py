@@ -7,7 +7,7 @@ job on one GPU, and prints two tables:
   torch._addmm_activation, torch.compile and the bare GEMM x @ w.t(); the MLP backward against
   eager autograd; times, TFLOP/s and ratios (bench/results/<date>-<gpu>-matmul.{md,json}).
 
-usage: bench/run_benchmarks.py BUILD_DIR [RUNS]
+usage: bench/run_benchmarks.py BUILD_DIR [RUNS] [SECTIONS]   (SECTIONS: memory,matmul; default both)
 """
 import datetime
 import json
@@ -36,6 +36,36 @@ def time_torch(fn, args, runs):
         stop.record()
         stop.synchronize()
         times.append(start.elapsed_time(stop) * 1000.0 / BATCH)
+    times.sort()
+    return times[len(times) // 2]
+
+
+HOLD_MS = 2.0  # as alloy_bench's kHoldMs
+
+
+def time_torch_isolated(fn, args, runs):
+    """Median us of `runs` single calls, each enqueued while a sleep kernel holds the stream for
+    about HOLD_MS: the launch path is hidden and the GPU starts each call at its full clock, off its
+    power limit (alloy_bench's isolated_us, which holds the stream with a sleeping host function)."""
+    for _ in range(3):
+        fn(*args)
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    # cycles of the sleep kernel for HOLD_MS, from a timing of it
+    probe = torch.cuda.Event(enable_timing=True)
+    probe.record()
+    torch.cuda._sleep(1_000_000)
+    stop.record()
+    stop.synchronize()
+    cycles = int(1_000_000 * HOLD_MS / max(probe.elapsed_time(stop), 1e-3))
+    times = []
+    for _ in range(runs):
+        torch.cuda._sleep(cycles)
+        start.record()
+        fn(*args)
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1000.0)
     times.sort()
     return times[len(times) // 2]
 
@@ -160,7 +190,7 @@ def matmul_table(build, runs):
             continue
         args, contenders = make()
         row = {"case": name, "alloy_us": a["alloy_us"], "flops": a["flops"],
-               "alloy_TFLOPs": a["flops"] / a["alloy_us"] / 1e6}
+               "alloy_TFLOPs": a["flops"] / a["alloy_us"] / 1e6, "alloy_isolated_us": a.get("isolated_us", float("nan"))}
         for label, fn in contenders.items():
             try:
                 us = time_torch(fn, args, runs)
@@ -170,18 +200,22 @@ def matmul_table(build, runs):
             row[f"{label}_us"] = us
             row[f"{label}_TFLOPs"] = a["flops"] / us / 1e6
             row[f"{label}_over_alloy"] = us / a["alloy_us"]
+        row["eager_isolated_us"] = time_torch_isolated(contenders["eager"], args, runs)
+        row["eager_over_alloy_isolated"] = row["eager_isolated_us"] / row["alloy_isolated_us"]
         rows.append(row)
         del args, contenders
         torch.cuda.empty_cache()
     labels = ["eager", "addmm_act", "compile", "bare_gemm"]
     lines = ["| case | alloy us | alloy TFLOP/s | " + " | ".join(f"{l} us (TFLOP/s)" for l in labels) + " | " +
-             " | ".join(f"{l}/alloy" for l in labels) + " |",
-             "| --- | ---: | ---: | " + " | ".join("---:" for _ in labels) + " | " + " | ".join("---:" for _ in labels) + " |"]
+             " | ".join(f"{l}/alloy" for l in labels) + " | isolated: alloy us | eager us | eager/alloy |",
+             "| --- | ---: | ---: | " + " | ".join("---:" for _ in labels) + " | " + " | ".join("---:" for _ in labels) +
+             " | ---: | ---: | ---: |"]
     for r in rows:
         cells = [f"{r[l + '_us']:.1f} ({r[l + '_TFLOPs']:.0f})" if l + "_us" in r else "-" for l in labels]
         ratios = [f"{r[l + '_over_alloy']:.3f}x" if l + "_us" in r else "-" for l in labels]
         lines.append(f"| {r['case']} | {r['alloy_us']:.1f} | {r['alloy_TFLOPs']:.0f} | " + " | ".join(cells) + " | " +
-                     " | ".join(ratios) + " |")
+                     " | ".join(ratios) + f" | {r['alloy_isolated_us']:.1f} | {r['eager_isolated_us']:.1f} | "
+                     f"{r['eager_over_alloy_isolated']:.3f}x |")
     return rows, lines
 
 
@@ -197,6 +231,24 @@ def write_results(stem, text, payload):
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+    sections = sys.argv[3].split(",") if len(sys.argv) > 3 else ["memory", "matmul"]
+    device = torch.cuda.get_device_name()
+    date = datetime.date.today().isoformat()
+    slug = device.replace(" ", "_").replace("/", "_")
+    if "memory" in sections:
+        memory_table(build, runs, device, date, slug)
+    if "matmul" in sections:
+        matmul_rows, matmul_lines = matmul_table(build, runs)
+        text = "\n".join([f"# Alloy matmul + epilogue benchmarks, {device}, {date}", "",
+                          f"bf16; median of {runs} samples of {BATCH} back-to-back calls each, CUDA events; TFLOP/s from 2*M*N*K per GEMM; "
+                          "x/alloy > 1 means Alloy is faster. Back to back, long compute-bound runs reach the GPU's power limit and "
+                          f"its clock drops. 'isolated': median of {runs} single calls, each enqueued behind a {HOLD_MS:g} ms hold of "
+                          "the stream (launch path hidden, the GPU idle before each call, at its full clock).", ""] + matmul_lines) + "\n"
+        print(text)
+        write_results(f"{date}-{slug}-matmul", text, {"device": device, "date": date, "rows": matmul_rows})
+
+
+def memory_table(build, runs, device, date, slug):
     alloy = alloy_bench(build, runs, "host_latency")
     copy_bw = alloy["copy"]["bytes"] / alloy["copy"]["alloy_us"] / 1e3  # GB/s
     rows = []
@@ -219,8 +271,6 @@ def main():
                      "alloy_GBps": bw, "share_of_copy": bw / copy_bw})
         del args
         torch.cuda.empty_cache()
-    device = torch.cuda.get_device_name()
-    date = datetime.date.today().isoformat()
     lines = [f"# Alloy benchmarks, {device}, {date}", "",
              f"device-to-device copy: {copy_bw:.0f} GB/s (bytes read + written); median of {runs} samples of {BATCH} back-to-back "
              "calls each (CUDA events; host launch time overlaps, measured apart below)", "",
@@ -235,16 +285,8 @@ def main():
         lines.append(f"host latency of a cached run of a tiny fusion (C++): median {lat['alloy_us']:.2f} us, min {lat['min_us']:.2f} us")
     text = "\n".join(lines) + "\n"
     print(text)
-    slug = device.replace(" ", "_").replace("/", "_")
     write_results(f"{date}-{slug}-memory-bound", text,
                   {"device": device, "date": date, "copy_GBps": copy_bw, "rows": rows, "alloy_raw": alloy})
-
-    matmul_rows, matmul_lines = matmul_table(build, runs)
-    text = "\n".join([f"# Alloy matmul + epilogue benchmarks, {device}, {date}", "",
-                      f"bf16; median of {runs} samples of {BATCH} back-to-back calls each, CUDA events; TFLOP/s from 2*M*N*K per GEMM; "
-                      "x/alloy > 1 means Alloy is faster", ""] + matmul_lines) + "\n"
-    print(text)
-    write_results(f"{date}-{slug}-matmul", text, {"device": device, "date": date, "rows": matmul_rows})
 
 
 if __name__ == "__main__":

@@ -23,13 +23,32 @@ std::vector<int64_t> RunState::concrete_shape(const Value* v) const {
 }
 
 void Executable::run(RunState& state) const {
-  for (const Node& node : program.nodes) {
-    if (auto* a = std::get_if<Allocate>(&node)) {
-      ALLOY_CHECK(allocate != nullptr, "Allocate node without an allocator");
-      state.values[a->value->id] = allocate(a->value->dtype(), state.concrete_shape(a->value), state);
-    } else if (auto* l = std::get_if<Launch>(&node)) {
-      segments.at(l->segment)->run(state);
+  std::unique_ptr<RunStreams> streams;
+  if (program.streams > 1) {
+    ALLOY_CHECK(open_streams != nullptr, "a program with side streams without a stream opener");
+    streams = open_streams(program, state);
+  }
+  try {
+    for (const Node& node : program.nodes) {
+      if (auto* a = std::get_if<Allocate>(&node)) {
+        ALLOY_CHECK(allocate != nullptr, "Allocate node without an allocator");
+        state.values[a->value->id] = allocate(a->value->dtype(), state.concrete_shape(a->value), state);
+      } else if (auto* l = std::get_if<Launch>(&node)) {
+        if (l->stream != 0) streams->use(l->stream);
+        segments.at(l->segment)->run(state);
+        if (l->stream != 0) streams->use(0);
+      } else if (auto* r = std::get_if<Record>(&node)) {
+        streams->record(r->stream, r->event);
+      } else if (auto* w = std::get_if<Wait>(&node)) {
+        streams->wait(w->stream, w->event);
+      }
     }
+  } catch (...) {
+    if (streams) {
+      streams->use(0);
+      streams->join();
+    }
+    throw;
   }
 }
 

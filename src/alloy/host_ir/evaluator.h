@@ -33,10 +33,26 @@ class SegmentExecutable {
 // Allocates a device buffer for `Allocate` nodes (CUDA); unused on the CPU.
 using Allocator = Tensor (*)(DType dtype, const std::vector<int64_t>& sizes, RunState& state);
 
+// The streams and events of one run of a program with side streams (CUDA): stream 0 is the
+// caller's current stream.
+class RunStreams {
+ public:
+  virtual ~RunStreams() = default;
+  virtual void record(int stream, int event) = 0;
+  virtual void wait(int stream, int event) = 0;
+  // Makes `stream` the current one, where launches go, until the next call (0: the run's own).
+  virtual void use(int stream) = 0;
+  // The run's stream waits for everything enqueued on the side streams (a run cut short by an
+  // error, whose buffers are freed in the run's stream order).
+  virtual void join() = 0;
+};
+using StreamOpener = std::unique_ptr<RunStreams> (*)(const Program& program, RunState& state);
+
 struct Executable {
   Program program;
   std::vector<std::unique_ptr<SegmentExecutable>> segments;  // by segment id
   Allocator allocate = nullptr;
+  StreamOpener open_streams = nullptr;  // needed when program.streams > 1
 
   void run(RunState& state) const;
 };

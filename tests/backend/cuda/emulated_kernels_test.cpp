@@ -135,6 +135,8 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
     if (!plan.launch) continue;
     EXPECT_EQ(plan.variant.lean, lean);
     ASSERT_EQ(int(plan.words.size()), cuda::param_words(a, plan.variant));
+    // as the runtime does once the kernel is compiled: one wave at its occupancy (here assumed 3)
+    cuda::fit_column_grid(plan, 3, target);
     std::vector<uint64_t> workspace(plan.workspace_bytes / 8 + 1);
     std::vector<unsigned> counters(plan.counter_bytes / 4 + 1, 0);
     if (plan.workspace_word >= 0) {
@@ -246,6 +248,36 @@ TEST(EmulatedKernels, ReductionsOfViewsAndBroadcasts) {
   r = sum(sl, dims=[1])
   return a, b, m, r
 })", {{"H", 40}, {"T", 600}});
+}
+
+// A column kernel's split of the reduced axis is one wave: first from the threads an SM holds,
+// then (fit_column_grid) from the compiled kernel's occupancy, which registers may lower.
+TEST(EmulatedKernels, ColumnGridFitsTheKernelsOccupancy) {
+  const std::string text = "fusion cs(x: bf16[T, H]) {\n  s = sum(x, dims=[0])\n  return s\n}\n";
+  auto fusion = decompose_composites(*parse_fusion(text, "cs.fusion", std::nullopt));
+  Segmentation segmentation = segment_for_cuda(*fusion);
+  ASSERT_EQ(segmentation.segments.size(), 1u) << segmentation.str();
+  const Segment& s = segmentation.segments[0];
+  auto analyzed = analyze_kernel(s.ops, s.inputs, s.outputs);
+  ASSERT_TRUE(std::holds_alternative<KernelAnalysis>(analyzed));
+  const KernelAnalysis& a = std::get<KernelAnalysis>(analyzed);
+  Tensor x = Tensor::empty(DType::bf16, {4096, 2048}), out = Tensor::empty(DType::bf16, {2048});
+  cuda::LaunchTarget target;
+  target.sm_count = 16;
+  target.shared_per_sm = 228 * 1024;
+  cuda::LaunchPlan plan = cuda::plan_launch(a, {4096, 2048}, {&x, &out}, {}, target);
+  ASSERT_TRUE(plan.launch);
+  ASSERT_GT(plan.variant.tile_x, 0) << "a column kernel";
+  // 2048 kept columns: 8 blocks of 32 threads x 8 elements; 8 threads a block along the 4096 rows
+  EXPECT_EQ(plan.grid_x, 8u);
+  EXPECT_EQ(plan.grid_y, 16u);  // 16 SMs x 8 blocks of 256 threads, over 8 column blocks
+  EXPECT_EQ(plan.column_max_splits, 4096 / (8 * 16));
+  EXPECT_EQ(plan.workspace_bytes, 16 * plan.workspace_bytes_per_split);
+  cuda::fit_column_grid(plan, 3, target);  // registers hold an SM to 3 blocks
+  EXPECT_EQ(plan.grid_y, 6u);
+  EXPECT_EQ(plan.workspace_bytes, 6 * plan.workspace_bytes_per_split);
+  cuda::fit_column_grid(plan, 64, target);  // never more splits than 16 rows a thread allow
+  EXPECT_EQ(plan.grid_y, 32u);
 }
 
 #endif  // ALLOY_HAVE_CUDA

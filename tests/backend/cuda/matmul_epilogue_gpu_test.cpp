@@ -5,6 +5,10 @@
 // without a GPU.
 #include <gtest/gtest.h>
 
+#include "alloy/backend/cuda/cuda_api.h"
+#include "alloy/ir/parser.h"
+#include "alloy/runtime/executor.h"
+#include "alloy/runtime/run_inputs.h"
 #include "test_util.h"
 
 namespace alloy {
@@ -228,6 +232,38 @@ TEST(MatmulEpilogueGpu, MlpBackwardBothWaysOfBiasGradients) {
   expect_gpu_matches_cpu(text, {{"T", 1000}});
   testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");
   expect_gpu_matches_cpu(text, {{"T", 1000}});
+}
+
+// The bias gradients run on a side stream beside the next GEMMs (host_ir/program.h). Ten runs
+// enqueued back to back on a stream of the test's own, with no wait between them, each against
+// the CPU: a missing wait between the streams, or a buffer reused too early, shows as a mismatch.
+TEST(MatmulEpilogueGpu, MlpBackwardSideStreamRunAfterRun) {
+  if (!testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU available: " << cuda::cuda_unavailable_reason();
+  std::string text = testing::read_file(testing::source_path("examples/mlp_backward.fusion"));
+  auto cpu_fusion = parse_fusion(text, "mlp_backward.fusion", std::nullopt);
+  std::vector<Tensor> given(cpu_fusion->inputs().size());
+  std::vector<Tensor> inputs = complete_inputs(*cpu_fusion, given, {{"T", 4096}}, 5);
+  FusionExecutor cpu(std::move(cpu_fusion), {DeviceChoice::cpu});
+  std::vector<Tensor> expected = cpu.run(inputs);
+  for (const char* side_off : {"", "1"}) {
+    SCOPED_TRACE(*side_off ? "one stream" : "with the side stream");
+    testing::ScopedEnv env("ALLOY_NO_SIDE_STREAM", side_off);
+    ExecutorOptions options{DeviceChoice::cuda};
+    options.poison_outputs = true;
+    FusionExecutor gpu(parse_fusion(text, "mlp_backward.fusion", std::nullopt), options);
+    cuda::Stream stream = cuda::Stream::create(0);
+    cuda::StreamGuard guard(stream);
+    std::vector<Tensor> on_device;
+    for (const Tensor& t : inputs) on_device.push_back(cuda::to_device(t, stream));
+    EXPECT_EQ(gpu.dump("program", &on_device).find("on stream 1") != std::string::npos, !*side_off) << gpu.dump("program", &on_device);
+    std::vector<std::vector<Tensor>> runs;
+    for (int i = 0; i < 10; ++i) runs.push_back(gpu.run(on_device));
+    for (auto& outputs : runs) {
+      ASSERT_EQ(outputs.size(), expected.size());
+      for (size_t o = 0; o < outputs.size(); ++o)
+        EXPECT_TRUE(testing::tensors_close(cuda::to_host(outputs[o], stream), expected[o])) << "output " << o;
+    }
+  }
 }
 
 }  // namespace

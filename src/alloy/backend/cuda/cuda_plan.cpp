@@ -1,5 +1,9 @@
 #include "alloy/backend/cuda/cuda_plan.h"
 
+#include <map>
+#include <optional>
+#include <vector>
+
 #include "alloy/backend/cpu/cpu_executable.h"
 #include "alloy/backend/cuda/cuda_api.h"
 #include "alloy/backend/cuda/generated_kernel.h"
@@ -52,12 +56,58 @@ Tensor allocate_on_device(DType dtype, const std::vector<int64_t>& sizes, host_i
   return t;
 }
 
+// The side streams and events of one run. Both are kept per thread and reused run after run: a
+// side stream per (run's stream, index), and events, which a later record may reuse as soon as the
+// waits on them are enqueued.
+class CudaRunStreams final : public host_ir::RunStreams {
+ public:
+  CudaRunStreams(const host_ir::Program& program, int device) : main_(Stream::current(device)) {
+    thread_local std::map<uint64_t, std::vector<Stream>> side_streams;  // by the run's stream id
+    thread_local std::map<int, std::vector<Event>> event_pool;          // by device
+    std::vector<Stream>& side = side_streams[main_.id()];
+    while (int(side.size()) < program.streams - 1) side.push_back(Stream::create(device));
+    side_ = &side;
+    std::vector<Event>& events = event_pool[device];
+    while (int(events.size()) < program.events) events.emplace_back(device, false);
+    events_ = &events;
+  }
+
+  void record(int stream, int event) override {
+    events_->at(size_t(event)).record(stream_at(stream));
+  }
+  void wait(int stream, int event) override { stream_at(stream).wait(events_->at(size_t(event))); }
+  void use(int stream) override {
+    guard_.reset();
+    if (stream != 0) guard_.emplace(stream_at(stream));
+  }
+  void join() override {
+    for (const Stream& side : *side_) {
+      Event done(main_.device(), false);
+      done.record(side);
+      main_.wait(done);
+    }
+  }
+
+ private:
+  const Stream& stream_at(int stream) const { return stream == 0 ? main_ : side_->at(size_t(stream - 1)); }
+
+  Stream main_;
+  std::vector<Stream>* side_ = nullptr;
+  std::vector<Event>* events_ = nullptr;
+  std::optional<StreamGuard> guard_;
+};
+
+std::unique_ptr<host_ir::RunStreams> open_cuda_streams(const host_ir::Program& program, host_ir::RunState& state) {
+  return std::make_unique<CudaRunStreams>(program, state.device.index);
+}
+
 }  // namespace
 
 std::unique_ptr<host_ir::Executable> build_cuda_plan(const Fusion& fusion) {
   auto plan = std::make_unique<host_ir::Executable>();
   plan->program = host_ir::lower_to_program(segment_for_cuda(fusion));
   plan->allocate = allocate_on_device;
+  plan->open_streams = open_cuda_streams;
   for (const Segment& s : plan->program.segmentation.segments) {
     if (s.scheduler == "noop") {
       plan->segments.push_back(std::make_unique<NoopSegment>(s));

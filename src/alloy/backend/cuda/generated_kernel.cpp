@@ -36,11 +36,12 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     }
     LaunchPlan plan = plan_launch(a_, domain, tensors, scalars, target_);
     if (!plan.launch) return;
+    const LoadedKernel* kernel = kernel_for(plan.variant, state.device.index);
+    if (plan.column_max_splits > 1) fit_column_grid(plan, last_blocks_per_sm_, target_);
     if (plan.workspace_word >= 0) {
       plan.words[plan.workspace_word] = uint64_t(reinterpret_cast<uintptr_t>(stream.scratch(plan.workspace_bytes)));
       plan.words[plan.counters_word] = uint64_t(reinterpret_cast<uintptr_t>(stream.zeroed_scratch(plan.counter_bytes)));
     }
-    const LoadedKernel* kernel = kernel_for(plan.variant, state.device.index);
     void* args[] = {plan.words.data()};
     kernel->launch(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, 0, stream, args);
   }
@@ -74,6 +75,8 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     last_variant_ = v;
     last_device_ = device;
     last_kernel_ = lookup_or_compile(v, device);
+    // blocks an SM holds: column kernels size their grid by it (fit_column_grid)
+    last_blocks_per_sm_ = v.tile_x > 0 ? last_kernel_->max_active_blocks_per_sm(v.threads, 0) : 0;
     return last_kernel_;
   }
 
@@ -96,6 +99,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
   KernelVariant last_variant_;
   int last_device_ = -1;
   const LoadedKernel* last_kernel_ = nullptr;
+  int last_blocks_per_sm_ = 0;
 };
 
 }  // namespace

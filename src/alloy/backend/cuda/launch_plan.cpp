@@ -131,17 +131,18 @@ void choose_tile(const KernelAnalysis& a, KernelVariant& v, const std::vector<Ax
 
 // Blocks along the kept axes; `splits` gets the blocks along the reduced axes: as many as fit
 // on the GPU at once with the kept-axis blocks (one full wave, no half-empty second one), with
-// at least 16 reduced indices per thread.
+// at least target.column_min_steps reduced indices per thread.
 int64_t column_grid(const KernelAnalysis& a, const KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarget& target,
-                    int64_t& splits) {
+                    int64_t& splits, int64_t& most) {
   int64_t slots = (rows + v.vector - 1) / v.vector;
   int64_t blocks_x = (slots + v.tile_x - 1) / v.tile_x;
   int ty = v.threads / v.tile_x;
   int64_t per_sm = 2048 / v.threads;
   if (int shared = column_shared_bytes(a, v); shared > 0) per_sm = std::min<int64_t>(per_sm, target.shared_per_sm / shared);
+  if (target.column_blocks_per_sm > 0) per_sm = target.column_blocks_per_sm;
   int64_t wave = int64_t(target.sm_count) * std::max<int64_t>(1, per_sm);
-  int64_t most = std::max<int64_t>(1, cols / (int64_t(ty) * 16));
-  splits = std::clamp<int64_t>(wave / blocks_x, 1, std::min<int64_t>(most, 65535));
+  most = std::clamp<int64_t>(cols / (int64_t(ty) * target.column_min_steps), 1, 65535);
+  splits = std::clamp<int64_t>(wave / blocks_x, 1, most);
   return blocks_x;
 }
 
@@ -208,6 +209,12 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.cheap_merges = flag("ALLOY_CHEAP_MERGES", t.cheap_merges);
   t.column_kernels = !std::getenv("ALLOY_NO_COLUMN_KERNELS");
   t.warp_rows = !std::getenv("ALLOY_NO_WARP_ROWS");
+  auto number = [](const char* name, int fallback, int lo, int hi) {
+    const char* value = std::getenv(name);
+    return value && *value ? std::clamp(std::atoi(value), lo, hi) : fallback;
+  };
+  t.column_min_steps = number("ALLOY_COLUMN_MIN_STEPS", t.column_min_steps, 1, 1 << 20);
+  t.column_blocks_per_sm = number("ALLOY_COLUMN_BLOCKS_PER_SM", t.column_blocks_per_sm, 0, 32);
   return t;
 }
 
@@ -272,6 +279,14 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const std::vec
 
 }  // namespace
 
+void fit_column_grid(LaunchPlan& plan, int blocks_per_sm, const LaunchTarget& target) {
+  if (plan.column_max_splits <= 1 || target.column_blocks_per_sm > 0 || blocks_per_sm < 1) return;
+  int64_t wave = int64_t(target.sm_count) * blocks_per_sm;
+  int64_t splits = std::clamp<int64_t>(wave / std::max<int64_t>(1, plan.grid_x), 1, plan.column_max_splits);
+  plan.grid_y = unsigned(splits);
+  plan.workspace_bytes = size_t(splits) * plan.workspace_bytes_per_split;
+}
+
 LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& domain, const std::vector<const Tensor*>& tensors,
                        const std::vector<uint64_t>& scalar_words, const LaunchTarget& target) {
   LaunchPlan plan;
@@ -293,12 +308,14 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
     push_i(l.numel);
   }
   if (columns) {
-    int64_t splits = 1;
-    int64_t blocks_x = column_grid(a, v, l.rows, l.cols, target, splits);
+    int64_t splits = 1, most = 1;
+    int64_t blocks_x = column_grid(a, v, l.rows, l.cols, target, splits, most);
     plan.grid_x = unsigned(blocks_x);
     plan.grid_y = unsigned(splits);
-    if (splits > 1) {
-      plan.workspace_bytes = size_t(splits) * size_t(l.rows) * size_t(column_workspace_words(a)) * 8;
+    plan.column_max_splits = most;
+    plan.workspace_bytes_per_split = size_t(l.rows) * size_t(column_workspace_words(a)) * 8;
+    if (most > 1) {
+      plan.workspace_bytes = size_t(splits) * plan.workspace_bytes_per_split;
       plan.counter_bytes = size_t(blocks_x) * 4;
       plan.workspace_word = int(words.size());
       plan.counters_word = int(words.size()) + 1;

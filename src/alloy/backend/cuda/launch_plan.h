@@ -27,6 +27,11 @@ struct LaunchTarget {
   bool cheap_merges = true;  // ALLOY_CHEAP_MERGES
   bool column_kernels = true;  // ALLOY_NO_COLUMN_KERNELS unset
   bool warp_rows = true;       // ALLOY_NO_WARP_ROWS unset
+  // Column kernels: at least this many reduced indices a thread (ALLOY_COLUMN_MIN_STEPS), and the
+  // blocks an SM is assumed to hold when sizing the one wave (ALLOY_COLUMN_BLOCKS_PER_SM; 0 = as
+  // many as the threads and shared memory allow).
+  int column_min_steps = 16;
+  int column_blocks_per_sm = 0;
   static LaunchTarget from_environment(int sm_count, int64_t shared_per_sm);
 };
 
@@ -39,7 +44,17 @@ struct LaunchPlan {
   int workspace_word = -1, counters_word = -1;
   size_t workspace_bytes = 0, counter_bytes = 0;
   unsigned grid_x = 1, grid_y = 1, block = 256;
+  // Column kernels: the most blocks along the reduced axes worth launching (0: not a column
+  // kernel) and the workspace each needs; fit_column_grid sizes grid_y to the compiled kernel.
+  int64_t column_max_splits = 0;
+  size_t workspace_bytes_per_split = 0;
 };
+
+// Sizes a column kernel's split of the reduced axes (grid_y, workspace_bytes) to one full wave
+// when an SM holds `blocks_per_sm` of its blocks (the compiled kernel's occupancy, which its
+// registers may hold below what plan_launch assumed from threads and shared memory). A no-op for
+// other kernels and under ALLOY_COLUMN_BLOCKS_PER_SM.
+void fit_column_grid(LaunchPlan& plan, int blocks_per_sm, const LaunchTarget& target);
 
 // Each scalar input of the analysis as its Params word (double bits, or int64), read from the
 // host tensor `value_of` gives for it.
