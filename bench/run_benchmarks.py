@@ -7,7 +7,10 @@ job on one GPU, and prints two tables:
   torch._addmm_activation, torch.compile and the bare GEMM x @ w.t(); the MLP backward against
   eager autograd; times, TFLOP/s and ratios (bench/results/<date>-<gpu>-matmul.{md,json}).
 
-usage: bench/run_benchmarks.py BUILD_DIR [RUNS] [SECTIONS]   (SECTIONS: memory,matmul; default both)
+- the MLP backward against eager autograd in alternating rounds, both timings each
+  (bench/results/<date>-<gpu>-mlp-backward-rounds.{md,json}).
+
+usage: bench/run_benchmarks.py BUILD_DIR [RUNS] [SECTIONS]   (SECTIONS: memory,matmul,rounds; default all)
 """
 import datetime
 import json
@@ -231,7 +234,7 @@ def write_results(stem, text, payload):
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 100
-    sections = sys.argv[3].split(",") if len(sys.argv) > 3 else ["memory", "matmul"]
+    sections = sys.argv[3].split(",") if len(sys.argv) > 3 else ["memory", "matmul", "rounds"]
     device = torch.cuda.get_device_name()
     date = datetime.date.today().isoformat()
     slug = device.replace(" ", "_").replace("/", "_")
@@ -246,6 +249,33 @@ def main():
                           "the stream (launch path hidden, the GPU idle before each call, at its full clock).", ""] + matmul_lines) + "\n"
         print(text)
         write_results(f"{date}-{slug}-matmul", text, {"device": device, "date": date, "rows": matmul_rows})
+    if "rounds" in sections:
+        mlp_backward_rounds(build, runs, device, date, slug)
+
+
+def mlp_backward_rounds(build, runs, device, date, slug, rounds=3):
+    """The MLP backward, Alloy then eager autograd, `rounds` times in turn: how much the ratio moves."""
+    name = "mlp_backward_8192x1600x6400"
+    args, contenders = mlp_backward_torch(8192, 1600, 6400)
+    rows = []
+    for r in range(rounds):
+        a = alloy_bench(build, runs, name)[name]
+        eager = time_torch(contenders["eager"], args, runs)
+        eager_isolated = time_torch_isolated(contenders["eager"], args, runs)
+        rows.append({"round": r, "alloy_us": a["alloy_us"], "eager_us": eager, "alloy_isolated_us": a["isolated_us"],
+                     "eager_isolated_us": eager_isolated})
+    lines = [f"# The MLP backward [T=8192, C=1600, H=6400] against eager autograd, {device}, {date}", "",
+             f"bf16; rounds in turn, Alloy then eager; back to back: median of {runs} samples of {BATCH} calls; isolated: "
+             f"median of {runs} single calls, each behind a {HOLD_MS:g} ms hold of the stream", "",
+             "| round | back to back: alloy us | eager us | eager/alloy | isolated: alloy us | eager us | eager/alloy |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['round']} | {r['alloy_us']:.1f} | {r['eager_us']:.1f} | {r['eager_us'] / r['alloy_us']:.3f}x | "
+                     f"{r['alloy_isolated_us']:.1f} | {r['eager_isolated_us']:.1f} | "
+                     f"{r['eager_isolated_us'] / r['alloy_isolated_us']:.3f}x |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    write_results(f"{date}-{slug}-mlp-backward-rounds", text, {"device": device, "date": date, "rows": rows})
 
 
 def memory_table(build, runs, device, date, slug):
