@@ -64,6 +64,10 @@ class CudaRunStreams final : public host_ir::RunStreams {
   CudaRunStreams(const host_ir::Program& program, int device) : main_(Stream::current(device)) {
     thread_local std::map<uint64_t, std::vector<Stream>> side_streams;  // by the run's stream id
     thread_local std::map<int, std::vector<Event>> event_pool;          // by device
+    // a caller making a new stream for each run must not collect side streams: keep the newest
+    // few (stream ids only grow; a dropped stream frees its buffers in its own order)
+    constexpr size_t kKeptCallerStreams = 8;
+    if (side_streams.size() >= kKeptCallerStreams && !side_streams.count(main_.id())) side_streams.erase(side_streams.begin());
     std::vector<Stream>& side = side_streams[main_.id()];
     while (int(side.size()) < program.streams - 1) side.push_back(Stream::create(device));
     side_ = &side;
