@@ -1,55 +1,23 @@
 #!/usr/bin/env python3
 """Probe: how the MLP backward's device time splits, and what a second stream buys, in PyTorch.
-Times (median of RUNS samples of BATCH back-to-back calls) of:
+Times (back to back and isolated, as bench/run_benchmarks.py measures) of:
 - eager autograd;
 - the same ops written out on one stream;
 - the same with the independent work (bias gradients, dW_proj, dW_fc) on a second stream;
 - pairs of GEMMs alone, in sequence and on two streams.
 usage: bench/probe_mlp_backward.py [RUNS]
 """
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
-BATCH = 10
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_benchmarks import time_torch, time_torch_isolated  # noqa: E402  (the benchmarks' own timings)
+
 T, C, H = 8192, 1600, 6400
 dev, bf = "cuda", torch.bfloat16
-
-
-def timed(fn, runs):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(BATCH):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0 / BATCH)
-    times.sort()
-    return times[len(times) // 2]
-
-
-def isolated(fn, runs, hold_cycles=4_000_000):
-    """Median us of single calls, each behind a sleep kernel that holds the stream (about 2 ms)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(runs):
-        torch.cuda._sleep(hold_cycles)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main():
@@ -82,29 +50,28 @@ def main():
         dx = dh @ wfd
         return dx, dwf, dbf, dwp, dbp
 
-    def two_streams(sums_only):
-        start = torch.cuda.Event()
-        start.record(main_s)
-        with torch.cuda.stream(side):
-            side.wait_event(start)
-            dbp = dy.sum(0)
-            dwp = None if sums_only else dy.t() @ gd
-        if sums_only:
-            dwp = dy.t() @ gd
-        dg = dy @ wpd
-        dh = torch.ops.aten.gelu_backward(dg, hd, approximate="tanh")
+    def on_side(fn):
+        """fn() on the side stream, after everything enqueued on the main stream so far."""
         ready = torch.cuda.Event()
         ready.record(main_s)
         with torch.cuda.stream(side):
             side.wait_event(ready)
-            dbf = dh.sum(0)
-            dwf = None if sums_only else dh.t() @ xd
-        if sums_only:
-            dwf = dh.t() @ xd
-        dx = dh @ wfd
+            return fn()
+
+    def join():
         done = torch.cuda.Event()
         done.record(side)
         main_s.wait_event(done)
+
+    def two_streams(sums_only):
+        dbp = on_side(lambda: dy.sum(0))
+        dwp = dy.t() @ gd if sums_only else on_side(lambda: dy.t() @ gd)
+        dg = dy @ wpd
+        dh = torch.ops.aten.gelu_backward(dg, hd, approximate="tanh")
+        dbf = on_side(lambda: dh.sum(0))
+        dwf = dh.t() @ xd if sums_only else on_side(lambda: dh.t() @ xd)
+        dx = dh @ wfd
+        join()
         return dx, dwf, dbf, dwp, dbp
 
     rows = [("eager autograd", eager), ("written out, one stream", one_stream),
@@ -114,15 +81,9 @@ def main():
 
     def pair(f1, f2):
         def run():
-            start = torch.cuda.Event()
-            start.record(main_s)
-            with torch.cuda.stream(side):
-                side.wait_event(start)
-                f2()
+            on_side(f2)
             f1()
-            done = torch.cuda.Event()
-            done.record(side)
-            main_s.wait_event(done)
+            join()
         return run
 
     dwp_f = lambda: dy.t() @ gd  # noqa: E731
@@ -137,8 +98,8 @@ def main():
              ("sum(dh) alone", sum_f), ("dx; sum(dh)", lambda: (dx_f(), sum_f())), ("dx || sum(dh)", pair(dx_f, sum_f))]
     ref = one_stream()
     for name, fn in rows:
-        us = timed(fn, runs)
-        iso = isolated(fn, runs)
+        us = time_torch(fn, (), runs)
+        iso = time_torch_isolated(fn, (), runs)
         print(f"{name:45s} {us:9.1f} us back to back {iso:9.1f} us isolated", flush=True)
     got = two_streams(False)
     for r, o in zip(ref, got):
