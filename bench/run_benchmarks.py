@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -54,23 +55,43 @@ def time_torch_isolated(fn, args, runs):
         fn(*args)
     torch.cuda.synchronize()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    # cycles of the sleep kernel for HOLD_MS, from a timing of it
-    probe = torch.cuda.Event(enable_timing=True)
-    probe.record()
-    torch.cuda._sleep(1_000_000)
-    stop.record()
-    stop.synchronize()
-    cycles = int(1_000_000 * HOLD_MS / max(probe.elapsed_time(stop), 1e-3))
-    times = []
+    times, slowest_launch_ms = [], 0.0
+    cycles = hold_cycles()
     for _ in range(runs):
+        t0 = time.perf_counter()
         torch.cuda._sleep(cycles)
         start.record()
         fn(*args)
         stop.record()
+        slowest_launch_ms = max(slowest_launch_ms, (time.perf_counter() - t0) * 1e3)
         stop.synchronize()
         times.append(start.elapsed_time(stop) * 1000.0)
+    if slowest_launch_ms > 0.8 * HOLD_MS:
+        print(f"warning: enqueueing a call took {slowest_launch_ms:.2f} ms, near the {HOLD_MS:g} ms hold: "
+              "the isolated timing may include host time", file=sys.stderr)
     times.sort()
     return times[len(times) // 2]
+
+
+_hold_cycles = None
+
+
+def hold_cycles():
+    """Cycles of torch.cuda._sleep for at least HOLD_MS at the fastest clock seen: timed a few times
+    (the clock may still be rising), and never under HOLD_MS at 2 GHz (a short hold would let
+    the host launch path show in the timings again)."""
+    global _hold_cycles
+    if _hold_cycles is None:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        fastest_ms = float("inf")
+        for _ in range(5):
+            a.record()
+            torch.cuda._sleep(1_000_000)
+            b.record()
+            b.synchronize()
+            fastest_ms = min(fastest_ms, a.elapsed_time(b))
+        _hold_cycles = max(int(1_000_000 * HOLD_MS / max(fastest_ms, 1e-3)), int(HOLD_MS * 2e6))
+    return _hold_cycles
 
 
 def torch_cases():
