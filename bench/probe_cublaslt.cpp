@@ -1,6 +1,8 @@
 // Probe: every cuBLASLt configuration that can run the MLP backward's dGELU GEMM
 // (dh = gelu_backward(dy @ w_proj, h), bf16, [8192, 1600] @ [1600, 6400]), timed, against the
-// heuristic's candidates and the plain GEMM. Not part of the build; on the GPU machine:
+// heuristic's candidates (and each with every CTA swizzle and custom option) and the plain GEMM;
+// PROBE_ALL=1 also times every tile, stage count and cluster of every algorithm. Not part of the
+// build; on the GPU machine:
 //   g++ -O2 -std=c++20 bench/probe_cublaslt.cpp -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcublasLt -lcudart
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -8,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <random>
@@ -121,8 +124,37 @@ int main() {
     CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 32, results.data(), &found));
     std::printf("== %s: heuristic gives %d\n", p.name, found);
     for (int i = 0; i < found; ++i) std::printf("  heuristic %2d  %8.1f us  %s\n", i, time(results[i].algo), describe(results[i].algo).c_str());
+    // the heuristic's candidates with every CTA swizzle and custom option their algorithm allows
+    if (p.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+      struct Variant { float us; std::string what; };
+      std::vector<Variant> variants;
+      for (int i = 0; i < found; ++i) {
+        int32_t custom_max = 0, swizzle_ok = 0;
+        size_t w = 0;
+        cublasLtMatmulAlgoCapGetAttribute(&results[i].algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &custom_max, sizeof custom_max, &w);
+        cublasLtMatmulAlgoCapGetAttribute(&results[i].algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swizzle_ok, sizeof swizzle_ok, &w);
+        for (uint32_t swz = 0; swz <= (swizzle_ok ? 1u : 0u); ++swz)
+          for (uint32_t custom = 0; custom <= uint32_t(std::max(0, custom_max)); ++custom) {
+            cublasLtMatmulAlgo_t c = results[i].algo;
+            cublasLtMatmulAlgoConfigSetAttribute(&c, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof swz);
+            cublasLtMatmulAlgoConfigSetAttribute(&c, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof custom);
+            cublasLtMatmulHeuristicResult_t check{};
+            if (cublasLtMatmulAlgoCheck(lt, op, la, lb, ld, ld, &c, &check) != 0 || check.workspaceSize > ws_bytes) continue;
+            float us = time(c);
+            if (us > 0) variants.push_back({us, "from heuristic " + std::to_string(i) + ": " + describe(c)});
+          }
+      }
+      std::sort(variants.begin(), variants.end(), [](const Variant& x, const Variant& y) { return x.us < y.us; });
+      std::printf("== %s: %zu variants of the heuristic's candidates; the fastest:\n", p.name, variants.size());
+      for (size_t i = 0; i < std::min<size_t>(variants.size(), 8); ++i) std::printf("  %8.1f us  %s\n", variants[i].us, variants[i].what.c_str());
+    }
 
-    // every algorithm id that has this epilogue, every tile and stage count it lists
+    if (!std::getenv("PROBE_ALL")) {
+      cublasLtMatmulPreferenceDestroy(pref);
+      cublasLtMatmulDescDestroy(op);
+      continue;
+    }
+    // every algorithm id that has this epilogue, every tile and stage count it lists (PROBE_ALL=1)
     std::vector<int> ids(256);
     int id_count = 0;
     CHECK(cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, 256,
