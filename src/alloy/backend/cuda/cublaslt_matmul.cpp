@@ -244,7 +244,7 @@ constexpr int kTuneRounds = 3, kTuneRuns = 2;
 int fastest_candidate(const Plan& plan, const PlanKey& key, const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
                       const MatmulArgs& args, const Stream& stream) {
   if (candidates.size() < 2 || (args.beta != 0.0f && (!args.c || args.c == args.d))) return 0;
-  std::vector<float> best_ms(candidates.size(), -1.0f);  // -1: failed to launch
+  std::vector<float> best_ms(candidates.size(), 0.0f);
   std::vector<bool> usable(candidates.size(), true);
   for (size_t i = 0; i < candidates.size(); ++i)
     for (int w = 0; w < (i == 0 ? 3 : 1) && usable[i]; ++w)
@@ -259,13 +259,13 @@ int fastest_candidate(const Plan& plan, const PlanKey& key, const std::vector<cu
       stop.record(stream);
       stop.synchronize();
       float ms = start.elapsed_ms(stop);
-      if (usable[i] && (best_ms[i] < 0 || ms < best_ms[i])) best_ms[i] = ms;
+      if (usable[i] && (round == 0 || ms < best_ms[i])) best_ms[i] = ms;
     }
   }
-  int best = 0;
+  int best = -1;  // a candidate still usable after every round has its best time
   for (size_t i = 0; i < candidates.size(); ++i)
-    if (usable[i] && best_ms[i] >= 0 && (!usable[size_t(best)] || best_ms[i] < best_ms[size_t(best)])) best = int(i);
-  return best;
+    if (usable[i] && (best < 0 || best_ms[i] < best_ms[size_t(best)])) best = int(i);
+  return std::max(best, 0);
 }
 
 void choose_algorithm(Plan& plan, const PlanKey& key, const MatmulArgs& args, const Stream& stream) {
