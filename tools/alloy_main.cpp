@@ -20,8 +20,11 @@
 #include "alloy/backend/gpu_plan.h"
 #include "alloy/ir/parser.h"
 #include "alloy/ir/printer.h"
+#include "alloy/multidevice/communicator.h"
+#include "alloy/multidevice/shards.h"
 #include "alloy/runtime/executor.h"
 #include "alloy/runtime/npy.h"
+#include "alloy/pipeline/pipeline.h"
 #include "alloy/runtime/run_inputs.h"
 
 namespace alloy {
@@ -286,17 +289,86 @@ void bench(FusionExecutor& executor, const std::vector<Tensor>& inputs, int runs
   std::cout << line << std::endl;
 }
 
+// Under mpirun every rank runs this: it reads the same global inputs (files, or the same seeded
+// random ones as a one-process run), keeps its part, runs, and gathers the outputs; rank 0 alone
+// prints. Before the first collective the ranks agree that each set up without error.
+int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Tensor> inputs, const std::string& header) {
+  const Fusion& f = executor.fusion();
+  const bool root = multidevice::process().rank == 0;
+  auto in_shardings = executor.input_shardings(), out_shardings = executor.output_shardings();
+  std::vector<int64_t> team_mesh;  // empty: a fusion without a mesh, run whole on every rank
+  for (auto& s : in_shardings)
+    if (s) team_mesh = s->mesh;
+  int team_rank = multidevice::team_rank_of(team_mesh);
+  std::vector<Tensor> local = inputs;
+  for (size_t i = 0; i < inputs.size() && team_rank >= 0; ++i)
+    if (in_shardings[i]) local[i] = multidevice::local_part(inputs[i], *in_shardings[i], team_rank, "input '" + f.inputs()[i]->name + "'");
+  if (root) std::cout << header;
+  for (const std::string& stage : opts.dumps)
+    if (root) std::cout << executor.dump(stage);
+  local = place_inputs(f, std::move(local), executor.device());
+  std::vector<Tensor> outputs = executor.run(local);
+  executor.synchronize();
+  if (outputs.empty()) return 0;  // a rank outside the mesh
+  auto team = team_mesh.empty() ? nullptr : multidevice::communicator_for(team_mesh, Device{});
+  std::vector<Tensor> global;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    outputs[i] = to_cpu(outputs[i]);
+    global.push_back(team && out_shardings[i] ? multidevice::gather_global(outputs[i], *out_shardings[i], *team) : outputs[i]);
+    if (root) std::cout << f.outputs()[i]->name << ": " << tensor_type_str(global[i]) << "  " << summarize_tensor(global[i]) << "\n";
+  }
+  if (!opts.save_dir.empty()) {
+    // rank 0 the global values (NAME.npy), every rank its own part (NAME.rankK.npy)
+    if (root) save_outputs(opts.save_dir, f, global);
+    std::error_code ec;
+    fs::create_directories(opts.save_dir, ec);
+    for (size_t i = 0; i < outputs.size(); ++i)
+      write_npy((fs::path(opts.save_dir) / (f.outputs()[i]->name + ".rank" + std::to_string(multidevice::process().rank) + ".npy")).string(),
+                outputs[i]);
+  }
+  if (opts.bench > 0) {
+    std::ostringstream quiet;
+    std::streambuf* old = root ? nullptr : std::cout.rdbuf(quiet.rdbuf());
+    bench(executor, place_inputs(f, local, executor.device()), opts.bench);
+    if (old) std::cout.rdbuf(old);
+  }
+  return 0;
+}
+
 int run_command(const RunOptions& opts) {
   std::vector<SizeRequest> requests = parse_binds(opts.binds);
-  std::string text = read_source(opts.file);
-  auto fusion = choose_fusion(parse_fusions(text, opts.file), opts.fusion_name, opts.file);
-  FusionExecutor executor(std::move(fusion), ExecutorOptions{device_choice(opts.device)});
-  const Fusion& f = executor.fusion();
-
+  std::optional<FusionExecutor> made;
+  std::vector<Tensor> inputs;
   std::vector<std::string> sources;
-  std::vector<Tensor> given = read_given_inputs(f, opts.inputs, sources);
-  Bindings bindings = resolve_input_sizes(f, given, requests);
-  std::vector<Tensor> inputs = complete_inputs(f, std::move(given), bindings, opts.seed);
+  Bindings bindings;
+  std::exception_ptr setup_error;
+  try {
+    std::string text = read_source(opts.file);
+    auto fusion = choose_fusion(parse_fusions(text, opts.file), opts.fusion_name, opts.file);
+    made.emplace(std::move(fusion), ExecutorOptions{device_choice(opts.device)});
+    const Fusion& f = made->fusion();
+    std::vector<Tensor> given = read_given_inputs(f, opts.inputs, sources);
+    bindings = resolve_input_sizes(f, given, requests);
+    inputs = complete_inputs(f, std::move(given), bindings, opts.seed);
+    made->input_shardings();  // compiles: a fusion the passes refuse fails here, on every rank alike
+  } catch (...) {
+    setup_error = std::current_exception();
+  }
+  // the ranks of a job agree that each set up before any of them communicates
+  int first_failed = multidevice::first_failing_rank(setup_error != nullptr);
+  if (setup_error) std::rethrow_exception(setup_error);
+  if (first_failed >= 0) throw PeerError("rank " + std::to_string(first_failed) + " failed");
+  FusionExecutor& executor = *made;
+  const Fusion& f = executor.fusion();
+  if (!executor.input_shardings().empty() || multidevice::process().size > 1) {
+    std::ostringstream header;
+    header << "fusion " << f.name() << " on " << executor.device().str() << bindings_text(f, bindings) << ", seed " << opts.seed
+           << ", " << multidevice::process().size << " process" << (multidevice::process().size == 1 ? "" : "es") << "\n";
+    for (size_t i = 0; i < inputs.size(); ++i)
+      header << "  input " << f.inputs()[i]->name << ": " << tensor_type_str(inputs[i]) << " "
+             << (sources[i].empty() ? "random" : "from " + sources[i]) << "\n";
+    return run_sharded(opts, executor, std::move(inputs), header.str());
+  }
 
   std::cout << "fusion " << f.name() << " on " << executor.device().str() << bindings_text(f, bindings) << ", seed "
             << opts.seed << "\n";
@@ -319,6 +391,12 @@ int run_command(const RunOptions& opts) {
 
 // ---- the command line ---------------------------------------------------------------------
 
+std::string pass_list() {
+  std::string out;
+  for (std::string_view n : pass_names()) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
 int run_cli(int argc, char** argv) {
   CLI::App app{"Alloy: a fusion compiler and runtime for deep-learning tensor programs", "alloy"};
   app.require_subcommand(1);
@@ -333,8 +411,21 @@ int run_cli(int argc, char** argv) {
   run_cmd->add_option("--seed", run.seed, "Seed of the random inputs")->default_val(0);
   run_cmd->add_option("--device", run.device, "Where to run")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->default_val("auto");
   run_cmd->add_option("--save-outputs", run.save_dir, "Write DIR/<output name>.npy for each output");
-  run_cmd->add_option("--dump", run.dumps, "Print a stage before running (repeatable)")
-      ->check(CLI::IsMember({"ir", "segments", "program", "cuda"}));
+  run_cmd->add_option("--dump", run.dumps,
+                      "Print a stage before running (repeatable): ir, after=PASS (" + pass_list() +
+                          "), sharding, local (the fusion one device runs), segments, program, cuda")
+      ->check(CLI::Validator(
+          [](std::string& stage) {
+            static const std::vector<std::string> stages{"ir", "sharding", "local", "segments", "program", "cuda"};
+            if (std::find(stages.begin(), stages.end(), stage) != stages.end()) return std::string();
+            if (stage.starts_with("after=")) {
+              const auto& names = pass_names();
+              if (std::find(names.begin(), names.end(), std::string_view(stage).substr(6)) != names.end()) return std::string();
+              return "unknown pass '" + stage.substr(6) + "'; expected one of: " + pass_list();
+            }
+            return "expected ir, after=PASS, sharding, local, segments, program or cuda; found '" + stage + "'";
+          },
+          "STAGE"));
   run_cmd->add_option("--bench", run.bench, "Time N runs after warm-up; the last line is `bench median_us=... min_us=... runs=N`")
       ->check(CLI::Range(1, 1000000));
 
@@ -379,23 +470,48 @@ int run_cli(int argc, char** argv) {
 }  // namespace
 }  // namespace alloy
 
+// Prints a failure and gives its exit code. In a job of several processes only the lowest
+// failing rank prints (a rank stopped because another failed prints nothing), and every rank
+// exits with the code; a failure that may leave ranks inside a collective ends the whole job.
+int report(int code, const std::string& message, bool peer) {
+  const auto& p = alloy::multidevice::process();
+  if (p.size == 1) {
+    if (code != 0) std::cerr << message;
+    return code;
+  }
+  int first = alloy::multidevice::first_failing_rank(code != 0 && !peer);
+  if (first >= 0 && first == p.rank) std::cerr << message;
+  alloy::multidevice::finalize();
+  return first >= 0 ? (code != 0 ? code : 1) : 0;
+}
+
 int main(int argc, char** argv) {
+  int code = 0;
+  std::string message;
+  bool peer = false;
   try {
-    return alloy::run_cli(argc, argv);
+    code = alloy::run_cli(argc, argv);
+  } catch (const alloy::PeerError& e) {
+    code = 1;
+    peer = true;
   } catch (const alloy::UserError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
+    code = 1;
+    message = std::string("error: ") + e.what() + "\n";
   } catch (const alloy::InternalError& e) {
     std::cerr << e.what() << "\nPlease report this with the .fusion file and the command line.\n";
+    if (alloy::multidevice::process().size > 1) alloy::multidevice::abort_job(3);
     return 3;
   } catch (const std::bad_alloc&) {
-    std::cerr << "error: out of memory\n";
-    return 1;
+    code = 1;
+    message = "error: out of memory\n";
   } catch (const std::exception& e) {
     std::cerr << "internal error (a bug in Alloy): " << e.what() << "\n";
+    if (alloy::multidevice::process().size > 1) alloy::multidevice::abort_job(3);
     return 3;
   } catch (...) {
     std::cerr << "internal error (a bug in Alloy): an unknown exception\n";
+    if (alloy::multidevice::process().size > 1) alloy::multidevice::abort_job(3);
     return 3;
   }
+  return report(code, message, peer);
 }

@@ -25,6 +25,13 @@ class UserError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Another rank of a multi-process job failed before the ranks communicated, so this one stops
+// too (that rank reports the reason; a tool reports it once).
+class PeerError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 class InternalError : public std::logic_error {
  public:
   using std::logic_error::logic_error;

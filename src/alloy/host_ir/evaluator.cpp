@@ -41,6 +41,8 @@ void Executable::run(RunState& state) const {
         streams->record(r->stream, r->event);
       } else if (auto* w = std::get_if<Wait>(&node)) {
         streams->wait(w->stream, w->event);
+      } else if (auto* c = std::get_if<Communicate>(&node)) {
+        segments.at(c->segment)->run(state);
       }
     }
   } catch (...) {

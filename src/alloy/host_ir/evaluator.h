@@ -8,6 +8,10 @@
 #include "alloy/host_ir/program.h"
 #include "alloy/runtime/tensor.h"
 
+namespace alloy::multidevice {
+class Communicator;
+}
+
 namespace alloy::host_ir {
 
 // The state of one run: a tensor per Value id, and the bound symbolic sizes.
@@ -16,6 +20,8 @@ struct RunState {
   std::vector<Tensor> values;
   Device device;
   bool poison = false;     // fill allocated buffers with 0xFF bytes (tests)
+  // The team of the fusion's mesh, for Communicate nodes (a fusion without a mesh has none).
+  multidevice::Communicator* communicator = nullptr;
 
   const Tensor& at(const Value* v) const;
   std::vector<int64_t> concrete_shape(const Value* v) const;  // evaluates the value's extents

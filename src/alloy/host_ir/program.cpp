@@ -7,6 +7,9 @@
 #include <set>
 #include <sstream>
 
+#include "alloy/ir/op_table.h"
+#include "alloy/ir/printer.h"
+
 namespace alloy::host_ir {
 namespace {
 
@@ -38,6 +41,23 @@ bool overlaps_next_gemm(const std::vector<Segment>& segments, size_t i) {
   return false;
 }
 
+// "Communicate all_gather(axis=0) x: bf16[T/2, 1600] -> x__gathered: bf16[T, 1600], team
+// @mesh[0, 1], sends T*1600 bytes": what moves, between whom, and how much this device sends.
+std::string communication_str(const Segment& s) {
+  const Op& op = *s.ops.at(0);
+  const Value* in = op.inputs[0];
+  const Value* out = op.outputs[0];
+  std::string attrs;
+  for (const NamedAttr& a : op.attrs) attrs += (attrs.empty() ? "" : ", ") + a.name + "=" + a.value.str();
+  std::string text = "Communicate segment " + std::to_string(s.id) + ": " + std::string(op_name(op.kind)) + "(" + attrs + ") " +
+                     in->name + ": " + in->type_str() + " -> " + out->name + ": " + out->type_str();
+  if (out->sharding) text += ", team " + mesh_str(out->sharding->mesh);
+  Extent bytes = Extent::constant(dtype_size(in->dtype()));
+  for (const Extent& e : in->shape()) bytes = bytes * e;
+  if (op.kind == OpKind::shard_slice) return text + ", moves nothing (this device's part)";
+  return text + ", sends " + bytes.str(true) + " bytes";
+}
+
 }  // namespace
 
 Program lower_to_program(Segmentation segmentation) {
@@ -66,6 +86,10 @@ Program lower_to_program(Segmentation segmentation) {
     }
     // CPU reference kernels and views return their own results; GPU kernels write into buffers
     // the program allocates from the stream-ordered pool.
+    if (s.scheduler == "communication") {
+      program.nodes.push_back(Communicate{s.id});
+      continue;
+    }
     bool preallocate = cuda && s.scheduler != "noop";
     if (preallocate)
       for (Value* out : s.outputs) program.nodes.push_back(Allocate{out});
@@ -108,6 +132,8 @@ std::string Program::str() const {
       os << "  Record event " << r->event << " on stream " << r->stream << "\n";
     } else if (auto* w = std::get_if<Wait>(&node)) {
       os << "  Stream " << w->stream << " waits for event " << w->event << "\n";
+    } else if (auto* c = std::get_if<Communicate>(&node)) {
+      os << "  " << communication_str(segmentation.segments.at(c->segment)) << "\n";
     }
   }
   return os.str();

@@ -36,7 +36,13 @@ struct Wait {
   int event;
 };
 
-using Node = std::variant<Allocate, Launch, Record, Wait>;
+// Run communication segment `segment` (one resharding op: a collective over the mesh's team, or
+// shard_slice) on the run's stream; its results are views or buffers it allocates itself.
+struct Communicate {
+  int segment;
+};
+
+using Node = std::variant<Allocate, Launch, Record, Wait, Communicate>;
 
 struct Program {
   Segmentation segmentation;
@@ -47,7 +53,8 @@ struct Program {
 };
 
 // Lowers a segmentation to a program: for each segment in order, Allocate its outputs where its
-// scheduler writes into preallocated buffers (CUDA), then Launch it.
+// scheduler writes into preallocated buffers (CUDA), then Launch it; a communication segment
+// becomes a Communicate node.
 //
 // CUDA: a memory-bound generated kernel (pointwise, reduction, normalization) right before a
 // GEMM that does not read it runs on side stream 1, so it overlaps the GEMM (compute-bound)

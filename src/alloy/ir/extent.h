@@ -41,6 +41,8 @@ class Extent {
   std::string str(bool dynamic_as_question = false) const;
 
   const std::map<std::string, int>& powers() const { return powers_; }
+  int64_t numerator() const { return num_; }    // the coefficient is numerator() / denominator()
+  int64_t denominator() const { return den_; }
 
  private:
   int64_t num_ = 1;

@@ -85,6 +85,7 @@ Value* Fusion::add_input(std::string name, ValueType type, std::optional<Shardin
   if (find_value(name)) user_error(loc, "parameter '", name, "' is declared twice");
   Value* v = new_value(std::move(name), std::move(type));
   v->is_input = true;
+  if (sharding) v->sharding_source = {ShardingSource::Kind::user, "", loc};
   v->sharding = std::move(sharding);
   inputs_.push_back(v);
   return v;
@@ -193,6 +194,25 @@ std::vector<Value*> Fusion::add_op(OpKind kind, std::vector<Value*> inputs, std:
   return ops_.back()->outputs;
 }
 
+std::vector<Value*> Fusion::add_op_typed(OpKind kind, std::vector<Value*> inputs, std::vector<NamedAttr> attrs,
+                                         std::vector<ValueType> types, std::vector<std::string> output_names,
+                                         const SourceLoc& loc) {
+  ALLOY_CHECK(types.size() == output_names.size(), op_name(kind), ": ", types.size(), " types for ", output_names.size(), " names");
+  auto op = std::make_unique<Op>();
+  op->kind = kind;
+  op->inputs = std::move(inputs);
+  op->attrs = std::move(attrs);
+  op->loc = loc;
+  for (size_t i = 0; i < types.size(); ++i) {
+    ALLOY_CHECK(!find_value(output_names[i]), "'", output_names[i], "' is already defined");
+    Value* out = new_value(output_names[i], std::move(types[i]));
+    out->producer = op.get();
+    op->outputs.push_back(out);
+  }
+  ops_.push_back(std::move(op));
+  return ops_.back()->outputs;
+}
+
 Value* Fusion::add_op1(OpKind kind, std::vector<Value*> inputs, std::vector<NamedAttr> attrs,
                        const SourceLoc& loc, std::string output_name) {
   std::vector<std::string> names;
@@ -214,7 +234,7 @@ std::unique_ptr<Fusion> Fusion::clone() const {
   for (auto& v : values_) {
     Value* nv = copy->new_value(v->name, v->type);
     nv->literal = v->literal;
-    nv->sharding = v->sharding;
+    nv->take_annotations_from(*v);
     nv->is_input = v->is_input;
     map[v.get()] = nv;
   }

@@ -19,11 +19,29 @@ namespace alloy {
 
 struct Op;
 
-// How a tensor is laid over a 1-D device mesh: replicated, or split evenly along one axis.
+// A pending reduction over the mesh: every device holds a full-size term of the value.
+enum class PartialReduce { sum, max, min };
+
+// How a tensor is laid over a 1-D device mesh: replicated, split evenly along one axis, or
+// partial (internal, never written by a user: each device holds one term of a reduction over the
+// mesh that is still to be done). The IR keeps global shapes; local shapes exist at run time.
 struct Sharding {
-  std::vector<int64_t> mesh;       // device ids
-  std::optional<int> shard_axis;   // nullopt: replicated
+  std::vector<int64_t> mesh;       // device ids; device K is the process of rank K
+  std::optional<int> shard_axis;   // set: split evenly along this axis
+  std::optional<PartialReduce> partial;  // set: a pending reduction (shard_axis is then unset)
+
+  bool is_replicated() const { return !shard_axis && !partial; }
   bool operator==(const Sharding&) const = default;
+  static Sharding replicated(std::vector<int64_t> mesh) { return Sharding{std::move(mesh), {}, {}}; }
+  static Sharding shard(std::vector<int64_t> mesh, int axis) { return Sharding{std::move(mesh), axis, {}}; }
+  static Sharding partial_of(std::vector<int64_t> mesh, PartialReduce r) { return Sharding{std::move(mesh), {}, r}; }
+};
+
+// Where a value's sharding came from. A user's annotation is never changed by a pass.
+struct ShardingSource {
+  enum class Kind { none, user, default_replicated, propagated, resharded } kind = Kind::none;
+  std::string from;  // propagated: the value (and rule) it came from; resharded: the value it reshards
+  SourceLoc loc;     // user: where the annotation is written
 };
 
 // A literal scalar in the program (`1.0e-5`, `2`, `true`).
@@ -50,6 +68,7 @@ struct Value {
   ValueType type;
   std::optional<Literal> literal;  // set for literal constants
   std::optional<Sharding> sharding;
+  ShardingSource sharding_source;
   Op* producer = nullptr;        // nullptr for inputs and literals
   bool is_input = false;
 
@@ -58,6 +77,12 @@ struct Value {
   const std::vector<Extent>& shape() const { return type.shape; }
   bool is_scalar() const { return type.is_scalar; }
   std::string type_str() const;  // "bf16[B, 768]", "f32" for a scalar
+  // Takes `other`'s annotations (its sharding and where that came from): the one helper every
+  // pass that makes a value "like" another calls, so no rewrite drops a sharding.
+  void take_annotations_from(const Value& other) {
+    sharding = other.sharding;
+    sharding_source = other.sharding_source;
+  }
 };
 
 struct Op {
@@ -94,6 +119,12 @@ class Fusion {
   // are reported at `loc`), names outputs with `output_names` (or fresh names) and appends the op.
   std::vector<Value*> add_op(OpKind kind, std::vector<Value*> inputs, std::vector<NamedAttr> attrs,
                              const SourceLoc& loc = {}, std::vector<std::string> output_names = {});
+  // Appends an op whose outputs' types the caller already knows (attributes as canonical as a
+  // checked op's), without shape inference: for passes that change what shapes mean, such as
+  // the local (per-device) form of a sharded fusion, whose shapes are global ones divided.
+  std::vector<Value*> add_op_typed(OpKind kind, std::vector<Value*> inputs, std::vector<NamedAttr> attrs,
+                                   std::vector<ValueType> types, std::vector<std::string> output_names,
+                                   const SourceLoc& loc = {});
   Value* add_op1(OpKind kind, std::vector<Value*> inputs, std::vector<NamedAttr> attrs = {},
                  const SourceLoc& loc = {}, std::string output_name = {});
   void add_output(Value* value, const SourceLoc& loc = {});
@@ -127,6 +158,13 @@ class Fusion {
   };
   Extent define_sum(std::vector<Extent> terms);
   const std::vector<DerivedSymbol>& derived_symbols() const { return derived_; }
+
+  // Takes `other`'s constraints and derived symbols (a pass that rebuilds a fusion without shape
+  // inference keeps the facts the original's inference recorded).
+  void take_size_facts_from(const Fusion& other) {
+    constraints_ = other.constraints_;
+    derived_ = other.derived_;
+  }
 
   // Binds every input symbol from concrete input sizes is the evaluator's job; this completes
   // `bindings` with the derived symbols and checks the constraints (user errors name the op).

@@ -26,7 +26,9 @@ namespace alloy {
   /* composites */                                                                          \
   X(softmax) X(layer_norm) X(rms_norm)                                                      \
   /* segmentation control */                                                                \
-  X(segment_set)
+  X(segment_set)                                                                            \
+  /* resharding (inserted by passes/insert_resharding; identities on global shapes) */      \
+  X(all_gather) X(reduce_scatter) X(all_reduce) X(all_to_all) X(shard_slice)
 
 enum class OpKind : uint8_t {
 #define ALLOY_ENUM_ITEM(name) name,

@@ -526,6 +526,18 @@ std::vector<ValueType> infer_identity(const InferContext& ctx) {
   return {type_of(ctx, 0)};
 }
 
+// A resharding op: the same global value with another sharding. Axes are checked against the
+// rank; the reduction against the ones a partial value can hold.
+std::vector<ValueType> infer_resharding(const InferContext& ctx) {
+  require_tensor(ctx, 0, "input");
+  ValueType t = type_of(ctx, 0);
+  for (const char* name : {"axis", "from_axis"})
+    if (const Attr* a = ctx.attr(name)) normalize_axis(a->i, t.rank(), ctx, name);
+  if (const Attr* r = ctx.attr("reduce"); r && r->s != "sum" && r->s != "max" && r->s != "min")
+    ctx.fail("reduce must be \"sum\", \"max\" or \"min\", found \"" + r->s + "\"");
+  return {t};
+}
+
 // ---- the table -------------------------------------------------------------------------
 
 AttrSpec required(std::string_view name, T type) { return {name, type, true, std::nullopt}; }
@@ -577,6 +589,15 @@ std::vector<OpRow> build_table() {
   rows.push_back({OpKind::rms_norm, "rms_norm", OpClass::composite, 1, 2, 1,
                   {optional("normalized_ndim", T::integer, Attr::integer(1)), optional("eps", T::real, Attr::real(1e-6))}, infer_norm});
   rows.push_back({OpKind::segment_set, "segment_set", OpClass::control, 1, 1, 1, {}, infer_identity});
+  auto communication = [&](OpKind k, std::string_view name, std::vector<AttrSpec> attrs) {
+    rows.push_back({k, name, OpClass::communication, 1, 1, 1, std::move(attrs), infer_resharding});
+  };
+  communication(OpKind::all_gather, "all_gather", {required("axis", T::integer)});
+  communication(OpKind::reduce_scatter, "reduce_scatter",
+                {required("axis", T::integer), optional("reduce", T::string, Attr::string("sum"))});
+  communication(OpKind::all_reduce, "all_reduce", {optional("reduce", T::string, Attr::string("sum"))});
+  communication(OpKind::all_to_all, "all_to_all", {required("from_axis", T::integer), required("axis", T::integer)});
+  communication(OpKind::shard_slice, "shard_slice", {required("axis", T::integer)});
   std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.kind < b.kind; });
   for (size_t i = 0; i < rows.size(); ++i) ALLOY_CHECK(size_t(rows[i].kind) == i, "op table has a gap at ", i);
   return rows;
@@ -626,6 +647,8 @@ bool is_pointwise(OpKind kind) {
   OpClass c = op_row(kind).op_class;
   return c == OpClass::unary || c == OpClass::binary || c == OpClass::pointwise;
 }
+
+bool is_communication(OpKind kind) { return op_row(kind).op_class == OpClass::communication; }
 
 bool is_view(OpKind kind) {
   switch (kind) {

@@ -32,7 +32,7 @@ struct InferContext {
 
 using InferFn = std::function<std::vector<ValueType>(const InferContext&)>;
 
-enum class OpClass { unary, binary, pointwise, reduction, shape, matmul, composite, control };
+enum class OpClass { unary, binary, pointwise, reduction, shape, matmul, composite, control, communication };
 
 struct OpRow {
   OpKind kind;
@@ -54,5 +54,8 @@ std::vector<std::string_view> all_op_names();
 int normalize_axis(int64_t axis, int rank, const InferContext& ctx, std::string_view what);
 bool is_pointwise(OpKind kind);
 bool is_view(OpKind kind);  // shape ops that never move data on their own
+// Resharding ops: each changes a value's sharding, not its (global) shape; a collective runs in a
+// segment of its own (shard_slice, replicated -> shard, only takes this device's part).
+bool is_communication(OpKind kind);
 
 }  // namespace alloy

@@ -472,13 +472,16 @@ class Parser {
     for (auto& o : outs) names.push_back(o.text);
     make_room_for(fusion, names);
     std::vector<Value*> values = fusion.add_op(row->kind, inputs, attrs, lex_.loc(op), names);
+    SourceLoc annotation_loc;
     if (lex_.peek().is('@')) {
       std::vector<ValueType> types;
       for (Value* v : values) types.push_back(v->type);
+      annotation_loc = lex_.loc(lex_.peek());
       sharding = parse_sharding(types);
     }
     for (Value* v : values) {
       v->sharding = sharding;
+      if (sharding) v->sharding_source = {ShardingSource::Kind::user, "", annotation_loc};
       names_[v->name] = v;
     }
     pending_names_.clear();

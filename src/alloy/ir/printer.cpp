@@ -27,7 +27,7 @@ std::string header(const Fusion& fusion) {
   std::vector<std::string> params;
   for (const Value* in : fusion.inputs()) {
     std::string p = in->name + ": " + in->type_str();
-    if (in->sharding) p.append(" ").append(sharding_str(*in->sharding));
+    if (in->sharding && in->sharding_source.kind == ShardingSource::Kind::user) p.append(" ").append(sharding_str(*in->sharding));
     params.push_back(p);
   }
   std::string one_line = "fusion " + fusion.name() + "(" + join(params, [](auto& p) { return p; }) + ") {";
@@ -44,7 +44,9 @@ std::string statement(const Op& op) {
   for (const Value* in : op.inputs) args.push_back(operand_str(*in));
   for (const NamedAttr& a : op.attrs) args.push_back(a.name + "=" + a.value.str());
   out += join(args, [](auto& a) { return a; }) + ")";
-  if (!op.outputs.empty() && op.outputs[0]->sharding) out.append(" ").append(sharding_str(*op.outputs[0]->sharding));
+  // only what the user wrote: shardings the passes work out are listed by `--dump sharding`
+  if (!op.outputs.empty() && op.outputs[0]->sharding && op.outputs[0]->sharding_source.kind == ShardingSource::Kind::user)
+    out.append(" ").append(sharding_str(*op.outputs[0]->sharding));
   return out;
 }
 
@@ -61,8 +63,22 @@ std::string operand_str(const Value& value) {
   internal_error("bad literal kind");
 }
 
+std::string partial_name(PartialReduce r) {
+  switch (r) {
+    case PartialReduce::sum: return "sum";
+    case PartialReduce::max: return "max";
+    case PartialReduce::min: return "min";
+  }
+  internal_error("bad partial reduction");
+}
+
+std::string mesh_str(const std::vector<int64_t>& mesh) {
+  return "@mesh[" + join(mesh, [](int64_t d) { return std::to_string(d); }) + "]";
+}
+
 std::string sharding_str(const Sharding& sharding) {
-  std::string out = "@mesh[" + join(sharding.mesh, [](int64_t d) { return std::to_string(d); }) + "]";
+  std::string out = mesh_str(sharding.mesh);
+  if (sharding.partial) return out + " partial(" + partial_name(*sharding.partial) + ")";
   return out + (sharding.shard_axis ? " shard(axis=" + std::to_string(*sharding.shard_axis) + ")" : " replicated");
 }
 

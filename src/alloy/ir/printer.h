@@ -24,5 +24,7 @@ std::string print_fusions(const std::vector<const Fusion*>& fusions, const Print
 std::string operand_str(const Value& value);
 // `@mesh[0, 1] replicated` or `@mesh[0, 1] shard(axis=0)`.
 std::string sharding_str(const Sharding& sharding);
+std::string partial_name(PartialReduce r);
+std::string mesh_str(const std::vector<int64_t>& mesh);  // "@mesh[0, 1]"  // "sum", "max", "min"
 
 }  // namespace alloy

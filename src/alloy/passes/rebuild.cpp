@@ -8,7 +8,10 @@ void Rebuilder::copy(const Op& op) {
   std::vector<std::string> names;
   for (Value* out : op.outputs) names.push_back(out->name);
   auto outs = target.add_op(op.kind, inputs, op.attrs, op.loc, names);
-  for (size_t i = 0; i < outs.size(); ++i) map[op.outputs[i]] = outs[i];
+  for (size_t i = 0; i < outs.size(); ++i) {
+    outs[i]->take_annotations_from(*op.outputs[i]);
+    map[op.outputs[i]] = outs[i];
+  }
 }
 
 Value* Rebuilder::literal(double v) {
@@ -28,7 +31,10 @@ std::string Rebuilder::name_for(const Value* old, const char* suffix) const {
 std::unique_ptr<Fusion> rebuild_fusion(const Fusion& fusion, const std::function<bool(const Op&, Rebuilder&)>& rewrite) {
   auto out = std::make_unique<Fusion>(fusion.name());
   Rebuilder b{*out, {}};
-  for (Value* in : fusion.inputs()) b.map[in] = out->add_input(in->name, in->type, in->sharding);
+  for (Value* in : fusion.inputs()) {
+    b.map[in] = out->add_input(in->name, in->type);
+    b.map[in]->take_annotations_from(*in);
+  }
   for (auto& v : fusion.values())
     if (v->literal) b.map[v.get()] = out->add_literal(*v->literal);
   for (auto& op : fusion.ops())

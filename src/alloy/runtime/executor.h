@@ -40,6 +40,13 @@ class FusionExecutor {
   const Fusion& fusion() const;
   Device device() const;
 
+  // A fusion with a mesh runs one process per device: `run` takes this device's part of each
+  // input and returns its part of each output (nothing on a rank outside the mesh). These say
+  // how each input and output is laid over the mesh (after propagation; nullopt for scalars);
+  // both are empty for a fusion without a mesh.
+  std::vector<std::optional<Sharding>> input_shardings();
+  std::vector<std::optional<Sharding>> output_shardings();
+
   // Printable stages: "ir", "segments", "program", "cuda". The later stages describe the plan
   // of the last run (or of `inputs` when given).
   std::string dump(std::string_view stage, const std::vector<Tensor>* inputs = nullptr);

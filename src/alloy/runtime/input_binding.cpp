@@ -53,6 +53,13 @@ Bindings bind_inputs(const Fusion& fusion, const std::vector<Tensor>& inputs) {
         continue;
       }
       const std::string& name = e.powers().begin()->first;  // a declared size is one symbol
+      // a device's part of a sharded input is the symbol times a fraction (T/2): bind T
+      int64_t num = e.numerator(), den = e.denominator();
+      if (num != 1 || den != 1) {
+        if ((found * den) % num != 0)
+          user_error_at(place(i, axis), "expected a size ", e.str(true), " for a whole ", name, ", found ", found);
+        found = found * den / num;
+      }
       auto [it, inserted] = bindings.try_emplace(name, found);
       if (!inserted && it->second != found)
         user_error_at(place(i, axis), "expected ", e.str(true), " = ", it->second, " (bound by ", bound_by(name), "), found ", found);

@@ -81,6 +81,9 @@ class Tensor {
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
 
+// A CPU tensor's elements packed row-major: `t` itself when already contiguous, else a copy.
+Tensor packed_cpu(const Tensor& t);
+
 // Element access on CPU tensors, converting through double (int64 kept exact separately).
 double load_as_double(const void* base, DType dtype, int64_t index);
 int64_t load_as_int(const void* base, DType dtype, int64_t index);

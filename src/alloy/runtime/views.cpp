@@ -24,6 +24,9 @@ int64_t clamp_index(int64_t i, int64_t n) { return std::clamp(i < 0 ? i + n : i,
 Tensor apply_view(const Op& op, const Tensor& in, const std::vector<int64_t>& out_sizes) {
   switch (op.kind) {
     case OpKind::segment_set:
+    // a resharding op of a fusion without a mesh: the global value unchanged
+    case OpKind::all_gather: case OpKind::reduce_scatter: case OpKind::all_reduce: case OpKind::all_to_all:
+    case OpKind::shard_slice:
       return in;
     case OpKind::broadcast_in_dim: {
       std::vector<int> source(out_sizes.size(), -1);

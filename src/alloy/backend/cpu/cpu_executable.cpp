@@ -1,6 +1,8 @@
 #include "alloy/backend/cpu/cpu_executable.h"
 
 #include "alloy/backend/cpu/reference_ops.h"
+#include "alloy/multidevice/communication_segment.h"
+#include "alloy/segment/segmenter.h"
 
 namespace alloy {
 namespace {
@@ -37,6 +39,16 @@ void run_reference_ops(const std::vector<const Op*>& ops, host_ir::RunState& sta
 
 std::unique_ptr<host_ir::SegmentExecutable> make_cpu_executable(const Segment& segment) {
   return std::make_unique<CpuSegment>(segment);
+}
+
+std::unique_ptr<host_ir::Executable> build_cpu_plan(const Fusion& fusion) {
+  auto plan = std::make_unique<host_ir::Executable>();
+  plan->program = host_ir::lower_to_program(segment_fusion(fusion, Target::cpu));
+  for (const Segment& s : plan->program.segmentation.segments)
+    plan->segments.push_back(s.scheduler == "communication"
+                                 ? multidevice::make_communication_segment(s, multidevice::host_memory())
+                                 : make_cpu_executable(s));
+  return plan;
 }
 
 }  // namespace alloy

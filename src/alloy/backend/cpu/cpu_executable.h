@@ -10,6 +10,9 @@ namespace alloy {
 
 std::unique_ptr<host_ir::SegmentExecutable> make_cpu_executable(const Segment& segment);
 
+// The CPU plan of a fusion: one segment per op (communication through the host communicator).
+std::unique_ptr<host_ir::Executable> build_cpu_plan(const Fusion& fusion);
+
 // Runs `ops` one by one through the reference kernels, reading and writing `state`. A GPU
 // segment that falls back passes `to_host` for its inputs and `from_host` for its results.
 using TensorMove = std::function<Tensor(const Tensor&)>;

@@ -70,6 +70,13 @@ constexpr ReferenceRow kRows[] = {
     {OpKind::layer_norm, layer_norm_op},
     {OpKind::rms_norm, rms_norm_op},
     {OpKind::segment_set, view_op},
+    // resharding ops are identities on global values (a fusion without a mesh); with a mesh they
+    // run as communication segments, never here
+    {OpKind::all_gather, view_op},
+    {OpKind::reduce_scatter, view_op},
+    {OpKind::all_reduce, view_op},
+    {OpKind::all_to_all, view_op},
+    {OpKind::shard_slice, view_op},
 };
 
 #define ALLOY_COUNT_KIND(name) +1

@@ -9,6 +9,7 @@
 #include "alloy/backend/cuda/generated_kernel.h"
 #include "alloy/backend/cuda/matmul_segment.h"
 #include "alloy/backend/cuda/strided_copy.h"
+#include "alloy/multidevice/communication_segment.h"
 #include "alloy/runtime/views.h"
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 
@@ -101,6 +102,11 @@ class CudaRunStreams final : public host_ir::RunStreams {
   std::optional<StreamGuard> guard_;
 };
 
+multidevice::DeviceMemory device_memory() {
+  return {[](DType dtype, const std::vector<int64_t>& sizes, host_ir::RunState& state) { return allocate_on_device(dtype, sizes, state); },
+          [](const Tensor& t, host_ir::RunState& state) { return contiguous(t, Stream::current(state.device.index)); }};
+}
+
 std::unique_ptr<host_ir::RunStreams> open_cuda_streams(const host_ir::Program& program, host_ir::RunState& state) {
   return std::make_unique<CudaRunStreams>(program, state.device.index);
 }
@@ -117,6 +123,8 @@ std::unique_ptr<host_ir::Executable> build_cuda_plan(const Fusion& fusion) {
       plan->segments.push_back(std::make_unique<NoopSegment>(s));
     } else if (s.scheduler == "matmul") {
       plan->segments.push_back(make_matmul_segment(s));
+    } else if (s.scheduler == "communication") {
+      plan->segments.push_back(multidevice::make_communication_segment(s, device_memory()));
     } else if (s.scheduler == "cpu_fallback") {
       plan->segments.push_back(std::make_unique<CpuFallbackSegment>(s));
     } else {

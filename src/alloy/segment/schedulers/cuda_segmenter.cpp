@@ -116,6 +116,11 @@ Segmentation segment_for_cuda(const Fusion& fusion) {
   while (i < ops.size()) {
     const Op* op = ops[i];
     int id = int(result.segments.size());
+    if (is_communication(op->kind)) {  // a collective is a segment of its own, never in a kernel
+      result.segments.push_back(make_segment(fusion, {op}, "communication", id));
+      ++i;
+      continue;
+    }
     if (schedule.group[i] >= 0) {
       const EpilogueMatch& m = matches[schedule.group[i]];
       Segment s = make_segment(fusion, m.ops, "matmul", id);
@@ -128,7 +133,7 @@ Segmentation segment_for_cuda(const Fusion& fusion) {
     // The longest run [i, j] that one generated kernel computes.
     size_t best = i;
     std::string best_kind, why_not_longer;
-    for (size_t j = i; j < ops.size() && schedule.group[j] < 0 && !is_matmul(ops[j]->kind); ++j) {
+    for (size_t j = i; j < ops.size() && schedule.group[j] < 0 && !is_matmul(ops[j]->kind) && !is_communication(ops[j]->kind); ++j) {
       Segment candidate = make_segment(fusion, range(i, j), "", id);
       auto analysis = analyze_kernel(candidate.ops, candidate.inputs, candidate.outputs);
       if (auto* a = std::get_if<KernelAnalysis>(&analysis)) {

@@ -1,0 +1,126 @@
+#include "alloy/multidevice/communication_segment.h"
+
+#include <numeric>
+
+#include "alloy/ir/op_table.h"
+#include "alloy/multidevice/communicator.h"
+
+namespace alloy::multidevice {
+namespace {
+
+PartialReduce reduce_of(const Op& op) {
+  const std::string& r = op.string_attr("reduce");
+  return r == "max" ? PartialReduce::max : r == "min" ? PartialReduce::min : PartialReduce::sum;
+}
+
+// The axis order that puts `axis` first, and its inverse.
+std::vector<int> axis_first(int rank, int axis) {
+  std::vector<int> order{axis};
+  for (int a = 0; a < rank; ++a)
+    if (a != axis) order.push_back(a);
+  return order;
+}
+std::vector<int> inverse(const std::vector<int>& order) {
+  std::vector<int> inv(order.size());
+  for (size_t i = 0; i < order.size(); ++i) inv[size_t(order[i])] = int(i);
+  return inv;
+}
+
+class CommunicationSegment final : public host_ir::SegmentExecutable {
+ public:
+  CommunicationSegment(const Segment& s, DeviceMemory memory) : op_(*s.ops.at(0)), memory_(std::move(memory)) {
+    ALLOY_CHECK(s.ops.size() == 1 && is_communication(op_.kind), "a communication segment holds one resharding op");
+  }
+
+  void run(host_ir::RunState& state) override {
+    const Tensor& in = state.at(op_.inputs[0]);
+    // a fusion without a mesh (resharding ops written by hand) is a team of one
+    Tensor out = state.communicator ? communicate(*state.communicator, in, state) : in;
+    ALLOY_CHECK(out.sizes() == state.concrete_shape(op_.outputs[0]), op_name(op_.kind), " of '", op_.inputs[0]->name,
+                "' made ", out.str(), "; expected the local shape of '", op_.outputs[0]->name, "'");
+    state.values[op_.outputs[0]->id] = std::move(out);
+  }
+
+ private:
+  Tensor communicate(Communicator& comm, const Tensor& in, host_ir::RunState& state) {
+    int n = comm.size();
+    int rank = in.dim();
+    switch (op_.kind) {
+      case OpKind::all_gather: {
+        auto order = axis_first(rank, int(op_.int_attr("axis")));
+        Tensor part = memory_.contiguous(in.permute(order), state);
+        std::vector<int64_t> sizes = part.sizes();
+        sizes[0] *= n;
+        Tensor whole = memory_.empty(in.dtype(), sizes, state);
+        comm.all_gather(part, whole);
+        return whole.permute(inverse(order));
+      }
+      case OpKind::reduce_scatter: {
+        auto order = axis_first(rank, int(op_.int_attr("axis")));
+        Tensor terms = memory_.contiguous(in.permute(order), state);
+        std::vector<int64_t> sizes = terms.sizes();
+        sizes[0] /= n;
+        Tensor part = memory_.empty(in.dtype(), sizes, state);
+        comm.reduce_scatter(terms, part, reduce_of(op_));
+        return part.permute(inverse(order));
+      }
+      case OpKind::all_reduce: {
+        Tensor terms = memory_.contiguous(in, state);
+        Tensor sum = memory_.empty(in.dtype(), in.sizes(), state);
+        comm.all_reduce(terms, sum, reduce_of(op_));
+        return sum;
+      }
+      case OpKind::all_to_all: return all_to_all(comm, in, state);
+      case OpKind::shard_slice: {
+        int axis = int(op_.int_attr("axis"));
+        std::vector<int64_t> sizes = in.sizes();
+        sizes[size_t(axis)] /= n;
+        return in.as_strided(sizes, in.strides(), in.offset() + comm.rank() * sizes[size_t(axis)] * in.stride(axis));
+      }
+      default: internal_error("communicate: ", op_name(op_.kind));
+    }
+  }
+
+  // Sharded along `from` to sharded along `to`: split `to` into n parts (part r goes to rank r),
+  // exchange, and lay the received parts (one per source rank) along `from`.
+  Tensor all_to_all(Communicator& comm, const Tensor& in, host_ir::RunState& state) {
+    int n = comm.size();
+    int from = int(op_.int_attr("from_axis")), to = int(op_.int_attr("axis"));
+    // in with axis `to` split into [n, part] and the n moved first: [n, ...axes with `to` = part...]
+    std::vector<int64_t> sizes = in.sizes(), strides = in.strides();
+    int64_t part = sizes[size_t(to)] / n;
+    sizes[size_t(to)] = part;
+    sizes.insert(sizes.begin(), n);
+    strides.insert(strides.begin(), part * in.stride(to));
+    Tensor send = memory_.contiguous(in.as_strided(sizes, strides, in.offset()), state);
+    Tensor received = memory_.empty(in.dtype(), send.sizes(), state);
+    comm.all_to_all(send, received);
+    // received[i] is source rank i's part along `from`: move that axis just before `from`, merge
+    std::vector<int> order;
+    for (int a = 1; a <= in.dim(); ++a) {
+      if (a - 1 == from) order.push_back(0);
+      order.push_back(a);
+    }
+    Tensor packed = memory_.contiguous(received.permute(order), state);
+    std::vector<int64_t> out_sizes = in.sizes();
+    out_sizes[size_t(from)] *= n;
+    out_sizes[size_t(to)] = part;
+    return packed.view(out_sizes);
+  }
+
+  const Op& op_;
+  DeviceMemory memory_;
+};
+
+}  // namespace
+
+std::unique_ptr<host_ir::SegmentExecutable> make_communication_segment(const Segment& segment, DeviceMemory memory) {
+  return std::make_unique<CommunicationSegment>(segment, std::move(memory));
+}
+
+DeviceMemory host_memory() {
+  return {[](DType dtype, const std::vector<int64_t>& sizes, host_ir::RunState&) { return Tensor::empty(dtype, sizes); },
+          [](const Tensor& t, host_ir::RunState&) { return packed_cpu(t); }};
+}
+
+}  // namespace alloy::multidevice

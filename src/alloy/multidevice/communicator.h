@@ -1,0 +1,79 @@
+// Processes and communicators. One process per device: rank and world size come from MPI
+// (`mpirun -n N`); a process started without a launcher is a job of one. A Communicator moves
+// the buffers of one team (the devices of a mesh) with collectives; three kinds:
+//   - MPI, for host tensors (and the team of one, where every collective is a copy);
+//   - NCCL, for device tensors, reached at run time (dlopen) as the CUDA driver is, its unique id
+//     sent over MPI; collectives are enqueued on the calling thread's current stream and the host
+//     does not wait for them;
+//   - staged, for device tensors where NCCL cannot serve (no libnccl, or ranks sharing one GPU,
+//     which NCCL refuses): through host memory and MPI, slowly but correctly; said once on stderr.
+// Buffers handed to a collective are contiguous; the parts of a team are rank-major (part r of
+// an all-gather's output is team rank r's input). Team rank r is the device at position r of
+// the mesh.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "alloy/ir/fusion.h"
+#include "alloy/runtime/tensor.h"
+
+namespace alloy::multidevice {
+
+struct ProcessInfo {
+  int rank = 0;        // in the job (MPI_COMM_WORLD)
+  int size = 1;        // processes in the job
+  int local_rank = 0;  // among the processes of this host: picks the GPU
+};
+
+// This process's place in the job; initializes MPI on first use when the process was started by
+// an MPI launcher (mpirun sets OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK).
+const ProcessInfo& process();
+// Whether this build can run jobs of several processes (it was built with MPI).
+bool have_mpi();
+
+// A host-side agreement every rank of the job reaches: each says whether it failed; returns the
+// lowest failing rank, or -1 when none did. Cheap for a job of one.
+int first_failing_rank(bool failed);
+// Ends MPI (before a tool exits). Safe to call when MPI was never started.
+void finalize();
+// Ends every process of the job with `code`: for a tool whose rank failed after the ranks agreed
+// to communicate, so no other rank waits in a collective for it. Never called by the library.
+[[noreturn]] void abort_job(int code);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string name() const = 0;  // "mpi", "nccl", "staged (host memory + MPI)", "self"
+  int rank() const { return rank_; }     // in the team
+  int size() const { return size_; }     // devices in the team
+
+  // `out` holds size() parts of `in`'s elements, part r from team rank r.
+  virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
+  // `in` holds size() parts; this rank's `out` is the reduction of every rank's part rank().
+  virtual void reduce_scatter(const Tensor& in, const Tensor& out, PartialReduce op) = 0;
+  virtual void all_reduce(const Tensor& in, const Tensor& out, PartialReduce op) = 0;
+  // `in` holds size() parts, part r sent to team rank r; `out` receives part rank() of every rank.
+  virtual void all_to_all(const Tensor& in, const Tensor& out) = 0;
+  virtual void broadcast(const Tensor& buffer, int root) = 0;
+  virtual void send(const Tensor& in, int peer) = 0;
+  virtual void recv(const Tensor& out, int peer) = 0;
+
+ protected:
+  Communicator(int rank, int size) : rank_(rank), size_(size) {}
+
+ private:
+  int rank_, size_;
+};
+
+// The communicator of `mesh` (device ids, which are ranks) for tensors on `device`'s kind, made
+// on first use and kept. Every rank of the job calls it together (making one is collective);
+// a rank outside the mesh gets nullptr. A mesh larger than the job is a user error.
+std::shared_ptr<Communicator> communicator_for(const std::vector<int64_t>& mesh, Device device);
+
+// The user error for a mesh this job cannot hold, naming the launch that would: nullopt when the
+// mesh fits (every device id below the job's size).
+std::optional<std::string> mesh_misfit(const std::vector<int64_t>& mesh);
+
+}  // namespace alloy::multidevice

@@ -1,0 +1,225 @@
+// MPI: the job (process info, agreement, abort) and the communicator for host tensors. A build
+// without MPI runs jobs of one process: the team of one copies.
+#include "alloy/multidevice/mpi_communicator.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "alloy/common/error.h"
+
+#if ALLOY_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace alloy::multidevice {
+namespace {
+
+bool launched_by_mpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(var)) return true;
+  return false;
+}
+
+#if ALLOY_HAVE_MPI
+void check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  internal_error("MPI: ", what, " failed: ", std::string(text, size_t(length)));
+}
+
+bool mpi_started() {
+  int started = 0, ended = 0;
+  MPI_Initialized(&started);
+  MPI_Finalized(&ended);
+  return started && !ended;
+}
+
+// Reductions of 16-bit floats go through f32 (MPI has no such types): sum in f32, rounded once.
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f64: return MPI_DOUBLE;
+    case DType::f32: case DType::bf16: case DType::f16: return MPI_FLOAT;
+    case DType::i64: return MPI_INT64_T;
+    case DType::i32: return MPI_INT32_T;
+    case DType::boolean: return MPI_UNSIGNED_CHAR;
+  }
+  internal_error("mpi_type: bad dtype");
+}
+
+MPI_Op mpi_op(PartialReduce r) {
+  switch (r) {
+    case PartialReduce::sum: return MPI_SUM;
+    case PartialReduce::max: return MPI_MAX;
+    case PartialReduce::min: return MPI_MIN;
+  }
+  internal_error("mpi_op: bad reduction");
+}
+
+bool narrow_float(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+// `t` as an MPI reduction reads it: itself, or an f32 copy of a 16-bit float tensor.
+Tensor widened(const Tensor& t) {
+  if (!narrow_float(t.dtype())) return t;
+  Tensor w = Tensor::empty(DType::f32, t.sizes());
+  for (int64_t i = 0; i < t.numel(); ++i) store_double(w.data(), DType::f32, i, load_as_double(t.data(), t.dtype(), i));
+  return w;
+}
+
+void narrow_into(const Tensor& wide, const Tensor& out) {
+  if (wide.data() == out.data()) return;
+  for (int64_t i = 0; i < out.numel(); ++i) store_double(out.data(), out.dtype(), i, load_as_double(wide.data(), DType::f32, i));
+}
+
+int count_of(int64_t n, const char* what) {
+  if (n > int64_t(INT32_MAX)) user_error_at("MPI " + std::string(what), n, " elements is more than MPI's int counts carry");
+  return int(n);
+}
+
+size_t bytes_of(const Tensor& t) { return size_t(t.numel()) * size_t(dtype_size(t.dtype())); }
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, int rank, int size) : Communicator(rank, size), comm_(comm) {}
+  ~MpiCommunicator() override {
+    if (comm_ != MPI_COMM_WORLD && mpi_started()) MPI_Comm_free(&comm_);
+  }
+  std::string name() const override { return "mpi"; }
+
+  void all_gather(const Tensor& in, const Tensor& out) override {
+    int n = count_of(int64_t(bytes_of(in)), "all_gather");
+    check(MPI_Allgather(in.data(), n, MPI_BYTE, out.data(), n, MPI_BYTE, comm_), "all_gather");
+  }
+  void reduce_scatter(const Tensor& in, const Tensor& out, PartialReduce op) override {
+    Tensor w_in = widened(in), w_out = narrow_float(out.dtype()) ? Tensor::empty(DType::f32, out.sizes()) : out;
+    int n = count_of(out.numel(), "reduce_scatter");
+    check(MPI_Reduce_scatter_block(w_in.data(), w_out.data(), n, mpi_type(in.dtype()), mpi_op(op), comm_), "reduce_scatter");
+    narrow_into(w_out, out);
+  }
+  void all_reduce(const Tensor& in, const Tensor& out, PartialReduce op) override {
+    Tensor w_in = widened(in), w_out = narrow_float(out.dtype()) ? Tensor::empty(DType::f32, out.sizes()) : out;
+    int n = count_of(out.numel(), "all_reduce");
+    check(MPI_Allreduce(w_in.data(), w_out.data(), n, mpi_type(in.dtype()), mpi_op(op), comm_), "all_reduce");
+    narrow_into(w_out, out);
+  }
+  void all_to_all(const Tensor& in, const Tensor& out) override {
+    int n = count_of(int64_t(bytes_of(in)) / size(), "all_to_all");
+    check(MPI_Alltoall(in.data(), n, MPI_BYTE, out.data(), n, MPI_BYTE, comm_), "all_to_all");
+  }
+  void broadcast(const Tensor& buffer, int root) override {
+    check(MPI_Bcast(buffer.data(), count_of(int64_t(bytes_of(buffer)), "broadcast"), MPI_BYTE, root, comm_), "broadcast");
+  }
+  void send(const Tensor& in, int peer) override {
+    check(MPI_Send(in.data(), count_of(int64_t(bytes_of(in)), "send"), MPI_BYTE, peer, 0, comm_), "send");
+  }
+  void recv(const Tensor& out, int peer) override {
+    check(MPI_Recv(out.data(), count_of(int64_t(bytes_of(out)), "recv"), MPI_BYTE, peer, 0, comm_, MPI_STATUS_IGNORE), "recv");
+  }
+
+ private:
+  MPI_Comm comm_;
+};
+#endif
+
+// The team of one: every collective is a copy (or nothing, in place).
+class SelfCommunicator final : public Communicator {
+ public:
+  SelfCommunicator() : Communicator(0, 1) {}
+  std::string name() const override { return "self"; }
+  void all_gather(const Tensor& in, const Tensor& out) override { copy(in, out); }
+  void reduce_scatter(const Tensor& in, const Tensor& out, PartialReduce) override { copy(in, out); }
+  void all_reduce(const Tensor& in, const Tensor& out, PartialReduce) override { copy(in, out); }
+  void all_to_all(const Tensor& in, const Tensor& out) override { copy(in, out); }
+  void broadcast(const Tensor&, int) override {}
+  void send(const Tensor&, int) override { internal_error("send in a team of one"); }
+  void recv(const Tensor&, int) override { internal_error("recv in a team of one"); }
+
+ private:
+  static void copy(const Tensor& in, const Tensor& out) {
+    if (in.data() != out.data()) std::memcpy(out.data(), in.data(), bytes_of(in));
+  }
+};
+
+}  // namespace
+
+const ProcessInfo& process() {
+  static const ProcessInfo info = [] {
+    ProcessInfo p;
+#if ALLOY_HAVE_MPI
+    if (!launched_by_mpi()) return p;
+    int provided = 0;
+    if (!mpi_started()) check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "init");
+    MPI_Comm_rank(MPI_COMM_WORLD, &p.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &p.size);
+    MPI_Comm local;
+    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, p.rank, MPI_INFO_NULL, &local), "split by host");
+    MPI_Comm_rank(local, &p.local_rank);
+    MPI_Comm_free(&local);
+#else
+    if (launched_by_mpi())
+      std::fprintf(stderr, "alloy: started by an MPI launcher, but this build has no MPI: every process runs alone\n");
+#endif
+    return p;
+  }();
+  return info;
+}
+
+bool have_mpi() { return ALLOY_HAVE_MPI != 0; }
+
+int first_failing_rank(bool failed) {
+  const ProcessInfo& p = process();
+  if (p.size == 1) return failed ? 0 : -1;
+#if ALLOY_HAVE_MPI
+  int mine = failed ? p.rank : p.size, lowest = p.size;
+  check(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "agreement");
+  return lowest == p.size ? -1 : lowest;
+#else
+  return failed ? 0 : -1;
+#endif
+}
+
+void finalize() {
+#if ALLOY_HAVE_MPI
+  if (mpi_started()) MPI_Finalize();
+#endif
+}
+
+void abort_job(int code) {
+#if ALLOY_HAVE_MPI
+  if (mpi_started() && process().size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  std::exit(code);
+}
+
+std::optional<std::string> mesh_misfit(const std::vector<int64_t>& mesh) {
+  int size = process().size;
+  int64_t highest = 0;
+  for (int64_t d : mesh) highest = std::max(highest, d);
+  if (highest < size) return std::nullopt;
+  std::string text = "the mesh has " + std::to_string(mesh.size()) + " device" + (mesh.size() == 1 ? "" : "s") +
+                     " (ids up to " + std::to_string(highest) + ") but this job has " + std::to_string(size) + " process" +
+                     (size == 1 ? "" : "es") + "; launch one process per device, e.g. `mpirun -n " +
+                     std::to_string(highest + 1) + " alloy run ...`";
+  if (!have_mpi()) text += " (this build has no MPI: rebuild with Open MPI installed, scripts/setup-deps)";
+  return text;
+}
+
+std::shared_ptr<Communicator> host_communicator(const std::vector<int64_t>& mesh) {
+  if (auto misfit = mesh_misfit(mesh)) user_error_at("mesh", *misfit);
+  const ProcessInfo& p = process();
+  int position = -1;
+  for (size_t i = 0; i < mesh.size(); ++i)
+    if (mesh[i] == p.rank) position = int(i);
+  if (mesh.size() == 1) return position == 0 ? std::make_shared<SelfCommunicator>() : nullptr;
+#if ALLOY_HAVE_MPI
+  MPI_Comm comm;
+  check(MPI_Comm_split(MPI_COMM_WORLD, position >= 0 ? 0 : MPI_UNDEFINED, position, &comm), "split by mesh");
+  if (position < 0) return nullptr;
+  return std::make_shared<MpiCommunicator>(comm, position, int(mesh.size()));
+#else
+  internal_error("a mesh of several devices in a build without MPI");
+#endif
+}
+
+}  // namespace alloy::multidevice

@@ -1,0 +1,98 @@
+#include "alloy/pipeline/pipeline.h"
+
+#include "alloy/backend/cpu/cpu_executable.h"
+#include "alloy/backend/gpu_plan.h"
+#include "alloy/ir/printer.h"
+#include "alloy/passes/decompose_composites.h"
+#include "alloy/passes/insert_resharding.h"
+#include "alloy/passes/localize_shards.h"
+#include "alloy/passes/propagate_sharding.h"
+#include "alloy/passes/split_var_mean.h"
+
+namespace alloy {
+namespace {
+
+using Pass = std::unique_ptr<Fusion> (*)(const Fusion&);
+
+struct Step {
+  std::string_view name;
+  Pass pass;
+  bool (*applies)(Target target, bool sharded);
+};
+
+// The order, and why:
+//  1. decompose_composites: softmax, layer_norm and rms_norm become primitives. First, because
+//     the sharding rules and the GPU kernels know primitives only (the CPU reference runs
+//     composites whole where nothing is sharded).
+//  2. split_var_mean: a variance becomes two means, so one over a sharded axis is partial sums.
+//  3. propagate_sharding: every value gets a sharding, over the whole finished fusion.
+//  4. insert_resharding: collectives where a consumer needs another sharding than it gets.
+//  5. localize_shards: each device's fusion, with local shapes; last, so the passes above reason
+//     in global shapes only.
+// Then the target segments (the CUDA segmenter matches matmul epilogues per segment), lowers to
+// the host program and makes the executables.
+const std::vector<Step>& steps() {
+  static const std::vector<Step> list = {
+      {"decompose_composites", decompose_composites, [](Target t, bool sharded) { return t == Target::cuda || sharded; }},
+      {"split_var_mean", split_var_mean, [](Target, bool sharded) { return sharded; }},
+      {"propagate_sharding", propagate_sharding, [](Target, bool sharded) { return sharded; }},
+      {"insert_resharding", insert_resharding, [](Target, bool sharded) { return sharded; }},
+      {"localize_shards", localize_shards, [](Target, bool sharded) { return sharded; }},
+  };
+  return list;
+}
+
+std::string where_sharded(const Value& v) {
+  if (v.sharding_source.kind == ShardingSource::Kind::user && v.sharding_source.loc.known()) return v.sharding_source.loc.str();
+  if (v.producer && v.producer->loc.known()) return v.producer->loc.str();
+  return "value '" + v.name + "'";
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& pass_names() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> out;
+    for (const Step& s : steps()) out.push_back(s.name);
+    return out;
+  }();
+  return names;
+}
+
+void check_shardable(const Fusion& global, const Bindings* bindings) {
+  for (auto& v : global.values()) {
+    if (!v->sharding || !v->sharding->shard_axis) continue;
+    int axis = *v->sharding->shard_axis;
+    const Extent& e = v->shape()[size_t(axis)];
+    auto size = bindings ? e.evaluate(*bindings) : e.constant_value();
+    int64_t n = int64_t(v->sharding->mesh.size());
+    if (!size || *size % n == 0) continue;
+    user_error_at(where_sharded(*v), "'", v->name, "' is sharded along axis ", axis, " of size ", *size,
+                  e.is_constant() ? "" : " (" + e.str(true) + ")", ", which the ", n, " devices of ", mesh_str(v->sharding->mesh),
+                  " do not divide evenly");
+  }
+}
+
+CompiledFusion compile_fusion(const Fusion& fusion, Target target, const PassObserver& observe) {
+  CompiledFusion out;
+  out.mesh = fusion_mesh(fusion);
+  bool sharded = out.mesh.has_value();
+  std::unique_ptr<Fusion> current;
+  for (const Step& step : steps()) {
+    if (!step.applies(target, sharded)) {
+      if (observe) observe(step.name, nullptr);
+      continue;
+    }
+    current = step.pass(current ? *current : fusion);
+    if (step.pass == insert_resharding) {
+      check_shardable(*current, nullptr);
+      out.global = current->clone();
+    }
+    if (observe) observe(step.name, current.get());
+  }
+  out.local = current ? std::move(current) : fusion.clone();
+  out.executable = target == Target::cpu ? build_cpu_plan(*out.local) : build_gpu_plan(*out.local);
+  return out;
+}
+
+}  // namespace alloy

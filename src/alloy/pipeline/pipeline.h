@@ -1,0 +1,40 @@
+// The pipeline: the one flat list of every pass in execution order, then segmentation, lowering
+// and the backend's executables. It belongs to no backend; backends only segment-schedule and run
+// what it hands them. Each pass is addressable by name: `--dump after=NAME` prints the fusion
+// after it ("(skipped)" where it did not apply).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "alloy/host_ir/evaluator.h"
+#include "alloy/ir/fusion.h"
+
+namespace alloy {
+
+// Called after each pass with its name and its result (nullptr where the pass was skipped).
+using PassObserver = std::function<void(std::string_view pass, const Fusion* result)>;
+
+struct CompiledFusion {
+  std::optional<std::vector<int64_t>> mesh;  // the fusion's mesh, when it names one
+  std::unique_ptr<Fusion> global;            // after the sharding passes, global shapes (--dump sharding)
+  std::unique_ptr<Fusion> local;             // what each device runs (the fusion itself, on one device)
+  std::unique_ptr<host_ir::Executable> executable;
+};
+
+// Every pass in order, then the target's segmentation, lowering and executables.
+CompiledFusion compile_fusion(const Fusion& fusion, Target target, const PassObserver& observe = {});
+
+// The passes' names, in execution order.
+const std::vector<std::string_view>& pass_names();
+
+// A sharded value whose size along its sharded axis the mesh does not divide is a user error
+// naming the value, the axis, the size and the mesh. With `bindings` (run time) every size is
+// checked; without, the constant ones.
+void check_shardable(const Fusion& global, const Bindings* bindings);
+
+}  // namespace alloy
