@@ -111,6 +111,13 @@ const std::map<std::string, std::pair<std::string, std::string>> kEveryOp = {
     {"layer_norm", {"layer_norm(x, n, n, eps=0.001)", "f32[B, 4, 8]"}},
     {"rms_norm", {"rms_norm(x, n)", "f32[B, 4, 8]"}},
     {"segment_set", {"segment_set(x)", "f32[B, 4, 8]"}},
+    // Collectives are inserted by the sharding passes, never needed in a user's fusion, but what
+    // `--dump after=insert_resharding` prints parses again: they keep their input's global type.
+    {"all_gather", {"all_gather(x, axis=0)", "f32[B, 4, 8]"}},
+    {"reduce_scatter", {"reduce_scatter(x, axis=1, reduce=\"max\")", "f32[B, 4, 8]"}},
+    {"all_reduce", {"all_reduce(i)", "i32[4]"}},
+    {"all_to_all", {"all_to_all(x, from_axis=0, axis=2)", "f32[B, 4, 8]"}},
+    {"shard_slice", {"shard_slice(w, axis=-1)", "f32[16, 8]"}},
 };
 
 TEST(Parser, EveryOp_ParsesAndInfersItsType) {

@@ -9,6 +9,7 @@
 #include <numbers>
 
 #include "alloy/ir/parser.h"
+#include "alloy/passes/propagate_sharding.h"
 #include "alloy/runtime/executor.h"
 #include "alloy/runtime/run_inputs.h"
 #include "test_util.h"
@@ -501,6 +502,19 @@ TEST(EndToEndCpu, EveryExample_RunsWithRandomInputsAndGivesFiniteOutputsOfTheDec
     Bindings sizes;
     for (const std::string& symbol : fusion->input_symbols()) sizes[symbol] = symbol[0] == '?' ? 5 : 3;
     std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), sizes, 17);
+    if (auto mesh = fusion_mesh(*fusion); mesh && mesh->size() > 1) {
+      // A sharded example needs one process per device (tests/multidevice runs them under
+      // mpirun); alone, it is a user error that says how to launch it, never an unsharded run.
+      FusionExecutor executor(std::move(fusion), {DeviceChoice::cpu});
+      std::string error = "no error";
+      try {
+        executor.run(inputs);
+      } catch (const UserError& e) {
+        error = e.what();
+      }
+      EXPECT_NE(error.find("mpirun -n " + std::to_string(mesh->size())), std::string::npos) << error;
+      continue;
+    }
     FusionExecutor executor(std::move(fusion), {DeviceChoice::cpu});
     std::vector<Tensor> outputs = executor.run(inputs);
     const Fusion& f = executor.fusion();

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -373,6 +374,103 @@ TEST(CliCheck, PrintsEveryErrorOfEveryFusion) {
   EXPECT_NE(output.find(":4:7: sum:"), std::string::npos) << output;
   EXPECT_NE(output.find(":8:11: undefined value 'q'"), std::string::npos) << output;
   EXPECT_NE(output.find("3 errors"), std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace alloy
+
+// ---- alloy run under mpirun ------------------------------------------------------------------
+
+namespace alloy {
+namespace {
+
+// `mpirun -n N alloy ARGS` (oversubscribed, allowed as root), or empty where mpirun is missing.
+class CliMpiTest : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not found (scripts/setup-deps installs Open MPI)";
+  }
+  CliResult mpirun(int ranks, const std::string& args) const {
+    std::string command = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -n " + std::to_string(ranks) +
+                          " --oversubscribe '" + ALLOY_CLI_PATH + "' " + args + " >'" + path("stdout") + "' 2>'" + path("stderr") + "'";
+    int status = std::system(command.c_str());
+    CliResult r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = testing::read_file(path("stdout"));
+    r.err = testing::read_file(path("stderr"));
+    return r;
+  }
+  // The example with every annotation removed: the same fusion on one device.
+  std::string unsharded(const std::string& name) const {
+    std::string text = testing::read_file(testing::source_path("examples/" + name));
+    std::regex annotation(R"( @mesh\[[0-9, ]*\] (replicated|shard\(axis=[0-9]+\)))");
+    return write("plain_" + name, std::regex_replace(text, annotation, ""));
+  }
+};
+
+TEST_F(CliMpiTest, TensorParallelMlp_TwoRanks_SaveTheGlobalOutputsOfTheUnshardedRun) {
+  for (const char* name : {"tp_mlp.fusion", "tp_mlp_sequence_parallel.fusion", "tp_mlp_backward.fusion"}) {
+    SCOPED_TRACE(name);
+    CliResult plain = alloy("run '" + unsharded(name) + "' --bind T=8 --device cpu --save-outputs " + path("plain"));
+    ASSERT_EQ(plain.code, 0) << plain.err;
+    CliResult r = mpirun(2, "run " + example(name) + " --bind T=8 --device cpu --save-outputs " + path("sharded") + " --dump program");
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_TRUE(contains(r.out, "Communicate")) << r.out;  // the program names its collectives
+    for (const auto& entry : fs::directory_iterator(path("plain"))) {
+      std::string out = entry.path().stem().string();
+      Tensor expected = read_npy(entry.path().string());
+      Tensor global = read_npy(path("sharded/" + out + ".npy"));
+      EXPECT_TRUE(testing::tensors_close(global, expected)) << out;
+      // every rank keeps its own part; the parts of a split output put together are the global value
+      Tensor part0 = read_npy(path("sharded/" + out + ".rank0.npy")), part1 = read_npy(path("sharded/" + out + ".rank1.npy"));
+      EXPECT_LE(part0.numel(), expected.numel()) << out;
+      EXPECT_EQ(part0.sizes(), part1.sizes()) << out;
+    }
+    fs::remove_all(path("plain"));
+    fs::remove_all(path("sharded"));
+  }
+}
+
+TEST_F(CliMpiTest, OnlyRankZeroPrintsTheSummary) {
+  CliResult one = alloy("run '" + unsharded("tp_mlp.fusion") + "' --bind T=8 --device cpu");
+  ASSERT_EQ(one.code, 0) << one.err;
+  CliResult r = mpirun(4, "run " + example("tp_mlp.fusion") + " --bind T=8 --device cpu");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  // the output lines of the four-rank run are those of the one-process run (same seeded inputs), once
+  std::string y_line = one.out.substr(one.out.find("y: "));
+  y_line = y_line.substr(0, y_line.find('\n'));
+  size_t first = r.out.find(y_line);
+  ASSERT_NE(first, std::string::npos) << r.out << "\nexpected the line: " << y_line;
+  EXPECT_EQ(r.out.find(y_line, first + 1), std::string::npos) << r.out;
+}
+
+TEST_F(CliMpiTest, MeshLargerThanTheJob_IsOneUserErrorWithExit1) {
+  CliResult r = mpirun(2, "run " + example("tp_mlp.fusion") + " --bind T=8 --device cpu");
+  ASSERT_EQ(r.code, 0) << r.err;  // (a mesh of two in a job of two)
+  std::string file = write("big.fusion",
+                           "fusion f(x: f32[8, 4] @mesh[0, 1, 2, 3] shard(axis=0)) {\n  y = sum(x, dims=[0])\n  return y\n}\n");
+  r = mpirun(2, "run '" + file + "' --device cpu");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "mpirun -n 4")) << r.err;
+  // reported once, not once per rank
+  size_t at = r.err.find("mpirun -n 4");
+  EXPECT_EQ(r.err.find("mpirun -n 4", at + 1), std::string::npos) << r.err;
+}
+
+TEST_F(CliMpiTest, IndivisibleSymbolicSize_IsALocatedUserErrorOnEveryRankWithExit1) {
+  CliResult r = mpirun(2, "run " + example("tp_mlp_sequence_parallel.fusion") + " --bind T=7 --device cpu");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "tp_mlp_sequence_parallel.fusion:")) << r.err;
+  EXPECT_TRUE(contains(r.err, "size 7")) << r.err;
+}
+
+TEST_F(CliMpiTest, BadInputFileOnOneRankOnly_FailsTheWholeJobWithoutAHang) {
+  // every rank reads the same path; here the file is valid but of the wrong shape
+  write_npy(path("x.npy"), f32_tensor({3, 2}, {1, 2, 3, 4, 5, 6}));
+  CliResult r = mpirun(2, "run " + example("tp_mlp.fusion") + " --bind T=8 --device cpu --input x=" + path("x.npy"));
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "'x'")) << r.err;
 }
 
 }  // namespace

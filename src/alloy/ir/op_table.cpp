@@ -648,6 +648,17 @@ bool is_pointwise(OpKind kind) {
   return c == OpClass::unary || c == OpClass::binary || c == OpClass::pointwise;
 }
 
+std::vector<int> reduced_axes(const Op& op) {
+  int rank = op.inputs[0]->rank();
+  std::vector<int> axes;
+  if (const Attr* dims = op.attr("dims"); dims && dims->kind == Attr::Kind::list)
+    for (auto& d : dims->list) axes.push_back(int(d.i < 0 ? d.i + rank : d.i));
+  if (axes.empty())
+    for (int i = 0; i < rank; ++i) axes.push_back(i);
+  std::sort(axes.begin(), axes.end());
+  return axes;
+}
+
 bool is_communication(OpKind kind) { return op_row(kind).op_class == OpClass::communication; }
 
 bool is_view(OpKind kind) {

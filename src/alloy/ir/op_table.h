@@ -54,6 +54,9 @@ std::vector<std::string_view> all_op_names();
 int normalize_axis(int64_t axis, int rank, const InferContext& ctx, std::string_view what);
 bool is_pointwise(OpKind kind);
 bool is_view(OpKind kind);  // shape ops that never move data on their own
+// The axes a reduction op reduces, sorted and non-negative: its `dims`, or every axis where
+// `dims` is absent or empty (torch.sum(x, dim=[]) reduces every axis too).
+std::vector<int> reduced_axes(const Op& op);
 // Resharding ops: each changes a value's sharding, not its (global) shape; a collective runs in a
 // segment of its own (shard_slice, replicated -> shard, only takes this device's part).
 bool is_communication(OpKind kind);

@@ -34,18 +34,6 @@ std::vector<AxisRole> right_aligned(const Value* in, const Value* out) {
   return roles;
 }
 
-std::vector<int> reduced_axes(const Op& op) {
-  int rank = op.inputs[0]->rank();
-  std::vector<int> axes;
-  const Attr* dims = op.attr("dims");
-  if (!dims || dims->kind != Attr::Kind::list) {
-    for (int a = 0; a < rank; ++a) axes.push_back(a);
-    return axes;
-  }
-  for (int64_t d : op.ints_attr("dims")) axes.push_back(int(d < 0 ? d + rank : d));
-  return axes;
-}
-
 OpAxes reduction_axes(const Op& op) {
   OpAxes r;
   std::vector<int> gone = reduced_axes(op);
@@ -59,7 +47,7 @@ OpAxes reduction_axes(const Op& op) {
     else {
       // var_mean's two-pass statistics do not split into per-device terms (the pipeline splits
       // var_mean into means before sharding, so this is the rare leftover)
-      roles.push_back(op.kind == OpKind::var_mean ? blocked(keepdim ? out : -1) : reduced(kind));
+      roles.push_back(op.kind == OpKind::var_mean ? blocked() : reduced(kind));
       if (keepdim) ++out;
     }
   }
@@ -84,7 +72,7 @@ OpAxes reshape_axes(const Op& op) {
     while (k < in.size() && !(p == out[j])) p = p * in[k++];
     if (p == out[j]) {  // merge in[i..k) into out[j]
       roles[i] = maps(int(j));
-      for (size_t m = i + 1; m < k; ++m) roles[m] = blocked(int(j));
+      for (size_t m = i + 1; m < k; ++m) roles[m] = blocked();  // whole, inside each device's rows
       i = k;
       ++j;
       continue;

@@ -28,7 +28,8 @@ struct AxisRole {
     contracted,  // summed over with another input's axis (linear, matmul): sharded -> partial sum
     reduced,     // reduced away (sum, max, min, mean): sharded -> partial
     stretched,   // size 1, broadcast to output axis `out_axis`: stays whole
-    blocked,     // the op needs the whole axis (slice, cat, a merged reshape axis, var_mean)
+    blocked,     // the op needs the whole axis (slice, cat, an inner axis of a merged reshape,
+                 // var_mean); with `out_axis`, that output axis cannot be sharded either
   } kind = Kind::blocked;
   int out_axis = -1;                          // maps, stretched, and blocked where it has one
   PartialReduce reduce = PartialReduce::sum;  // contracted, reduced

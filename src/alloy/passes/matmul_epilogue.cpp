@@ -119,15 +119,6 @@ std::string why_not_gelu_for(DType result) {
   return "f32 result: cuBLASLt's GELU may use an approximate tanh, coarser than f32 rounding";
 }
 
-std::vector<int> reduced_axes(const Op& sum) {
-  int rank = sum.inputs[0]->rank();
-  std::vector<int> axes;
-  if (const Attr* dims = sum.attr("dims"))
-    for (const Attr& d : dims->list) axes.push_back(int(d.i < 0 ? d.i + rank : d.i));
-  std::sort(axes.begin(), axes.end());
-  return axes;
-}
-
 bool is_transpose(const Op* op) {
   return op && op->kind == OpKind::permute && op->inputs[0]->rank() == 2 && op->ints_attr("dims") == std::vector<int64_t>{1, 0};
 }

@@ -63,6 +63,7 @@ void check_shardable(const Fusion& global, const Bindings* bindings) {
   for (auto& v : global.values()) {
     if (!v->sharding || !v->sharding->shard_axis) continue;
     int axis = *v->sharding->shard_axis;
+    ALLOY_CHECK(axis >= 0 && axis < v->rank(), "'", v->name, "' is sharded along axis ", axis, " but has rank ", v->rank());
     const Extent& e = v->shape()[size_t(axis)];
     auto size = bindings ? e.evaluate(*bindings) : e.constant_value();
     int64_t n = int64_t(v->sharding->mesh.size());

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""The tensor-parallel MLP forward on N GPUs: Alloy (one process per GPU under mpirun, the
+sharding written as annotations) against PyTorch with NCCL (torchrun, the Megatron and the
+sequence-parallel forms written by hand), in the same job, case by case, Alloy first.
+
+    python3 bench/tp_mlp_bench.py --alloy build/alloy [--ranks 2] [--tokens 8192] [--runs 50]
+
+Every timing is the median of --runs synchronized calls after warm-up (wall time per call, the
+same method as `alloy run --bench`), taken on rank 0. The floor is one GPU's local compute alone:
+the same MLP with the local widths (H / N), no communication. With --ranks 1 (a mesh of one) it
+is a smoke test on one GPU. Results go to bench/results/DATE-DEVICE-tp-mlp.{md,json}.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WIDTHS = [(1600, 6400), (4096, 11008), (8192, 28672)]
+
+
+def fusion_text(c, h, ranks, form):
+    mesh = "@mesh[" + ", ".join(str(r) for r in range(ranks)) + "]"
+    if form == "local":  # one GPU's share of the work, no mesh
+        hl = h // ranks
+        return (f"fusion local_mlp(x: bf16[T, {c}], w_fc: bf16[{hl}, {c}], b_fc: bf16[{hl}],\n"
+                f"                 w_proj: bf16[{c}, {hl}], b_proj: bf16[{c}]) {{\n"
+                "  h = linear(x, w_fc, b_fc)\n  g = gelu(h, approximate=\"tanh\")\n  y = linear(g, w_proj, b_proj)\n"
+                "  return y\n}\n")
+    x_shard = "shard(axis=0)" if form == "sequence_parallel" else "replicated"
+    y_note = f" {mesh} shard(axis=0)" if form == "sequence_parallel" else ""
+    h_note = f" {mesh} shard(axis=1)" if form == "sequence_parallel" else ""
+    return (f"fusion tp_mlp(x: bf16[T, {c}] {mesh} {x_shard},\n"
+            f"              w_fc: bf16[{h}, {c}] {mesh} shard(axis=0),\n"
+            f"              b_fc: bf16[{h}] {mesh} shard(axis=0),\n"
+            f"              w_proj: bf16[{c}, {h}] {mesh} shard(axis=1),\n"
+            f"              b_proj: bf16[{c}] {mesh} replicated) {{\n"
+            f"  h = linear(x, w_fc, b_fc){h_note}\n  g = gelu(h, approximate=\"tanh\")\n"
+            f"  y = linear(g, w_proj, b_proj){y_note}\n  return y\n}}\n")
+
+
+def mpi_env():
+    env = dict(os.environ)
+    env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "NCCL_NVLS_ENABLE": "0"})
+    return env
+
+
+def alloy_median_us(alloy, text, tokens, ranks, runs):
+    with tempfile.NamedTemporaryFile("w", suffix=".fusion", delete=False) as f:
+        f.write(text)
+        path = f.name
+    try:
+        cmd = [alloy, "run", path, "--bind", f"T={tokens}", "--bench", str(runs)]
+        if ranks > 1:
+            cmd = ["mpirun", "-n", str(ranks), "--oversubscribe"] + cmd
+        out = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=600)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+        m = re.search(r"bench median_us=([0-9.]+)", out.stdout)
+        if not m:
+            raise RuntimeError(f"no bench line in:\n{out.stdout}")
+        return float(m.group(1)), out.stderr.strip()
+    finally:
+        os.unlink(path)
+
+
+def torch_worker(args):
+    """Runs under torchrun: times PyTorch's Megatron and sequence-parallel forwards."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    torch.manual_seed(0)
+    c, h, t = args.c, args.h, args.tokens
+    dt = torch.bfloat16
+    w_fc = torch.randn(h // world, c, dtype=dt, device="cuda") * 0.02
+    b_fc = torch.randn(h // world, dtype=dt, device="cuda")
+    w_proj = torch.randn(c, h // world, dtype=dt, device="cuda") * 0.02
+    b_proj = torch.randn(c, dtype=dt, device="cuda")
+    x_full = torch.randn(t, c, dtype=dt, device="cuda")
+    x_part = x_full.chunk(world)[rank].contiguous()
+    gathered = torch.empty(t, c, dtype=dt, device="cuda")
+    out_part = torch.empty(t // world, c, dtype=dt, device="cuda")
+
+    def megatron():
+        y = F.linear(F.gelu(F.linear(x_full, w_fc, b_fc), approximate="tanh"), w_proj)
+        dist.all_reduce(y)
+        return y + b_proj
+
+    def sequence_parallel():
+        dist.all_gather_into_tensor(gathered, x_part)
+        y = F.linear(F.gelu(F.linear(gathered, w_fc, b_fc), approximate="tanh"), w_proj)
+        dist.reduce_scatter_tensor(out_part, y)
+        return out_part + b_proj
+
+    def local():
+        return F.linear(F.gelu(F.linear(x_full, w_fc, b_fc), approximate="tanh"), w_proj, b_proj)
+
+    import time
+    results = {}
+    for name, fn in (("megatron", megatron), ("sequence_parallel", sequence_parallel), ("local", local)):
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        dist.barrier()
+        times = []
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - start) * 1e6)
+        times.sort()
+        results[name] = times[len(times) // 2]
+    if rank == 0:
+        print("TORCH_RESULTS " + json.dumps(results), flush=True)
+    dist.destroy_process_group()
+
+
+def torch_medians(c, h, tokens, ranks, runs):
+    cmd = ["torchrun", "--standalone", f"--nproc-per-node={ranks}", os.path.abspath(__file__), "--torch-worker",
+           "--c", str(c), "--h", str(h), "--tokens", str(tokens), "--runs", str(runs)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=600)
+    m = re.search(r"TORCH_RESULTS (.*)", out.stdout)
+    if out.returncode != 0 or not m:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    return json.loads(m.group(1))
+
+
+def device_name():
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True).stdout.splitlines()[0].strip()
+    except (OSError, IndexError):
+        return "unknown"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--alloy", default=os.path.join(HERE, "..", "build", "alloy"))
+    p.add_argument("--ranks", type=int, default=0, help="processes (GPUs); default: every GPU")
+    p.add_argument("--tokens", type=int, default=8192)
+    p.add_argument("--runs", type=int, default=50)
+    p.add_argument("--widths", default="", help="e.g. 1600x6400,4096x11008 (default: the three of issue 14)")
+    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--c", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--h", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.torch_worker:
+        return torch_worker(args)
+
+    ranks = args.ranks
+    if ranks <= 0:
+        import torch
+        ranks = torch.cuda.device_count()
+    widths = [tuple(int(v) for v in w.split("x")) for w in args.widths.split(",")] if args.widths else WIDTHS
+    device = device_name()
+    rows = []
+    for c, h in widths:
+        row = {"width": f"{c}->{h}", "ranks": ranks, "tokens": args.tokens}
+        row["alloy_megatron_us"], note = alloy_median_us(args.alloy, fusion_text(c, h, ranks, "megatron"), args.tokens, ranks, args.runs)
+        row["alloy_sequence_parallel_us"], _ = alloy_median_us(args.alloy, fusion_text(c, h, ranks, "sequence_parallel"),
+                                                               args.tokens, ranks, args.runs)
+        row["alloy_local_us"], _ = alloy_median_us(args.alloy, fusion_text(c, h, ranks, "local"), args.tokens, 1, args.runs)
+        t = torch_medians(c, h, args.tokens, ranks, args.runs)
+        row.update({"torch_megatron_us": t["megatron"], "torch_sequence_parallel_us": t["sequence_parallel"],
+                    "torch_local_us": t["local"]})
+        if note:
+            row["alloy_stderr"] = note
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    date = datetime.date.today().isoformat()
+    lines = [f"# TP MLP forward, {ranks} x {device}, tokens {args.tokens}, bf16, {date}", "",
+             "Median of synchronized calls (wall time per call). ratio = PyTorch / Alloy (>1: Alloy faster).", "",
+             "| width | Alloy Megatron | PyTorch Megatron | ratio | Alloy SP | PyTorch SP | ratio | floor (Alloy local) | floor (PyTorch local) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['width']} | {r['alloy_megatron_us']:.0f} us | {r['torch_megatron_us']:.0f} us | "
+                     f"{r['torch_megatron_us'] / r['alloy_megatron_us']:.2f} | {r['alloy_sequence_parallel_us']:.0f} us | "
+                     f"{r['torch_sequence_parallel_us']:.0f} us | {r['torch_sequence_parallel_us'] / r['alloy_sequence_parallel_us']:.2f} | "
+                     f"{r['alloy_local_us']:.0f} us | {r['torch_local_us']:.0f} us |")
+    table = "\n".join(lines)
+    print(table)
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"{date}-{device.replace(' ', '_')}-tp-mlp-x{ranks}")
+    with open(stem + ".md", "w") as f:
+        f.write(table + "\n")
+    with open(stem + ".json", "w") as f:
+        json.dump({"device": device, "date": date, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,392 @@
+// Multi-process tests, run by CTest under `mpirun -n 2` and `mpirun -n 4` (every rank runs every
+// test; the mesh is the whole job): each collective against values computed here, every sharded
+// fusion against the same fusion run unsharded in this process, a property test over random
+// fusions with random input shardings, and the failures that must not hang the job.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "alloy/ir/parser.h"
+#include "alloy/multidevice/communicator.h"
+#include "alloy/multidevice/shards.h"
+#include "alloy/runtime/executor.h"
+#include "alloy/runtime/run_inputs.h"
+#include "test_util.h"
+
+#if ALLOY_HAVE_CUDA
+#include "alloy/backend/cuda/cuda_api.h"
+#endif
+
+namespace alloy {
+namespace {
+
+using multidevice::process;
+
+std::vector<int64_t> world_mesh() {
+  std::vector<int64_t> mesh;
+  for (int r = 0; r < process().size; ++r) mesh.push_back(r);
+  return mesh;
+}
+
+std::string world_mesh_text() {
+  std::string out = "@mesh[";
+  for (int r = 0; r < process().size; ++r) out += (r ? ", " : "") + std::to_string(r);
+  return out + "]";
+}
+
+// `text` with every "@mesh[0, 1]" of the examples replaced by the whole job's mesh.
+std::string on_world_mesh(std::string text) {
+  const std::string two = "@mesh[0, 1]";
+  for (size_t at = text.find(two); at != std::string::npos; at = text.find(two, at + 1)) text.replace(at, two.size(), world_mesh_text());
+  return text;
+}
+
+// ALLOY_MPI_TEST_DEVICE=cuda (scripts/gpu-check sets it) runs the sharded fusions and the
+// collectives on each rank's GPU too (NCCL, or the staged path where ranks share one GPU); a
+// machine that cannot then fails rather than skips.
+bool on_gpu() {
+  const char* d = std::getenv("ALLOY_MPI_TEST_DEVICE");
+  return d && std::string(d) == "cuda";
+}
+
+DeviceChoice sharded_device() { return on_gpu() ? DeviceChoice::cuda : DeviceChoice::cpu; }
+
+Tensor filled(DType dtype, std::vector<int64_t> sizes, const std::function<double(int64_t)>& value) {
+  Tensor t = Tensor::empty(dtype, std::move(sizes));
+  for (int64_t i = 0; i < t.numel(); ++i) store_double(t.data(), dtype, i, value(i));
+  return t;
+}
+
+// ---- collectives -----------------------------------------------------------------------------
+
+class Collectives : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Collectives, AllGather_PutsEveryRanksPartInRankOrder) {
+  auto team = multidevice::communicator_for(world_mesh(), Device{});
+  int n = team->size(), r = team->rank();
+  Tensor mine = filled(GetParam(), {3}, [&](int64_t i) { return r * 10 + i; });
+  Tensor all = Tensor::empty(GetParam(), {3 * n});
+  team->all_gather(mine, all);
+  EXPECT_TRUE(testing::tensors_close(all, filled(GetParam(), {3 * n}, [](int64_t i) { return (i / 3) * 10 + i % 3; })));
+}
+
+TEST_P(Collectives, ReduceScatterAndAllReduce_SumMaxAndMin) {
+  auto team = multidevice::communicator_for(world_mesh(), Device{});
+  int n = team->size(), r = team->rank();
+  Tensor terms = filled(GetParam(), {2 * n}, [&](int64_t i) { return (r + 1) * (i + 1); });
+  Tensor part = Tensor::empty(GetParam(), {2});
+  team->reduce_scatter(terms, part, PartialReduce::sum);
+  double ranks = n * (n + 1) / 2.0;  // sum of (r + 1)
+  EXPECT_TRUE(testing::tensors_close(part, filled(GetParam(), {2}, [&](int64_t i) { return ranks * (2 * r + i + 1); })));
+  Tensor whole = Tensor::empty(GetParam(), {2 * n});
+  team->all_reduce(terms, whole, PartialReduce::max);
+  EXPECT_TRUE(testing::tensors_close(whole, filled(GetParam(), {2 * n}, [&](int64_t i) { return n * (i + 1); })));
+  team->all_reduce(terms, whole, PartialReduce::min);
+  EXPECT_TRUE(testing::tensors_close(whole, filled(GetParam(), {2 * n}, [&](int64_t i) { return i + 1; })));
+}
+
+TEST_P(Collectives, AllToAll_SendsPartRToRankR) {
+  auto team = multidevice::communicator_for(world_mesh(), Device{});
+  int n = team->size(), r = team->rank();
+  Tensor send = filled(GetParam(), {2 * n}, [&](int64_t i) { return r * 100 + i; });  // part p = elements 2p, 2p+1
+  Tensor received = Tensor::empty(GetParam(), {2 * n});
+  team->all_to_all(send, received);
+  // part s of what I receive is rank s's part r
+  EXPECT_TRUE(testing::tensors_close(received, filled(GetParam(), {2 * n}, [&](int64_t i) { return (i / 2) * 100 + 2 * r + i % 2; })));
+}
+
+TEST_P(Collectives, BroadcastAndSendRecv) {
+  auto team = multidevice::communicator_for(world_mesh(), Device{});
+  int n = team->size(), r = team->rank();
+  Tensor b = filled(GetParam(), {4}, [&](int64_t i) { return r == n - 1 ? i + 5 : 0; });
+  team->broadcast(b, n - 1);
+  EXPECT_TRUE(testing::tensors_close(b, filled(GetParam(), {4}, [](int64_t i) { return i + 5; })));
+  // a ring: even ranks send first, odd ranks receive first
+  Tensor out = filled(GetParam(), {4}, [&](int64_t i) { return r + i; });
+  Tensor in = Tensor::empty(GetParam(), {4});
+  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  if (r % 2 == 0) {
+    team->send(out, next);
+    team->recv(in, prev);
+  } else {
+    team->recv(in, prev);
+    team->send(out, next);
+  }
+  EXPECT_TRUE(testing::tensors_close(in, filled(GetParam(), {4}, [&](int64_t i) { return prev + i; })));
+}
+
+// The same collectives on device tensors, through the communicator a GPU run uses.
+class DeviceCollectives : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (!on_gpu()) GTEST_SKIP() << "device collectives run where ALLOY_MPI_TEST_DEVICE=cuda (scripts/gpu-check on the GPU machine)";
+#if !ALLOY_HAVE_CUDA
+    FAIL() << "ALLOY_MPI_TEST_DEVICE=cuda but this build has no CUDA backend";
+#else
+    ASSERT_TRUE(cuda::cuda_available()) << "ALLOY_MPI_TEST_DEVICE=cuda but no GPU: " << cuda::cuda_unavailable_reason();
+    device_ = Device{DeviceKind::cuda, process().local_rank % cuda::device_count()};
+#endif
+  }
+#if ALLOY_HAVE_CUDA
+  Tensor on_device(const Tensor& t) const { return cuda::to_device(t, cuda::Stream::current(device_.index)); }
+  Tensor on_host(const Tensor& t) const { return cuda::to_host(t, cuda::Stream::current(device_.index)); }
+#endif
+  Device device_{};
+};
+
+#if ALLOY_HAVE_CUDA
+TEST_P(DeviceCollectives, AllGatherReduceScatterAllReduceAndAllToAll) {
+  auto team = multidevice::communicator_for(world_mesh(), device_);
+  int n = team->size(), r = team->rank();
+  DType t = GetParam();
+  Tensor mine = on_device(filled(t, {3}, [&](int64_t i) { return r * 10 + i; }));
+  Tensor all = on_device(Tensor::empty(t, {3 * n}));
+  team->all_gather(mine, all);
+  EXPECT_TRUE(testing::tensors_close(on_host(all), filled(t, {3 * n}, [](int64_t i) { return (i / 3) * 10 + i % 3; })));
+  Tensor terms = on_device(filled(t, {2 * n}, [&](int64_t i) { return (r + 1) * (i + 1); }));
+  Tensor part = on_device(Tensor::empty(t, {2}));
+  team->reduce_scatter(terms, part, PartialReduce::sum);
+  double ranks = n * (n + 1) / 2.0;
+  EXPECT_TRUE(testing::tensors_close(on_host(part), filled(t, {2}, [&](int64_t i) { return ranks * (2 * r + i + 1); })));
+  Tensor whole = on_device(Tensor::empty(t, {2 * n}));
+  team->all_reduce(terms, whole, PartialReduce::max);
+  EXPECT_TRUE(testing::tensors_close(on_host(whole), filled(t, {2 * n}, [&](int64_t i) { return n * (i + 1); })));
+  Tensor send = on_device(filled(t, {2 * n}, [&](int64_t i) { return r * 100 + i; }));
+  Tensor received = on_device(Tensor::empty(t, {2 * n}));
+  team->all_to_all(send, received);
+  EXPECT_TRUE(testing::tensors_close(on_host(received), filled(t, {2 * n}, [&](int64_t i) { return (i / 2) * 100 + 2 * r + i % 2; })));
+}
+#else
+TEST_P(DeviceCollectives, NeedTheCudaBackend) {}
+#endif
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, DeviceCollectives, ::testing::Values(DType::f32, DType::bf16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Collectives, ::testing::Values(DType::f32, DType::bf16, DType::f64, DType::i64, DType::i32),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// ---- sharded fusions against the same fusion in one process --------------------------------
+
+std::unique_ptr<Fusion> without_shardings(const Fusion& f) {
+  auto plain = f.clone();
+  for (auto& v : plain->values()) {
+    v->sharding.reset();
+    v->sharding_source = {};
+  }
+  return plain;
+}
+
+// Runs `text` sharded (each rank its part of the same global inputs) and unsharded, and compares
+// every output's global value; each rank must hold only its part of a sharded output.
+void expect_sharded_matches_unsharded(const std::string& text, const Bindings& sizes, uint64_t seed = 3, double scale = 1.0) {
+  auto fusion = parse_fusion(text, "mpi.fusion");
+  std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()),
+                                               resolve_input_sizes(*fusion, std::vector<Tensor>(fusion->inputs().size()), {}), seed);
+  (void)sizes;
+  FusionExecutor reference(without_shardings(*fusion), {DeviceChoice::cpu});
+  std::vector<Tensor> expected = reference.run(inputs);
+
+  FusionExecutor sharded(std::move(fusion), {sharded_device()});
+  auto in_shardings = sharded.input_shardings(), out_shardings = sharded.output_shardings();
+  ASSERT_EQ(in_shardings.size(), inputs.size());
+  int team_rank = multidevice::team_rank_of(in_shardings[0]->mesh);
+  std::vector<Tensor> local;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    local.push_back(in_shardings[i] ? multidevice::local_part(inputs[i], *in_shardings[i], team_rank, "input") : inputs[i]);
+  std::vector<Tensor> outputs = sharded.run(local);
+  ASSERT_EQ(outputs.size(), expected.size());
+  auto team = multidevice::communicator_for(in_shardings[0]->mesh, Device{});
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Sharding& s = *out_shardings[i];
+    if (s.shard_axis)
+      EXPECT_EQ(outputs[i].size(*s.shard_axis) * int64_t(s.mesh.size()), expected[i].size(*s.shard_axis)) << "output " << i;
+    Tensor global = multidevice::gather_global(to_cpu(outputs[i]), s, *team);
+    EXPECT_TRUE(testing::tensors_close(global, expected[i], scale)) << "output " << i << " of\n" << text;
+  }
+}
+
+std::string example(const std::string& name) {
+  return on_world_mesh(testing::read_file(testing::source_path("examples/" + name + ".fusion")));
+}
+
+std::string with_sizes(std::string text) {
+  // the examples' T, bound by replacing the symbol's declarations (inputs are drawn at T = 8)
+  for (size_t at = text.find("[T,"); at != std::string::npos; at = text.find("[T,", at + 1)) text.replace(at, 3, "[8,");
+  return text;
+}
+
+TEST(ShardedFusions, TheTensorParallelMlp_ForwardAndBackward) {
+  expect_sharded_matches_unsharded(with_sizes(example("tp_mlp")), {});
+  expect_sharded_matches_unsharded(with_sizes(example("tp_mlp_backward")), {});
+}
+
+TEST(ShardedFusions, TheSequenceParallelMlp) { expect_sharded_matches_unsharded(with_sizes(example("tp_mlp_sequence_parallel")), {}); }
+
+TEST(ShardedFusions, LayerNormAndReductionsOverAShardedAxis) {
+  expect_sharded_matches_unsharded(with_sizes(example("sharded_layer_norm")), {});
+  std::string m = world_mesh_text();
+  expect_sharded_matches_unsharded("fusion f(x: f32[8, 12] " + m + R"( shard(axis=1)) {
+    a = mean(x, dims=[1], keepdim=true)
+    v, u = var_mean(x, dims=[1], correction=1, keepdim=false)
+    s = softmax(x, dim=1)
+    lo = min(x, dims=[0, 1])
+    return a, v, u, s, lo
+  })", {});
+}
+
+TEST(ShardedFusions, EveryReshard) {
+  std::string m = world_mesh_text();
+  expect_sharded_matches_unsharded("fusion f(x: f32[4, 8, 12] " + m + " shard(axis=1), w: f32[12, 12] " + m + R"( shard(axis=1)) {
+    a = exp(x) )" + m + R"( shard(axis=2)
+    b = neg(a) )" + m + R"( replicated
+    c = tanh(b) )" + m + R"( shard(axis=0)
+    d = linear(c, w) )" + m + R"( shard(axis=1)
+    e = linear(b, w)
+    return a, b, c, d, e
+  })", {});
+}
+
+TEST(ShardedFusions, Bf16TensorParallelMlp_WithinBf16Rounding) {
+  std::string text = with_sizes(example("tp_mlp"));
+  for (size_t at = text.find("f32"); at != std::string::npos; at = text.find("f32", at + 1)) text.replace(at, 3, "bf16");
+  expect_sharded_matches_unsharded(text, {}, 5, 4.0);
+}
+
+// ---- a property: random fusions with random input shardings equal their unsharded runs ------
+
+// A chain of ops over [8, 12] values (both sizes divide 2 and 4), with random input shardings and
+// now and then a statement annotation that forces a reshard.
+std::string random_fusion(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int n) { return int(rng() % uint64_t(n)); };
+  std::string m = world_mesh_text();
+  auto placement = [&](int rank) {
+    int k = pick(rank + 1);
+    return k == rank ? m + " replicated" : m + " shard(axis=" + std::to_string(k) + ")";
+  };
+  std::string text = "fusion random(a: f32[8, 12] " + placement(2) + ", b: f32[8, 12] " + placement(2) + ", w: f32[12, 12] " +
+                     placement(2) + ", v: f32[12] " + placement(1) + ") {\n";
+  std::string c = "a";
+  int n = 0;
+  // a statement may carry an annotation (a reshard); not one whose result has a size-1 axis,
+  // which no mesh divides (that is a user error, tested elsewhere)
+  auto next = [&](const std::string& rhs, bool may_annotate = true) {
+    std::string name = "t" + std::to_string(n++);
+    text += "  " + name + " = " + rhs;
+    if (pick(6) == 0 && may_annotate) text += " " + placement(2);
+    text += "\n";
+    c = name;
+  };
+  int steps = 4 + pick(5);
+  for (int s = 0; s < steps; ++s) {
+    switch (pick(10)) {
+      case 0: next("add(" + c + ", b)"); break;
+      case 1: next("mul(" + c + ", " + (pick(2) ? "v" : "b") + ")"); break;
+      case 2: next(std::string(pick(2) ? "tanh(" : "exp(") + c + ")"); break;
+      case 3: next("linear(" + c + ", w" + (pick(2) ? ", v)" : ")")); break;
+      case 4: next("softmax(" + c + ", dim=" + std::to_string(pick(2)) + ")"); break;
+      case 5: next("layer_norm(" + c + ", v, v, normalized_ndim=1)"); break;
+      case 6: {
+        std::string keep = c;
+        next("sum(" + c + ", dims=[" + std::to_string(pick(2)) + "], keepdim=true)", false);
+        next("sub(" + keep + ", " + c + ")");
+        break;
+      }
+      case 7: {
+        next("permute(" + c + ", dims=[1, 0])");
+        next("neg(" + c + ")");
+        next("permute(" + c + ", dims=[1, 0])");
+        break;
+      }
+      case 8: {
+        next("reshape(" + c + ", shape=[4, 2, 12])");
+        next("reshape(" + c + ", shape=[8, 12])");
+        break;
+      }
+      default: {
+        int dim = pick(2);
+        next("cat(" + c + ", b, dim=" + std::to_string(dim) + ")");
+        next(dim == 0 ? "slice(" + c + ", starts=[8, 0], ends=[16, 12])" : "slice(" + c + ", starts=[0, 12], ends=[8, 24])");
+        break;
+      }
+    }
+  }
+  text += "  total = sum(" + c + ", dims=[0, 1])\n  return " + c + ", total\n}\n";
+  return text;
+}
+
+TEST(ShardingProperty, RandomFusionsWithRandomShardings_EqualTheirUnshardedRuns) {
+  for (uint64_t seed = 0; seed < 30; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    expect_sharded_matches_unsharded(random_fusion(seed), {}, seed, 2.0);
+  }
+}
+
+// ---- failures that must not hang ----------------------------------------------------------
+
+TEST(ShardedFailures, ABadInputOnOneRank_FailsEveryRankAndTheNextRunWorks) {
+  if (process().size < 2) GTEST_SKIP() << "needs two ranks";
+  std::string text = "fusion f(x: f32[8, 4] " + world_mesh_text() + " shard(axis=0)) {\n  y = sum(x, dims=[0])\n  return y\n}";
+  FusionExecutor executor(parse_fusion(text, "bad.fusion"), {DeviceChoice::cpu});
+  int n = process().size;
+  Tensor good = filled(DType::f32, {8 / n, 4}, [](int64_t) { return 1.0; });
+  Tensor wrong = filled(DType::f32, {8 / n, 5}, [](int64_t) { return 1.0; });
+  bool peer = false, mine = false;
+  try {
+    executor.run({process().rank == 1 ? wrong : good});
+  } catch (const PeerError&) {
+    peer = true;
+  } catch (const UserError& e) {
+    mine = true;
+    EXPECT_NE(std::string(e.what()).find("input 'x', axis 1"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(mine, process().rank == 1);
+  EXPECT_EQ(peer, process().rank != 1);
+  std::vector<Tensor> out = executor.run({good});
+  EXPECT_TRUE(testing::tensors_close(multidevice::gather_global(out.at(0), *executor.output_shardings()[0],
+                                                                *multidevice::communicator_for(world_mesh(), Device{})),
+                                     filled(DType::f32, {4}, [](int64_t) { return 8.0; })));
+}
+
+TEST(ShardedFailures, RanksOutsideTheMesh_RunNothing) {
+  if (process().size < 3) GTEST_SKIP() << "needs a rank outside a mesh of two";
+  FusionExecutor executor(parse_fusion(with_sizes(testing::read_file(testing::source_path("examples/tp_mlp.fusion"))), "t"),
+                          {DeviceChoice::cpu});
+  if (process().rank >= 2) {
+    EXPECT_TRUE(executor.run({}).empty());
+    return;
+  }
+  auto fusion = parse_fusion(with_sizes(testing::read_file(testing::source_path("examples/tp_mlp.fusion"))), "t");
+  std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(5), {}, 1);
+  std::vector<Tensor> local;
+  auto shardings = executor.input_shardings();
+  for (size_t i = 0; i < inputs.size(); ++i) local.push_back(multidevice::local_part(inputs[i], *shardings[i], process().rank, "in"));
+  FusionExecutor reference(without_shardings(*fusion), {DeviceChoice::cpu});
+  EXPECT_TRUE(testing::tensors_close(executor.run(local).at(0), reference.run(inputs).at(0)));
+}
+
+}  // namespace
+}  // namespace alloy
+
+// Every rank runs the tests; only rank 0 prints the run, and any rank prints its failures.
+class FailuresOnly : public ::testing::EmptyTestEventListener {
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      std::printf("[rank %d] %s:%d: %s\n", alloy::multidevice::process().rank, r.file_name() ? r.file_name() : "?", r.line_number(),
+                  r.summary());
+  }
+};
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (alloy::multidevice::process().rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailuresOnly);
+  }
+  int result = RUN_ALL_TESTS();
+  int failed_anywhere = alloy::multidevice::first_failing_rank(result != 0);
+  alloy::multidevice::finalize();
+  return failed_anywhere >= 0 ? 1 : 0;
+}

@@ -1,0 +1,263 @@
+// The sharding passes as text in, text out: each case is a .fusion text whose `--dump sharding`
+// and `--dump program` are compared with expected lines (the examples against files kept in
+// golden/, refreshed with ALLOY_UPDATE_GOLDEN=1), then the rules one family at a time, and one
+// test per user diagnostic. All in one process: no communication runs here (mpi_test does).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "alloy/ir/parser.h"
+#include "alloy/multidevice/communicator.h"
+#include "alloy/passes/propagate_sharding.h"
+#include "alloy/pipeline/pipeline.h"
+#include "alloy/runtime/executor.h"
+#include "test_util.h"
+
+namespace alloy {
+namespace {
+
+struct Dumps {
+  std::string sharding, program;
+};
+
+Dumps dumps_of(const std::string& text) {
+  CompiledFusion c = compile_fusion(*parse_fusion(text, "t.fusion"), Target::cpu);
+  return {sharding_report(*c.global), c.executable->program.str()};
+}
+
+bool has(const std::string& text, const std::string& line) { return text.find(line) != std::string::npos; }
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// ---- the examples against their expected dumps -------------------------------------------
+
+class ExampleGolden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ExampleGolden, ShardingAndProgramMatchTheExpectedText) {
+  std::string name = GetParam();
+  Dumps d = dumps_of(testing::read_file(testing::source_path("examples/" + name + ".fusion")));
+  std::string actual = d.sharding + d.program;
+  std::string golden = testing::source_path("tests/multidevice/golden/" + name + ".txt");
+  if (const char* update = std::getenv("ALLOY_UPDATE_GOLDEN"); update && std::string(update) == "1") {
+    std::ofstream(golden) << actual;
+    GTEST_SKIP() << "wrote " << golden;
+  }
+  EXPECT_EQ(actual, testing::read_file(golden)) << "(ALLOY_UPDATE_GOLDEN=1 rewrites the expected text)";
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, ExampleGolden,
+                         ::testing::Values("tp_mlp", "tp_mlp_sequence_parallel", "tp_mlp_backward", "sharded_layer_norm"));
+
+// ---- the rules, one family at a time ------------------------------------------------------
+
+TEST(ShardingRules, ColumnThenRowParallel_IsOneAllReduce) {
+  Dumps d = dumps_of(testing::read_file(testing::source_path("examples/tp_mlp.fusion")));
+  EXPECT_TRUE(has(d.sharding, "h: f32[T, 1024] @mesh[0, 1] shard(axis=1)  # propagated: column-parallel from w_fc")) << d.sharding;
+  EXPECT_TRUE(has(d.sharding, "partial(sum)  # propagated: row-parallel")) << d.sharding;
+  EXPECT_EQ(count(d.program, "Communicate"), 1) << d.program;
+  EXPECT_TRUE(has(d.program, "all_reduce(reduce=\"sum\") y__partial")) << d.program;
+}
+
+TEST(ShardingRules, PartialIntoAShardedConsumer_IsAReduceScatterNotAnAllReduce) {
+  Dumps d = dumps_of(R"(fusion f(a: f32[8, 16] @mesh[0, 1] shard(axis=1), b: f32[16, 4] @mesh[0, 1] shard(axis=0)) {
+    c = matmul(a, b) @mesh[0, 1] shard(axis=0)
+    return c
+  })");
+  EXPECT_TRUE(has(d.program, "reduce_scatter(axis=0, reduce=\"sum\") c__computed")) << d.program;
+  EXPECT_FALSE(has(d.program, "all_reduce")) << d.program;
+}
+
+TEST(ShardingRules, ReshapeMergingTheShardedOuterAxis_KeepsTheSharding) {
+  Dumps d = dumps_of(R"(fusion f(x: f32[B, S, 64] @mesh[0, 1] shard(axis=0)) {
+    y = reshape(x, shape=[-1, 64])
+    z = reshape(y, shape=[B, S, 8, 8])
+    return z
+  })");
+  EXPECT_TRUE(has(d.sharding, "y: f32[B*S, 64] @mesh[0, 1] shard(axis=0)")) << d.sharding;
+  EXPECT_TRUE(has(d.sharding, "z: f32[B, S, 8, 8] @mesh[0, 1] shard(axis=0)")) << d.sharding;
+  EXPECT_EQ(count(d.program, "Communicate"), 0) << d.program;
+}
+
+TEST(ShardingRules, ReshapeMergingAnInnerShardedAxis_GathersFirst) {
+  Dumps d = dumps_of(R"(fusion f(x: f32[4, 6, 8] @mesh[0, 1] shard(axis=1)) {
+    y = reshape(x, shape=[24, 8])
+    return y
+  })");
+  EXPECT_TRUE(has(d.program, "all_gather(axis=1) x")) << d.program;
+}
+
+TEST(ShardingRules, Permute_MovesTheShardedAxis) {
+  Dumps d = dumps_of(R"(fusion f(x: f32[4, 6, 8] @mesh[0, 1] shard(axis=2)) {
+    y = permute(x, dims=[2, 0, 1])
+    return y
+  })");
+  EXPECT_TRUE(has(d.sharding, "y: f32[8, 4, 6] @mesh[0, 1] shard(axis=0)")) << d.sharding;
+}
+
+TEST(ShardingRules, SliceAndCatAlongTheShardedAxis_Gather_AlongAnotherAxis_DoNot) {
+  Dumps along = dumps_of(R"(fusion f(x: f32[8, 6] @mesh[0, 1] shard(axis=0)) {
+    y = slice(x, starts=[2, 0], ends=[6, 6])
+    z = cat(x, x, dim=0)
+    return y, z
+  })");
+  EXPECT_TRUE(has(along.program, "all_gather(axis=0) x")) << along.program;
+  Dumps across = dumps_of(R"(fusion f(x: f32[8, 6] @mesh[0, 1] shard(axis=0)) {
+    y = slice(x, starts=[0, 1], ends=[8, 5])
+    z = cat(x, y, dim=1)
+    return z
+  })");
+  EXPECT_EQ(count(across.program, "Communicate"), 0) << across.program;
+  EXPECT_TRUE(has(across.sharding, "z: f32[8, 10] @mesh[0, 1] shard(axis=0)")) << across.sharding;
+}
+
+TEST(ShardingRules, ABroadcastOfAShardedAxis_TakesItsShardingFromItsConsumer) {
+  Dumps d = dumps_of(R"(fusion f(x: f32[T, 64] @mesh[0, 1] shard(axis=0), b: f32[64]) {
+    bb = broadcast_in_dim(b, shape=[T, 64], broadcast_dims=[1])
+    y = add(x, bb)
+    return y
+  })");
+  EXPECT_TRUE(has(d.sharding, "b: f32[64] @mesh[0, 1] replicated  # default")) << d.sharding;
+  EXPECT_TRUE(has(d.sharding, "bb: f32[T, 64] @mesh[0, 1] shard(axis=0)  # propagated: from its consumer y")) << d.sharding;
+  EXPECT_EQ(count(d.program, "Communicate"), 0) << d.program;  // each device broadcasts its own rows
+}
+
+TEST(ShardingRules, ReductionsOverTheShardedAxis_ArePartial) {
+  Dumps d = dumps_of(R"(fusion f(x: f32[T, 64] @mesh[0, 1] shard(axis=1)) {
+    s = sum(x, dims=[1])
+    m = max(x, dims=[1])
+    a = mean(x, dims=[1])
+    k = sum(x, dims=[0])
+    return s, m, a, k
+  })");
+  EXPECT_TRUE(has(d.sharding, "partial(sum)  # propagated: reduction over sharded x")) << d.sharding;
+  EXPECT_TRUE(has(d.sharding, "partial(max)")) << d.sharding;
+  EXPECT_TRUE(has(d.program, "all_reduce(reduce=\"max\")")) << d.program;
+  EXPECT_TRUE(has(d.sharding, "k: f32[64] @mesh[0, 1] shard(axis=0)")) << d.sharding;
+  EXPECT_EQ(count(d.program, "Communicate"), 3) << d.program;
+}
+
+TEST(ShardingRules, AUsersAnnotation_IsNeverChanged) {
+  Dumps d = dumps_of(R"(fusion f(x: f32[8, 64] @mesh[0, 1] shard(axis=0)) {
+    y = exp(x) @mesh[0, 1] replicated
+    z = neg(y)
+    return z
+  })");
+  EXPECT_TRUE(has(d.sharding, "y: f32[8, 64] @mesh[0, 1] replicated  # user (t.fusion:2:16)")) << d.sharding;
+  EXPECT_TRUE(has(d.program, "all_gather(axis=0)")) << d.program;
+}
+
+TEST(ShardingRules, TheCostRule_GathersTheSmallerOperand) {
+  // x (T counted as 4096: 4096*64 elements) against w (64*64): the weight moves
+  Dumps d = dumps_of(R"(fusion f(x: f32[T, 64] @mesh[0, 1] shard(axis=0), w: f32[64, 64] @mesh[0, 1] shard(axis=0)) {
+    y = linear(x, w)
+    return y
+  })");
+  EXPECT_TRUE(has(d.program, "all_gather(axis=0) w")) << d.program;
+  EXPECT_TRUE(has(d.sharding, "y: f32[T, 64] @mesh[0, 1] shard(axis=0)  # propagated: batch-parallel from x")) << d.sharding;
+}
+
+TEST(ShardingRules, PropagationDoesNotDependOnStatementOrder) {
+  // the same dataflow written in two orders gives every value the same sharding
+  std::string a = sharding_report(*compile_fusion(*parse_fusion(R"(fusion f(x: f32[8, 4] @mesh[0, 1] shard(axis=0), y: f32[8, 4]) {
+    p = exp(x)
+    q = add(y, 1.0)
+    r = mul(p, q)
+    return r
+  })", "a"), Target::cpu).global);
+  std::string b = sharding_report(*compile_fusion(*parse_fusion(R"(fusion f(x: f32[8, 4] @mesh[0, 1] shard(axis=0), y: f32[8, 4]) {
+    q = add(y, 1.0)
+    p = exp(x)
+    r = mul(p, q)
+    return r
+  })", "b"), Target::cpu).global);
+  auto line_of = [](const std::string& text, const std::string& name) {
+    size_t at = text.find("\n" + name + ":");
+    return text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+  };
+  for (const char* v : {"p", "q", "r"}) EXPECT_EQ(line_of(a, v), line_of(b, v));
+  EXPECT_TRUE(has(a, "q: f32[8, 4] @mesh[0, 1] shard(axis=0)")) << a;  // from its consumer r
+}
+
+TEST(ShardingRules, LocalShapes_AreGlobalOnesDivided) {
+  CompiledFusion c = compile_fusion(*parse_fusion(testing::read_file(testing::source_path("examples/tp_mlp.fusion")), "t"), Target::cpu);
+  EXPECT_EQ(c.local->find_value("h")->type_str(), "f32[T, 512]");
+  EXPECT_EQ(c.local->find_value("w_fc")->type_str(), "f32[512, 256]");
+  EXPECT_EQ(c.local->find_value("y")->type_str(), "f32[T, 256]");
+  EXPECT_EQ(c.global->find_value("h")->type_str(), "f32[T, 1024]");
+}
+
+TEST(ShardingRules, AFusionWithoutAMesh_IsUntouched) {
+  CompiledFusion c = compile_fusion(*parse_fusion(testing::read_file(testing::source_path("examples/mlp.fusion")), "t"), Target::cpu);
+  EXPECT_FALSE(c.mesh.has_value());
+  EXPECT_EQ(c.global, nullptr);
+}
+
+// ---- user diagnostics ----------------------------------------------------------------------
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ShardingErrors, MeshesThatDiffer_AreRejectedAtTheSecond) {
+  std::string e = error_of([] {
+    compile_fusion(*parse_fusion("fusion f(a: f32[4] @mesh[0, 1] replicated,\n b: f32[4] @mesh[0, 1, 2] replicated) {\n"
+                                 "  c = add(a, b)\n  return c\n}", "m.fusion"),
+                   Target::cpu);
+  });
+  EXPECT_TRUE(has(e, "m.fusion:2:2")) << e;
+  EXPECT_TRUE(has(e, "'b' is on @mesh[0, 1, 2] but 'a' is on @mesh[0, 1]")) << e;
+}
+
+TEST(ShardingErrors, AConstantSizeTheMeshDoesNotDivide_NamesValueAxisSizeAndMesh) {
+  std::string e = error_of([] {
+    compile_fusion(*parse_fusion("fusion f(x: f32[7, 4] @mesh[0, 1] shard(axis=0)) {\n  y = exp(x)\n  return y\n}", "d.fusion"),
+                   Target::cpu);
+  });
+  EXPECT_TRUE(has(e, "d.fusion:1:10")) << e;
+  EXPECT_TRUE(has(e, "'x' is sharded along axis 0 of size 7, which the 2 devices of @mesh[0, 1] do not divide evenly")) << e;
+}
+
+TEST(ShardingErrors, ASymbolicSizeTheMeshDoesNotDivide_IsCaughtWhenBound) {
+  auto fusion = parse_fusion("fusion f(x: f32[T, 4] @mesh[0] shard(axis=0)) {\n  y = exp(x)\n  return y\n}", "s.fusion");
+  FusionExecutor ok(fusion->clone(), {DeviceChoice::cpu});
+  EXPECT_EQ(ok.run({Tensor::empty(DType::f32, {5, 4})}).at(0).size(0), 5);  // a mesh of one divides everything
+  std::string e = error_of([] {
+    compile_fusion(*parse_fusion("fusion f(x: f32[6, 4] @mesh[0, 1, 2, 3] shard(axis=0)) {\n  y = exp(x)\n  return y\n}", "s.fusion"),
+                   Target::cpu);
+  });
+  EXPECT_TRUE(has(e, "size 6, which the 4 devices of @mesh[0, 1, 2, 3] do not divide evenly")) << e;
+}
+
+TEST(ShardingErrors, AMeshLargerThanTheJob_SaysHowToLaunchIt) {
+  if (multidevice::process().size > 1) GTEST_SKIP() << "runs in a job of one process";
+  FusionExecutor executor(parse_fusion(testing::read_file(testing::source_path("examples/tp_mlp.fusion")), "t"), {DeviceChoice::cpu});
+  std::string e = error_of([&] { executor.run({}); });
+  EXPECT_TRUE(has(e, "the mesh has 2 devices")) << e;
+  EXPECT_TRUE(has(e, "mpirun -n 2")) << e;
+}
+
+TEST(ShardingErrors, ADeviceListedTwice_IsAParseError) {
+  std::string e = error_of([] { parse_fusion("fusion f(a: f32[4] @mesh[0, 0] replicated) {\n  return a\n}", "p.fusion"); });
+  EXPECT_TRUE(has(e, "p.fusion:1:29")) << e;
+  EXPECT_TRUE(has(e, "device 0 appears twice in the mesh")) << e;
+}
+
+TEST(ShardingErrors, DumpAfterAnUnknownPass_NamesThePasses) {
+  FusionExecutor executor(parse_fusion(testing::read_file(testing::source_path("examples/tp_mlp.fusion")), "t"), {DeviceChoice::cpu});
+  std::string e = error_of([&] { executor.dump("after=no_such_pass"); });
+  EXPECT_TRUE(has(e, "propagate_sharding")) << e;
+  EXPECT_TRUE(has(executor.dump("after=insert_resharding"), "all_reduce(y__partial")) << executor.dump("after=insert_resharding");
+}
+
+}  // namespace
+}  // namespace alloy
