@@ -300,7 +300,7 @@ std::string random_fusion(uint64_t seed) {
         break;
       }
       case 8: {
-        next("reshape(" + c + ", shape=[4, 2, 12])");
+        next("reshape(" + c + ", shape=[4, 2, 12])", false);
         next("reshape(" + c + ", shape=[8, 12])");
         break;
       }

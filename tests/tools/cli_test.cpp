@@ -458,11 +458,13 @@ TEST_F(CliMpiTest, MeshLargerThanTheJob_IsOneUserErrorWithExit1) {
   EXPECT_EQ(r.err.find("mpirun -n 4", at + 1), std::string::npos) << r.err;
 }
 
-TEST_F(CliMpiTest, IndivisibleSymbolicSize_IsALocatedUserErrorOnEveryRankWithExit1) {
+TEST_F(CliMpiTest, IndivisibleSymbolicSize_IsOneUserErrorNamingValueAxisSizeAndMeshWithExit1) {
   CliResult r = mpirun(2, "run " + example("tp_mlp_sequence_parallel.fusion") + " --bind T=7 --device cpu");
   EXPECT_EQ(r.code, 1) << r.out << r.err;
-  EXPECT_TRUE(contains(r.err, "tp_mlp_sequence_parallel.fusion:")) << r.err;
-  EXPECT_TRUE(contains(r.err, "size 7")) << r.err;
+  // names the value, the axis, the size and the mesh, once for the job
+  for (const char* part : {"input 'x', axis 0", "size 7", "@mesh[0, 1]"}) EXPECT_TRUE(contains(r.err, part)) << r.err;
+  size_t at = r.err.find("size 7");
+  EXPECT_EQ(r.err.find("size 7", at + 1), std::string::npos) << r.err;
 }
 
 TEST_F(CliMpiTest, BadInputFileOnOneRankOnly_FailsTheWholeJobWithoutAHang) {

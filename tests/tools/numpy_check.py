@@ -94,6 +94,85 @@ def masked_mean_case(rng):
     return "masked_mean.fusion", dict(h=h, mask=mask), {"pooled": (pooled.astype(np.float32), 1e-5, 1e-6, False)}
 
 
+# The sharded examples run under `mpirun -n 2` (one process per mesh device): every rank reads
+# the same global inputs, and rank 0 saves the global outputs.
+MPI_RANKS = {"tp_mlp.fusion": 2, "tp_mlp_sequence_parallel.fusion": 2, "tp_mlp_backward.fusion": 2,
+             "sharded_layer_norm.fusion": 2}
+
+
+def tp_mlp_inputs(rng, t):
+    return dict(x=rng.standard_normal((t, 256)).astype(np.float32),
+                w_fc=(rng.standard_normal((1024, 256)) * 0.06).astype(np.float32),
+                b_fc=(rng.standard_normal(1024) * 0.1).astype(np.float32),
+                w_proj=(rng.standard_normal((256, 1024)) * 0.03).astype(np.float32),
+                b_proj=(rng.standard_normal(256) * 0.1).astype(np.float32))
+
+
+def tp_mlp_forward(i):
+    h = linear(i["x"], i["w_fc"], i["b_fc"])
+    return linear(gelu_tanh(h), i["w_proj"], i["b_proj"])
+
+
+def tp_mlp_case(rng):
+    i = tp_mlp_inputs(rng, 12)
+    return "tp_mlp.fusion", i, {"y": (tp_mlp_forward(i), 1e-4, 1e-5, False)}
+
+
+def tp_mlp_sequence_parallel_case(rng):
+    i = tp_mlp_inputs(rng, 16)
+    return "tp_mlp_sequence_parallel.fusion", i, {"y": (tp_mlp_forward(i), 1e-4, 1e-5, False)}
+
+
+def gelu_tanh_backward(dy, h):
+    th = np.tanh(np.sqrt(2.0 / np.pi) * (h + 0.044715 * h**3))
+    return dy * (0.5 * (1 + th) + 0.5 * h * (1 - th**2) * np.sqrt(2.0 / np.pi) * (1 + 3 * 0.044715 * h**2))
+
+
+def mlp_backward_expected(i, round_to):
+    """The MLP backward in float64, each op's result rounded by `round_to` (bf16 or nothing)."""
+    d = {k: v.astype(np.float64) for k, v in i.items()}
+    dh = round_to(gelu_tanh_backward(round_to(d["dy"] @ d["w_proj"]), d["h"]))
+    return {"dx": round_to(dh @ d["w_fc"]), "dw_fc": round_to(dh.T @ d["x"]), "db_fc": round_to(dh.sum(0)),
+            "dw_proj": round_to(d["dy"].T @ d["g"]), "db_proj": round_to(d["dy"].sum(0))}
+
+
+def mlp_backward_case(rng):
+    t = 16
+    f = lambda *shape, s=1.0: bf16(rng.standard_normal(shape) * s)
+    i = dict(dy=f(t, 768, s=0.1), x=f(t, 768), h=f(t, 3072), g=f(t, 3072), w_fc=f(3072, 768, s=0.03), w_proj=f(768, 3072, s=0.02))
+    # dh is rounded to bf16 inside the fusion and feeds three results: 3e-2 covers a flipped rounding
+    return "mlp_backward.fusion", i, {k: (v, 3e-2, 2e-2, True) for k, v in mlp_backward_expected(i, bf16).items()}
+
+
+def tp_mlp_backward_case(rng):
+    t = 10
+    f = lambda *shape, s=1.0: (rng.standard_normal(shape) * s).astype(np.float32)
+    i = dict(dy=f(t, 256), x=f(t, 256), h=f(t, 1024), g=f(t, 1024), w_fc=f(1024, 256, s=0.06), w_proj=f(256, 1024, s=0.03))
+    expected = mlp_backward_expected(i, lambda v: v)
+    return "tp_mlp_backward.fusion", i, {k: (v, 1e-4, 1e-5, False) for k, v in expected.items()}
+
+
+def sharded_layer_norm_case(rng):
+    x = (rng.standard_normal((6, 1024)) * 2 + 0.5).astype(np.float32)
+    weight, bias = rng.standard_normal(1024).astype(np.float32), rng.standard_normal(1024).astype(np.float32)
+    x64 = x.astype(np.float64)
+    mean = x64.mean(1, keepdims=True)
+    var = ((x64 - mean) ** 2).mean(1, keepdims=True)
+    y = (x64 - mean) / np.sqrt(var + 1e-5) * weight + bias
+    expected = {"y": (y, 1e-4, 1e-5, False), "total": (x64.sum(1), 1e-4, 1e-5, False), "peak": (x64.max(1), 0, 0, False)}
+    return "sharded_layer_norm.fusion", dict(x=x, weight=weight, bias=bias), expected
+
+
+def mpirun(ranks):
+    """The launcher prefix for a job of `ranks` processes, or None where mpirun is missing."""
+    import shutil
+    if shutil.which("mpirun") is None:
+        return None
+    os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return ["mpirun", "-n", str(ranks), "--oversubscribe"]
+
+
 def compare(name, got, want, rtol, atol_fraction, bf16_output):
     problems = []
     if got.shape != want.shape:
@@ -117,6 +196,11 @@ def run_case(alloy, examples, device, case, rng, workdir):
     file, inputs, expected = case(rng)
     tag = os.path.splitext(file)[0]
     args = [alloy, "run", os.path.join(examples, file), "--device", device, "--save-outputs", os.path.join(workdir, tag)]
+    if file in MPI_RANKS:
+        launcher = mpirun(MPI_RANKS[file])
+        if launcher is None:
+            return None  # skipped: no mpirun
+        args = launcher + args
     for name, value in inputs.items():
         path = os.path.join(workdir, f"{tag}_{name}.npy")
         np.save(path, value)
@@ -139,13 +223,21 @@ def main():
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                         help="passed to alloy run (auto: a GPU where one exists)")
     args = parser.parse_args()
-    cases = [mlp_case, layer_norm_case, softmax_case, rms_norm_case, masked_mean_case]
+    cases = [mlp_case, layer_norm_case, softmax_case, rms_norm_case, masked_mean_case, mlp_backward_case, tp_mlp_case,
+             tp_mlp_sequence_parallel_case, tp_mlp_backward_case, sharded_layer_norm_case]
+    known = {case(np.random.default_rng(0))[0] for case in cases}
+    unchecked = sorted(f for f in os.listdir(args.examples) if f.endswith(".fusion") and f not in known)
+    if unchecked:
+        print(f"FAIL examples without a NumPy check: {', '.join(unchecked)}")
+        return 1
     passed = failed = 0
     with tempfile.TemporaryDirectory(prefix="alloy_numpy_check_") as workdir:
         for case in cases:
             problems = run_case(args.alloy, args.examples, args.device, case, np.random.default_rng(0), workdir)
             label = case.__name__.removesuffix("_case")
-            if problems:
+            if problems is None:
+                print(f"skip {label} (mpirun not found)")
+            elif problems:
                 failed += 1
                 print(f"FAIL {label}")
                 for p in problems:
