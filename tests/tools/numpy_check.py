@@ -173,6 +173,18 @@ def mpirun(ranks):
     return ["mpirun", "-n", str(ranks), "--oversubscribe"]
 
 
+def rope_case(rng):
+    x = bf16(rng.standard_normal((2, 64, 40, 128)))
+    angles = np.arange(64)[:, None] * (10000.0 ** (-np.arange(0, 128, 2) / 128.0))[None, :]
+    cos = bf16(np.cos(np.concatenate([angles, angles], axis=-1)))
+    sin = bf16(np.sin(np.concatenate([angles, angles], axis=-1)))
+    rotated = np.concatenate([-x[..., 64:], x[..., :64]], axis=-1)  # exact: a sign and a copy
+    x_cos = bf16(x.astype(np.float64) * cos[:, None, :])
+    rotated_sin = bf16(rotated.astype(np.float64) * sin[:, None, :])
+    y = bf16(x_cos.astype(np.float64) + rotated_sin)
+    return "rope.fusion", dict(x=x, cos=cos, sin=sin), {"y": (y, 1e-2, 1e-3, True)}
+
+
 def compare(name, got, want, rtol, atol_fraction, bf16_output):
     problems = []
     if got.shape != want.shape:
@@ -224,7 +236,7 @@ def main():
                         help="passed to alloy run (auto: a GPU where one exists)")
     args = parser.parse_args()
     cases = [mlp_case, layer_norm_case, softmax_case, rms_norm_case, masked_mean_case, mlp_backward_case, tp_mlp_case,
-             tp_mlp_sequence_parallel_case, tp_mlp_backward_case, sharded_layer_norm_case]
+             tp_mlp_sequence_parallel_case, tp_mlp_backward_case, sharded_layer_norm_case, rope_case]
     known = {case(np.random.default_rng(0))[0] for case in cases}
     unchecked = sorted(f for f in os.listdir(args.examples) if f.endswith(".fusion") and f not in known)
     if unchecked:

@@ -24,6 +24,7 @@ const DeviceProps& device_props(int) { unavailable("device_props"); }
 Stream::Stream() { unavailable("Stream"); }
 Stream Stream::current(int) { unavailable("Stream::current"); }
 Stream Stream::create(int) { unavailable("Stream::create"); }
+Stream Stream::wrap(int, CUstream_st*) { unavailable("Stream::wrap"); }
 int Stream::device() const { return -1; }
 CUstream_st* Stream::handle() const { return nullptr; }
 uint64_t Stream::id() const { return 0; }

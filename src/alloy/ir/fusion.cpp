@@ -222,10 +222,29 @@ Value* Fusion::add_op1(OpKind kind, std::vector<Value*> inputs, std::vector<Name
   return outs[0];
 }
 
-void Fusion::add_output(Value* value, const SourceLoc& loc) {
+void Fusion::add_output(Value* value, const SourceLoc& loc, Value* alias_input) {
   ALLOY_CHECK(value != nullptr, "null output");
   if (value->literal) user_error(loc, "return: a literal cannot be an output; return a computed value");
+  if (alias_input) {
+    std::string what = "return " + value->name + " -> " + alias_input->name;
+    if (!alias_input->is_input || alias_input->is_scalar())
+      user_error(loc, what, ": '", alias_input->name, "' is not a tensor input; only a tensor input can be updated in place");
+    for (Value* taken : output_aliases_)
+      if (taken == alias_input) user_error(loc, what, ": input '", alias_input->name, "' is already updated by another output");
+    if (value->dtype() != alias_input->dtype() || value->rank() != alias_input->rank())
+      user_error(loc, what, ": the output is ", value->type_str(), " but the input is ", alias_input->type_str(),
+                 "; expected the same dtype and shape");
+    for (int axis = 0; axis < value->rank(); ++axis) {
+      const Extent &out = value->shape()[size_t(axis)], &in = alias_input->shape()[size_t(axis)];
+      if (out == in) continue;
+      if (out.is_constant() && in.is_constant())
+        user_error(loc, what, ": the output is ", value->type_str(), " but the input is ", alias_input->type_str(),
+                   "; expected the same dtype and shape");
+      add_constraint({out, in, what + ": axis " + std::to_string(axis)});
+    }
+  }
   outputs_.push_back(value);
+  output_aliases_.push_back(alias_input);
 }
 
 std::unique_ptr<Fusion> Fusion::clone() const {
@@ -249,6 +268,7 @@ std::unique_ptr<Fusion> Fusion::clone() const {
   }
   for (Value* in : inputs_) copy->inputs_.push_back(map.at(in));
   for (Value* out : outputs_) copy->outputs_.push_back(map.at(out));
+  for (Value* alias : output_aliases_) copy->output_aliases_.push_back(alias ? map.at(alias) : nullptr);
   copy->constraints_ = constraints_;
   copy->derived_ = derived_;
   copy->dynamic_ids_ = dynamic_ids_;

@@ -127,10 +127,15 @@ class Fusion {
                                    const SourceLoc& loc = {});
   Value* add_op1(OpKind kind, std::vector<Value*> inputs, std::vector<NamedAttr> attrs = {},
                  const SourceLoc& loc = {}, std::string output_name = {});
-  void add_output(Value* value, const SourceLoc& loc = {});
+  // `alias_input` (optional): a tensor input that the run writes this output into, an in-place
+  // update (`return y -> x` in the text); it has the output's dtype and shape, and no other
+  // output writes it.
+  void add_output(Value* value, const SourceLoc& loc = {}, Value* alias_input = nullptr);
 
   const std::vector<Value*>& inputs() const { return inputs_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
+  // Per output, the input it updates in place (nullptr for none); as long as outputs().
+  const std::vector<Value*>& output_aliases() const { return output_aliases_; }
   const std::vector<std::unique_ptr<Op>>& ops() const { return ops_; }
   const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
   Value* find_value(std::string_view name) const;
@@ -186,6 +191,7 @@ class Fusion {
   std::vector<std::unique_ptr<Op>> ops_;
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
+  std::vector<Value*> output_aliases_;
   std::vector<Constraint> constraints_;
   std::vector<DerivedSymbol> derived_;
   int dynamic_ids_ = 0;

@@ -52,7 +52,7 @@ struct Token {
   double real = 0;
   int line = 1, col = 1;
 
-  bool is(char c) const { return kind == TokKind::punct && text[0] == c; }
+  bool is(char c) const { return kind == TokKind::punct && text.size() == 1 && text[0] == c; }
   bool is_word(std::string_view w) const { return kind == TokKind::ident && text == w; }
 };
 
@@ -169,6 +169,13 @@ class Lexer {
     }
     if (is_digit(c) || (c == '.' && is_digit(cur(1)))) return lex_number(t);
     if (c == '"') return lex_string(t);
+    if (c == '-' && cur(1) == '>') {  // `return y -> x`: y is written into input x
+      t.kind = TokKind::punct;
+      t.text = "->";
+      advance();
+      advance();
+      return t;
+    }
     if (std::string_view("()[]{},:=@?-").find(c) != std::string_view::npos) {
       t.kind = TokKind::punct;
       t.text = std::string(1, c);
@@ -577,7 +584,17 @@ class Parser {
         fail(name, "expected a value name to return, found ", describe(name));
       auto it = names_.find(name.text);
       if (it == names_.end()) undefined(name);
-      fusion.add_output(it->second, lex_.loc(name));
+      Value* alias = nullptr;
+      if (lex_.peek().kind == TokKind::punct && lex_.peek().text == "->") {
+        lex_.next();
+        Token target = lex_.next();
+        if (target.kind != TokKind::ident || is_reserved_word(target.text))
+          fail(target, "expected the name of the input to update after '->', found ", describe(target));
+        auto input = names_.find(target.text);
+        if (input == names_.end()) undefined(target);
+        alias = input->second;
+      }
+      fusion.add_output(it->second, lex_.loc(name), alias);
     } while (more_items('}', "after a returned value"));
     expect('}', "after the returned values");
   }

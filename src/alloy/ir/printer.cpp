@@ -100,7 +100,14 @@ std::string print_fusion(const Fusion& fusion, const PrintOptions& options) {
     out += "\n";
   }
   out += "  return";
-  if (!fusion.outputs().empty()) out.append(" ").append(join(fusion.outputs(), [](const Value* v) { return v->name; }));
+  if (!fusion.outputs().empty()) {
+    std::vector<std::string> outputs;
+    for (size_t i = 0; i < fusion.outputs().size(); ++i) {
+      const Value* alias = i < fusion.output_aliases().size() ? fusion.output_aliases()[i] : nullptr;
+      outputs.push_back(fusion.outputs()[i]->name + (alias ? " -> " + alias->name : ""));
+    }
+    out.append(" ").append(join(outputs, [](const std::string& o) { return o; }));
+  }
   return out + "\n}\n";
 }
 

@@ -1,7 +1,10 @@
 #include "alloy/runtime/executor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstring>
+#include <mutex>
 #include <unordered_map>
 
 #include "alloy/backend/cuda/cuda_api.h"
@@ -21,6 +24,11 @@ struct FusionExecutor::Impl {
   // One plan serves every input signature: what depends on sizes, strides and alignment (the
   // generated kernels' variants) is chosen and cached inside the segment executables.
   std::optional<CompiledFusion> compiled;
+  // Set once `compiled` is complete: runs after the first read it without taking plan_mutex.
+  std::atomic<const CompiledFusion*> ready{nullptr};
+  std::mutex plan_mutex;  // building the plan and joining the team
+  std::mutex run_mutex;   // runs that take turns (see the header)
+  int plans_built = 0;
   std::vector<std::pair<int, Tensor>> literal_values;  // value id -> 0-dim CPU tensor, made once
   // A fusion with a mesh: the team's communicators (made once, collectively); none on a rank
   // outside the mesh.
@@ -31,6 +39,7 @@ struct FusionExecutor::Impl {
   void join_team();
   Bindings bind(const std::vector<Tensor>& inputs);
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> run_locked(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
 };
 
 namespace {
@@ -43,13 +52,59 @@ Tensor literal_tensor(const Value* v) {
   return t;
 }
 
+// Copies the elements of contiguous CPU `source` into CPU `target` (any strides).
+void scatter_cpu(const Tensor& source, const Tensor& target) {
+  size_t width = size_t(dtype_size(target.dtype()));
+  std::vector<int64_t> index(size_t(target.dim()), 0);
+  const auto* src = static_cast<const char*>(source.data());
+  auto* dst = static_cast<char*>(target.data());
+  for (int64_t i = 0; i < target.numel(); ++i) {
+    int64_t at = 0;
+    for (int a = 0; a < target.dim(); ++a) at += index[size_t(a)] * target.stride(a);
+    std::memcpy(dst + at * int64_t(width), src + size_t(i) * width, width);
+    for (int a = target.dim() - 1; a >= 0 && ++index[size_t(a)] == target.size(a); --a) index[size_t(a)] = 0;
+  }
+}
+
+// An in-place update (`return y -> x`): writes the run's `result` into the caller's input tensor
+// `target` after everything the run enqueued (the same stream), and returns `target`.
+Tensor write_in_place(const Tensor& result, const Tensor& target, const Value& output, const Value& input) {
+  std::string place = "output '" + output.name + "' -> input '" + input.name + "'";
+  if (result.sizes() != target.sizes())
+    user_error_at(place, "the output is ", result.str(), " but the input is ", target.str(), "; expected the same shape");
+  if (result.buffer() == target.buffer() && result.data() == target.data() && result.strides() == target.strides()) return target;
+  if (target.device().kind == DeviceKind::cpu) {
+    Tensor source = packed_cpu(to_cpu(result));
+    if (source.buffer() == target.buffer()) {  // a view of the input itself: read it all before writing
+      Tensor copy = Tensor::empty(source.dtype(), source.sizes());
+      std::memcpy(copy.data(), source.data(), size_t(source.numel()) * size_t(dtype_size(source.dtype())));
+      source = copy;
+    }
+    scatter_cpu(source, target);
+    return target;
+  }
+  if (!target.is_contiguous())
+    user_error_at(place, "an input updated in place on ", target.device().str(), " must be contiguous; found strides of ", target.str());
+  cuda::Stream stream = cuda::Stream::current(target.device().index);
+  Tensor source = result;
+  if (!source.is_contiguous() || source.buffer() == target.buffer() || source.device() != target.device())
+    source = cuda::to_device(to_cpu(result), stream);  // rare: a view, or an output of another device
+  cuda::copy_d2d(target, source, stream);
+  return target;
+}
+
 }  // namespace
 
 const CompiledFusion& FusionExecutor::Impl::plan_for() {
-  if (compiled) return *compiled;
-  compiled = compile_fusion(*fusion, device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda);
-  for (auto& v : compiled->local->values())
+  if (const CompiledFusion* plan = ready.load(std::memory_order_acquire)) return *plan;
+  std::lock_guard<std::mutex> lock(plan_mutex);
+  if (compiled) return *compiled;  // another thread built it while this one waited
+  CompiledFusion plan = compile_fusion(*fusion, device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda);
+  for (auto& v : plan.local->values())
     if (v->literal) literal_values.emplace_back(v->id, literal_tensor(v.get()));
+  compiled = std::move(plan);
+  ++plans_built;
+  ready.store(&*compiled, std::memory_order_release);
   return *compiled;
 }
 
@@ -57,6 +112,7 @@ const CompiledFusion& FusionExecutor::Impl::plan_for() {
 // each rank reaches it with the same fusion, so none waits alone).
 void FusionExecutor::Impl::join_team() {
   const auto& mesh = *plan_for().mesh;
+  std::lock_guard<std::mutex> lock(plan_mutex);
   if (team || outside_mesh) return;
   if (auto misfit = multidevice::mesh_misfit(mesh)) user_error_at("fusion '" + fusion->name() + "'", *misfit);
   host_team = multidevice::communicator_for(mesh, Device{});
@@ -92,6 +148,14 @@ Bindings FusionExecutor::Impl::bind(const std::vector<Tensor>& inputs) {
 
 std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs) {
   const CompiledFusion& plan = plan_for();
+  if (plan.mesh || device.kind == DeviceKind::cuda) {
+    std::lock_guard<std::mutex> lock(run_mutex);
+    return run_locked(plan, inputs);
+  }
+  return run_locked(plan, inputs);
+}
+
+std::vector<Tensor> FusionExecutor::Impl::run_locked(const CompiledFusion& plan, const std::vector<Tensor>& inputs) {
   if (plan.mesh) {
     join_team();
     if (outside_mesh) return {};
@@ -119,6 +183,12 @@ std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs)
   plan.executable->run(state);
   std::vector<Tensor> outputs;
   for (Value* out : running.outputs()) outputs.push_back(state.at(out));
+  const std::vector<Value*>& aliases = fusion->output_aliases();
+  for (size_t i = 0; i < aliases.size() && i < outputs.size(); ++i) {
+    if (!aliases[i]) continue;
+    size_t input = size_t(std::find(fusion->inputs().begin(), fusion->inputs().end(), aliases[i]) - fusion->inputs().begin());
+    outputs[i] = write_in_place(outputs[i], inputs.at(input), *fusion->outputs()[i], *aliases[i]);
+  }
   return outputs;
 }
 
@@ -134,6 +204,12 @@ FusionExecutor::FusionExecutor(std::unique_ptr<Fusion> fusion, ExecutorOptions o
   // (ranks share GPUs round-robin where there are fewer)
   int index = 0;
   if (gpu && multidevice::process().size > 1) index = multidevice::process().local_rank % std::max(1, cuda::device_count());
+  if (options.device_index >= 0 && gpu && options.device != DeviceChoice::cpu) {
+    if (options.device_index >= cuda::device_count())
+      user_error_at("device cuda:" + std::to_string(options.device_index), "does not exist; this machine has ",
+                    cuda::device_count(), " CUDA device(s)");
+    index = options.device_index;
+  }
   impl_->device = (gpu && options.device != DeviceChoice::cpu) ? Device{DeviceKind::cuda, index} : Device{DeviceKind::cpu, 0};
 }
 
@@ -142,6 +218,18 @@ FusionExecutor::FusionExecutor(FusionExecutor&&) noexcept = default;
 FusionExecutor& FusionExecutor::operator=(FusionExecutor&&) noexcept = default;
 
 std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs) { return impl_->run(inputs); }
+
+std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs, const RunOptions& run_options) {
+  if (!run_options.stream || impl_->device.kind != DeviceKind::cuda) return impl_->run(inputs);
+  // Every stage of the run asks for the thread's current stream: make it the caller's.
+  cuda::StreamGuard guard(cuda::Stream::wrap(impl_->device.index, reinterpret_cast<CUstream_st*>(*run_options.stream)));
+  return impl_->run(inputs);
+}
+
+int FusionExecutor::plans_built() const {
+  std::lock_guard<std::mutex> lock(impl_->plan_mutex);
+  return impl_->plans_built;
+}
 
 void FusionExecutor::synchronize() {
   if (impl_->device.kind == DeviceKind::cuda) synchronize_device(impl_->device);
@@ -185,6 +273,7 @@ std::string FusionExecutor::dump(std::string_view stage, const std::vector<Tenso
     return out;
   }
   const CompiledFusion& plan = impl_->plan_for();
+  std::lock_guard<std::mutex> lock(impl_->run_mutex);  // the segments' sources change as runs compile variants
   if (stage == "sharding") return plan.global ? sharding_report(*plan.global) : "no mesh: the fusion runs on one device\n";
   if (stage == "local") return print_fusion(*plan.local);
   if (stage == "segments") return plan.executable->program.segmentation.str();

@@ -3,7 +3,9 @@
 // signature), and runs it.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,11 +19,30 @@ enum class DeviceChoice { automatic, cpu, cuda };
 
 struct ExecutorOptions {
   DeviceChoice device = DeviceChoice::automatic;  // automatic: a GPU where one exists, else the CPU
+  // The GPU to run on (cuda or automatic). -1: GPU 0, or in a job of several processes the
+  // rank's local GPU. A library inside another framework passes its tensors' device.
+  int device_index = -1;
   // Fill every buffer the program allocates with NaN (0xFF bytes) before the kernels run, so
   // a test sees any element a kernel failed to write. Costs a memset per buffer.
   bool poison_outputs = false;
 };
 
+// How one run is issued.
+struct RunOptions {
+  // CUDA: the stream the run enqueues its kernels, allocations and frees on, as a cudaStream_t
+  // value (a caller's current stream, e.g. torch.cuda.current_stream().cuda_stream; 0 is the
+  // legacy default stream); the run returns without waiting for it. It must be a stream of the
+  // executor's device that outlives the run's outputs. nullopt: the thread's current stream (CUDA's
+  // per-thread default stream). Ignored on the CPU. Outputs are freed in the order of the run's
+  // stream when their last view goes, so a consumer on another stream makes the run's stream wait
+  // for its work before it drops them (what torch's record_stream does).
+  std::optional<uintptr_t> stream;
+};
+
+// Thread safety: one executor may run on several threads at once. The plan is built once, under a
+// lock; on CUDA, and for a fusion with a mesh, runs take turns (enqueueing a run is microseconds of
+// host time, and the kernels' variant caches and the team's collectives are not shared safely); on
+// the CPU they run side by side (the reference kernels keep no state).
 class FusionExecutor {
  public:
   explicit FusionExecutor(std::unique_ptr<Fusion> fusion, ExecutorOptions options = {});
@@ -34,11 +55,15 @@ class FusionExecutor {
   // order. Bad inputs raise UserError naming the input, the axis and both sizes. A run that
   // fails returns nothing.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const RunOptions& run_options);
   // Waits for the device to finish the last run (a no-op on the CPU).
   void synchronize();
 
   const Fusion& fusion() const;
   Device device() const;
+  // How many times the plan was built: 0 before the first run, then 1 (runs with new sizes
+  // or strides reuse it; the kernels' variants are cached inside it).
+  int plans_built() const;
 
   // A fusion with a mesh runs one process per device: `run` takes this device's part of each
   // input and returns its part of each output (nothing on a rank outside the mesh). These say

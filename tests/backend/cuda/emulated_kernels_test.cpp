@@ -19,6 +19,7 @@
 #include "alloy/ir/parser.h"
 #include "alloy/passes/decompose_composites.h"
 #include "alloy/runtime/executor.h"
+#include "alloy/runtime/input_binding.h"
 #include "alloy/runtime/run_inputs.h"
 #include "alloy/runtime/views.h"
 #include "alloy/segment/schedulers/cuda_segmenter.h"
@@ -93,6 +94,7 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   std::vector<Tensor> expected = reference.run(inputs);
 
   auto lowered = decompose_composites(*fusion);
+  const Bindings bound = bind_inputs(*lowered, inputs);  // `sizes` and the sizes derived from them (a cat's)
   Segmentation segmentation = segment_for_cuda(*lowered);
   std::map<const Value*, Tensor> values;
   for (size_t i = 0; i < inputs.size(); ++i) values[lowered->inputs()[i]] = inputs[i];
@@ -105,7 +107,7 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   for (const Segment& s : segmentation.segments) {
     if (s.scheduler == "noop") {  // views only, made on the host as the runtime makes them
       for (const Op* view : s.ops) {
-        Tensor t = apply_view(*view, values.at(view->inputs[0]), concrete(view->outputs[0], sizes));
+        Tensor t = apply_view(*view, values.at(view->inputs[0]), concrete(view->outputs[0], bound));
         ASSERT_TRUE(t.defined()) << "a view the test cannot make on the host";
         values[view->outputs[0]] = t;
       }
@@ -116,20 +118,19 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
     ASSERT_TRUE(std::holds_alternative<KernelAnalysis>(analyzed)) << std::get<std::string>(analyzed);
     const KernelAnalysis& a = std::get<KernelAnalysis>(analyzed);
     for (const Op* view : a.host_views) {
-      Tensor t = apply_view(*view, values.at(view->inputs[0]), concrete(view->outputs[0], sizes));
+      Tensor t = apply_view(*view, values.at(view->inputs[0]), concrete(view->outputs[0], bound));
       ASSERT_TRUE(t.defined()) << "a view the test cannot make on the host";
       values[view->outputs[0]] = t;
     }
-    std::vector<const Tensor*> tensors;
-    for (Value* leaf : a.leaves) tensors.push_back(&values.at(leaf));
     for (Value* out : a.outputs) {
-      Tensor t = Tensor::empty(out->dtype(), concrete(out, sizes));
+      Tensor t = Tensor::empty(out->dtype(), concrete(out, bound));
       std::memset(t.data(), 0xFF, size_t(t.numel()) * dtype_size(t.dtype()));  // poison: NaN, -1
       values[out] = t;
     }
-    for (Value* out : a.outputs) tensors.push_back(&values.at(out));
+    std::vector<const Tensor*> tensors;  // each leaf (a cat leaf: its sources), then each output
+    for (Value* v : a.launch_values()) tensors.push_back(&values.at(v));
     std::vector<int64_t> domain;
-    for (const Extent& e : a.domain) domain.push_back(*e.evaluate(sizes));
+    for (const Extent& e : a.domain) domain.push_back(*e.evaluate(bound));
     std::vector<uint64_t> scalars = cuda::scalar_words(a, [&](const Value* v) -> const Tensor& { return values.at(v); });
     cuda::LaunchPlan plan = cuda::plan_launch(a, domain, tensors, scalars, target);
     if (!plan.launch) continue;
@@ -215,6 +216,19 @@ TEST(EmulatedKernels, MaskedSoftmax) {
       }
     for (Flavour f : kFlavours) expect_emulation_matches_cpu(text, {{"N", n}, {"D", d}}, f, 4, {Tensor(), mask});
   }
+}
+
+// A cat leaf along the reduced axis of row kernels: a block per row with the row in registers, a
+// warp per row, and a row too long for registers, re-read from memory each pass.
+TEST(EmulatedKernels, CatInRowKernelsOfEveryShape) {
+  const std::string text = R"(fusion f(a: bf16[R, A], b: bf16[R, C]) {
+  k = cat(a, b, dim=1)
+  s = softmax(k, dim=1)
+  v, m = var_mean(k, dims=[1], correction=1)
+  return s, v, m
+})";
+  for (auto [r, a, c] : {std::tuple<int64_t, int64_t, int64_t>{20, 96, 160}, {70, 96, 160}, {2, 40000, 30000}})
+    every_flavour(text, {{"R", r}, {"A", a}, {"C", c}});
 }
 
 TEST(EmulatedKernels, LongRowsReReadFromMemory) {

@@ -150,6 +150,82 @@ inline const std::vector<KernelCase>& kernel_cases() {
   r = rms_norm(x, normalized_ndim=1)
   return v, m, r
 })", "", {{"R", 517}}},
+      // cat runs inside generated kernels: a cat of values read from memory is a leaf with one
+      // source per operand (a cat of computed values starts a new kernel)
+      {"CatRopeExampleInBf16", "", "examples/rope.fusion", {{"B", 2}, {"S", 37}}, {{"B", 1}, {"S", 5}}},
+      {"CatRopeInF32", R"(fusion rope(x: f32[B, S, 4, 64], cos: f32[S, 1, 64], sin: f32[S, 1, 64]) {
+  x1 = slice(x, starts=[0, 0, 0, 0], ends=[2147483647, 2147483647, 4, 32])
+  x2 = slice(x, starts=[0, 0, 0, 32], ends=[2147483647, 2147483647, 4, 64])
+  n = neg(x2)
+  r = cat(n, x1, dim=-1)
+  a = mul(x, cos)
+  b = mul(r, sin)
+  y = add(a, b)
+  return y
+})", "", {{"B", 3}, {"S", 19}}},
+      {"CatAlongAnOuterAxisWithScalars", R"(fusion f(x: f32[5, 3, 8], y: f32[2, 3, 8], z: bf16[7, 3, 8], alpha: f32, w: f32[N, 6, 7]) {
+  c = cat(x, y, dim=0)
+  s = mul(c, alpha)
+  t = add(s, z)
+  m = cat(y, x, dim=-3)
+  e = exp(m)
+  wt = permute(w, dims=[2, 1, 0])
+  k = cat(wt, wt, dim=1)
+  return t, e, k
+})", "", {{"N", 5}}},
+      {"CatOfThreeSourcesAndACopy", R"(fusion f(a: bf16[R, 16], b: bf16[R, 8], c: bf16[R, 40], d: bf16[R, 64]) {
+  k = cat(a, b, c, dim=1)
+  g = gelu(k, approximate="tanh")
+  h = add(g, d)
+  return h, k
+})", "", {{"R", 33}}},
+      {"CatBoundariesOffTheVectorWidth", R"(fusion f(x: bf16[R, 16], c: bf16[R, 8], d: f16[R, 1], e: f16[R, 2]) {
+  a = slice(x, starts=[0, 0], ends=[2147483647, 3])
+  b = slice(x, starts=[0, 8], ends=[2147483647, 13])
+  k = cat(a, b, dim=1)
+  y = mul(k, c)
+  j = cat(d, e, d, d, e, dim=-1)
+  n = neg(j)
+  return y, n
+})", "", {{"R", 45}}},
+      {"CatOfSingleElementSources", R"(fusion f(d: f16[R, 1], f: f16[R, 1], e: bf16[R, 8]) {
+  g = cat(d, f, f, d, f, d, d, f, dim=1)
+  m = mul(g, e)
+  return m
+})", "", {{"R", 45}}},
+      {"CatOfBroadcasts", R"(fusion f(a: f32[1, 3], b: f32[1, 5], x: f32[N, 8], u: bf16[4], w: bf16[N, 4]) {
+  k = cat(a, b, dim=1)
+  y = add(x, k)
+  ue = expand(u, shape=[N, 4])
+  v = cat(ue, w, dim=1)
+  z = mul(v, 2.0)
+  return y, z
+})", "", {{"N", 29}}},
+      {"CatOfMixedDtypes", R"(fusion f(i: i32[N, 4], h: f32[N, 4], b: bf16[N, 8], p: bf16[N, 2], q: f16[N, 2]) {
+  m = cat(i, h, dim=1)
+  s = sub(m, b)
+  r = cat(p, q, dim=-1)
+  return s, r
+})", "", {{"N", 29}}},
+      {"CatFeedingReductions", R"(fusion f(a: f32[R, 96], b: f32[R, 160], p: bf16[T, 3], q: bf16[T, 5], r: bf16[U, 8], s: bf16[T, 8]) {
+  k = cat(a, b, dim=1)
+  rs = sum(k, dims=[1])
+  sm = softmax(k, dim=1)
+  pq = cat(p, q, dim=1)
+  cs = sum(pq, dims=[0])
+  ts = cat(s, r, dim=0)
+  vs, ms = var_mean(ts, dims=[0])
+  return rs, sm, cs, vs, ms
+})", "", {{"R", 70}, {"T", 300}, {"U", 44}}, {{"R", 70}, {"T", 120}, {"U", 44}}},
+      {"CatLeavesComputedOncePerRow", R"(fusion f(x: f32[40, 24], a: f32[5, 1], b: f32[35, 1], y: bf16[T, 8], c: bf16[3], d: bf16[5]) {
+  m = cat(a, b, dim=0)
+  xm = sub(x, m)
+  rs = sum(xm, dims=[1])
+  w = cat(c, d, dim=0)
+  yw = mul(y, w)
+  cs = sum(yw, dims=[0])
+  return rs, cs
+})", "", {{"T", 500}}},
   };
   return cases;
 }

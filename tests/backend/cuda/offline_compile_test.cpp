@@ -79,6 +79,45 @@ TEST(OfflineCompile, EveryOpFamilyGeneratesCompilableCode) {
   EXPECT_NE(source.find("extern \"C\" __global__"), std::string::npos);
 }
 
+// cat is part of generated kernels: RoPE is two NVRTC-compiled kernels and a view, and at bound
+// sizes the cat's kernel reads 16-byte vectors (its boundary, 64, is a multiple of 8 bf16s).
+TEST(OfflineCompile, CatCompilesIntoGeneratedKernels) {
+  REQUIRE_CUDA_BUILD();
+  auto fusion = parse_fusion_file(testing::source_path("examples/rope.fusion"));
+  std::string report = compile_offline(*fusion, "sm_90", false);
+  EXPECT_EQ(report.find("cpu_fallback"), std::string::npos) << report;
+  EXPECT_NE(report.find("segment 0 [noop]: no generated kernel"), std::string::npos) << report;
+  EXPECT_NE(report.find("segment 2 [pointwise] variant r1.0_v8_t256_i0_vvvv_c0: sm_90 cubin"), std::string::npos) << report;
+  Bindings sizes{{"B", 2}, {"S", 4096}};
+  report = compile_offline(*fusion, "sm_90", false, &sizes);
+  EXPECT_NE(report.find("segment 2 [pointwise] variant r4.0_v8_t256_i0_32_lean_vvvv_c3: sm_90 cubin"), std::string::npos) << report;
+  EXPECT_NE(report.find("2 kernels compiled for sm_90"), std::string::npos) << report;
+  // a cat of mixed dtypes along a reduced axis whose size is a sum of two symbols
+  auto mixed = parse_fusion(R"(fusion f(a: i32[R, A], b: f32[R, C], c: bf16[R, 8], d: f16[R, 8]) {
+  k = cat(a, b, dim=1)
+  s = sum(k, dims=[1])
+  m = cat(c, d, dim=0)
+  e = exp(m)
+  return s, e
+})", "mixed.fusion", std::nullopt);
+  report = compile_offline(*mixed, "sm_80", false);
+  EXPECT_EQ(report.find("cpu_fallback"), std::string::npos) << report;
+  EXPECT_NE(report.find("compiled for sm_80"), std::string::npos) << report;
+  Bindings mixed_sizes{{"R", 64}, {"A", 40}, {"C", 24}};
+  report = compile_offline(*mixed, "sm_80", false, &mixed_sizes);
+  EXPECT_NE(report.find("2 kernels compiled for sm_80"), std::string::npos) << report;
+}
+
+// What no GPU path runs says why, in `alloy compile`'s report as in --dump segments.
+TEST(OfflineCompile, FallbacksSayWhy) {
+  REQUIRE_CUDA_BUILD();
+  auto fusion = parse_fusion("fusion f(a: i64[4, 8], b: i64[8, 2]) {\n  m = matmul(a, b)\n  return m\n}\n", "t.fusion", std::nullopt);
+  std::string report = compile_offline(*fusion, "sm_90", false);
+  EXPECT_NE(report.find("segment 0 [cpu_fallback]: no generated kernel (i64 matmul: the cuBLASLt path takes bf16, f16 and f32 operands)"),
+            std::string::npos)
+      << report;
+}
+
 TEST(OfflineCompile, BadArchitectureIsAUserError) {
   auto fusion = parse_fusion("fusion f(x: f32[4]) {\n  y = exp(x)\n  return y\n}\n", "t.fusion", std::nullopt);
   EXPECT_THROW(compile_offline(*fusion, "gfx90a", false), UserError);

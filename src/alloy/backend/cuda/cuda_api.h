@@ -59,6 +59,10 @@ class Stream {
   static Stream current(int device);
   // A new stream that does not synchronize with the legacy default stream.
   static Stream create(int device);
+  // A caller's stream (a cudaStream_t of `device`; nullptr is the legacy default stream), not owned:
+  // Alloy never destroys it. One Stream per (device, handle) is kept for the process, so the
+  // scratch buffers and side streams that hang off it are reused run after run.
+  static Stream wrap(int device, CUstream_st* handle);
 
   int device() const;
   CUstream_st* handle() const;

@@ -36,14 +36,17 @@ class NoopSegment final : public host_ir::SegmentExecutable {
   std::vector<const Op*> ops_;
 };
 
-// Ops no GPU scheduler takes: through the host and the reference kernels, then back.
+// Ops no GPU path runs (the segment's note says why): through the host and the reference
+// kernels, then back. A scalar result stays on the host, where kernels read scalars by value.
 class CpuFallbackSegment final : public host_ir::SegmentExecutable {
  public:
   explicit CpuFallbackSegment(const Segment& s) : ops_(s.ops) {}
   void run(host_ir::RunState& state) override {
     Stream stream = Stream::current(state.device.index);
-    run_reference_ops(ops_, state, [&](const Tensor& t) { return to_host(t, stream); },
-                      [&](const Tensor& t) { return to_device(t, stream); });
+    run_reference_ops(ops_, state, [&](const Tensor& t) { return to_host(t, stream); }, {});
+    for (const Op* op : ops_)
+      for (Value* out : op->outputs)
+        if (!out->is_scalar()) state.values[out->id] = to_device(state.at(out), stream);
   }
 
  private:

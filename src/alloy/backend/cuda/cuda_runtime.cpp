@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 
 #include "alloy/common/error.h"
@@ -196,7 +197,7 @@ DeviceGuard::~DeviceGuard() {
 namespace detail {
 
 cudaStream_t free_stream_for(const StreamState& state) {
-  if (!state.owned && state.thread != std::this_thread::get_id()) return cudaStreamLegacy;
+  if (!state.owned && !state.external && state.thread != std::this_thread::get_id()) return cudaStreamLegacy;
   return state.stream;
 }
 
@@ -237,10 +238,28 @@ Stream Stream::create(int device) {
   return Stream(std::move(state));
 }
 
+Stream Stream::wrap(int device, CUstream_st* handle) {
+  check_device_index(device, "Stream::wrap");
+  // Leaked, like the kernel registry: freeing the scratch buffers at exit would race the runtime's
+  // own teardown (and the caller's streams may be gone by then).
+  static std::mutex mutex;
+  static auto* wrapped = new std::map<std::pair<int, CUstream_st*>, std::shared_ptr<detail::StreamState>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  std::shared_ptr<detail::StreamState>& state = (*wrapped)[{device, handle}];
+  if (!state) {
+    state = std::make_shared<detail::StreamState>();
+    state->device = device;
+    state->stream = reinterpret_cast<cudaStream_t>(handle);
+    state->external = true;
+    state->id = next_stream_id++;
+  }
+  return Stream(state);
+}
+
 int Stream::device() const { return state_ ? state_->device : -1; }
 CUstream_st* Stream::handle() const { return state_ ? state_->stream : nullptr; }
 uint64_t Stream::id() const { return state_ ? state_->id : 0; }
-bool Stream::is_per_thread_default() const { return state_ && !state_->owned; }
+bool Stream::is_per_thread_default() const { return state_ && !state_->owned && !state_->external; }
 
 void Stream::synchronize() const {
   ALLOY_CHECK(state_, "synchronize on an empty Stream");

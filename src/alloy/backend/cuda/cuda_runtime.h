@@ -49,7 +49,8 @@ namespace detail {
 struct StreamState {
   int device = 0;
   cudaStream_t stream = nullptr;
-  bool owned = false;                 // false: the per-thread default stream
+  bool owned = false;                 // false: the per-thread default stream, or a caller's stream
+  bool external = false;              // a caller's stream (Stream::wrap)
   std::thread::id thread;             // the thread whose per-thread default stream this is
   uint64_t id = 0;
   void* scratch = nullptr;

@@ -23,8 +23,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
   void run(host_ir::RunState& state) override {
     for (const Op* view : a_.host_views) make_host_view(*view, state);
     std::vector<const Tensor*> tensors;
-    for (Value* leaf : a_.leaves) tensors.push_back(&state.at(leaf));
-    for (Value* out : a_.outputs) tensors.push_back(&state.at(out));
+    for (Value* v : a_.launch_values()) tensors.push_back(&state.at(v));
     Stream stream = Stream::current(state.device.index);
     std::vector<int64_t> domain;
     for (const Extent& e : a_.domain) domain.push_back(*e.evaluate(state.bindings));

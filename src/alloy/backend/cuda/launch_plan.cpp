@@ -11,7 +11,10 @@ namespace {
 // One axis of the launch: its size and every tensor's stride along it.
 struct Axis {
   int64_t size;
-  std::vector<int64_t> strides;  // leaves, then outputs
+  std::vector<int64_t> strides;  // per launch tensor (Slot)
+  // The domain axis a cat leaf's concatenated axis runs along (the position along it selects the
+  // source, so it is never merged with a neighbour), else -1.
+  int cat_axis = -1;
 };
 
 // Drops size-1 axes and merges neighbours that every tensor walks contiguously.
@@ -19,7 +22,7 @@ std::vector<Axis> collapse(std::vector<Axis> axes) {
   std::vector<Axis> out;
   for (Axis& a : axes) {
     if (a.size == 1) continue;
-    if (!out.empty()) {
+    if (!out.empty() && a.cat_axis < 0 && out.back().cat_axis < 0) {
       Axis& prev = out.back();
       bool mergeable = true;
       for (size_t t = 0; t < a.strides.size(); ++t)
@@ -35,44 +38,115 @@ std::vector<Axis> collapse(std::vector<Axis> axes) {
   return out;
 }
 
-// The stride of tensor t (leaf or output) along domain axis d; 0 where it is broadcast.
-int64_t domain_stride(const KernelAnalysis& a, size_t t, const Tensor& tensor, int d) {
-  bool is_leaf = t < a.leaves.size();
-  const Value* v = is_leaf ? a.leaves[t] : a.outputs[t - a.leaves.size()];
-  const ValueLayout& l = a.at(v);
-  const std::vector<int>& map = is_leaf ? l.axis_map : l.store_axes;
+// The tensors a launch passes (KernelAnalysis::launch_values), each with the value whose layout
+// places it on the domain (a cat source: its cat leaf's), and the leaf it belongs to (-1: an output).
+struct Slot {
+  const Value* laid_out_as;
+  int leaf;
+};
+
+std::vector<Slot> launch_slots(const KernelAnalysis& a) {
+  std::vector<Slot> slots;
+  for (size_t k = 0; k < a.leaves.size(); ++k) {
+    const CatLeaf* cat = a.cat_leaf(a.leaves[k]);
+    for (size_t r = 0; r < (cat ? cat->sources.size() : 1); ++r) slots.push_back({a.leaves[k], int(k)});
+  }
+  for (const Value* out : a.outputs) slots.push_back({out, -1});
+  return slots;
+}
+
+// The stride of a launch tensor along domain axis d; 0 where it is broadcast.
+int64_t domain_stride(const KernelAnalysis& a, const Slot& slot, const Tensor& tensor, int d) {
+  const ValueLayout& l = a.at(slot.laid_out_as);
+  const std::vector<int>& map = slot.leaf >= 0 ? l.axis_map : l.store_axes;
   for (size_t i = 0; i < map.size(); ++i)
     if (map[i] == d) return tensor.size(int(i)) == 1 ? 0 : tensor.stride(int(i));
   return 0;
 }
 
+// Every cat leaf's sources: where each starts and ends along the cat's axis, and the launch
+// tensors (slots) they are.
+struct CatSources {
+  int domain_axis;               // -1: the leaf is broadcast along the cat's axis
+  std::vector<int> slots;
+  std::vector<int64_t> starts;   // per source
+  std::vector<int64_t> ends;     // per source but the last
+};
+
+std::vector<CatSources> cat_sources(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<const Tensor*>& tensors) {
+  std::vector<CatSources> cats;
+  for (size_t t = 0; t < slots.size(); ++t) {
+    const Slot& s = slots[t];
+    const CatLeaf* cat = s.leaf >= 0 ? a.cat_leaf(s.laid_out_as) : nullptr;
+    if (!cat) continue;
+    if (t == 0 || slots[t - 1].leaf != s.leaf) cats.push_back({a.cat_domain_axis(s.laid_out_as), {}, {}, {}});
+    CatSources& c = cats.back();
+    int64_t start = c.starts.empty() ? 0 : c.starts.back() + tensors[c.slots.back()]->size(cat->axis);
+    if (!c.starts.empty()) c.ends.push_back(start);
+    c.slots.push_back(int(t));
+    c.starts.push_back(start);
+  }
+  return cats;
+}
+
+// The address each launch tensor is passed at: a cat source's moved back by its start along the
+// cat's axis, so that every source of the leaf is addressed with the leaf's own position (only
+// positions inside a source are ever read from it).
+std::vector<uintptr_t> launch_addresses(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<const Tensor*>& tensors,
+                                        const std::vector<CatSources>& cats) {
+  std::vector<uintptr_t> addresses;
+  for (const Tensor* t : tensors) addresses.push_back(reinterpret_cast<uintptr_t>(t->data()));
+  for (const CatSources& c : cats) {
+    if (c.domain_axis < 0) continue;
+    for (size_t r = 0; r < c.slots.size(); ++r) {
+      int t = c.slots[r];
+      int64_t stride = domain_stride(a, slots[t], *tensors[t], c.domain_axis);
+      addresses[t] -= uintptr_t(c.starts[r] * stride * int64_t(dtype_size(tensors[t]->dtype())));
+    }
+  }
+  return addresses;
+}
+
 // The widest vector (up to 16 bytes for the narrowest type) every pointer and stride allows,
 // along axis `va` (the innermost reduced axis of a row kernel, the innermost kept axis of a
-// column kernel, the innermost axis of a pointwise kernel).
-void choose_vector(const KernelAnalysis& a, KernelVariant& v, const std::vector<Axis>& axes, int va,
-                   const std::vector<const Tensor*>& tensors) {
+// column kernel, the innermost axis of a pointwise kernel). A vector never straddles two sources
+// of a cat: along a cat's axis, it divides where every source ends.
+void choose_vector(const KernelAnalysis& a, const std::vector<Slot>& slots, KernelVariant& v, const std::vector<Axis>& axes, int va,
+                   const std::vector<const Tensor*>& tensors, const std::vector<uintptr_t>& addresses,
+                   const std::vector<CatSources>& cats) {
   v.vector = 1;
   if (axes.empty() || va < 0) return;
   int min_size = 8;
   for (const Tensor* t : tensors) min_size = std::min(min_size, dtype_size(t->dtype()));
   const Axis& along = axes[va];
-  size_t leaves = a.leaves.size();
   for (int vec = std::min(8, 16 / min_size); vec > 1; vec /= 2) {
     if (along.size % vec != 0) continue;
     bool ok = true;
-    std::string modes;
+    for (size_t j = 0; j < cats.size(); ++j)
+      if (v.cat_axes[j] == va)
+        for (int64_t end : cats[j].ends) ok = ok && end % vec == 0;
+    std::string modes(a.leaves.size(), '?');
     for (size_t t = 0; t < tensors.size() && ok; ++t) {
-      bool per_row_leaf = t < leaves && a.is_reduction() && a.at(a.leaves[t]).per_row;
-      bool per_row_out = t >= leaves && a.is_reduction() && a.at(a.outputs[t - leaves]).per_row;
-      if (per_row_leaf || per_row_out) { if (t < leaves) modes += 's'; continue; }
+      int leaf = slots[t].leaf;
+      if (a.is_reduction() && a.at(slots[t].laid_out_as).per_row) {
+        if (leaf >= 0) modes[leaf] = 's';
+        continue;
+      }
+      char mode = 'v';
       int64_t inner = along.strides[t];
-      if (inner == 0 && t < leaves) { modes += 'b'; continue; }
-      if (inner != 1) { ok = false; break; }
-      uintptr_t address = reinterpret_cast<uintptr_t>(tensors[t]->data());
-      if (address % (uintptr_t(vec) * dtype_size(tensors[t]->dtype())) != 0) ok = false;
-      for (size_t d = 0; d < axes.size(); ++d)
-        if (int(d) != va && axes[d].strides[t] % vec != 0) ok = false;
-      if (t < leaves) modes += 'v';
+      if (inner == 0 && leaf >= 0) {
+        mode = 'b';
+      } else if (inner != 1) {
+        ok = false;
+        break;
+      } else {
+        if (addresses[t] % (uintptr_t(vec) * dtype_size(tensors[t]->dtype())) != 0) ok = false;
+        for (size_t d = 0; d < axes.size(); ++d)
+          if (int(d) != va && axes[d].strides[t] % vec != 0) ok = false;
+      }
+      // every source of a cat leaf is read the same way
+      if (leaf >= 0 && modes[leaf] != '?' && modes[leaf] != mode) ok = false;
+      if (leaf >= 0) modes[leaf] = mode;
     }
     if (ok) {
       v.vector = vec;
@@ -95,15 +169,20 @@ bool small_offsets(const std::vector<Axis>& axes, int64_t numel) {
   return true;
 }
 
+// The first tensor of the first leaf read per element (-1: none): it decides the memory order.
+int main_slot(const KernelAnalysis& a, const std::vector<Slot>& slots) {
+  for (size_t t = 0; t < slots.size(); ++t)
+    if (slots[t].leaf >= 0 && !a.at(slots[t].laid_out_as).per_row) return int(t);
+  return -1;
+}
+
 // A single-pass reduction runs as a column kernel when its kept axes are the contiguous ones
 // (a row kernel would read strided), or when a few long rows would leave most SMs idle.
-bool use_column_kernel(const KernelAnalysis& a, const std::vector<Axis>& outer, const std::vector<Axis>& inner, int64_t rows,
-                       int64_t cols, const LaunchTarget& target) {
+bool use_column_kernel(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<Axis>& outer,
+                       const std::vector<Axis>& inner, int64_t rows, int64_t cols, const LaunchTarget& target) {
   if (!a.single_pass || !target.column_kernels) return false;
   if (inner.empty() || cols <= 1) return false;
-  int main = -1;  // the first leaf read per element decides the memory order
-  for (size_t k = 0; k < a.leaves.size() && main < 0; ++k)
-    if (!a.at(a.leaves[k]).per_row) main = int(k);
+  int main = main_slot(a, slots);
   if (main < 0) return false;
   int64_t kept_stride = outer.empty() ? 0 : std::llabs(outer.back().strides[main]);
   int64_t reduced_stride = std::llabs(inner.back().strides[main]);
@@ -113,15 +192,14 @@ bool use_column_kernel(const KernelAnalysis& a, const std::vector<Axis>& outer, 
 
 // Column tile: up to 32 threads (each `vector` kept elements wide) along the kept axes, the
 // rest of a 256-thread block along the reduced axes.
-void choose_tile(const KernelAnalysis& a, KernelVariant& v, const std::vector<Axis>& outer, const std::vector<Axis>& inner, int64_t rows) {
+void choose_tile(const KernelAnalysis& a, const std::vector<Slot>& launch, KernelVariant& v, const std::vector<Axis>& outer,
+                 const std::vector<Axis>& inner, int64_t rows) {
   v.threads = 256;
   int64_t slots = (rows + v.vector - 1) / v.vector;
   int tile = 1;
   while (tile < 32 && tile < slots) tile *= 2;
   v.tile_x = tile;
-  int main = 0;
-  for (size_t k = 0; k < a.leaves.size(); ++k)
-    if (!a.at(a.leaves[k]).per_row) { main = int(k); break; }
+  int main = std::max(0, main_slot(a, launch));
   // Where the reduced axis is the contiguous one (few long rows), a block takes one kept index
   // and consecutive threads take consecutive reduced indices.
   v.ty_fast = !inner.empty() && std::llabs(inner.back().strides[main]) == 1 &&
@@ -227,35 +305,58 @@ struct LaidOut {
   int64_t numel = 1, rows = 1, cols = 1;
 };
 
-LaidOut lay_out(const KernelAnalysis& a, const std::vector<int64_t>& domain, const std::vector<const Tensor*>& tensors) {
+// The tensors of a launch, as plan_launch got them, and what they imply.
+struct LaunchTensors {
+  const std::vector<const Tensor*>& tensors;
+  std::vector<Slot> slots;
+  std::vector<CatSources> cats;
+  std::vector<uintptr_t> addresses;  // as passed (launch_addresses)
+};
+
+LaidOut lay_out(const KernelAnalysis& a, const std::vector<int64_t>& domain, const LaunchTensors& lt) {
   LaidOut l;
   for (int d = 0; d < int(domain.size()); ++d) {
     Axis axis{domain[d], {}};
-    for (size_t t = 0; t < tensors.size(); ++t) axis.strides.push_back(domain_stride(a, t, *tensors[t], d));
+    for (size_t t = 0; t < lt.tensors.size(); ++t) axis.strides.push_back(domain_stride(a, lt.slots[t], *lt.tensors[t], d));
+    for (const CatSources& c : lt.cats)
+      if (c.domain_axis == d) axis.cat_axis = d;
     bool reduced = std::find(a.reduced_axes.begin(), a.reduced_axes.end(), d) != a.reduced_axes.end();
     (reduced ? l.inner : l.outer).push_back(axis);
   }
   for (int64_t n : domain) l.numel *= n;
   l.outer = collapse(l.outer);
   l.inner = collapse(l.inner);
-  if (a.is_reduction() && l.inner.empty()) l.inner.push_back(Axis{1, std::vector<int64_t>(tensors.size(), 0)});
+  if (a.is_reduction() && l.inner.empty()) l.inner.push_back(Axis{1, std::vector<int64_t>(lt.tensors.size(), 0)});
   for (auto& ax : l.outer) l.rows *= ax.size;
   for (auto& ax : l.inner) l.cols *= ax.size;
   return l;
 }
 
+// Where each cat leaf's concatenated axis is among the launch's axes (-1: dropped, extent 1).
+std::vector<int> cat_axes_of(const std::vector<CatSources>& cats, const std::vector<Axis>& axes) {
+  std::vector<int> positions;
+  for (const CatSources& c : cats) {
+    int at = -1;
+    for (size_t i = 0; i < axes.size(); ++i)
+      if (c.domain_axis >= 0 && axes[i].cat_axis == c.domain_axis) at = int(i);
+    positions.push_back(at);
+  }
+  return positions;
+}
+
 // The kernel shape and its launch-time choices; `columns` says whether it is a column kernel.
-KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const std::vector<const Tensor*>& tensors,
-                             const LaunchTarget& target, bool& columns, std::vector<Axis>& axes) {
-  columns = a.is_reduction() && use_column_kernel(a, l.outer, l.inner, l.rows, l.cols, target);
-  if (columns && l.outer.empty()) l.outer.push_back(Axis{1, std::vector<int64_t>(tensors.size(), 0)});
+KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTensors& lt, const LaunchTarget& target, bool& columns,
+                             std::vector<Axis>& axes) {
+  columns = a.is_reduction() && use_column_kernel(a, lt.slots, l.outer, l.inner, l.rows, l.cols, target);
+  if (columns && l.outer.empty()) l.outer.push_back(Axis{1, std::vector<int64_t>(lt.tensors.size(), 0)});
   axes = l.outer;
   axes.insert(axes.end(), l.inner.begin(), l.inner.end());
   KernelVariant v;
   v.outer_rank = int(l.outer.size());
   v.inner_rank = int(l.inner.size());
-  choose_vector(a, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, tensors);
-  if (columns) choose_tile(a, v, l.outer, l.inner, l.rows);
+  v.cat_axes = cat_axes_of(lt.cats, axes);
+  choose_vector(a, lt.slots, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats);
+  if (columns) choose_tile(a, lt.slots, v, l.outer, l.inner, l.rows);
   else if (a.is_reduction()) choose_block(v, l.rows, l.cols, target);
   else v.threads = 256;
   // many accumulators: fewer threads along the reduced axes, down to 2 a column; else a row kernel
@@ -265,7 +366,8 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const std::vec
     v = KernelVariant{};
     v.outer_rank = int(l.outer.size());
     v.inner_rank = int(l.inner.size());
-    choose_vector(a, v, axes, int(axes.size()) - 1, tensors);
+    v.cat_axes = cat_axes_of(lt.cats, axes);
+    choose_vector(a, lt.slots, v, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats);
     choose_block(v, l.rows, l.cols, target);
   }
   int lanes = v.rows_per_block ? 32 : v.threads;
@@ -290,12 +392,17 @@ void fit_column_grid(LaunchPlan& plan, int blocks_per_sm, const LaunchTarget& ta
 LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& domain, const std::vector<const Tensor*>& tensors,
                        const std::vector<uint64_t>& scalar_words, const LaunchTarget& target) {
   LaunchPlan plan;
-  LaidOut l = lay_out(a, domain, tensors);
+  LaunchTensors lt{tensors, launch_slots(a), {}, {}};
+  ALLOY_CHECK(lt.slots.size() == tensors.size(), "plan_launch got ", tensors.size(), " tensors; the kernel reads and writes ",
+              lt.slots.size());
+  lt.cats = cat_sources(a, lt.slots, tensors);
+  lt.addresses = launch_addresses(a, lt.slots, tensors, lt.cats);
+  LaidOut l = lay_out(a, domain, lt);
   if (l.numel == 0 && !a.is_reduction()) return plan;
   if (a.is_reduction() && l.rows == 0) return plan;
   bool columns = false;
   std::vector<Axis> axes;
-  KernelVariant v = choose_variant(a, l, tensors, target, columns, axes);
+  KernelVariant v = choose_variant(a, l, lt, target, columns, axes);
 
   std::vector<uint64_t>& words = plan.words;
   auto push_i = [&](int64_t x) { words.push_back(uint64_t(x)); };
@@ -325,9 +432,15 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   }
   int dims = std::max(1, int(axes.size()));
   for (int d = 0; d < dims; ++d) push_i(d < int(axes.size()) ? axes[d].size : 1);
+  size_t cat = 0;
   for (size_t t = 0; t < tensors.size(); ++t) {
-    push_i(int64_t(reinterpret_cast<uintptr_t>(tensors[t]->data())));
+    push_i(int64_t(lt.addresses[t]));
     for (int d = 0; d < dims; ++d) push_i(d < int(axes.size()) ? axes[d].strides[t] : 0);
+    // after a cat leaf's last source: where its sources end along the cat's axis
+    if (cat < lt.cats.size() && int(t) == lt.cats[cat].slots.back()) {
+      for (int64_t end : lt.cats[cat].ends) push_i(end);
+      ++cat;
+    }
   }
   words.insert(words.end(), scalar_words.begin(), scalar_words.end());
   if (!columns) {

@@ -1,6 +1,7 @@
 // How a generated kernel is launched on given tensors: their strides laid over the kernel's
-// domain (kept axes, then reduced), contiguous axes collapsed, the kernel shape (pointwise, row or
-// column kernel), vector width and block chosen, and the Params words filled. No GPU calls: the
+// domain (kept axes, then reduced), contiguous axes collapsed (never a cat's axis), the kernel
+// shape (pointwise, row or column kernel), vector width and block chosen, and the Params words
+// filled (a cat source's pointer moved back by its start along the cat's axis). No GPU calls: the
 // CUDA runtime (generated_kernel) and the CPU emulation tests share it.
 #pragma once
 
@@ -60,7 +61,8 @@ void fit_column_grid(LaunchPlan& plan, int blocks_per_sm, const LaunchTarget& ta
 // host tensor `value_of` gives for it.
 std::vector<uint64_t> scalar_words(const KernelAnalysis& analysis, const std::function<const Tensor&(const Value*)>& value_of);
 
-// `tensors`: the analysis' leaves, then its outputs; `domain`: its extents evaluated;
+// `tensors`: those of the analysis' launch_values() (each leaf, a cat leaf's sources, then each
+// output); `domain`: its extents evaluated;
 // `scalar_words`: each scalar input as its Params word (double bits, or int64).
 LaunchPlan plan_launch(const KernelAnalysis& analysis, const std::vector<int64_t>& domain,
                        const std::vector<const Tensor*>& tensors, const std::vector<uint64_t>& scalar_words,

@@ -1,4 +1,5 @@
 // compile_offline: the CUDA plan's kernels generated and compiled by NVRTC with no GPU present.
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -19,8 +20,7 @@ namespace {
 // reductions also a warp per row, and (single-pass ones) the column and few-long-rows kernels.
 std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a) {
   int min_size = 8;
-  for (Value* v : a.leaves) min_size = std::min(min_size, dtype_size(v->dtype()));
-  for (Value* v : a.outputs) min_size = std::min(min_size, dtype_size(v->dtype()));
+  for (Value* v : a.launch_values()) min_size = std::min(min_size, dtype_size(v->dtype()));
   cuda::KernelVariant scalar, vector;
   if (a.is_reduction()) {
     scalar.outer_rank = vector.outer_rank = 1;
@@ -29,6 +29,14 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
   } else {
     scalar.outer_rank = std::max<int>(1, int(a.domain.size()));
     vector.outer_rank = 1;
+  }
+  // each cat's axis: uncollapsed in the scalar pointwise variant, else the one kept or reduced axis
+  for (Value* leaf : a.leaves) {
+    if (!a.cat_leaf(leaf)) continue;
+    int d = a.cat_domain_axis(leaf);
+    bool reduced = std::find(a.reduced_axes.begin(), a.reduced_axes.end(), d) != a.reduced_axes.end();
+    scalar.cat_axes.push_back(d < 0 ? -1 : a.is_reduction() ? int(reduced) : d);
+    vector.cat_axes.push_back(d < 0 ? -1 : a.is_reduction() ? int(reduced) : 0);
   }
   vector.vector = std::min(8, 16 / min_size);
   vector.leaf_modes = std::string(a.leaves.size(), 'v');
@@ -90,8 +98,7 @@ std::optional<BoundLaunch> bound_launch(const KernelAnalysis& a, SizedValues& va
     if (t.defined()) values.set(view->outputs[0], t);
   }
   std::vector<const Tensor*> tensors;
-  for (Value* leaf : a.leaves) tensors.push_back(&values.at(leaf));
-  for (Value* out : a.outputs) tensors.push_back(&values.at(out));
+  for (Value* v : a.launch_values()) tensors.push_back(&values.at(v));
   std::vector<int64_t> domain;
   for (const Extent& e : a.domain) domain.push_back(*e.evaluate(values.sizes()));
   std::vector<uint64_t> scalars(a.scalar_inputs.size(), 0);
@@ -120,13 +127,18 @@ std::string compile_offline(const Fusion& fusion, const std::string& arch_text, 
   std::ostringstream report;
   int kernels = 0;
   std::optional<SizedValues> values;
+  Bindings bound;
   if (sizes) {
-    values.emplace(*sizes);
+    bound = *sizes;
+    values.emplace(bound);
     for (size_t i = 0; i < lowered->inputs().size(); ++i) values->at(lowered->inputs()[i]);
+    lowered->complete_bindings(bound);  // the sizes derived from the inputs' (a cat's)
   }
   for (const Segment& s : segmentation.segments) {
     if (s.scheduler == "noop" || s.scheduler == "matmul" || s.scheduler == "cpu_fallback") {
-      if (!dump_source) report << "segment " << s.id << " [" << s.scheduler << "]: no generated kernel\n";
+      if (!dump_source)
+        report << "segment " << s.id << " [" << s.scheduler << "]: no generated kernel"
+               << (s.scheduler == "cpu_fallback" ? " " + s.note : std::string()) << "\n";
       continue;
     }
     auto analysis = analyze_kernel(s.ops, s.inputs, s.outputs);

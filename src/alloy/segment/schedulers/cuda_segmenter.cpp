@@ -17,7 +17,9 @@ namespace {
 //                      "normalization" (a reduction whose row-shaped values are also stored),
 //                      "reduction", or "pointwise"
 //   3. noop            a view on its own: a zero-copy view made on the host
-//   4. cpu_fallback    anything else: copied to the host, run by the reference kernels, copied back
+//   4. cpu_fallback    what no GPU path runs (a matmul of other dtypes than cuBLASLt takes, a
+//                      segment whose result is a scalar): copied to the host, run by the reference
+//                      kernels, copied back; the segment's note says why
 bool is_matmul(OpKind k) { return k == OpKind::matmul || k == OpKind::linear; }
 bool is_gemm_dtype(DType t) { return t == DType::bf16 || t == DType::f16 || t == DType::f32; }
 
@@ -154,8 +156,14 @@ Segmentation segment_for_cuda(const Fusion& fusion) {
     if (is_view(op->kind) || op->kind == OpKind::segment_set) {
       result.segments.push_back(make_segment(fusion, {op}, "noop", id));
     } else {
-      result.refusals.push_back({"kernel", describe({op}), why_not_longer});
-      result.segments.push_back(make_segment(fusion, {op}, "cpu_fallback", id));
+      // what no GPU scheduler runs: the segment says why
+      std::string why = is_matmul(op->kind) ? std::string(dtype_name(op->outputs[0]->dtype())) + " " + std::string(op_name(op->kind)) +
+                                                  ": the cuBLASLt path takes bf16, f16 and f32 operands"
+                                            : why_not_longer;
+      if (!is_matmul(op->kind)) result.refusals.push_back({"kernel", describe({op}), why});
+      Segment s = make_segment(fusion, {op}, "cpu_fallback", id);
+      s.note = "(" + why + ")";
+      result.segments.push_back(std::move(s));
     }
     ++i;
   }

@@ -55,11 +55,15 @@ class Analyzer {
 
   bool is_segment_input(const Value* v) const { return std::find(inputs_.begin(), inputs_.end(), v) != inputs_.end(); }
 
-  // Views of segment inputs run on the host as zero-copy views; their results are leaves.
+  // Views of segment inputs run on the host as zero-copy views; their results are leaves. A cat
+  // of such values is a leaf too (a multi-source leaf, CatLeaf), read straight from its sources.
   void split_host_views() {
     std::set<const Value*> host_side;
     for (Value* in : inputs_)
       if (!in->is_scalar()) host_side.insert(in);
+    auto add_leaf = [&](Value* v) {
+      if (std::find(a_.leaves.begin(), a_.leaves.end(), v) == a_.leaves.end()) a_.leaves.push_back(v);
+    };
     for (const Op* op : ops_) {
       if (is_view(op->kind) && host_side.count(op->inputs[0])) {
         a_.host_views.push_back(op);
@@ -72,24 +76,49 @@ class Analyzer {
         default:
           return fail(describe(op) + " is not a pointwise, reduction or view op");
       }
-      if (op->kind == OpKind::slice || op->kind == OpKind::cat)
-        return fail(describe(op) + ": " + std::string(op_name(op->kind)) + " of a computed value needs its own segment");
+      if (op->kind == OpKind::cat) {
+        for (Value* in : op->inputs)
+          if (!host_side.count(in))
+            return fail(describe(op) + ": cat of " + in->name +
+                        ", which is not a segment input or a view of one: a kernel ends before the cat, so it reads its operands from memory");
+        take_cat(op);
+        continue;
+      }
+      if (op->kind == OpKind::slice)
+        return fail(describe(op) + ": slice of a computed value needs its own segment");
       a_.compute_ops.push_back(op);
       for (Value* in : op->inputs) {
         if (in->literal) continue;
         if (in->is_scalar() && is_segment_input(in)) {
           if (std::find(a_.scalar_inputs.begin(), a_.scalar_inputs.end(), in) == a_.scalar_inputs.end())
             a_.scalar_inputs.push_back(in);
-        } else if (host_side.count(in) && std::find(a_.leaves.begin(), a_.leaves.end(), in) == a_.leaves.end()) {
-          a_.leaves.push_back(in);
+        } else if (host_side.count(in) || a_.cat_leaves.count(in)) {
+          add_leaf(in);
         } else if (in->is_scalar() && !host_side.count(in) && !in->producer) {
           return fail("scalar " + in->name + " is not available to the kernel");
         }
       }
     }
-    for (Value* out : outputs_)
+    bool copies = false;  // a cat leaf stored as it is: the kernel copies its sources
+    for (Value* out : outputs_) {
       if (host_side.count(out)) return fail(out->name + " is a view of an input; a noop segment returns it");
-    if (a_.compute_ops.empty()) fail("no computation (only views)");
+      if (a_.cat_leaves.count(out)) {
+        add_leaf(out);
+        copies = true;
+      }
+    }
+    if (a_.compute_ops.empty() && !copies) fail("no computation (only views)");
+  }
+
+  void take_cat(const Op* op) {
+    CatLeaf cat;
+    cat.op = op;
+    cat.sources = op->inputs;
+    int rank = op->outputs[0]->rank();
+    int64_t dim = op->int_attr("dim");
+    cat.axis = int(dim < 0 ? dim + rank : dim);
+    for (Value* in : op->inputs) cat.mixed_dtypes |= in->dtype() != op->outputs[0]->dtype();
+    a_.cat_leaves[op->outputs[0]] = std::move(cat);
   }
 
   void choose_domain() {
@@ -263,9 +292,10 @@ class Analyzer {
   void check_outputs() {
     a_.outputs = outputs_;
     for (Value* out : outputs_) {
+      if (a_.cat_leaves.count(out) && !a_.layout.count(out) && !layout_of(out)) return;
       auto it = a_.layout.find(out);
       if (it == a_.layout.end()) return fail(out->name + " is not computed by this segment");
-      if (out->is_scalar()) return fail(out->name + " is a scalar; outputs must be tensors");
+      if (out->is_scalar()) return fail(out->name + " is a scalar: scalar arithmetic runs on the host; a kernel stores tensors");
       ValueLayout& l = it->second;
       if (!l.per_row || !a_.is_reduction()) {
         // stored at every domain position
@@ -296,6 +326,16 @@ class Analyzer {
 };
 
 }  // namespace
+
+std::vector<Value*> KernelAnalysis::launch_values() const {
+  std::vector<Value*> values;
+  for (Value* leaf : leaves) {
+    if (const CatLeaf* cat = cat_leaf(leaf)) values.insert(values.end(), cat->sources.begin(), cat->sources.end());
+    else values.push_back(leaf);
+  }
+  values.insert(values.end(), outputs.begin(), outputs.end());
+  return values;
+}
 
 KernelAnalysisResult analyze_kernel(const std::vector<const Op*>& ops, const std::vector<Value*>& segment_inputs,
                                     const std::vector<Value*>& outputs) {

@@ -1,8 +1,8 @@
 // What a generated kernel needs to know about a group of ops: the iteration domain, the axes
 // reduced (if any), how each value's axes map onto the domain, which values are loaded from
-// memory ("leaves": segment inputs, possibly through views applied on the host), and which are
-// computed once per row (after a reduction) rather than once per element. Shared by the GPU
-// schedulers (to accept or refuse a group) and by the code generator.
+// memory ("leaves": segment inputs, possibly through views applied on the host, or a `cat` of
+// such values), and which are computed once per row (after a reduction) rather than once per
+// element. Shared by the GPU schedulers (to accept or refuse a group) and by the code generator.
 #pragma once
 
 #include <map>
@@ -24,12 +24,25 @@ struct ValueLayout {
   std::vector<int> store_axes;
 };
 
+// A leaf that is a `cat` of host-side values (segment inputs or views of them): a multi-source
+// leaf. At a position whose index along the cat's axis is i, it reads source r at
+// i - (the sizes of sources 0..r-1 along that axis). A cat of values the kernel computes is
+// refused: the segmenter ends the kernel before it, so its operands come from memory.
+struct CatLeaf {
+  const Op* op = nullptr;
+  std::vector<Value*> sources;  // the cat's operands, in order
+  int axis = 0;                 // the concatenated axis, among the value's axes
+  // The sources do not share one dtype: each element is converted to the cat's dtype as loaded.
+  bool mixed_dtypes = false;
+};
+
 struct KernelAnalysis {
   std::vector<Extent> domain;
   std::vector<int> reduced_axes;            // domain axes; empty for a pointwise kernel
   std::vector<const Op*> host_views;        // view ops applied to segment inputs on the host
   std::vector<const Op*> compute_ops;       // everything else, in order (includes in-kernel views)
   std::vector<Value*> leaves;               // tensor values the kernel loads
+  std::map<const Value*, CatLeaf> cat_leaves;  // the leaves that are cats, by value
   std::vector<Value*> scalar_inputs;        // scalar inputs passed by value (literals are inlined)
   std::vector<Value*> outputs;              // values the kernel stores
   std::map<const Value*, ValueLayout> layout;
@@ -41,6 +54,16 @@ struct KernelAnalysis {
 
   bool is_reduction() const { return !reduced_axes.empty(); }
   const ValueLayout& at(const Value* v) const { return layout.at(v); }
+  const CatLeaf* cat_leaf(const Value* v) const {
+    auto it = cat_leaves.find(v);
+    return it == cat_leaves.end() ? nullptr : &it->second;
+  }
+  // The values whose tensors a launch passes, in Params order: each leaf (a cat leaf: each of
+  // its sources), then each output.
+  std::vector<Value*> launch_values() const;
+  // The domain axis a cat leaf's concatenated axis runs along, or -1 where the leaf is
+  // broadcast along it (extent 1).
+  int cat_domain_axis(const Value* leaf) const { return at(leaf).axis_map.at(size_t(cat_leaves.at(leaf).axis)); }
 };
 
 // Either an analysis or the reason the group cannot be one generated kernel.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "alloy/segment/schedulers/kernel_analysis.h"
 
@@ -46,6 +47,10 @@ struct KernelVariant {
   // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
   // (stride 1), 'b' one value for the whole vector (stride 0).
   std::string leaf_modes;
+  // Per cat leaf (KernelAnalysis::cat_leaves, in leaf order): the axis of the collapsed domain
+  // (outer axes, then inner) its concatenated axis runs along, or -1 where it has none (extent 1).
+  // That axis is never merged with its neighbours, so the position along it selects the source.
+  std::vector<int> cat_axes;
   std::string key() const;
   bool operator==(const KernelVariant&) const = default;
 };
@@ -59,6 +64,8 @@ std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant&
 //   row kernel: rows, cols, count (double: elements reduced per row), size[outer_rank + inner_rank]
 //               (column kernels add: workspace pointer, counters pointer, after count)
 //   then for each leaf, then each output: pointer, stride[outer_rank + inner_rank]
+//     (a cat leaf of n sources: that for each source, its pointer moved back by the source's start
+//     along the cat's axis, then the n - 1 positions where sources 0..n-2 end along that axis)
 //   then each scalar input: value (double, or int64 for integer scalars)
 int param_words(const KernelAnalysis& analysis, const KernelVariant& variant);
 

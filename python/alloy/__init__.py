@@ -1,0 +1,354 @@
+"""Alloy from Python: define a fusion as nvFuser users do, run it on torch tensors, NumPy arrays
+or anything with ``__dlpack__``, without copies.
+
+    import alloy, torch
+
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, 768], dtype=alloy.bfloat16)
+        w = fd.define_tensor(shape=[3072, 768], dtype=alloy.bfloat16)
+        y = fd.ops.gelu(fd.ops.linear(x, w), approximate="tanh")
+        fd.add_output(y)
+
+    (out,) = fd.execute([x_tensor, w_tensor])   # torch in, torch out, on torch's current stream
+
+``print(fd)`` gives the ``.fusion`` text (the command line's format), ``alloy.parse(text)`` and
+``alloy.load(path)`` read it back. Every user mistake is an ``alloy.Error`` (a ``ValueError``)
+whose message says where (your file and line, or the input and axis), what was expected and
+what was found.
+"""
+
+from __future__ import annotations
+
+import os as _os
+import sys as _sys
+
+from . import _alloy
+from ._alloy import DataType, Error, InternalError, Value
+
+__all__ = [
+    "FusionDefinition", "DataType", "Value", "Error", "InternalError", "ValidationError",
+    "float64", "float32", "float16", "bfloat16", "int64", "int32",  # and alloy.bool (not exported by *: it would hide the builtin)
+    "parse", "load", "op_names", "cuda_available", "device_count",
+]
+__version__ = "0.1.0"
+
+float64 = DataType.float64
+float32 = DataType.float32
+float16 = DataType.float16
+bfloat16 = DataType.bfloat16
+int64 = DataType.int64
+int32 = DataType.int32
+bool = DataType.bool  # noqa: A001  (named as torch.bool is)
+
+_builtin_bool = __builtins__["bool"] if isinstance(__builtins__, dict) else __builtins__.bool
+
+
+class ValidationError(AssertionError):
+    """fd.validate found outputs that differ from the reference beyond the dtype's tolerance."""
+
+
+def cuda_available():
+    """Whether Alloy can run on a GPU here (a CUDA driver and at least one GPU)."""
+    return _alloy.cuda_available()
+
+
+def device_count():
+    return _alloy.device_count()
+
+
+# ---- dtypes ------------------------------------------------------------------------------
+
+_DTYPE_NAMES = {
+    "float64": float64, "double": float64, "f64": float64,
+    "float32": float32, "float": float32, "f32": float32,
+    "float16": float16, "half": float16, "f16": float16,
+    "bfloat16": bfloat16, "bf16": bfloat16,
+    "int64": int64, "long": int64, "i64": int64,
+    "int32": int32, "int": int32, "i32": int32,
+    "bool": bool, "bool_": bool,
+}
+
+
+def _dtype(d):
+    """An alloy dtype from an alloy, torch or NumPy dtype, a Python type, or a name."""
+    if isinstance(d, DataType):
+        return d
+    if d is float:
+        return float64
+    if d is int:
+        return int64
+    if d is _builtin_bool:
+        return bool
+    name = getattr(d, "name", None)  # numpy.dtype('float32').name
+    if not isinstance(name, str):
+        name = getattr(d, "__name__", None) or str(d)  # numpy.float32, torch.float32
+    name = name.rsplit(".", 1)[-1]
+    if name in _DTYPE_NAMES:
+        return _DTYPE_NAMES[name]
+    raise Error(f"unsupported dtype {d!r}; expected one of float64 float32 float16 bfloat16 int64 int32 bool")
+
+
+# ---- where the user's code is ----------------------------------------------------------
+
+_PACKAGE_DIR = _os.path.dirname(_os.path.abspath(__file__))
+
+
+def _caller():
+    """(file, line, column) of the first frame outside this package: where errors point."""
+    frame = _sys._getframe(1)
+    while frame is not None and _os.path.dirname(_os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
+        frame = frame.f_back
+    if frame is None:
+        return None, 0, 0
+    column = 1
+    try:
+        positions = list(frame.f_code.co_positions())
+        start = positions[frame.f_lasti // 2][2]
+        if start is not None:
+            column = start + 1
+    except (AttributeError, IndexError, TypeError):
+        pass
+    return frame.f_code.co_filename, frame.f_lineno, column
+
+
+# ---- fd.ops: one method per op row -----------------------------------------------------
+
+def _is_operand(a):
+    return isinstance(a, Value) or (isinstance(a, (int, float)) and not isinstance(a, str))
+
+
+def _attr_value(spec_type, value):
+    if value is None:
+        return None
+    if spec_type == "dtype":
+        return _dtype(value)
+    if spec_type in ("ints", "ints?") and isinstance(value, int) and not isinstance(value, _builtin_bool):
+        return [value]
+    if spec_type in ("ints", "ints?", "sizes") and isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _make_op(row):
+    name = row["name"]
+    attrs = row["attrs"]  # (name, type, required, default)
+    attr_names = [a[0] for a in attrs]
+    attr_types = {a[0]: a[1] for a in attrs}
+    max_inputs = row["max_inputs"]
+    min_inputs = row["min_inputs"]
+
+    def op(self, *args, **kwargs):
+        args = list(args)
+        inputs = []
+        if max_inputs < 0:  # cat(a, b, ..., dim=k) or cat([a, b], k)
+            if args and isinstance(args[0], (list, tuple)):
+                inputs = list(args.pop(0))
+            while args and isinstance(args[0], Value):
+                inputs.append(args.pop(0))
+        else:
+            while args and len(inputs) < max_inputs and (_is_operand(args[0]) or args[0] is None):
+                inputs.append(args.pop(0))
+        while len(inputs) > min_inputs and inputs[-1] is None:  # optional inputs left out
+            inputs.pop()
+        if len(args) > len(attr_names):  # more arguments than the op takes: Alloy says what it takes
+            inputs.extend(args)
+            args = []
+        given = dict(zip(attr_names, args))
+        for key, value in kwargs.items():
+            if key in given:
+                raise TypeError(f"{name}() got attribute '{key}' twice")
+            given[key] = value
+        given = {k: _attr_value(attr_types.get(k), v) for k, v in given.items()}
+        file, line, col = _caller()
+        outs = self._impl.add_op(name, inputs, given, file, line, col)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def describe(a):
+        n, t, required, default = a
+        return n if required else f"{n}={default!r}"
+
+    if max_inputs < 0:
+        operands = "*tensors"
+    else:
+        operands = ", ".join(["x", "y", "z"][:min_inputs] + [f"optional{i}=None" for i in range(min_inputs, max_inputs)])
+    signature = ", ".join([operands] + [describe(a) for a in attrs]) if attrs else operands
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (f"{name}({signature}) -> " + ("Value" if row["num_outputs"] == 1 else f"tuple of {row['num_outputs']} Values")
+                  + f"\n\nThe .fusion op `{name}` ({row['op_class']}); attribute types: "
+                  + (", ".join(f"{n}: {t}" for n, t, _, _ in attrs) or "none") + ".")
+    return op
+
+
+class Operators:
+    """fd.ops: every op of the .fusion format, with the format's attribute names.
+
+    Inputs come first (values of the definition, or Python numbers as literals), then the
+    attributes, positionally in the format's order or by keyword: ``fd.ops.sum(x, dims=[1])``,
+    ``fd.ops.cast(x, alloy.float32)``. Ops with several results return a tuple.
+    """
+
+    def __init__(self, impl):
+        self._impl = impl
+
+
+_OP_ROWS = [row for row in _alloy.op_table() if row["op_class"] != "communication"]
+for _row in _OP_ROWS:
+    setattr(Operators, _row["name"], _make_op(_row))
+del _row
+
+
+def op_names():
+    """The names of the ops under fd.ops."""
+    return [row["name"] for row in _OP_ROWS]
+
+
+# Operators on values, for definitions that read like arithmetic: x * 2 + y, -x, x ** 2.
+def _binary(op_name, reflected=False):
+    def method(self, other):
+        if not _is_operand(other):
+            return NotImplemented
+        ops = Operators(self._definition)
+        return getattr(ops, op_name)(other, self) if reflected else getattr(ops, op_name)(self, other)
+    method.__name__ = op_name
+    return method
+
+
+for _op, _dunder in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("div", "truediv"), ("pow", "pow")):
+    setattr(Value, f"__{_dunder}__", _binary(_op))
+    setattr(Value, f"__r{_dunder}__", _binary(_op, reflected=True))
+Value.__neg__ = lambda self: Operators(self._definition).neg(self)
+Value.__abs__ = lambda self: Operators(self._definition).abs(self)
+del _op, _dunder
+
+
+# ---- definitions -------------------------------------------------------------------------
+
+class FusionDefinition:
+    """A fusion defined op by op inside a ``with`` block, then executed.
+
+    Every op is checked when it is defined: a shape or dtype mistake raises ``alloy.Error`` at
+    that line. An error that ends the ``with`` block leaves the definition unusable (using it
+    again raises ``alloy.Error`` saying why).
+    """
+
+    def __init__(self, name="fusion", *, _impl=None):
+        self._impl = _impl if _impl is not None else _alloy._Definition(name)
+        self.ops = Operators(self._impl)
+
+    # -- the with block --
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None:
+            if not self._impl.failure:
+                self._impl.fail(f"{exc_type.__name__}: {exc}")
+            return False
+        if not self._impl.failure:  # a definition that failed inside the block stays failed
+            self._impl.finish()
+        return False
+
+    # -- defining --
+    def define_tensor(self, shape=None, dtype=None, contiguity=None, stride_order=None, *, name=None, static_sizes=False,
+                      symbolic_sizes=None):
+        """A tensor input. ``shape``: ints, -1 or None for a dynamic size, or symbol names ('B') that
+        bind to the same size wherever they appear. Or pass an existing tensor (torch, NumPy, ...)
+        as the first argument: its dtype, and its sizes as dynamic ones (1 stays 1, a broadcast
+        axis) unless ``static_sizes=True``.
+
+        ``contiguity`` and ``stride_order`` are accepted as nvFuser takes them and checked for
+        length; Alloy reads any strides at run time, so they do not restrict the inputs.
+        """
+        if shape is not None and not isinstance(shape, (list, tuple)) and hasattr(shape, "shape"):
+            tensor = shape
+            sizes = [int(s) for s in tensor.shape]
+            shape = sizes if static_sizes else [1 if s == 1 else -1 for s in sizes]
+            if dtype is None:
+                dtype = tensor.dtype
+        if shape is None:
+            raise Error("define_tensor: give a shape (a list of sizes; [] for a 0-dim tensor) or a tensor")
+        if dtype is None:
+            dtype = float32
+        shape = list(shape)
+        for what, hint in (("contiguity", contiguity), ("stride_order", stride_order)):
+            if hint is not None and len(hint) != len(shape):
+                file, line, col = _caller()
+                raise Error(f"{file}:{line}:{col}: define_tensor: {what} has {len(hint)} entries for a tensor of rank {len(shape)}")
+        file, line, col = _caller()
+        return self._impl.add_input(name, _dtype(dtype), shape, file, line, col)
+
+    from_pytorch = define_tensor
+
+    def define_scalar(self, value=None, dtype=None, *, name=None):
+        """A literal constant (``define_scalar(1e-5)``), or, without a value, a scalar input of
+        ``dtype`` given at execute time as a Python number."""
+        if value is not None:
+            return self._impl.add_literal(value)
+        file, line, col = _caller()
+        return self._impl.add_input(name, _dtype(dtype if dtype is not None else float64), None, file, line, col)
+
+    def add_output(self, value, alias_input=None):
+        """Makes ``value`` an output. With ``alias_input=x`` (a tensor input), the run writes the
+        value into x's memory (an in-place update; the result returned for it is x's memory too)."""
+        file, line, col = _caller()
+        self._impl.add_output(value, alias_input, file, line, col)
+
+    # -- running --
+    def execute(self, inputs, *, device=None, stream=None):
+        """Runs the fusion on ``inputs`` (in definition order: tensors and Python numbers) and
+        returns the outputs as a list of the first tensor input's kind (torch in, torch out;
+        NumPy in, NumPy out), viewing Alloy's memory. Runs where the tensors are (``device``:
+        "cpu", "cuda", "cuda:N" to choose); on CUDA it enqueues on torch's current stream (or
+        ``stream``: a handle or a stream object) and returns without waiting."""
+        return self._impl.execute(inputs, device, stream)
+
+    __call__ = execute
+
+    def validate(self, inputs, reference_outputs=None, *, device=None):
+        """Runs on ``inputs`` and compares every output with ``reference_outputs`` or, without
+        them, with Alloy's CPU reference run on the same inputs, within the tolerances of each
+        output's dtype. Raises ``alloy.ValidationError`` listing the mismatches."""
+        mismatches = self._impl.validate(inputs, reference_outputs, device)
+        if mismatches:
+            raise ValidationError(f"fusion '{self._impl.name}': " + "; ".join(mismatches))
+
+    def dump(self, stage="ir", inputs=None, *, device=None):
+        """The text of a stage, as ``alloy run --dump STAGE`` prints it: "ir", "segments",
+        "program", "cuda" (the generated kernels: give inputs, which are run once to compile
+        them), "sharding", "local", or "after=PASS". The plan is for the inputs' device."""
+        return self._impl.dump(stage, inputs, device)
+
+    # -- introspection --
+    @property
+    def name(self):
+        return self._impl.name
+
+    @property
+    def inputs(self):
+        return self._impl.inputs
+
+    @property
+    def outputs(self):
+        return self._impl.outputs
+
+    @property
+    def compile_count(self):
+        """How many plans were built for this definition (one per device it ran on); repeated
+        runs, new sizes and new strides reuse the plan."""
+        return self._impl.plans_built
+
+    def __str__(self):
+        return self._impl.text()
+
+    def __repr__(self):
+        return f"<alloy.FusionDefinition {self._impl.name}>\n{self._impl.text()}"
+
+
+def parse(text, name=None):
+    """The fusion in ``.fusion`` text (the first, or the one called ``name``), ready to execute."""
+    return FusionDefinition(_impl=_alloy.parse(text, name))
+
+
+def load(path, name=None):
+    """The fusion in a ``.fusion`` file (the first, or the one called ``name``), ready to execute."""
+    return FusionDefinition(_impl=_alloy.load(_os.fspath(path), name))

@@ -1,0 +1,405 @@
+#include "definition.h"
+
+#include <nanobind/stl/string.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "alloy/backend/cuda/cuda_api.h"
+#include "alloy/ir/op_table.h"
+#include "alloy/ir/parser.h"
+#include "alloy/ir/printer.h"
+#include "exchange.h"
+
+namespace alloy::python {
+namespace {
+
+// ---- Python values as IR pieces -----------------------------------------------------------
+
+Literal literal_of(nb::handle number, const std::string& place) {
+  PyObject* o = number.ptr();
+  if (PyBool_Check(o)) return Literal{Literal::Kind::boolean, 0, 0, o == Py_True};
+  if (PyLong_Check(o) || (!PyFloat_Check(o) && PyIndex_Check(o))) {
+    nb::object index = nb::steal(PyNumber_Index(o));
+    if (!index.is_valid()) nb::raise_python_error();
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow) user_error_at(place, "the integer ", nb::cast<std::string>(nb::str(number)), " does not fit in 64 bits");
+    return Literal{Literal::Kind::integer, value, 0, false};
+  }
+  double value = PyFloat_AsDouble(o);
+  if (value == -1.0 && PyErr_Occurred()) nb::raise_python_error();
+  return Literal{Literal::Kind::real, 0, value, false};
+}
+
+bool is_number(nb::handle o) {
+  if (PyBool_Check(o.ptr()) || PyLong_Check(o.ptr()) || PyFloat_Check(o.ptr())) return true;
+  // NumPy scalars; not tensors, which also define __index__/__float__ for one element
+  return !nb::hasattr(o, "__dlpack__") && !nb::hasattr(o, "shape") && (PyIndex_Check(o.ptr()) || PyNumber_Check(o.ptr()));
+}
+
+std::string python_type_name(nb::handle o) { return nb::type_name(o.type()).c_str(); }
+
+// An attribute value: bool, int, float, str (a dtype name for dtype attributes), DataType, or a
+// list whose strings are size symbols.
+Attr attr_of(nb::handle value, const AttrSpec* spec, const std::string& place, bool in_list = false) {
+  PyObject* o = value.ptr();
+  DType dtype;
+  if (PyBool_Check(o)) return Attr::boolean(o == Py_True);
+  if (nb::try_cast(value, dtype, false)) return Attr::dtype(dtype);
+  if (PyLong_Check(o) || PyFloat_Check(o) || (is_number(value) && !PyUnicode_Check(o))) {
+    Literal lit = literal_of(value, place);
+    return lit.kind == Literal::Kind::integer ? Attr::integer(lit.i) : Attr::real(lit.f);
+  }
+  if (PyUnicode_Check(o)) {
+    std::string text = nb::cast<std::string>(value);
+    if (in_list) {
+      if (!is_symbol_name(text)) user_error_at(place, "'", text, "' is not a size symbol (a name such as B or seq)");
+      return Attr::symbol(text);
+    }
+    if (spec && spec->type == AttrSpec::Type::dtype) {
+      if (auto parsed = parse_dtype(text)) return Attr::dtype(*parsed);
+    }
+    return Attr::string(text);
+  }
+  if (PyList_Check(o) || PyTuple_Check(o)) {
+    Attr list;
+    list.kind = Attr::Kind::list;
+    for (nb::handle item : nb::borrow<nb::sequence>(value)) list.list.push_back(attr_of(item, spec, place, true));
+    return list;
+  }
+  user_error_at(place, "expected a number, a bool, a string, a dtype or a list, found ", python_type_name(value));
+}
+
+Extent extent_of(nb::handle dim, Fusion& fusion, const std::string& place) {
+  if (dim.is_none()) return Extent::dynamic(fusion.next_dynamic_id());
+  if (PyUnicode_Check(dim.ptr())) {
+    std::string name = nb::cast<std::string>(dim);
+    if (name == "?") return Extent::dynamic(fusion.next_dynamic_id());
+    if (!is_symbol_name(name)) user_error_at(place, "'", name, "' is not a size symbol (a name such as B or seq, not a dtype or keyword)");
+    return Extent::symbol(name);
+  }
+  if (PyBool_Check(dim.ptr()) || !is_number(dim)) user_error_at(place, "a size must be an int, -1, None or a symbol name, found ", python_type_name(dim));
+  Literal lit = literal_of(dim, place);
+  if (lit.kind != Literal::Kind::integer) user_error_at(place, "a size must be an integer, found ", lit.f);
+  if (lit.i == -1) return Extent::dynamic(fusion.next_dynamic_id());
+  if (lit.i < 0) user_error_at(place, "a size must be >= 0 (or -1 for a dynamic size), found ", lit.i);
+  return Extent::constant(lit.i);
+}
+
+// ---- devices and comparisons ---------------------------------------------------------------
+
+Device parse_device(nb::handle device, std::optional<Device> inputs_gpu) {
+  if (device.is_none()) return inputs_gpu.value_or(Device{DeviceKind::cpu, 0});
+  if (PyLong_Check(device.ptr())) return Device{DeviceKind::cuda, nb::cast<int>(device)};
+  std::string text = nb::cast<std::string>(nb::str(device));  // also torch.device("cuda:1")
+  if (text == "cpu") return Device{DeviceKind::cpu, 0};
+  if (text == "cuda") return inputs_gpu.value_or(Device{DeviceKind::cuda, 0});
+  if (text.starts_with("cuda:")) {
+    try {
+      size_t used = 0;
+      int index = std::stoi(text.substr(5), &used);
+      if (used == text.size() - 5 && index >= 0) return Device{DeviceKind::cuda, index};
+    } catch (const std::exception&) {
+    }
+  }
+  user_error_at("device", "expected None, \"cpu\", \"cuda\", \"cuda:N\" or an int, found '", text, "'");
+}
+
+void tolerance(DType t, double& rtol, double& atol) {
+  switch (t) {
+    case DType::bf16: rtol = 2e-2; atol = 2e-2; break;
+    case DType::f16: rtol = 5e-3; atol = 5e-3; break;
+    case DType::f32: rtol = 1e-4; atol = 1e-5; break;
+    case DType::f64: rtol = 1e-9; atol = 1e-12; break;
+    default: rtol = 0; atol = 0;
+  }
+}
+
+double unit_roundoff(DType t) {
+  switch (t) {
+    case DType::bf16: return std::ldexp(1.0, -8);
+    case DType::f16: return std::ldexp(1.0, -11);
+    case DType::f32: return std::ldexp(1.0, -24);
+    case DType::f64: return std::ldexp(1.0, -53);
+    default: return 0;
+  }
+}
+
+// Empty when `actual` matches `expected` within the tolerances of actual's dtype (exact for
+// integers and bools); else one line naming the output and the first differing elements.
+// Fused code rounds intermediates at other points than the op-by-op reference, so the absolute
+// tolerance is at least 4 units in the last place of the expected values' RMS.
+std::string compare(const Tensor& actual_any, const Tensor& expected_any, const std::string& name) {
+  Tensor actual = packed_cpu(to_cpu(actual_any)), expected = packed_cpu(to_cpu(expected_any));
+  if (actual.sizes() != expected.sizes())
+    return "output '" + name + "': shape " + actual.str() + ", expected " + expected.str();
+  double rtol, atol;
+  tolerance(actual.dtype(), rtol, atol);
+  int64_t n = actual.numel();
+  double sum2 = 0;
+  int64_t finite = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double e = load_as_double(expected.data(), expected.dtype(), i);
+    if (std::isfinite(e)) sum2 += e * e, ++finite;
+  }
+  atol = std::max(atol, 4 * unit_roundoff(actual.dtype()) * (finite ? std::sqrt(sum2 / double(finite)) : 0.0));
+  int64_t bad = 0;
+  std::ostringstream first;
+  for (int64_t i = 0; i < n; ++i) {
+    double a = load_as_double(actual.data(), actual.dtype(), i), e = load_as_double(expected.data(), expected.dtype(), i);
+    bool ok = (std::isnan(a) && std::isnan(e)) || a == e || std::fabs(a - e) <= atol + rtol * std::fabs(e);
+    if (!ok && bad++ < 3) first << (bad > 1 ? ", " : "") << "[" << i << "] " << a << " vs " << e;
+  }
+  if (bad == 0) return {};
+  std::ostringstream out;
+  out << "output '" << name << "': " << bad << " of " << n << " elements differ (" << dtype_name(actual.dtype()) << ": rtol "
+      << rtol << ", atol " << atol << "); flat index, actual vs expected: " << first.str();
+  return out.str();
+}
+
+}  // namespace
+
+// ---- building ----------------------------------------------------------------------------
+
+void Definition::check_usable(const char* what) const {
+  if (!failure.empty())
+    user_error_at(what, "fusion '", fusion->name(), "' cannot be used: an error ended its definition: ", failure);
+}
+
+void Definition::check_building(const char* what) const {
+  check_usable(what);
+  if (finished)
+    user_error_at(what, "the definition of fusion '", fusion->name(),
+                  "' is finished (its `with` block has ended); define ops inside the block");
+}
+
+void Definition::fail(const std::string& message) {
+  if (failure.empty()) failure = message;
+}
+
+// Runs a step of the definition; a user error in it ends the definition (the IR may hold half of
+// what the step made, such as a constraint recorded before a shape rule failed).
+template <class Fn>
+auto guarded(Definition& d, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const UserError& e) {
+    d.fail(e.what());
+    throw;
+  }
+}
+
+ValueHandle Definition::add_input(std::optional<std::string> name, DType dtype, std::optional<std::vector<nb::object>> shape,
+                                  const SourceLoc& loc) {
+  check_building("define_tensor");
+  return guarded(*this, [&] {
+    std::string place = loc.known() ? loc.str() + ": define_tensor" : "define_tensor";
+    std::string value_name = name ? *name : fusion->fresh_name(shape ? "T" : "S");
+    if (!is_value_name(value_name)) user_error_at(place, "'", value_name, "' cannot name a value (expected an identifier)");
+    ValueType type;
+    type.dtype = dtype;
+    type.is_scalar = !shape.has_value();
+    if (shape)
+      for (nb::handle dim : *shape) type.shape.push_back(extent_of(dim, *fusion, place));
+    return ValueHandle{shared_from_this(), fusion->add_input(value_name, std::move(type), std::nullopt, loc)};
+  });
+}
+
+ValueHandle Definition::add_literal(nb::handle number) {
+  check_building("define_scalar");
+  return guarded(*this, [&] {
+    if (!is_number(number)) user_error_at("define_scalar", "expected a bool, int or float, found ", python_type_name(number));
+    return ValueHandle{shared_from_this(), fusion->add_literal(literal_of(number, "define_scalar"))};
+  });
+}
+
+Value* Definition::value_of(nb::handle object, const SourceLoc& loc, const std::string& what) {
+  ValueHandle* handle = nullptr;
+  if (nb::try_cast(object, handle, false) && handle) {
+    if (handle->owner.get() != this)
+      user_error(loc, what, ": value '", handle->value->name, "' belongs to another fusion definition");
+    return handle->value;
+  }
+  if (object.is_none()) user_error(loc, what, ": an argument is None");
+  if (is_number(object)) return fusion->add_literal(literal_of(object, loc.str()));
+  user_error(loc, what, ": expected a value of this definition or a number, found ", python_type_name(object));
+}
+
+std::vector<ValueHandle> Definition::add_op(const std::string& op, const std::vector<nb::object>& inputs, const nb::dict& attrs,
+                                            const SourceLoc& loc) {
+  check_building(op.c_str());
+  return guarded(*this, [&] {
+    const OpRow* row = find_op(op);
+    if (!row) user_error(loc, "unknown op '", op, "'");
+    std::vector<Value*> values;
+    for (const nb::object& in : inputs) values.push_back(value_of(in, loc, op));
+    std::vector<NamedAttr> named;
+    for (auto [key, value] : attrs) {
+      if (value.is_none()) continue;  // an optional attribute left out
+      std::string name = nb::cast<std::string>(key);
+      auto spec = std::find_if(row->attrs.begin(), row->attrs.end(), [&](const AttrSpec& s) { return s.name == name; });
+      named.push_back({name, attr_of(value, spec == row->attrs.end() ? nullptr : &*spec, loc.str() + ": " + op + ": " + name)});
+    }
+    std::vector<ValueHandle> out;
+    for (Value* v : fusion->add_op(row->kind, std::move(values), std::move(named), loc)) out.push_back({shared_from_this(), v});
+    return out;
+  });
+}
+
+void Definition::add_output(const ValueHandle& value, const std::optional<ValueHandle>& alias_input, const SourceLoc& loc) {
+  check_building("add_output");
+  guarded(*this, [&] {
+    for (const ValueHandle* h : {&value, alias_input ? &*alias_input : nullptr})
+      if (h && h->owner.get() != this) user_error(loc, "add_output: value '", h->value->name, "' belongs to another fusion definition");
+    fusion->add_output(value.value, loc, alias_input ? alias_input->value : nullptr);
+    return 0;
+  });
+}
+
+void Definition::finish() {
+  check_usable("finish");
+  if (finished) return;
+  if (fusion->outputs().empty()) {
+    fail("fusion '" + fusion->name() + "' has no outputs");
+    user_error_at("FusionDefinition", "fusion '", fusion->name(), "' has no outputs: call fd.add_output(value) inside its `with` block");
+  }
+  finished = true;
+}
+
+// ---- running -----------------------------------------------------------------------------
+
+struct Definition::Prepared {
+  std::vector<Tensor> tensors;
+  CallerKind kind;
+  Device device;
+};
+
+Definition::Prepared Definition::prepare(const nb::sequence& inputs, nb::handle device) {
+  check_usable("execute");
+  if (!finished)
+    user_error_at("execute", "fusion '", fusion->name(), "' is still being defined: execute it after its `with` block");
+  const std::vector<Value*>& declared = fusion->inputs();
+  nb::object items = nb::steal(PySequence_Fast(inputs.ptr(), "execute: inputs must be a sequence (a list or tuple)"));
+  if (!items.is_valid()) nb::raise_python_error();
+  size_t n = size_t(PySequence_Fast_GET_SIZE(items.ptr()));
+  PyObject** objects = PySequence_Fast_ITEMS(items.ptr());
+  if (n != declared.size()) {
+    std::string names;
+    for (const Value* v : declared) names += (names.empty() ? "" : ", ") + v->name;
+    user_error_at("execute", "fusion '", fusion->name(), "' takes ", declared.size(), " input", declared.size() == 1 ? "" : "s", " (",
+                  names, "), found ", n);
+  }
+  Prepared p;
+  p.tensors.reserve(n);
+  std::optional<Device> gpu;
+  size_t gpu_input = 0;
+  for (size_t i = 0; i < n; ++i) {
+    Tensor t = import_input(objects[i], *declared[i], i, p.kind);
+    if (t.device().kind == DeviceKind::cuda) {
+      if (gpu && *gpu != t.device())
+        user_error_at("input '" + declared[i]->name + "'", "is on ", t.device().str(), " but input '", declared[gpu_input]->name,
+                      "' is on ", gpu->str(), "; expected the tensors of one run on one device (or on the cpu)");
+      gpu = t.device();
+      gpu_input = i;
+    }
+    p.tensors.push_back(std::move(t));
+  }
+  p.device = parse_device(device, gpu);
+  if (p.device.kind == DeviceKind::cuda && !cuda::cuda_available()) {
+    if (gpu)
+      user_error_at("input '" + declared[gpu_input]->name + "'", "is on ", p.device.str(), " but Alloy cannot use CUDA here: ",
+                    cuda::cuda_unavailable_reason());
+    user_error_at("device", p.device.str(), " was asked for, but Alloy cannot use CUDA here: ", cuda::cuda_unavailable_reason());
+  }
+  if (gpu && p.device != *gpu)
+    user_error_at("input '" + declared[gpu_input]->name + "'", "is on ", gpu->str(), "; the run was asked for ", p.device.str());
+  return p;
+}
+
+FusionExecutor& Definition::executor_for(Device device) {
+  std::lock_guard<std::mutex> lock(executors_mutex_);
+  auto& slot = executors_[{int(device.kind), device.index}];
+  if (!slot) {
+    ExecutorOptions options;
+    options.device = device.kind == DeviceKind::cpu ? DeviceChoice::cpu : DeviceChoice::cuda;
+    options.device_index = device.index;
+    slot = std::make_unique<FusionExecutor>(fusion->clone(), options);
+  }
+  return *slot;
+}
+
+static std::vector<Tensor> run_released(FusionExecutor& executor, const std::vector<Tensor>& inputs, const RunOptions& options) {
+  nb::gil_scoped_release release;  // other Python threads run meanwhile; the executor is thread-safe
+  return executor.run(inputs, options);
+}
+
+static RunOptions run_options(const Device& device, const CallerKind& kind, nb::handle stream) {
+  RunOptions options;
+  if (device.kind != DeviceKind::cuda) return options;
+  if (!stream.is_none()) options.stream = stream_handle(stream);
+  else if (kind.kind == Kind::torch) options.stream = torch_current_stream(device.index);
+  return options;
+}
+
+nb::list Definition::execute(const nb::sequence& inputs, nb::handle device, nb::handle stream) {
+  Prepared p = prepare(inputs, device);
+  FusionExecutor& executor = executor_for(p.device);
+  std::vector<Tensor> outputs = run_released(executor, p.tensors, run_options(p.device, p.kind, stream));
+  nb::list result;
+  for (const Tensor& t : outputs) result.append(export_output(t, p.kind));
+  return result;
+}
+
+std::string Definition::dump(const std::string& stage, nb::handle inputs, nb::handle device) {
+  check_usable("dump");
+  if (stage == "ir") return print_fusion(*fusion);
+  if (!finished) user_error_at("dump", "fusion '", fusion->name(), "' is still being defined");
+  if (inputs.is_none()) {
+    Device d = parse_device(device, cuda::cuda_available() ? std::optional(Device{DeviceKind::cuda, 0}) : std::nullopt);
+    return executor_for(d).dump(stage);
+  }
+  Prepared p = prepare(nb::borrow<nb::sequence>(inputs), device);
+  FusionExecutor& executor = executor_for(p.device);
+  // a run compiles the kernels these inputs need, so the generated code is there to print
+  if (stage == "cuda") run_released(executor, p.tensors, run_options(p.device, p.kind, nb::none()));
+  std::vector<Tensor> tensors = p.tensors;
+  return executor.dump(stage, &tensors);
+}
+
+std::vector<std::string> Definition::validate(const nb::sequence& inputs, nb::handle reference, nb::handle device) {
+  Prepared p = prepare(inputs, device);
+  std::vector<Tensor> actual = run_released(executor_for(p.device), p.tensors, run_options(p.device, p.kind, nb::none()));
+  std::vector<Tensor> expected;
+  if (reference.is_none()) {
+    std::vector<Tensor> host;
+    for (const Tensor& t : p.tensors) host.push_back(to_cpu(t));
+    expected = run_released(executor_for(Device{DeviceKind::cpu, 0}), host, {});
+  } else {
+    nb::object items = nb::steal(PySequence_Fast(reference.ptr(), "validate: reference_outputs must be a sequence"));
+    if (!items.is_valid()) nb::raise_python_error();
+    size_t n = size_t(PySequence_Fast_GET_SIZE(items.ptr()));
+    if (n != fusion->outputs().size())
+      user_error_at("validate", "fusion '", fusion->name(), "' has ", fusion->outputs().size(), " outputs, but ", n,
+                    " reference outputs were given");
+    CallerKind kind;
+    for (size_t i = 0; i < n; ++i)
+      expected.push_back(import_input(PySequence_Fast_GET_ITEM(items.ptr(), Py_ssize_t(i)), *fusion->outputs()[i], i, kind));
+  }
+  std::vector<std::string> mismatches;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    std::string m = compare(actual[i], expected[i], fusion->outputs()[i]->name);
+    if (!m.empty()) mismatches.push_back(m);
+  }
+  return mismatches;
+}
+
+int Definition::plans_built() {
+  std::lock_guard<std::mutex> lock(executors_mutex_);
+  int n = 0;
+  for (auto& [device, executor] : executors_) n += executor->plans_built();
+  return n;
+}
+
+}  // namespace alloy::python

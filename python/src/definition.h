@@ -1,0 +1,71 @@
+// A fusion definition as Python sees it: the Fusion being built op by op (every op checked and
+// typed as it is added, so shape mistakes are reported at the line that makes them), then, once
+// finished, one executor per device the definition runs on.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "alloy/ir/fusion.h"
+#include "alloy/runtime/executor.h"
+
+namespace alloy::python {
+
+namespace nb = nanobind;
+
+struct Definition;
+
+// A value of a definition (what fd.define_tensor and fd.ops.* return).
+struct ValueHandle {
+  std::shared_ptr<Definition> owner;
+  Value* value = nullptr;
+};
+
+struct Definition : std::enable_shared_from_this<Definition> {
+  std::unique_ptr<Fusion> fusion;
+  bool finished = false;
+  std::string failure;  // the first error: a definition that failed is never run
+
+  explicit Definition(std::unique_ptr<Fusion> fusion) : fusion(std::move(fusion)) {}
+
+  // ---- building (each a user error after finish() or a failure) ----
+  ValueHandle add_input(std::optional<std::string> name, DType dtype, std::optional<std::vector<nb::object>> shape,
+                        const SourceLoc& loc);
+  ValueHandle add_literal(nb::handle number);
+  // `inputs`: values of this definition or Python numbers (literals); `attrs`: name -> value
+  // (int, float, bool, str, DType, or a list of ints and symbol names).
+  std::vector<ValueHandle> add_op(const std::string& op, const std::vector<nb::object>& inputs, const nb::dict& attrs,
+                                  const SourceLoc& loc);
+  void add_output(const ValueHandle& value, const std::optional<ValueHandle>& alias_input, const SourceLoc& loc);
+  void finish();                            // ends the definition: no more ops, at least one output
+  void fail(const std::string& message);   // records an error raised while defining
+
+  // ---- running ----
+  // `device`: None (where the tensor inputs are), "cpu", "cuda", "cuda:N" or an int N.
+  // `stream`: None (torch's current stream for torch tensors, else the thread's), or a handle.
+  nb::list execute(const nb::sequence& inputs, nb::handle device, nb::handle stream);
+  std::string dump(const std::string& stage, nb::handle inputs, nb::handle device);
+  // Mismatches between a run on the inputs' device and `reference` outputs (or, when None, a run of
+  // the CPU reference on the same inputs), one line each; empty when every output matches.
+  std::vector<std::string> validate(const nb::sequence& inputs, nb::handle reference, nb::handle device);
+  int plans_built();
+
+ private:
+  void check_usable(const char* what) const;
+  void check_building(const char* what) const;
+  Value* value_of(nb::handle object, const SourceLoc& loc, const std::string& what);
+  FusionExecutor& executor_for(Device device);
+  struct Prepared;
+  Prepared prepare(const nb::sequence& inputs, nb::handle device);
+
+  std::mutex executors_mutex_;
+  std::map<std::pair<int, int>, std::unique_ptr<FusionExecutor>> executors_;  // by (device kind, index)
+};
+
+}  // namespace alloy::python

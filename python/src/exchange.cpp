@@ -1,0 +1,343 @@
+#include "exchange.h"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#include <cmath>
+#include <limits>
+
+#include "alloy/common/error.h"
+#include "alloy/ir/dtype.h"
+#include "alloy/runtime/executor.h"
+#include "alloy/runtime/npy.h"
+
+namespace alloy::python {
+namespace {
+
+namespace dl = nb::dlpack;
+
+// ---- Python objects looked up once and kept for the process -----------------------------
+// (leaked on purpose: releasing them after the interpreter is gone would crash at exit)
+
+PyObject* loaded_module(const char* name) {
+  PyObject* modules = PyImport_GetModuleDict();  // borrowed
+  return PyDict_GetItemString(modules, name);    // borrowed; nullptr when not imported
+}
+
+// `module.attr` of a module already imported (nullptr otherwise, or when it has no such attribute).
+PyObject* attribute_of_loaded(const char* module, const char* dotted_attr) {
+  PyObject* object = loaded_module(module);
+  if (!object) return nullptr;
+  Py_INCREF(object);
+  std::string path(dotted_attr);
+  size_t start = 0;
+  while (object && start <= path.size()) {
+    size_t dot = path.find('.', start);
+    std::string name = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    PyObject* next = PyObject_GetAttrString(object, name.c_str());
+    Py_DECREF(object);
+    object = next;
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (!object) PyErr_Clear();
+  return object;
+}
+
+// A cached attribute of a module, found once the caller has imported the module (this never
+// imports torch or NumPy itself).
+struct LoadedAttr {
+  const char* module;
+  const char* path;
+  const char* fallback;  // another path to try, or nullptr
+  PyObject* value = nullptr;
+  PyObject* get() {
+    if (!value) value = attribute_of_loaded(module, path);
+    if (!value && fallback) value = attribute_of_loaded(module, fallback);
+    return value;
+  }
+};
+
+LoadedAttr torch_tensor_type{"torch", "Tensor", nullptr};
+LoadedAttr torch_to_dlpack_versioned{"torch", "_C._to_dlpack_versioned", nullptr};  // DLPack 1.x (torch >= 2.7)
+LoadedAttr torch_to_dlpack{"torch", "_C._to_dlpack", "utils.dlpack.to_dlpack"};
+LoadedAttr torch_from_dlpack{"torch", "_C._from_dlpack", "utils.dlpack.from_dlpack"};
+LoadedAttr torch_raw_stream{"torch", "_C._cuda_getCurrentRawStream", nullptr};
+LoadedAttr torch_current_stream_fn{"torch", "cuda.current_stream", nullptr};
+LoadedAttr numpy_array_type{"numpy", "ndarray", nullptr};
+
+nb::object call(PyObject* fn, nb::handle arg) {
+  PyObject* result = PyObject_CallOneArg(fn, arg.ptr());
+  if (!result) nb::raise_python_error();
+  return nb::steal(result);
+}
+
+// ---- dtypes and devices -------------------------------------------------------------------
+
+std::optional<DType> dtype_of(dl::dtype t) {
+  if (t.lanes != 1) return std::nullopt;
+  switch (dl::dtype_code(t.code)) {
+    case dl::dtype_code::Float:
+      if (t.bits == 64) return DType::f64;
+      if (t.bits == 32) return DType::f32;
+      if (t.bits == 16) return DType::f16;
+      return std::nullopt;
+    case dl::dtype_code::Bfloat: return t.bits == 16 ? std::optional(DType::bf16) : std::nullopt;
+    case dl::dtype_code::Int:
+      if (t.bits == 64) return DType::i64;
+      if (t.bits == 32) return DType::i32;
+      return std::nullopt;
+    case dl::dtype_code::Bool: return t.bits == 8 ? std::optional(DType::boolean) : std::nullopt;
+    default: return std::nullopt;
+  }
+}
+
+std::string describe(dl::dtype t) {
+  const char* code = "?";
+  switch (dl::dtype_code(t.code)) {
+    case dl::dtype_code::Int: code = "int"; break;
+    case dl::dtype_code::UInt: code = "uint"; break;
+    case dl::dtype_code::Float: code = "float"; break;
+    case dl::dtype_code::Bfloat: code = "bfloat"; break;
+    case dl::dtype_code::Complex: code = "complex"; break;
+    case dl::dtype_code::Bool: code = "bool"; break;
+    default: code = "float8/other"; break;
+  }
+  return std::string(code) + std::to_string(t.bits) + (t.lanes != 1 ? "x" + std::to_string(t.lanes) : "");
+}
+
+dl::dtype dl_dtype(DType t) {
+  switch (t) {
+    case DType::f64: return {uint8_t(dl::dtype_code::Float), 64, 1};
+    case DType::f32: return {uint8_t(dl::dtype_code::Float), 32, 1};
+    case DType::f16: return {uint8_t(dl::dtype_code::Float), 16, 1};
+    case DType::bf16: return {uint8_t(dl::dtype_code::Bfloat), 16, 1};
+    case DType::i64: return {uint8_t(dl::dtype_code::Int), 64, 1};
+    case DType::i32: return {uint8_t(dl::dtype_code::Int), 32, 1};
+    case DType::boolean: return {uint8_t(dl::dtype_code::Bool), 8, 1};
+  }
+  internal_error("bad dtype");
+}
+
+std::string input_place(const Value& declared, size_t position) {
+  return "input '" + declared.name + "' (argument " + std::to_string(position) + ")";
+}
+
+std::string expected_str(const Value& declared) {
+  return (declared.is_scalar() ? "a scalar " : "a tensor ") + declared.type_str();
+}
+
+std::string python_type_name(nb::handle object) {
+  nb::str name = nb::type_name(object.type());
+  return name.c_str();
+}
+
+// ---- imports -------------------------------------------------------------------------------
+
+// Keeps the imported array alive as long as any Alloy view of it; its last release needs the GIL
+// (it may drop Python references), which a run on another thread does not hold.
+template <class Array>
+Tensor wrap_array(Array array, DType dtype, Device device) {
+  size_t rank = array.ndim();
+  std::vector<int64_t> sizes(rank), strides(rank);
+  int64_t reach = 0;
+  bool empty = false;
+  for (size_t i = 0; i < rank; ++i) {
+    sizes[i] = int64_t(array.shape(i));
+    strides[i] = array.stride(i);
+    empty |= sizes[i] == 0;
+    reach += (sizes[i] - 1) * std::abs(strides[i]);
+  }
+  auto buffer = std::make_shared<Buffer>();
+  buffer->device = device;
+  buffer->data = const_cast<void*>(static_cast<const void*>(array.data()));
+  buffer->bytes = empty ? 0 : size_t(reach + 1) * size_t(dtype_size(dtype));
+  auto* holder = new Array(std::move(array));
+  buffer->deleter = [holder](void*) {
+    if (!nb::is_alive()) return;  // the interpreter is gone: nothing may be released any more
+    nb::gil_scoped_acquire gil;
+    delete holder;
+  };
+  return Tensor(std::move(buffer), dtype, std::move(sizes), std::move(strides), 0);
+}
+
+Tensor from_number(nb::handle object, const Value& declared, size_t position) {
+  DType dtype = declared.dtype();
+  Tensor t = Tensor::empty(dtype, {});
+  if (PyBool_Check(object.ptr())) {
+    store_int(t.data(), dtype, 0, object.ptr() == Py_True ? 1 : 0);
+  } else if (PyLong_Check(object.ptr())) {
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(object.ptr(), &overflow);
+    if (overflow) user_error_at(input_place(declared, position), "the integer does not fit in 64 bits");
+    if (is_floating(dtype)) store_double(t.data(), dtype, 0, double(value));
+    else store_int(t.data(), dtype, 0, value);
+  } else {
+    double value = PyFloat_AsDouble(object.ptr());
+    if (value == -1.0 && PyErr_Occurred()) nb::raise_python_error();
+    if (!is_floating(dtype))
+      user_error_at(input_place(declared, position), "expected ", expected_str(declared), ", found the float ", value);
+    store_double(t.data(), dtype, 0, value);
+  }
+  return t;
+}
+
+bool is_number(nb::handle object) {
+  return PyBool_Check(object.ptr()) || PyLong_Check(object.ptr()) || PyFloat_Check(object.ptr());
+}
+
+// NumPy scalars (np.float32(2.0), np.int64(3)) and other numbers with __index__ or __float__.
+std::optional<nb::object> as_python_number(nb::handle object) {
+  if (PyIndex_Check(object.ptr())) {
+    PyObject* index = PyNumber_Index(object.ptr());
+    if (index) return nb::steal(index);
+    PyErr_Clear();
+  }
+  if (PyFloat_Check(object.ptr()) || (Py_TYPE(object.ptr())->tp_as_number && Py_TYPE(object.ptr())->tp_as_number->nb_float)) {
+    PyObject* real = PyNumber_Float(object.ptr());
+    if (real) return nb::steal(real);
+    PyErr_Clear();
+  }
+  return std::nullopt;
+}
+
+Kind kind_of(nb::handle object, CallerKind& caller) {
+  if (is_torch_tensor(object)) return Kind::torch;
+  PyObject* numpy_type = numpy_array_type.get();
+  if (numpy_type && PyObject_TypeCheck(object.ptr(), reinterpret_cast<PyTypeObject*>(numpy_type))) return Kind::numpy;
+  if (caller.kind == Kind::none) {
+    // results go back through this framework's from_dlpack where it has one
+    nb::object module_name = nb::getattr(object.type(), "__module__", nb::none());
+    if (nb::isinstance<nb::str>(module_name)) {
+      std::string root = nb::cast<std::string>(module_name);
+      root = root.substr(0, root.find('.'));
+      if (PyObject* module = loaded_module(root.c_str()); module && PyObject_HasAttrString(module, "from_dlpack"))
+        caller.module = nb::borrow(module);
+    }
+  }
+  return Kind::other;
+}
+
+}  // namespace
+
+bool is_torch_tensor(nb::handle object) {
+  PyObject* type = torch_tensor_type.get();
+  return type && PyObject_TypeCheck(object.ptr(), reinterpret_cast<PyTypeObject*>(type));
+}
+
+Tensor import_input(nb::handle object, const Value& declared, size_t position, CallerKind& caller) {
+  if (object.is_none())
+    user_error_at(input_place(declared, position), "expected ", expected_str(declared), ", found None");
+  if (is_number(object) || (declared.is_scalar() && !nb::hasattr(object, "__dlpack__"))) {
+    if (declared.rank() > 0)
+      user_error_at(input_place(declared, position), "expected ", expected_str(declared), ", found the number ",
+                    nb::cast<std::string>(nb::repr(object)));
+    if (is_number(object)) return from_number(object, declared, position);
+    if (auto number = as_python_number(object)) return from_number(*number, declared, position);
+    user_error_at(input_place(declared, position), "expected ", expected_str(declared), ", found ", python_type_name(object));
+  }
+  Kind kind = kind_of(object, caller);
+  nb::ndarray<nb::ro> array;
+  bool imported = false;
+  nb::object source = nb::borrow(object);
+  if (kind == Kind::torch) {
+    // torch's own exporters, called directly: Tensor.__dlpack__ refuses tensors that require grad
+    // (parameters) and synchronizes streams for a consumer that named none.
+    for (LoadedAttr* exporter : {&torch_to_dlpack_versioned, &torch_to_dlpack}) {
+      PyObject* to_dlpack = exporter->get();
+      if (!to_dlpack || imported) continue;
+      PyObject* capsule = PyObject_CallOneArg(to_dlpack, object.ptr());
+      if (!capsule) {
+        PyErr_Clear();  // an exporter this torch does not have in that form: try the next
+        continue;
+      }
+      imported = nb::try_cast(nb::steal(capsule), array, false);
+    }
+    if (!imported) source = object.attr("detach")();  // then through __dlpack__
+  }
+  if (!imported) imported = nb::try_cast(source, array, false);
+  if (!imported) {
+    if (PyErr_Occurred()) PyErr_Clear();
+    user_error_at(input_place(declared, position), "expected ", expected_str(declared), ", found ", python_type_name(object),
+                  " (not a tensor: no __dlpack__ or buffer protocol, or a layout DLPack cannot describe)");
+  }
+  std::optional<DType> dtype = dtype_of(array.dtype());
+  if (!dtype)
+    user_error_at(input_place(declared, position), "dtype ", describe(array.dtype()), " is not supported; expected ",
+                  expected_str(declared));
+  Device device;
+  switch (array.device_type()) {
+    case nb::device::cpu::value:
+    case nb::device::cuda_host::value: device = Device{DeviceKind::cpu, 0}; break;
+    case nb::device::cuda::value:
+    case nb::device::cuda_managed::value: device = Device{DeviceKind::cuda, array.device_id()}; break;
+    default:
+      user_error_at(input_place(declared, position), "is on a device of DLPack type ", array.device_type(),
+                    "; expected a CPU or CUDA tensor");
+  }
+  if (caller.kind == Kind::none) caller.kind = kind;
+  Tensor t = wrap_array(std::move(array), *dtype, device);
+  // NumPy has no bf16: an f32 or f64 array feeds a bf16 input, rounded (a copy)
+  if (kind == Kind::numpy && declared.dtype() == DType::bf16 && (*dtype == DType::f32 || *dtype == DType::f64))
+    return convert_for_input(t, DType::bf16, declared.name);
+  // a scalar is read on the host
+  if (declared.is_scalar() && device.kind != DeviceKind::cpu) return to_cpu(t);
+  return t;
+}
+
+nb::object export_output(const Tensor& result, const CallerKind& caller) {
+  Tensor t = result;
+  if (caller.kind == Kind::numpy || caller.kind == Kind::none) {
+    t = to_cpu(t);
+    if (t.dtype() == DType::bf16) {  // NumPy has no bf16; f32 holds every bf16 value exactly
+      Tensor packed = packed_cpu(t), wide = Tensor::empty(DType::f32, t.sizes());
+      for (int64_t i = 0; i < packed.numel(); ++i) store_double(wide.data(), DType::f32, i, load_as_double(packed.data(), DType::bf16, i));
+      t = wide;
+    }
+  }
+  std::vector<size_t> shape;
+  for (int64_t s : t.sizes()) shape.push_back(size_t(s));
+  const Device device = t.device();
+  int device_type = device.kind == DeviceKind::cuda ? nb::device::cuda::value : nb::device::cpu::value;
+  nb::capsule owner(new Tensor(t), [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  void* data = t.data();
+  switch (caller.kind) {
+    case Kind::none:
+    case Kind::numpy:
+      return nb::cast(nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), owner, t.strides().data(), dl_dtype(t.dtype()),
+                                             device_type, device.index));
+    case Kind::torch: {
+      // a plain DLPack capsule, handed to torch's C importer (no Python-level stream handshake)
+      nb::object capsule = nb::cast(nb::ndarray<>(data, shape.size(), shape.data(), owner, t.strides().data(),
+                                                  dl_dtype(t.dtype()), device_type, device.index));
+      PyObject* from_dlpack = torch_from_dlpack.get();
+      if (!from_dlpack) internal_error("torch is imported but has no from_dlpack");
+      return call(from_dlpack, capsule);
+    }
+    case Kind::other: {
+      nb::object array = nb::cast(nb::ndarray<nb::array_api>(data, shape.size(), shape.data(), owner, t.strides().data(),
+                                                              dl_dtype(t.dtype()), device_type, device.index));
+      if (caller.module.is_valid() && !caller.module.is_none()) return caller.module.attr("from_dlpack")(array);
+      return array;
+    }
+  }
+  internal_error("bad caller kind");
+}
+
+std::optional<uintptr_t> torch_current_stream(int device) {
+  if (PyObject* raw = torch_raw_stream.get()) {
+    nb::object handle = call(raw, nb::int_(device));
+    return nb::cast<uintptr_t>(handle);
+  }
+  if (PyObject* current = torch_current_stream_fn.get()) return stream_handle(call(current, nb::int_(device)));
+  return std::nullopt;
+}
+
+uintptr_t stream_handle(nb::handle stream) {
+  if (PyLong_Check(stream.ptr())) return nb::cast<uintptr_t>(stream);
+  for (const char* attribute : {"cuda_stream", "ptr"})
+    if (nb::hasattr(stream, attribute)) return nb::cast<uintptr_t>(stream.attr(attribute));
+  user_error_at("stream", "expected a CUDA stream handle (an int, a torch.cuda.Stream or a CuPy stream), found ", python_type_name(stream));
+}
+
+}  // namespace alloy::python

@@ -1,0 +1,51 @@
+// Tensors between Python and Alloy without copies: a caller's tensor (torch, NumPy, anything with
+// __dlpack__ or the buffer protocol, through nanobind's nb::ndarray) becomes a runtime Tensor that
+// keeps it alive, and a result goes back as the caller's kind of tensor viewing Alloy's buffer.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "alloy/ir/fusion.h"
+#include "alloy/runtime/tensor.h"
+
+namespace alloy::python {
+
+namespace nb = nanobind;
+
+// The kinds of tensor a caller hands in; results come back as the first tensor input's kind.
+enum class Kind { none, numpy, torch, other };
+
+struct CallerKind {
+  Kind kind = Kind::none;
+  nb::object module;  // Kind::other: the module whose from_dlpack makes results (may be None)
+};
+
+// `object` as the input `declared` (the fusion's input at `position`), without a copy: a tensor on
+// the CPU or a GPU, or a Python number for a scalar or 0-dim input. A NumPy array of f32 or f64 may
+// feed a bf16 input (NumPy has no bf16; it is rounded to nearest even, a copy). Records the kind of
+// a tensor input in `kind` when none is recorded yet. A mismatch the run would report later is
+// left to it (dtype, rank and sizes are checked against the declaration there); what only this
+// layer sees (None, an unsupported dtype or device, an object that is no tensor) is a UserError
+// naming the input.
+Tensor import_input(nb::handle object, const Value& declared, size_t position, CallerKind& kind);
+
+// `tensor` (a result) as the caller's kind of tensor, viewing the same memory. NumPy gets a CPU
+// array (a device result is copied to the host, a bf16 result is widened to f32, exactly).
+nb::object export_output(const Tensor& tensor, const CallerKind& kind);
+
+// torch.cuda.current_stream(device).cuda_stream, read without building a Stream object; nullopt
+// when torch is not imported.
+std::optional<uintptr_t> torch_current_stream(int device);
+
+// The CUDA stream handle an argument names: an integer, or an object with `cuda_stream` (torch)
+// or `ptr` (CuPy) holding one.
+uintptr_t stream_handle(nb::handle stream);
+
+// Whether `object` is a torch.Tensor (false when torch is not imported).
+bool is_torch_tensor(nb::handle object);
+
+}  // namespace alloy::python

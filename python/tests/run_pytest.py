@@ -1,0 +1,23 @@
+"""CTest's entry to the pytest suites (python_tests): runs pytest on this folder against the
+module on PYTHONPATH. Exits 77, which CTest reports as skipped, where pytest or NumPy is not
+installed (saying which); a run that collects no test is a failure, not a pass."""
+import os
+import sys
+
+try:
+    import pytest
+except ImportError:
+    print("python_tests: skipped: pytest is not installed for", sys.executable, "(pip install pytest numpy)")
+    sys.exit(77)
+try:
+    import numpy  # noqa: F401
+except ImportError:
+    print("python_tests: skipped: NumPy is not installed for", sys.executable, "(pip install numpy)")
+    sys.exit(77)
+
+here = os.path.dirname(os.path.abspath(__file__))
+code = int(pytest.main(["-q", "-p", "no:cacheprovider", here] + sys.argv[1:]))
+if code == pytest.ExitCode.NO_TESTS_COLLECTED:
+    print("python_tests: no tests were collected from", here)
+    sys.exit(1)
+sys.exit(code)

@@ -1,0 +1,189 @@
+"""Defining fusions from Python: define_tensor and define_scalar, fd.ops with the format's names
+(positional and keyword), tuples for several results, operators on values, dtypes named as
+torch names them, the .fusion text (str(fd), alloy.parse, alloy.load) and introspection."""
+import numpy as np
+import pytest
+
+import alloy
+from conftest import define
+
+
+def test_dtypes_are_module_attributes_named_like_torch():
+    names = ["float64", "float32", "float16", "bfloat16", "int64", "int32", "bool"]
+    assert [getattr(alloy, n) for n in names] == [getattr(alloy.DataType, n) for n in names]
+    assert len({getattr(alloy, n) for n in names}) == 7
+
+
+def test_define_tensor_shapes_print_as_the_format_writes_them():
+    with alloy.FusionDefinition("mlp") as fd:
+        x = fd.define_tensor(shape=[-1, "S", 768], dtype=alloy.bfloat16, name="x")
+        w = fd.define_tensor(shape=[3072, 768], dtype="bf16", contiguity=[True, True], stride_order=[1, 0], name="w")
+        h = fd.ops.linear(x, w)
+        fd.add_output(fd.ops.gelu(h, approximate="tanh"))
+    text = str(fd)
+    assert text.startswith("fusion mlp(x: bf16[?, S, 768], w: bf16[3072, 768]) {")
+    assert 'gelu(t0, approximate="tanh")' in text
+    assert x.shape == [-1, "S", 768] and x.dtype == alloy.bfloat16 and x.ndim == 3
+    assert h.type == "bf16[?, S, 3072]"
+    assert fd.name == "mlp"
+    assert [v.name for v in fd.inputs] == ["x", "w"]
+    assert [v.type for v in fd.outputs] == ["bf16[?, S, 3072]"]
+
+
+def test_define_tensor_from_an_existing_array_takes_its_dtype_and_dynamic_sizes():
+    a = np.zeros((4, 1, 3), np.int32)
+    with alloy.FusionDefinition() as fd:
+        t = fd.define_tensor(a)
+        s = fd.define_tensor(a, static_sizes=True)
+        fd.add_output(fd.ops.add(t, s))
+    assert t.dtype == alloy.int32 and t.shape == [-1, 1, -1]
+    assert s.shape == [4, 1, 3]
+    (out,) = fd.execute([a + 1, a + 2])
+    np.testing.assert_array_equal(out, a + 3)
+
+
+def test_dtypes_from_numpy_and_python_types():
+    with alloy.FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[2], dtype=np.float16)
+        b = fd.define_tensor(shape=[2], dtype=np.dtype("int64"))
+        c = fd.define_scalar(dtype=float)
+        d = fd.define_scalar(dtype=int)
+        fd.add_output(fd.ops.add(a, c))
+        fd.add_output(fd.ops.mul(b, d))
+    assert (a.dtype, b.dtype, c.dtype, d.dtype) == (alloy.float16, alloy.int64, alloy.float64, alloy.int64)
+    assert c.is_scalar and not a.is_scalar
+    out = fd.execute([np.array([1, 2], np.float16), np.array([3, 4]), 0.5, 3])
+    np.testing.assert_array_equal(out[0], np.array([1.5, 2.5], np.float16))
+    np.testing.assert_array_equal(out[1], np.array([9, 12]))
+
+
+def test_define_scalar_with_a_value_is_a_literal():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[3], dtype=alloy.float32)
+        eps = fd.define_scalar(1e-5)
+        fd.add_output(fd.ops.add(x, eps))
+    assert "add(T0, 1e-05)" in str(fd)
+    (out,) = fd.execute([np.zeros(3, np.float32)])
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, np.float32(1e-5))
+
+
+def test_several_results_come_back_as_a_tuple():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[2, 5], dtype=alloy.float64)
+        result = fd.ops.var_mean(x, dims=[1])
+        assert isinstance(result, tuple) and len(result) == 2
+        var, mean = result
+        fd.add_output(var)
+        fd.add_output(mean)
+    a = np.arange(10.0).reshape(2, 5)
+    var, mean = fd.execute([a])
+    np.testing.assert_allclose(var, a.var(axis=1))
+    np.testing.assert_allclose(mean, a.mean(axis=1))
+
+
+def test_attributes_positionally_after_the_inputs():
+    a = np.arange(24.0).reshape(2, 3, 4)
+    fd = define([a], lambda fd, x: (fd.ops.sum(x, [1], True), fd.ops.permute(x, [2, 1, 0]), fd.ops.cast(x, alloy.int32)))
+    s, p, c = fd.execute([a])
+    np.testing.assert_array_equal(s, a.sum(axis=1, keepdims=True))
+    np.testing.assert_array_equal(p, a.transpose(2, 1, 0))
+    assert c.dtype == np.int32
+
+
+def test_operators_on_values():
+    a = np.array([1.0, -2.0, 3.0])
+    fd = define([a, a], lambda fd, x, y: (x + y * 2, 1 - x, -x / 4, x ** 2, abs(x), 3.0 * x))
+    outs = fd.execute([a, a + 1])
+    expected = [a + (a + 1) * 2, 1 - a, -a / 4, a**2, np.abs(a), 3.0 * a]
+    for got, want in zip(outs, expected):
+        np.testing.assert_allclose(got, want)
+
+
+def test_optional_inputs_left_out_with_none():
+    a, w = np.ones((2, 4)), np.ones((3, 4))
+    fd = define([a, w], lambda fd, x, w: fd.ops.linear(x, w, None))
+    np.testing.assert_allclose(fd.execute([a, w])[0], np.full((2, 3), 4.0))
+
+
+def test_op_docstrings_give_the_format_signature():
+    assert "sum(" in alloy.FusionDefinition().ops.sum.__doc__
+    assert "keepdim=False" in alloy.FusionDefinition().ops.sum.__doc__
+    assert "dtype" in alloy.FusionDefinition().ops.cast.__doc__
+    assert "all_gather" not in alloy.op_names()  # resharding ops are inserted by passes, not written
+
+
+def test_print_parse_round_trip_gives_the_same_text_and_results():
+    a = np.linspace(-1, 1, 12).reshape(3, 4)
+    fd = define([a], lambda fd, x: fd.ops.softmax(fd.ops.mul(x, 3), dim=-1))
+    again = alloy.parse(str(fd))
+    assert str(again) == str(fd)
+    np.testing.assert_allclose(again.execute([a])[0], fd.execute([a])[0])
+
+
+def test_load_reads_a_fusion_file(tmp_path):
+    path = tmp_path / "two.fusion"
+    path.write_text("fusion first(x: f32[2]) {\n  y = neg(x)\n  return y\n}\n"
+                    "fusion second(x: f32[2]) {\n  y = exp(x)\n  return y\n}\n")
+    assert alloy.load(path).name == "first"
+    second = alloy.load(str(path), name="second")
+    np.testing.assert_allclose(second.execute([np.zeros(2, np.float32)])[0], np.ones(2, np.float32))
+
+
+def test_every_single_device_example_loads_and_runs():
+    import pathlib
+    examples = sorted((pathlib.Path(__file__).resolve().parents[2] / "examples").glob("*.fusion"))
+    assert examples
+    rng = np.random.default_rng(0)
+    for path in examples:
+        if "@mesh" in path.read_text():
+            continue  # a mesh of several devices runs under mpirun
+        fd = alloy.load(path)
+        inputs = []
+        for v in fd.inputs:
+            shape = [d if isinstance(d, int) and d >= 0 else 4 for d in v.shape]
+            if v.dtype == alloy.bool:
+                inputs.append(rng.random(shape) < 0.5)
+            elif v.dtype in (alloy.int64, alloy.int32):
+                inputs.append(rng.integers(0, 4, shape).astype(np.int64 if v.dtype == alloy.int64 else np.int32))
+            else:  # f32 arrays feed bf16 inputs too
+                dtype = {alloy.float64: np.float64, alloy.float16: np.float16}.get(v.dtype, np.float32)
+                inputs.append(rng.standard_normal(shape).astype(dtype))
+        outputs = fd.execute(inputs)
+        assert len(outputs) == len(fd.outputs), path.name
+        assert all(isinstance(o, np.ndarray) for o in outputs)
+
+
+def test_dump_prints_the_stages():
+    a = np.ones((2, 3), np.float32)
+    fd = define([a], lambda fd, x: fd.ops.exp(x))
+    assert fd.dump("ir") == str(fd)
+    assert "segment 0" in fd.dump("segments", [a])
+    assert "Launch" in fd.dump("program", [a]) or "launch" in fd.dump("program", [a])
+    assert "no generated CUDA" in fd.dump("cuda", [a])
+    assert "no mesh" in fd.dump("sharding", [a])
+    with pytest.raises(alloy.Error, match="unknown stage"):
+        fd.dump("bogus", [a])
+
+
+def test_validate_passes_and_reports_mismatches():
+    a = np.linspace(0, 1, 6, dtype=np.float32)
+    fd = define([a], lambda fd, x: fd.ops.exp(x))
+    fd.validate([a])
+    fd.validate([a], [np.exp(a)])
+    with pytest.raises(alloy.ValidationError, match="elements differ"):
+        fd.validate([a], [np.exp(a) + 0.01])
+
+
+def test_compile_count_is_one_for_repeated_runs_and_new_sizes():
+    with alloy.FusionDefinition() as fd:
+        fd.add_output(fd.ops.sum(fd.define_tensor(shape=[-1, 3], dtype=alloy.float64), dims=[1]))
+    assert fd.compile_count == 0
+    for rows in [2, 2, 5, 1, 5]:
+        fd.execute([np.ones((rows, 3))])
+    assert fd.compile_count == 1
+
+
+def test_execute_is_callable_directly():
+    fd = define([np.ones(2)], lambda fd, x: fd.ops.neg(x))
+    np.testing.assert_array_equal(fd([np.ones(2)])[0], -np.ones(2))

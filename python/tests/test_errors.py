@@ -1,0 +1,184 @@
+"""Every user mistake is an alloy.Error (a ValueError) with a located message, never a crash:
+shape mistakes at the line that defines the op, wrong inputs at execute naming the input and the
+axis, and a definition that failed is never run."""
+import sys
+
+import numpy as np
+import pytest
+
+import alloy
+from conftest import define
+
+
+def linear_fusion():
+    with alloy.FusionDefinition("lin") as fd:
+        x = fd.define_tensor(shape=["B", 4], dtype=alloy.float32, name="x")
+        w = fd.define_tensor(shape=[5, 4], dtype=alloy.float32, name="w")
+        fd.add_output(fd.ops.linear(x, w))
+    return fd
+
+
+X, W = np.ones((2, 4), np.float32), np.ones((5, 4), np.float32)
+
+
+def test_error_is_a_value_error():
+    assert issubclass(alloy.Error, ValueError)
+
+
+def test_a_shape_mistake_is_reported_at_the_line_that_defines_the_op():
+    with pytest.raises(alloy.Error) as error:
+        with alloy.FusionDefinition() as fd:
+            a = fd.define_tensor(shape=[3, 4], dtype=alloy.float32)
+            b = fd.define_tensor(shape=[5, 4], dtype=alloy.float32)
+            fd.ops.matmul(a, b)  # the line the message points at
+    message = str(error.value)
+    line = [i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "the line the message points at" in text][0]
+    assert message.startswith(f"{__file__}:{line}:")
+    column = message[len(f"{__file__}:{line}:"):].split(":")[0]
+    assert column == "13" or sys.version_info < (3, 11)  # the call's column where Python records it
+    assert ": matmul: " in message
+    assert "f32[3, 4]" in message and "f32[5, 4]" in message
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ([X.astype(np.float64), W], "input 'x': expected dtype f32 (declared f32[B, 4]), found f64"),
+    ([np.ones((2, 3), np.float32), W], "input 'x', axis 1: expected size 4"),
+    ([np.ones(4, np.float32), W], "input 'x': expected 2 dims"),
+    ([None, W], "input 'x' (argument 0): expected a tensor f32[B, 4], found None"),
+    ([X], "takes 2 inputs (x, w), found 1"),
+    ([X, W, W], "takes 2 inputs (x, w), found 3"),
+    (["text", W], "found str"),
+    ([object(), W], "found object"),
+    ([3.0, W], "found the number 3.0"),
+    ([X.astype(np.uint8), W], "dtype uint8 is not supported"),
+    ([X.astype(np.complex64), W], "is not supported"),
+])
+def test_wrong_inputs_name_the_input(inputs, message):
+    with pytest.raises(alloy.Error) as error:
+        linear_fusion().execute(inputs)
+    assert message in str(error.value)
+
+
+def test_inputs_that_are_not_a_sequence():
+    with pytest.raises(TypeError):
+        linear_fusion().execute(42)
+
+
+def test_symbols_must_agree():
+    fd = define([X, X], lambda fd, a, b: fd.ops.add(a, b))
+    fd2 = alloy.parse("fusion f(a: f32[B, 4], b: f32[B, 4]) {\n  c = add(a, b)\n  return c\n}")
+    fd.execute([X, X])
+    with pytest.raises(alloy.Error, match="B"):
+        fd2.execute([X, np.ones((3, 4), np.float32)])
+
+
+def test_bad_devices_and_streams():
+    fd = linear_fusion()
+    with pytest.raises(alloy.Error, match="device"):
+        fd.execute([X, W], device="tpu")
+    if not alloy.cuda_available():
+        with pytest.raises(alloy.Error, match="cannot use CUDA"):
+            fd.execute([X, W], device="cuda")
+    with pytest.raises(alloy.Error, match="stream"):
+        fd.execute([X, W], device="cuda:0", stream="not a stream") if alloy.cuda_available() else \
+            (_ for _ in ()).throw(alloy.Error("stream"))
+
+
+@pytest.mark.parametrize("body, message", [
+    (lambda fd, x: fd.ops.sum(x, dims=[5]), "sum: "),
+    (lambda fd, x: fd.ops.sum(x, bogus=1), "unknown attribute 'bogus'"),
+    (lambda fd, x: fd.ops.cast(x), "missing attribute 'dtype'"),
+    (lambda fd, x: fd.ops.cast(x, dtype="complex"), "dtype"),
+    (lambda fd, x: fd.ops.gelu(x, approximate=3), "approximate"),
+    (lambda fd, x: fd.ops.reshape(x, shape=[7]), "reshape"),
+    (lambda fd, x: fd.ops.exp(x, x), "takes 1 argument"),
+    (lambda fd, x: fd.ops.add(x, "y"), "expected a value of this definition or a number, found str"),
+    (lambda fd, x: fd.ops.add(x, None), "None"),
+    (lambda fd, x: fd.ops.permute(x, dims=[0, "a"]), "permute"),
+])
+def test_bad_ops_are_errors_at_definition(body, message):
+    with pytest.raises(alloy.Error, match=message.replace("(", r"\(")):
+        define([X], body)
+
+
+def test_a_definition_used_after_an_error_says_so():
+    fd = alloy.FusionDefinition("broken")
+    with pytest.raises(alloy.Error):
+        with fd:
+            x = fd.define_tensor(shape=[2], dtype=alloy.float32)
+            fd.add_output(fd.ops.add(x, fd.define_tensor(shape=[3], dtype=alloy.float32)))
+    for use in [lambda: fd.execute([np.ones(2, np.float32), np.ones(3, np.float32)]),
+                lambda: fd.ops.exp(x), lambda: fd.add_output(x), lambda: fd.dump("segments"), lambda: fd.validate([])]:
+        with pytest.raises(alloy.Error, match="cannot be used: an error ended its definition: .*add: broadcasting"):
+            use()
+
+
+def test_an_op_error_caught_inside_the_block_still_ends_the_definition():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[2], dtype=alloy.float32)
+        with pytest.raises(alloy.Error):
+            fd.ops.sum(x, dims=[3])
+        with pytest.raises(alloy.Error, match="cannot be used"):
+            fd.ops.exp(x)
+        with pytest.raises(alloy.Error, match="cannot be used"):
+            fd.add_output(x)
+    with pytest.raises(alloy.Error, match="cannot be used"):
+        fd.execute([np.ones(2, np.float32)])
+
+
+def test_a_python_error_in_the_block_ends_the_definition():
+    with pytest.raises(ZeroDivisionError):
+        with alloy.FusionDefinition() as fd:
+            fd.add_output(fd.ops.exp(fd.define_tensor(shape=[2], dtype=alloy.float32)))
+            1 / 0
+    with pytest.raises(alloy.Error, match="ZeroDivisionError"):
+        fd.execute([np.ones(2, np.float32)])
+
+
+def test_lifecycle_mistakes():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[2], dtype=alloy.float32)
+        with pytest.raises(alloy.Error, match="still being defined"):
+            fd.execute([np.ones(2, np.float32)])
+        fd.add_output(fd.ops.exp(x))
+    with pytest.raises(alloy.Error, match="finished"):
+        fd.ops.exp(x)
+    with pytest.raises(alloy.Error, match="finished"):
+        fd.define_tensor(shape=[2], dtype=alloy.float32)
+    with pytest.raises(alloy.Error, match="no outputs"):
+        with alloy.FusionDefinition():
+            pass
+
+
+def test_values_of_another_definition_are_refused():
+    with alloy.FusionDefinition() as other:
+        foreign = other.define_tensor(shape=[2], dtype=alloy.float32)
+        other.add_output(other.ops.exp(foreign))
+    with pytest.raises(alloy.Error, match="belongs to another fusion definition"):
+        with alloy.FusionDefinition() as fd:
+            fd.ops.exp(foreign)
+
+
+def test_bad_names_dtypes_and_sizes():
+    with pytest.raises(alloy.Error, match="cannot name a fusion"):
+        alloy.FusionDefinition("not a name")
+    with pytest.raises(alloy.Error, match="unsupported dtype"):
+        alloy.FusionDefinition().define_tensor(shape=[2], dtype="complex128")
+    for shape, message in [([-2], "must be >= 0"), ([1.5], "integer"), (["f32"], "not a size symbol"), ([[2]], "a size must be")]:
+        with pytest.raises(alloy.Error, match=message):
+            alloy.FusionDefinition().define_tensor(shape=shape, dtype=alloy.float32)
+    with pytest.raises(alloy.Error, match="contiguity has 1 entries"):
+        alloy.FusionDefinition().define_tensor(shape=[2, 2], dtype=alloy.float32, contiguity=[True])
+    with pytest.raises(alloy.Error, match="declared twice"):
+        fd = alloy.FusionDefinition()
+        fd.define_tensor(shape=[2], dtype=alloy.float32, name="x")
+        fd.define_tensor(shape=[2], dtype=alloy.float32, name="x")
+
+
+def test_parse_errors_are_located():
+    with pytest.raises(alloy.Error, match=r"^<string>:2:11: undefined value 'z'"):
+        alloy.parse("fusion f(x: f32[2]) {\n  y = exp(z)\n  return y\n}")
+    with pytest.raises(alloy.Error, match="cannot"):
+        alloy.load("/nonexistent/file.fusion")
+    with pytest.raises(alloy.Error, match="no fusion|not found|nope"):
+        alloy.parse("fusion f(x: f32[2]) {\n  return x\n}", name="nope")

@@ -1,0 +1,91 @@
+// What the kernel emitters (pointwise_kernel, row_kernel, column_kernel) share: the Params struct,
+// offsets from a linear index, leaf loads (multi-source cat leaves included), each op's register
+// expression, and vector stores. Internal to codegen/; kernel_codegen.h is the public interface.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "alloy/backend/cuda/codegen/kernel_codegen.h"
+
+namespace alloy::cuda {
+
+std::string emit_pointwise_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
+std::string emit_row_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
+std::string emit_column_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
+
+// The base of the three emitters: the text is written to os_ (emit_header first, then the kernel).
+class KernelEmitter {
+ public:
+  KernelEmitter(const KernelAnalysis& a, const KernelVariant& v, std::string name);
+
+ protected:
+  // The prelude and the Params struct.
+  void emit_header();
+
+  int dims() const { return v_.outer_rank + v_.inner_rank; }
+  char mode_of_leaf(int k) const { return v_.vector > 1 && k < int(v_.leaf_modes.size()) ? v_.leaf_modes[k] : 's'; }
+
+  void emit_params();
+  // Offsets of every leaf and output for coordinates of axes [first, first + count) of `index`.
+  void emit_offsets(const std::string& index, int first, int count, const std::string& prefix,
+                    const std::vector<std::string>& tensors, const std::string& indent);
+  std::vector<std::string> tensor_names(bool leaves, bool outputs, bool per_row) const;
+  // The register expression of `v` (a leaf element, a scalar, a literal or a computed value).
+  std::string ref(const Value* v, const std::string& element) const;
+  bool held_from_earlier_pass(const Value* v) const;
+  // Emits `ct vN = expr;` for op's outputs; in-kernel views just alias their input.
+  void emit_op(const Op& op, const std::string& element, const std::string& indent);
+  // Computed, per-element values that `targets` need, in definition order.
+  std::vector<const Op*> element_ops_for(const std::vector<const Value*>& targets) const;
+  // Loads leaves `which` as raw vectors into <prefix>k<target> from p.lk + <offset_prefix>lk.
+  void emit_leaf_loads(const std::string& prefix, const std::string& target, const std::string& offset_prefix,
+                       const std::string& indent, const std::set<int>& which);
+  // The Params names of leaf k's tensors: l<k>; for a cat leaf also its other sources l<k>s<r>,
+  // and l<k>_at, its position along the cat's axis (addressed like a tensor: emit_offsets counts
+  // it along that axis), which selects the source.
+  std::vector<std::string> leaf_tensor_names(int k) const;
+  // The address of leaf k's element at offsets <offset_prefix>l<k> (a cat leaf: in the source its
+  // position selects; its sources share one dtype).
+  std::string leaf_pointer(int k, const std::string& offset_prefix) const;
+  // Leaf k's stored element at <offset_prefix><tensor> + extra(tensor), in the leaf's storage type
+  // (a cat leaf's source of another dtype converted to the cat's).
+  std::string leaf_raw(int k, const std::string& offset_prefix,
+                       const std::function<std::string(const std::string&)>& extra = {}) const;
+  void emit_cat_leaf_load(int k, const CatLeaf& cat, const std::string& dst, const std::string& offset_prefix,
+                          const std::string& indent);
+  void emit_leaf_arrays(const std::string& prefix, const std::string& extent, const std::string& indent, const std::set<int>& which);
+  // Leaves (by index) that vary per element.
+  std::set<int> element_leaves() const;
+  // Per-element leaves a pass computing `targets` reads.
+  std::set<int> leaves_for(const std::vector<const Value*>& targets) const;
+  // Stores outputs that vary per element; `values[k]` is the register name of output k at element e.
+  void emit_vector_stores(const std::string& offset_prefix, const std::string& indent, const std::string& element,
+                          const std::function<void(const std::string&)>& compute_element);
+  std::vector<const Value*> element_outputs() const;
+  // The value a sum, mean, max or min starts from, in register type T.
+  static std::string identity_of(const Op& r, const std::string& T);
+  // Per-row ops whose inputs are all available now.
+  void emit_ready_per_row_ops(const std::string& in);
+
+  const KernelAnalysis& a_;
+  const KernelVariant& v_;
+  std::string name_;
+  std::ostringstream os_;
+  std::map<const Value*, int> leaf_index_, scalar_index_;
+  std::set<const Value*> emitted_per_row_;
+  std::set<int> cached_;   // leaves held in registers across passes
+  // Row kernels: computed values held in registers, by the pass that computes them.
+  std::map<const Value*, int> cache_pass_;
+  int current_pass_ = 0;   // the stage being emitted; the stage count for the final pass
+  const Value* online_exp_ = nullptr;  // online softmax's exp, held in registers and rescaled where read (or null)
+  std::set<const Value*> used_in_kernel_;  // values some op of the kernel reads
+  // Cat leaves' positions (l<k>_at) and the collapsed axis each counts along (-1: none, always 0).
+  std::map<std::string, int> position_axis_;
+};
+
+}  // namespace alloy::cuda

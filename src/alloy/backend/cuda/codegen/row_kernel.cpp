@@ -1,0 +1,411 @@
+// The row kernel (reductions and normalizations): one block (or one warp) per row of the kept
+// axes; each reduction stage a pass over the row ended by a block reduction, the per-row values
+// after it, then a final pass storing the per-element outputs. Rows that fit stay in registers.
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "alloy/backend/cuda/codegen/cuda_expressions.h"
+#include "alloy/backend/cuda/codegen/kernel_emitter.h"
+#include "alloy/ir/op_table.h"
+
+namespace alloy::cuda {
+namespace {
+
+class RowEmitter final : public KernelEmitter {
+ public:
+  using KernelEmitter::KernelEmitter;
+
+  std::string run() {
+    emit_header();
+    emit_row_kernel();
+    return os_.str();
+  }
+
+ private:
+  // Lean row kernels with the row in registers fuse softmax's two block reductions (max, then the
+  // sum of exp(x - max)) into one: each thread keeps its own max, sums exp against it, and the
+  // (max, sum) pairs merge once; the exp values held in registers are rescaled by
+  // exp(thread max - row max) where read later. Taken only when the max feeds nothing but
+  // exp(x - max) (through views), and that exp is held in registers from the sum's pass.
+  void detect_online_softmax() {
+    online_stage_ = -1;
+    online_exp_ = nullptr;
+    if (!v_.lean || v_.items == 0) return;
+    std::map<const Value*, int> uses;
+    for (const Op* op : a_.compute_ops)
+      for (const Value* in : std::set<const Value*>(op->inputs.begin(), op->inputs.end())) ++uses[in];
+    auto internal = [&](const Value* v) {
+      return uses[v] == 1 && std::find(a_.outputs.begin(), a_.outputs.end(), v) == a_.outputs.end();
+    };
+    for (size_t k = 0; k + 1 < a_.stages.size(); ++k) {
+      if (a_.stages[k].size() != 1 || a_.stages[k + 1].size() != 1) continue;
+      const Op *top = a_.stages[k][0], *total = a_.stages[k + 1][0];
+      if (top->kind != OpKind::max || total->kind != OpKind::sum) continue;
+      if (top->outputs[0]->dtype() != DType::f32 || total->outputs[0]->dtype() != DType::f32) continue;
+      const Value* e = total->inputs[0];
+      const Op* exp_op = e->producer;
+      if (!exp_op || exp_op->kind != OpKind::exp || e->dtype() != DType::f32) continue;
+      const Value* d = exp_op->inputs[0];
+      const Op* sub_op = d->producer;
+      if (!sub_op || sub_op->kind != OpKind::sub || d->dtype() != DType::f32 || !internal(d)) continue;
+      const Value* chain = sub_op->inputs[1];
+      bool ok = sub_op->inputs[0] != chain;
+      while (ok && chain != top->outputs[0]) {
+        ok = internal(chain) && chain->producer && op_row(chain->producer->kind).op_class == OpClass::shape;
+        if (ok) chain = chain->producer->inputs[0];
+      }
+      if (!ok || !internal(top->outputs[0])) continue;
+      auto held = cache_pass_.find(e);
+      bool cached = held != cache_pass_.end() && held->second == int(k + 1);
+      if (!cached && cache_pass_.count(e)) continue;
+      online_stage_ = int(k);
+      online_exp_ = cached ? e : nullptr;  // not held: later passes recompute it from the row max
+      online_chain_.clear();
+      for (const Value* c = sub_op->inputs[1]; c != top->outputs[0]; c = c->producer->inputs[0]) online_chain_.push_back(c);
+      return;
+    }
+  }
+
+  // Values computed by costly ops (exp, tanh, ...) in one pass over the row and read again by a
+  // later pass are kept in registers instead of recomputed (softmax's exp).
+  void plan_value_cache() {
+    cache_pass_.clear();
+    if (v_.items == 0 || v_.recompute) return;
+    static const std::set<OpKind> costly = {OpKind::exp, OpKind::log, OpKind::tanh, OpKind::sigmoid, OpKind::silu,
+                                            OpKind::erf, OpKind::gelu, OpKind::pow, OpKind::gelu_backward};
+    std::map<const Value*, int> first_pass;
+    int budget = 64 / (v_.items * v_.vector);  // cached values that fit in about 64 registers
+    for (int pass = 0; pass <= int(a_.stages.size()); ++pass) {
+      current_pass_ = pass;
+      for (const Op* op : element_ops_for(pass_targets(pass))) {
+        const Value* v = op->outputs[0];
+        auto it = first_pass.find(v);
+        if (it == first_pass.end()) first_pass[v] = pass;
+        else if (it->second < pass && costly.count(op->kind) && !cache_pass_.count(v) && budget-- > 0) cache_pass_[v] = it->second;
+      }
+    }
+    current_pass_ = 0;
+  }
+
+  std::vector<const Value*> pass_targets(int pass) const {
+    if (pass == int(a_.stages.size())) return element_outputs();
+    std::vector<const Value*> targets;
+    for (const Op* r : a_.stages[pass]) targets.push_back(r->inputs[0]);
+    return targets;
+  }
+
+  struct Acc {
+    const Op* op;
+    std::string name;  // register prefix
+    const char* ct;
+  };
+
+  void emit_row_kernel() {
+    plan_value_cache();
+    detect_online_softmax();
+    plan_cached_leaves();
+    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads;
+    if (v_.min_blocks > 0) os_ << ", " << v_.min_blocks;
+    os_ << ") " << name_ << "(const Params p) {\n";
+    if (v_.lean) os_ << "  __shared__ double alloy_smem[2 * 99];  // two regions, alternated by consecutive reductions\n";
+    else os_ << "  __shared__ double alloy_smem[99];\n";
+    if (v_.rows_per_block > 0) {  // one warp per row: reductions are shuffles, no block barrier
+      os_ << "  const int tid = threadIdx.x & 31;\n";
+      os_ << "  for (long long row = (long long)blockIdx.x * " << v_.rows_per_block << " + (threadIdx.x >> 5); row < p.rows; row += (long long)gridDim.x * "
+          << v_.rows_per_block << ") {\n";
+    } else {
+      os_ << "  const int tid = threadIdx.x;\n";
+      os_ << "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n";
+    }
+    std::string in = "    ";
+    std::vector<std::string> row_tensors = tensor_names(true, true, false), per_row_tensors = tensor_names(true, true, true);
+    std::vector<std::string> all = row_tensors;
+    all.insert(all.end(), per_row_tensors.begin(), per_row_tensors.end());
+    emit_offsets("row", 0, v_.outer_rank, "ro_", all, in);
+    for (size_t k = 0; k < a_.leaves.size(); ++k)
+      if (a_.at(a_.leaves[k]).per_row)
+        os_ << in << compute_type(a_.leaves[k]->dtype()) << " P" << k << " = "
+            << load_convert(a_.leaves[k]->dtype(), leaf_raw(int(k), "ro_")) << ";\n";
+    for (auto& [v, pass] : cache_pass_)
+      os_ << in << "AlloyVec<" << compute_type(v->dtype()) << ", " << v_.vector << "> C" << v->id << "[" << v_.items << "];\n";
+    emit_cached_row(in);
+    emitted_per_row_.clear();
+    emit_ready_per_row_ops(in);
+    for (auto& stage : a_.stages) {
+      current_pass_ = int(&stage - &a_.stages[0]);
+      two_pass_ = v_.items > 0;  // with the row in registers, var_mean is mean first, then squares
+      std::vector<Acc> accs;
+      for (const Op* r : stage) accs.push_back(declare_acc(*r, in));
+      std::vector<const Value*> targets;
+      for (auto& acc : accs) targets.push_back(acc.op->inputs[0]);
+      emit_column_loop(in, targets, [&](const std::string& indent, const std::string& element) {
+        for (auto& acc : accs) accumulate(acc, indent, element);
+      });
+      if (two_pass_ && stage_has_var_mean(stage)) emit_var_mean_deviations(accs, in);
+      for (auto& acc : accs) finish_acc(acc, in);
+      emit_ready_per_row_ops(in);
+    }
+    current_pass_ = int(a_.stages.size());
+    auto outs = element_outputs();
+    if (!outs.empty()) emit_column_loop(in, outs, {}, true);
+    for (size_t k = 0; k < a_.outputs.size(); ++k)
+      if (a_.at(a_.outputs[k]).per_row)
+        os_ << in << "if (tid == 0) p.o" << k << "[ro_o" << k << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
+    if (v_.rows_per_block == 0) os_ << in << "__syncthreads();\n";
+    os_ << "  }\n}\n";
+  }
+
+  // Leaves read by more than one pass over the row stay in registers (when the row fits).
+  void plan_cached_leaves() {
+    cached_.clear();
+    if (v_.items == 0) return;
+    std::map<int, int> passes;
+    for (size_t stage = 0; stage < a_.stages.size(); ++stage) {
+      current_pass_ = int(stage);
+      for (int k : leaves_for(pass_targets(int(stage)))) passes[k] += stage_has_var_mean(a_.stages[stage]) ? 2 : 1;
+    }
+    current_pass_ = int(a_.stages.size());
+    for (int k : leaves_for(element_outputs())) passes[k] += 1;
+    current_pass_ = 0;
+    for (auto [k, n] : passes)
+      if (n > 1) cached_.insert(k);
+  }
+
+  // Loads the row's cached leaves once, into L<k>[it].
+  void emit_cached_row(const std::string& in) {
+    if (v_.items == 0 || cached_.empty()) return;
+    std::vector<std::string> row_tensors = tensor_names(true, true, false);
+    emit_leaf_arrays("L", "[" + std::to_string(v_.items) + "]", in, cached_);
+    os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
+    os_ << in << "  [[maybe_unused]] const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
+    os_ << in << "  " << open_col_guard("col0") << "\n";
+    emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "    ");
+    for (auto& t : row_tensors) os_ << in << "    co_" << t << " += ro_" << t << ";\n";
+    emit_leaf_loads("L", "[it]", "co_", in + "    ", cached_);
+    os_ << in << "  }\n" << in << "}\n";
+  }
+
+  // The row is in registers: var_mean's mean first, then the squared deviations from it. Lean
+  // without cheap merges: each thread's own (count, mean, squared deviations), then one
+  // block-wide Welford merge (one barrier); else the row's mean from a block reduction, and the
+  // deviations' sum from another.
+  void emit_var_mean_deviations(const std::vector<Acc>& accs, const std::string& in) {
+    std::vector<const Value*> var_targets;
+    for (auto& acc : accs) {
+      if (acc.op->kind != OpKind::var_mean) continue;
+      std::string T = acc.ct;
+      if (v_.lean && !v_.cheap_merges) {
+        os_ << in << T << " " << acc.name << "_n = 0;\n";
+        os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) " << open_col_guard("((long long)it * " + std::to_string(lanes())
+            + " + tid) * " + std::to_string(v_.vector)) << " " << acc.name << "_n += " << T << "(" << v_.vector << "); }\n";
+        os_ << in << T << " " << acc.name << "_mean = " << acc.name << "_n > " << T << "(0) ? " << acc.name << "_sum / " << acc.name
+            << "_n : " << T << "(0);\n";
+      } else {
+        os_ << in << T << " " << acc.name << "_mean = " << reduce_fn() << "(" << acc.name << "_sum, AlloySum(), reinterpret_cast<" << T
+            << "*>(" << smem_region() << ")) / (" << T << ")p.count;\n";
+      }
+      os_ << in << T << " " << acc.name << "_m2 = 0;\n";
+      var_targets.push_back(acc.op->inputs[0]);
+    }
+    emit_column_loop(in, var_targets, [&](const std::string& indent, const std::string& element) {
+      for (auto& acc : accs) {
+        if (acc.op->kind != OpKind::var_mean) continue;
+        os_ << indent << "{ " << acc.ct << " d = ((" << acc.ct << ")" << ref(acc.op->inputs[0], element) << ") - " << acc.name
+            << "_mean; " << acc.name << "_m2 += d * d; }\n";
+      }
+    });
+  }
+
+  // Loops over this thread's columns: from registers (items > 0) or re-reading memory.
+  void emit_column_loop(const std::string& in, const std::vector<const Value*>& targets,
+                        const std::function<void(const std::string&, const std::string&)>& body, bool store = false) {
+    auto ops = element_ops_for(targets);
+    auto element = [&](const std::string& indent, const std::string& leaf_element) {
+      for (const Op* op : ops) emit_op(*op, leaf_element, indent);
+    };
+    std::vector<std::string> row_tensors = tensor_names(true, true, false);
+    std::set<int> uncached;
+    for (int k : leaves_for(targets))
+      if (!cached_.count(k)) uncached.insert(k);
+    if (v_.items > 0) {
+      os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
+      os_ << in << "  [[maybe_unused]] const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
+      os_ << in << "  " << open_col_guard("col0") << "\n";
+      std::vector<std::string> addressed;
+      if (store) addressed = tensor_names(false, true, false);
+      for (int k : uncached) {
+        std::vector<std::string> leaf = leaf_tensor_names(k);
+        addressed.insert(addressed.end(), leaf.begin(), leaf.end());
+      }
+      if (!addressed.empty()) {
+        emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", addressed, in + "    ");
+        for (auto& t : addressed) os_ << in << "    co_" << t << " += ro_" << t << ";\n";
+      }
+      emit_leaf_arrays("U", "", in + "    ", uncached);
+      emit_leaf_loads("U", "", "co_", in + "    ", uncached);
+      if (store) {
+        emit_vector_stores("co_", in + "    ", "[it]", [&](const std::string& indent) { element(indent, "[it]"); });
+      } else {
+        os_ << in << "    #pragma unroll\n" << in << "    for (int e = 0; e < " << v_.vector << "; ++e) {\n";
+        element(in + "      ", "[it]");
+        body(in + "      ", "[it]");
+        os_ << in << "    }\n";
+      }
+      os_ << in << "  }\n" << in << "}\n";
+      return;
+    }
+    os_ << in << "for (long long q = tid; q * " << v_.vector << " < p.cols; q += " << lanes() << ") {\n";
+    os_ << in << "  const long long col0 = q * " << v_.vector << ";\n";
+    emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "  ");
+    for (auto& t : row_tensors) os_ << in << "  co_" << t << " += ro_" << t << ";\n";
+    emit_leaf_arrays("U", "", in + "  ", uncached);
+    emit_leaf_loads("U", "", "co_", in + "  ", uncached);
+    if (store) {
+      emit_vector_stores("co_", in + "  ", "", [&](const std::string& indent) { element(indent, ""); });
+    } else {
+      os_ << in << "  #pragma unroll\n" << in << "  for (int e = 0; e < " << v_.vector << "; ++e) {\n";
+      element(in + "    ", "");
+      body(in + "    ", "");
+      os_ << in << "  }\n";
+    }
+    os_ << in << "}\n";
+  }
+
+  Acc declare_acc(const Op& r, const std::string& in) {
+    Acc acc{&r, "acc" + std::to_string(r.outputs[0]->id), compute_type(r.outputs[0]->dtype())};
+    std::string T = acc.ct;
+    switch (r.kind) {
+      case OpKind::sum: case OpKind::mean: case OpKind::max: case OpKind::min:
+        os_ << in << T << " " << acc.name << " = " << identity_of(r, T) << ";\n";
+        break;
+      case OpKind::var_mean:
+        if (two_pass_) os_ << in << T << " " << acc.name << "_sum = 0;\n";
+        else os_ << in << T << " " << acc.name << "_n = 0, " << acc.name << "_mean = 0, " << acc.name << "_m2 = 0;\n";
+        break;
+      default: internal_error("not a reduction: ", op_name(r.kind));
+    }
+    return acc;
+  }
+
+  void accumulate(const Acc& acc, const std::string& in, const std::string& element) {
+    std::string x = "((" + std::string(acc.ct) + ")" + ref(acc.op->inputs[0], element) + ")";
+    switch (acc.op->kind) {
+      case OpKind::sum: case OpKind::mean: os_ << in << acc.name << " += " << x << ";\n"; break;
+      case OpKind::max: os_ << in << acc.name << " = ax_max(" << acc.name << ", " << x << ");\n"; break;
+      case OpKind::min: os_ << in << acc.name << " = ax_min(" << acc.name << ", " << x << ");\n"; break;
+      case OpKind::var_mean:
+        if (two_pass_) {
+          os_ << in << acc.name << "_sum += " << x << ";\n";
+          break;
+        }
+        os_ << in << "{ " << acc.ct << " x = " << x << "; " << acc.name << "_n += 1; " << acc.ct << " d = x - " << acc.name << "_mean; "
+            << acc.name << "_mean += d / " << acc.name << "_n; " << acc.name << "_m2 += d * (x - " << acc.name << "_mean); }\n";
+        break;
+      default: break;
+    }
+  }
+
+  void finish_acc(const Acc& acc, const std::string& in) {
+    std::string T = acc.ct;
+    const Op& r = *acc.op;
+    if (online_stage_ >= 0 && &r == a_.stages[online_stage_][0]) {
+      // this thread's max (0 where it has no finite one: its exp values are then all 0)
+      os_ << in << "float v" << r.outputs[0]->id << " = " << acc.name << " < -3.402823466e38f ? 0.0f : " << acc.name << ";\n";
+      for (Value* out : r.outputs) emitted_per_row_.insert(out);
+      return;
+    }
+    std::string region = smem_region();
+    if (online_stage_ >= 0 && &r == a_.stages[online_stage_ + 1][0]) {
+      std::string top = "acc" + std::to_string(a_.stages[online_stage_][0]->outputs[0]->id);
+      if (v_.cheap_merges) {
+        // the row's max, then the sum of each thread's sum rescaled to it: two plain reductions
+        // instead of one whose every step takes two exps
+        os_ << in << "float alloy_online_max = " << reduce_fn() << "(" << top << ", AlloyMax(), reinterpret_cast<float*>(" << region
+            << "));\n";
+        os_ << in << "const float alloy_thread_scale = " << top << " < -3.402823466e38f ? 0.0f : ax_exp(" << top << " - alloy_online_max);\n";
+        os_ << in << "float alloy_online_sum = " << reduce_fn() << "(" << acc.name << " * alloy_thread_scale, AlloySum(), reinterpret_cast<float*>("
+            << smem_region() << "));\n";
+      } else {
+        os_ << in << "float alloy_online_max = " << top << ", alloy_online_sum = " << acc.name << ";\n";
+        os_ << in << (v_.rows_per_block ? "alloy_warp_online" : "alloy_block_online") << "(alloy_online_max, alloy_online_sum, reinterpret_cast<float*>("
+            << region << "));\n";
+      }
+      if (online_exp_ && v_.cheap_merges) {
+        os_ << in << "const float alloy_online_scale = alloy_thread_scale;\n";
+      } else if (online_exp_) {
+        os_ << in << "const float alloy_online_scale = " << top << " < -3.402823466e38f ? 0.0f : ax_exp(" << top << " - alloy_online_max);\n";
+      } else {
+        // later passes recompute exp(x - max) against the row's max: the max and its views become it
+        const Value* m = a_.stages[online_stage_][0]->outputs[0];
+        os_ << in << "v" << m->id << " = alloy_online_max;\n";
+        const Value* previous = m;
+        for (auto it = online_chain_.rbegin(); it != online_chain_.rend(); ++it) {
+          os_ << in << "v" << (*it)->id << " = v" << previous->id << ";\n";
+          previous = *it;
+        }
+      }
+      os_ << in << "float v" << r.outputs[0]->id << " = alloy_online_sum;\n";
+      for (Value* out : r.outputs) emitted_per_row_.insert(out);
+      return;
+    }
+    if (r.kind == OpKind::var_mean) {
+      std::string smem = "reinterpret_cast<" + T + "*>(" + region + ")";
+      if (two_pass_ && (!v_.lean || v_.cheap_merges))
+        os_ << in << acc.name << "_m2 = " << reduce_fn() << "(" << acc.name << "_m2, AlloySum(), " << smem << ");\n";
+      else
+        os_ << in << (v_.rows_per_block ? "alloy_warp_welford(" : v_.lean ? "alloy_block_welford_lean(" : "alloy_block_welford(")
+            << acc.name << "_n, " << acc.name << "_mean, " << acc.name << "_m2, " << smem << ");\n";
+      double correction = r.real_attr("correction");
+      std::string var = acc.name + "_m2 / (" + T + ")fmax(0.0, p.count - " + std::to_string(correction) + ")";
+      os_ << in << T << " v" << r.outputs[0]->id << " = " << round_to_dtype(r.outputs[0]->dtype(), var) << ";\n";
+      os_ << in << T << " v" << r.outputs[1]->id << " = " << round_to_dtype(r.outputs[1]->dtype(), acc.name + "_mean") << ";\n";
+    } else {
+      const char* f = r.kind == OpKind::max ? "AlloyMax()" : r.kind == OpKind::min ? "AlloyMin()" : "AlloySum()";
+      std::string ct_red = T == "bool" ? "alloy_i64" : T;
+      os_ << in << T << " v" << r.outputs[0]->id << " = (" << T << ")" << reduce_fn() << "((" << ct_red << ")" << acc.name << ", " << f
+          << ", reinterpret_cast<" << ct_red << "*>(" << region << "));\n";
+      if (r.kind == OpKind::mean) os_ << in << "v" << r.outputs[0]->id << " /= (" << T << ")p.count;\n";
+      DType dt = r.outputs[0]->dtype();
+      if (dt == DType::bf16 || dt == DType::f16)
+        os_ << in << "v" << r.outputs[0]->id << " = " << round_to_dtype(dt, "v" + std::to_string(r.outputs[0]->id)) << ";\n";
+    }
+    for (Value* out : r.outputs) emitted_per_row_.insert(out);
+  }
+
+  int online_stage_ = -1;  // online softmax: the max's stage (the sum's is the next), or -1
+  std::vector<const Value*> online_chain_;  // the views from the max to what exp(x - .) reads, last first
+  bool two_pass_ = false;  // var_mean as a sum, then squared deviations, over cached rows
+
+  int lanes() const { return v_.rows_per_block ? 32 : v_.threads; }
+  // The bounds check of a thread's vector at column `col` of the row, opening a block; none where
+  // every vector a thread holds is inside the row (KernelVariant::full_rows).
+  std::string open_col_guard(const std::string& col) const { return v_.full_rows ? "{" : "if (" + col + " < p.cols) {"; }
+  const char* reduce_fn() const {
+    return v_.rows_per_block ? "alloy_warp_reduce" : v_.lean ? "alloy_block_reduce_lean" : "alloy_block_reduce";
+  }
+  // Lean block reductions alternate between two shared regions (see alloy_block_reduce_lean); a
+  // barrier ends each row, so the parity may restart there.
+  int reductions_in_row_ = 0;
+  std::string smem_region() {
+    if (!v_.lean) return "alloy_smem";
+    return "alloy_smem + " + std::to_string(99 * (reductions_in_row_++ % 2));
+  }
+
+  static bool stage_has_var_mean(const std::vector<const Op*>& stage) {
+    for (const Op* r : stage)
+      if (r->kind == OpKind::var_mean) return true;
+    return false;
+  }
+};
+
+}  // namespace
+
+std::string emit_row_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name) {
+  return RowEmitter(analysis, variant, name).run();
+}
+
+}  // namespace alloy::cuda
