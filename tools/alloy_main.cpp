@@ -45,6 +45,7 @@ struct RunOptions {
   std::vector<std::string> binds;   // SYM=N or INPUT.AXIS=N
   uint64_t seed = 0;
   std::string device = "auto";
+  std::string pipeline = "auto";
   std::string save_dir;
   std::vector<std::string> dumps;
   int bench = 0;
@@ -345,7 +346,9 @@ int run_command(const RunOptions& opts) {
   try {
     std::string text = read_source(opts.file);
     auto fusion = choose_fusion(parse_fusions(text, opts.file), opts.fusion_name, opts.file);
-    made.emplace(std::move(fusion), ExecutorOptions{device_choice(opts.device)});
+    ExecutorOptions options{device_choice(opts.device)};
+    options.pipeline = opts.pipeline;
+    made.emplace(std::move(fusion), options);
     const Fusion& f = made->fusion();
     std::vector<Tensor> given = read_given_inputs(f, opts.inputs, sources);
     bindings = resolve_input_sizes(f, given, requests);
@@ -410,6 +413,20 @@ int run_cli(int argc, char** argv) {
   run_cmd->add_option("--bind", run.binds, "SYMBOL=N: the size of a symbolic dimension (INPUT.AXIS=N for a ?) (repeatable)");
   run_cmd->add_option("--seed", run.seed, "Seed of the random inputs")->default_val(0);
   run_cmd->add_option("--device", run.device, "Where to run")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->default_val("auto");
+  run_cmd
+      ->add_option("--pipeline", run.pipeline,
+                   "Pipelining of all-gather + GEMM and GEMM + reduce-scatter over chunks and streams: off, auto or chunks=N")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            try {
+              parse_pipeline_option(text);
+            } catch (const UserError& e) {
+              return e.what();
+            }
+            return {};
+          },
+          "off|auto|chunks=N", "pipeline"))
+      ->default_val("auto");
   run_cmd->add_option("--save-outputs", run.save_dir, "Write DIR/<output name>.npy for each output");
   run_cmd->add_option("--dump", run.dumps,
                       "Print a stage before running (repeatable): ir, after=PASS (" + pass_list() +

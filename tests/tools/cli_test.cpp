@@ -432,6 +432,22 @@ TEST_F(CliMpiTest, TensorParallelMlp_TwoRanks_SaveTheGlobalOutputsOfTheUnsharded
   }
 }
 
+TEST_F(CliMpiTest, Pipeline_ChunkedProgramIsPrintedAndGivesTheSameOutputs_GarbageIsAUsageError) {
+  CliResult off = mpirun(2, "run " + example("tp_mlp_sequence_parallel.fusion") + " --bind T=12 --device cpu --pipeline off --save-outputs " +
+                                path("off"));
+  ASSERT_EQ(off.code, 0) << off.err;
+  CliResult on = mpirun(2, "run " + example("tp_mlp_sequence_parallel.fusion") +
+                               " --bind T=12 --device cpu --pipeline chunks=4 --dump program --save-outputs " + path("on"));
+  ASSERT_EQ(on.code, 0) << on.err;
+  EXPECT_TRUE(contains(on.out, "For i in 0..4 (all_gather -> linear h: 4 chunks (--pipeline chunks=4))")) << on.out;
+  EXPECT_TRUE(testing::tensors_close(read_npy(path("on/y.npy")), read_npy(path("off/y.npy"))));
+  for (const char* bad : {"sometimes", "chunks=0", "chunks=x"}) {
+    CliResult r = alloy("run " + example("tp_mlp_sequence_parallel.fusion") + " --bind T=12 --pipeline " + bad);
+    EXPECT_EQ(r.code, 2) << bad << "\n" << r.err;
+    EXPECT_TRUE(contains(r.err, "--pipeline")) << r.err;
+  }
+}
+
 TEST_F(CliMpiTest, OnlyRankZeroPrintsTheSummary) {
   CliResult one = alloy("run '" + unsharded("tp_mlp.fusion") + "' --bind T=8 --device cpu");
   ASSERT_EQ(one.code, 0) << one.err;

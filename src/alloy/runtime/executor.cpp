@@ -47,7 +47,8 @@ Tensor literal_tensor(const Value* v) {
 
 const CompiledFusion& FusionExecutor::Impl::plan_for() {
   if (compiled) return *compiled;
-  compiled = compile_fusion(*fusion, device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda);
+  compiled = compile_fusion(*fusion, device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda, {},
+                            parse_pipeline_option(options.pipeline));
   for (auto& v : compiled->local->values())
     if (v->literal) literal_values.emplace_back(v->id, literal_tensor(v.get()));
   return *compiled;
@@ -176,6 +177,10 @@ std::string FusionExecutor::dump(std::string_view stage, const std::vector<Tenso
       std::string known;
       for (auto n : names) known += (known.empty() ? "" : ", ") + std::string(n);
       user_error_at("--dump", "unknown pass '", pass, "'; expected one of: ", known);
+    }
+    if (is_program_pass(pass)) {
+      for (auto& [name, text] : impl_->plan_for().program_after)
+        if (name == pass) return text;
     }
     std::string out;
     compile_fusion(*impl_->fusion, impl_->device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda,
