@@ -1,6 +1,7 @@
 // The `alloy` program as a user meets it: run, check, print and compile on the examples and on
 // bad input, through the built binary. Exit codes: 0 success, 1 user error, 2 usage error.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -374,6 +375,64 @@ TEST(CliCheck, PrintsEveryErrorOfEveryFusion) {
   EXPECT_NE(output.find(":4:7: sum:"), std::string::npos) << output;
   EXPECT_NE(output.find(":8:11: undefined value 'q'"), std::string::npos) << output;
   EXPECT_NE(output.find("3 errors"), std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace alloy
+
+// ---- hostile and careless input (issue 16) ----------------------------------------------------
+
+namespace alloy {
+namespace {
+
+TEST_F(CliTest, Run_SeedOutOfRangeOrNotANumber_IsAUsageErrorSayingTheRange) {
+  for (const char* seed : {"-1", "99999999999999999999", "3x", "''"}) {
+    CliResult r = alloy("run " + example("softmax.fusion") + " --device cpu --seed " + seed);
+    EXPECT_EQ(r.code, 2) << seed << "\n" << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "0 to 9223372036854775807")) << r.err;
+  }
+  CliResult ok = alloy("run " + example("softmax.fusion") + " --device cpu --seed 9223372036854775807");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+TEST_F(CliTest, Run_SaveOutputsToAnEmptyName_IsAUsageError) {
+  CliResult r = alloy("run " + example("softmax.fusion") + " --device cpu --save-outputs ''");
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "--save-outputs")) << r.err;
+}
+
+TEST_F(CliTest, FilesThatAreNotRegular_AreRefusedWithoutReadingThem) {
+  CliResult r = alloy("check /dev/zero");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "not a regular file")) << r.err;
+  std::string fifo = path("pipe.fusion");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  r = alloy("run '" + fifo + "'");  // would block forever if opened
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "not a regular file")) << r.err;
+  std::string file = write("f.fusion", "fusion f(x: f32[N]) {\n  y = neg(x)\n  return y\n}\n");
+  r = alloy("run '" + file + "' --input x=/dev/zero");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "/dev/zero")) << r.err;
+}
+
+TEST_F(CliTest, Run_EmptyNpyOfShape2x0_IsAValidInput) {
+  std::string file = write("f.fusion", "fusion f(x: f32[2, N]) {\n  y = neg(x)\n  return y\n}\n");
+  write_npy(path("x.npy"), Tensor::empty(DType::f32, {2, 0}));
+  CliResult r = alloy("run '" + file + "' --device cpu --input x=" + path("x.npy") + " --save-outputs " + path("out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(read_npy(path("out/y.npy")).sizes(), (std::vector<int64_t>{2, 0}));
+}
+
+TEST_F(CliTest, Run_SaveOutputs_ReplacesASymlinkRatherThanWritingThroughIt) {
+  std::string outside = write("outside.txt", "keep me");
+  fs::create_directories(path("out"));
+  fs::create_symlink(outside, path("out/probs.npy"));
+  CliResult r = alloy("run " + example("softmax.fusion") + " --device cpu --save-outputs " + path("out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(testing::read_file(outside), "keep me");
+  EXPECT_FALSE(fs::is_symlink(path("out/probs.npy")));
+  EXPECT_EQ(read_npy(path("out/probs.npy")).dim(), 4);
 }
 
 }  // namespace
