@@ -241,6 +241,35 @@ int main(int argc, char** argv) {
        "fusion chain(a: bf16[N], b: bf16[N], c: bf16[N]) {\n  m = mul(a, b)\n  s = add(m, c)\n  y = gelu(s)\n  return y\n}\n",
        {{"N", int64_t(1) << 28}}, 4 * (int64_t(1) << 28) * 2},
   };
+  // Issue 17's held-out QKV split + rotary embedding (Llama-2-13b: batch 2, seq 4096, 40 heads of
+  // 128): slices, reshape and permute are views; rotate-half is a cat; bytes: q and k read once,
+  // written once (v is a view)
+  cases.push_back({"qkv_rope_llama13b", R"(fusion qkv_rope(qkv: bf16[2, 4096, 15360], cos: bf16[4096, 128], sin: bf16[4096, 128]) {
+  q = slice(qkv, starts=[0, 0, 0], ends=[2, 4096, 5120])
+  k = slice(qkv, starts=[0, 0, 5120], ends=[2, 4096, 10240])
+  v = slice(qkv, starts=[0, 0, 10240], ends=[2, 4096, 15360])
+  q4 = reshape(q, shape=[2, 4096, 40, 128])
+  k4 = reshape(k, shape=[2, 4096, 40, 128])
+  qh = permute(q4, dims=[0, 2, 1, 3])
+  kh = permute(k4, dims=[0, 2, 1, 3])
+  q1 = slice(qh, starts=[0, 0, 0, 0], ends=[2, 40, 4096, 64])
+  q2 = slice(qh, starts=[0, 0, 0, 64], ends=[2, 40, 4096, 128])
+  k1 = slice(kh, starts=[0, 0, 0, 0], ends=[2, 40, 4096, 64])
+  k2 = slice(kh, starts=[0, 0, 0, 64], ends=[2, 40, 4096, 128])
+  nq2 = neg(q2)
+  nk2 = neg(k2)
+  q_rot = cat(nq2, q1, dim=3)
+  k_rot = cat(nk2, k1, dim=3)
+  q_cos = mul(qh, cos)
+  q_sin = mul(q_rot, sin)
+  q_out = add(q_cos, q_sin)
+  k_cos = mul(kh, cos)
+  k_sin = mul(k_rot, sin)
+  k_out = add(k_cos, k_sin)
+  return q_out, k_out, v
+}
+)",
+                   {}, 2 * 2 * 4096 * 10240 * 2});
   const std::array<int64_t, 3> gemm_shapes[] = {{{2048, 1600, 6400}}, {{8192, 4096, 11008}}, {{16384, 8192, 8192}}};
   for (const auto& [m, k, n] : gemm_shapes) cases.push_back(linear_gelu(m, k, n));
   cases.push_back(mlp_backward(8192, 1600, 6400));

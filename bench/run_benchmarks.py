@@ -111,9 +111,20 @@ def torch_cases():
         d = torch.ops.aten.gelu_backward(g, x, approximate="tanh")
         return d, d.sum(0)
 
+    def qkv_rope(qkv, cos, sin):
+        q, k, v = qkv.split(5120, dim=-1)
+        q = q.view(2, 4096, 40, 128).permute(0, 2, 1, 3)
+        k = k.view(2, 4096, 40, 128).permute(0, 2, 1, 3)
+
+        def rotate_half(x):
+            return torch.cat((-x[..., 64:], x[..., :64]), dim=-1)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
+
     n = 1 << 28
     t, h = 8192, 6400
     return {
+        "qkv_rope_llama13b": (qkv_rope, lambda: (torch.randn(2, 4096, 15360, device=dev, dtype=bf),
+                                                 torch.randn(4096, 128, device=dev, dtype=bf), torch.randn(4096, 128, device=dev, dtype=bf))),
         "layer_norm_nanogpt": (ln_trace, lambda: (torch.randn(16, 128, 1600, device=dev, dtype=bf),
                                                   torch.randn(1600, device=dev, dtype=bf), torch.randn(1600, device=dev, dtype=bf))),
         "layer_norm_8192": (ln_trace, lambda: (torch.randn(big, big, device=dev, dtype=bf),

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """The tensor-parallel MLP forward on N GPUs: Alloy (one process per GPU under mpirun, the
 sharding written as annotations) against PyTorch with NCCL (torchrun, the Megatron and the
-sequence-parallel forms written by hand), in the same job, case by case, Alloy first.
+sequence-parallel forms written by hand), in the same job, case by case, Alloy first. Also the
+pipelined pairs of issue 13: AG+GEMM and GEMM+RS at M x K x N (default 8192 x 8192 x 28672),
+Alloy with --pipeline off and auto against PyTorch's naive sequence and async-TP
+(fused_all_gather_matmul / fused_matmul_reduce_scatter, where symmetric memory works).
 
     python3 bench/tp_mlp_bench.py --alloy build/alloy [--ranks 2] [--tokens 8192] [--runs 50]
 
@@ -43,18 +46,28 @@ def fusion_text(c, h, ranks, form):
             f"  y = linear(g, w_proj, b_proj){y_note}\n  return y\n}}\n")
 
 
+def pair_text(kind, m, k, n, ranks):
+    mesh = "@mesh[" + ", ".join(str(r) for r in range(ranks)) + "]"
+    if kind == "ag_gemm":  # x split by rows, all-gathered in front of a column-parallel GEMM
+        return (f"fusion ag_gemm(x: bf16[{m}, {k}] {mesh} shard(axis=0), w: bf16[{n}, {k}] {mesh} shard(axis=0)) {{\n"
+                f"  y = linear(x, w) {mesh} shard(axis=1)\n  return y\n}}\n")
+    # a row-parallel GEMM (contraction split) whose partial sums are reduce-scattered by rows
+    return (f"fusion gemm_rs(x: bf16[{m}, {n}] {mesh} shard(axis=1), w: bf16[{k}, {n}] {mesh} shard(axis=1)) {{\n"
+            f"  y = linear(x, w) {mesh} shard(axis=0)\n  return y\n}}\n")
+
+
 def mpi_env():
     env = dict(os.environ)
     env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "NCCL_NVLS_ENABLE": "0"})
     return env
 
 
-def alloy_median_us(alloy, text, tokens, ranks, runs):
+def alloy_median_us(alloy, text, tokens, ranks, runs, extra=()):
     with tempfile.NamedTemporaryFile("w", suffix=".fusion", delete=False) as f:
         f.write(text)
         path = f.name
     try:
-        cmd = [alloy, "run", path, "--bind", f"T={tokens}", "--bench", str(runs)]
+        cmd = [alloy, "run", path, "--bind", f"T={tokens}", "--bench", str(runs)] + list(extra)
         if ranks > 1:
             cmd = ["mpirun", "-n", str(ranks), "--oversubscribe"] + cmd
         out = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=600)
@@ -105,6 +118,8 @@ def torch_worker(args):
 
     import time
     results = {}
+    if args.pair:
+        return pair_worker(args, rank, world)
     for name, fn in (("megatron", megatron), ("sequence_parallel", sequence_parallel), ("local", local)):
         for _ in range(5):
             fn()
@@ -121,6 +136,86 @@ def torch_worker(args):
     if rank == 0:
         print("TORCH_RESULTS " + json.dumps(results), flush=True)
     dist.destroy_process_group()
+
+
+def time_median_us(fn, runs):
+    import time
+    import torch
+    import torch.distributed as dist
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    dist.barrier()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e6)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def pair_worker(args, rank, world):
+    import torch
+    import torch.distributed as dist
+    m, k, n = args.m, args.k, args.n
+    dt = torch.bfloat16
+    group = dist.group.WORLD
+    results = {}
+    if args.pair == "ag_gemm":
+        a = torch.randn(m // world, k, dtype=dt, device="cuda")
+        b = torch.randn(n // world, k, dtype=dt, device="cuda") * 0.02
+        gathered = torch.empty(m, k, dtype=dt, device="cuda")
+
+        def naive():
+            dist.all_gather_into_tensor(gathered, a)
+            return gathered @ b.t()
+        results["naive"] = time_median_us(naive, args.runs)
+        results["floor_gemm"] = time_median_us(lambda: gathered @ b.t(), args.runs)
+        results["floor_comm"] = time_median_us(lambda: dist.all_gather_into_tensor(gathered, a), args.runs)
+        try:
+            import torch.distributed._symmetric_memory as symm
+            symm.enable_symm_mem_for_group(group.group_name)
+            bt = b.t()
+            results["async_tp"] = time_median_us(
+                lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [bt], gather_dim=0, group_name=group.group_name), args.runs)
+        except Exception as e:  # noqa: BLE001 (report, do not fail the benchmark)
+            results["async_tp_error"] = f"{type(e).__name__}: {e}"[:200]
+    else:
+        a = torch.randn(m, n // world, dtype=dt, device="cuda")
+        b = torch.randn(k, n // world, dtype=dt, device="cuda") * 0.02
+        out = torch.empty(m // world, k, dtype=dt, device="cuda")
+        partial = a @ b.t()
+
+        def naive():
+            dist.reduce_scatter_tensor(out, a @ b.t())
+            return out
+        results["naive"] = time_median_us(naive, args.runs)
+        results["floor_gemm"] = time_median_us(lambda: a @ b.t(), args.runs)
+        results["floor_comm"] = time_median_us(lambda: dist.reduce_scatter_tensor(out, partial), args.runs)
+        try:
+            import torch.distributed._symmetric_memory as symm
+            symm.enable_symm_mem_for_group(group.group_name)
+            bt = b.t()
+            results["async_tp"] = time_median_us(
+                lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, bt, "sum", scatter_dim=0, group_name=group.group_name),
+                args.runs)
+        except Exception as e:  # noqa: BLE001
+            results["async_tp_error"] = f"{type(e).__name__}: {e}"[:200]
+    if rank == 0:
+        print("TORCH_RESULTS " + json.dumps(results), flush=True)
+    dist.destroy_process_group()
+
+
+def torch_pair_medians(pair, m, k, n, ranks, runs):
+    cmd = ["torchrun", "--standalone", f"--nproc-per-node={ranks}", os.path.abspath(__file__), "--torch-worker", "--pair", pair,
+           "--m", str(m), "--k", str(k), "--n", str(n), "--runs", str(runs)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=600)
+    mres = re.search(r"TORCH_RESULTS (.*)", out.stdout)
+    if out.returncode != 0 or not mres:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    return json.loads(mres.group(1))
 
 
 def torch_medians(c, h, tokens, ranks, runs):
@@ -149,7 +244,12 @@ def main():
     p.add_argument("--runs", type=int, default=50)
     p.add_argument("--widths", default="", help="e.g. 1600x6400,4096x11008 (default: the three of issue 14)")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--pairs", default="8192x8192x28672", help="M x K x N of the AG+GEMM and GEMM+RS cases ('' for none)")
     p.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--pair", default="", help=argparse.SUPPRESS)
+    p.add_argument("--m", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--k", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--c", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--h", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -187,6 +287,25 @@ def main():
                      f"{r['torch_megatron_us'] / r['alloy_megatron_us']:.2f} | {r['alloy_sequence_parallel_us']:.0f} us | "
                      f"{r['torch_sequence_parallel_us']:.0f} us | {r['torch_sequence_parallel_us'] / r['alloy_sequence_parallel_us']:.2f} | "
                      f"{r['alloy_local_us']:.0f} us | {r['torch_local_us']:.0f} us |")
+    pair_rows = []
+    if args.pairs:
+        m, k, n = (int(v) for v in args.pairs.split("x"))
+        for pair in ("ag_gemm", "gemm_rs"):
+            row = {"case": pair, "mkn": args.pairs, "ranks": ranks}
+            text = pair_text(pair, m, k, n, ranks)
+            row["alloy_off_us"], _ = alloy_median_us(args.alloy, text, args.tokens, ranks, args.runs, ["--pipeline", "off"])
+            row["alloy_auto_us"], _ = alloy_median_us(args.alloy, text, args.tokens, ranks, args.runs, ["--pipeline", "auto"])
+            row.update({"torch_" + key: v for key, v in torch_pair_medians(pair, m, k, n, ranks, args.runs).items()})
+            pair_rows.append(row)
+            print(json.dumps(row), flush=True)
+        lines += ["", f"Pipelined pairs at M x K x N = {args.pairs} (Alloy --pipeline off / auto; ratio = PyTorch naive / Alloy auto):", "",
+                  "| case | Alloy off | Alloy auto | PyTorch naive | PyTorch async-TP | floor max(GEMM, comm) | ratio |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for r in pair_rows:
+            async_tp = f"{r['torch_async_tp']:.0f} us" if "torch_async_tp" in r else "n/a"
+            floor = max(r["torch_floor_gemm"], r["torch_floor_comm"])
+            lines.append(f"| {r['case']} | {r['alloy_off_us']:.0f} us | {r['alloy_auto_us']:.0f} us | {r['torch_naive']:.0f} us | "
+                         f"{async_tp} | {floor:.0f} us | {r['torch_naive'] / r['alloy_auto_us']:.2f} |")
     table = "\n".join(lines)
     print(table)
     os.makedirs(args.out, exist_ok=True)
@@ -194,7 +313,7 @@ def main():
     with open(stem + ".md", "w") as f:
         f.write(table + "\n")
     with open(stem + ".json", "w") as f:
-        json.dump({"device": device, "date": date, "rows": rows}, f, indent=1)
+        json.dump({"device": device, "date": date, "rows": rows, "pairs": pair_rows}, f, indent=1)
 
 
 if __name__ == "__main__":

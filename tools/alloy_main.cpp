@@ -18,6 +18,7 @@
 #include "alloy/common/error.h"
 #include "alloy/ir/fusion.h"
 #include "alloy/backend/gpu_plan.h"
+#include "alloy/common/files.h"
 #include "alloy/ir/parser.h"
 #include "alloy/ir/printer.h"
 #include "alloy/multidevice/communicator.h"
@@ -43,8 +44,9 @@ struct RunOptions {
   std::string fusion_name;
   std::vector<std::string> inputs;  // NAME=PATH.npy
   std::vector<std::string> binds;   // SYM=N or INPUT.AXIS=N
-  uint64_t seed = 0;
+  int64_t seed = 0;
   std::string device = "auto";
+  std::string pipeline = "auto";
   std::string save_dir;
   std::vector<std::string> dumps;
   int bench = 0;
@@ -54,13 +56,9 @@ struct RunOptions {
 
 std::string read_source(const std::string& path) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) user_error_at(path, "no such file");
   if (fs::is_directory(path, ec)) user_error_at(path, "is a directory; expected a .fusion file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) user_error_at(path, "cannot open: ", std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  // a .fusion file is text a person writes: 64 MiB is far beyond any, and bounds what is read
+  return read_regular_file(path, size_t(64) << 20, ".fusion file");
 }
 
 std::string fusion_names(const std::vector<std::unique_ptr<Fusion>>& fusions) {
@@ -345,11 +343,13 @@ int run_command(const RunOptions& opts) {
   try {
     std::string text = read_source(opts.file);
     auto fusion = choose_fusion(parse_fusions(text, opts.file), opts.fusion_name, opts.file);
-    made.emplace(std::move(fusion), ExecutorOptions{device_choice(opts.device)});
+    ExecutorOptions options{device_choice(opts.device)};
+    options.pipeline = opts.pipeline;
+    made.emplace(std::move(fusion), options);
     const Fusion& f = made->fusion();
     std::vector<Tensor> given = read_given_inputs(f, opts.inputs, sources);
     bindings = resolve_input_sizes(f, given, requests);
-    inputs = complete_inputs(f, std::move(given), bindings, opts.seed);
+    inputs = complete_inputs(f, std::move(given), bindings, uint64_t(opts.seed));
     made->input_shardings();  // compiles: a fusion the passes refuse fails here, on every rank alike
   } catch (...) {
     setup_error = std::current_exception();
@@ -408,9 +408,37 @@ int run_cli(int argc, char** argv) {
   run_cmd->add_option("--fusion", run.fusion_name, "Which fusion of the file to run (default: the first)");
   run_cmd->add_option("--input", run.inputs, "NAME=PATH.npy: take input NAME from a .npy file (repeatable)");
   run_cmd->add_option("--bind", run.binds, "SYMBOL=N: the size of a symbolic dimension (INPUT.AXIS=N for a ?) (repeatable)");
-  run_cmd->add_option("--seed", run.seed, "Seed of the random inputs")->default_val(0);
+  run_cmd
+      ->add_option_function<std::string>(
+          "--seed",
+          [&run](const std::string& text) {
+            // parsed here: CLI11 saturates an out-of-range integer instead of refusing it
+            int64_t value = -1;
+            auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+            if (ec != std::errc() || end != text.data() + text.size() || value < 0)
+              throw CLI::ValidationError("--seed", "expected a whole number from 0 to 9223372036854775807, found '" + text + "'");
+            run.seed = value;
+          },
+          "Seed of the random inputs, 0 to 2^63-1 (default 0)");
   run_cmd->add_option("--device", run.device, "Where to run")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->default_val("auto");
-  run_cmd->add_option("--save-outputs", run.save_dir, "Write DIR/<output name>.npy for each output");
+  run_cmd
+      ->add_option("--pipeline", run.pipeline,
+                   "Pipelining of all-gather + GEMM and GEMM + reduce-scatter over chunks and streams: off, auto or chunks=N")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            try {
+              parse_pipeline_option(text);
+            } catch (const UserError& e) {
+              return e.what();
+            }
+            return {};
+          },
+          "off|auto|chunks=N", "pipeline"))
+      ->default_val("auto");
+  run_cmd
+      ->add_option("--save-outputs", run.save_dir, "Write DIR/<output name>.npy for each output")
+      ->check(CLI::Validator([](std::string& dir) { return dir.empty() ? std::string("the folder name is empty") : std::string(); },
+                             "DIR", "non-empty"));
   run_cmd->add_option("--dump", run.dumps,
                       "Print a stage before running (repeatable): ir, after=PASS (" + pass_list() +
                           "), sharding, local (the fusion one device runs), segments, program, cuda")

@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
+#include "alloy/host_ir/side_streams.h"
 #include "alloy/ir/parser.h"
 #include "alloy/passes/decompose_composites.h"
+#include "alloy/pipeline/pipeline.h"
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 #include "alloy/segment/segmenter.h"
 #include "test_util.h"
@@ -14,7 +18,9 @@ namespace {
 
 using host_ir::Program;
 
-host_ir::Program lower_for_cuda(const Fusion& fusion) { return host_ir::lower_to_program(segment_for_cuda(fusion)); }
+host_ir::Program lower_for_cuda(const Fusion& fusion) {
+  return host_ir::assign_side_streams(host_ir::lower_to_program(segment_for_cuda(fusion)));
+}
 
 // The segment a Launch node runs, by the name of its first output, and its stream.
 std::vector<std::pair<std::string, int>> launches(const Program& p) {
@@ -111,6 +117,108 @@ TEST(HostProgram, OneStreamWithoutAGemmToOverlapOrWhenTurnedOff) {
   // the CPU program never has side streams
   Program cpu = host_ir::lower_to_program(segment_fusion(*decompose_composites(*mlp), Target::cpu));
   EXPECT_EQ(cpu.streams, 1);
+}
+
+}  // namespace
+}  // namespace alloy
+
+// ---- pipelined collectives (issue 13): the program's structure, decided without a GPU --------
+
+namespace alloy {
+namespace {
+
+using host_ir::ForChunks;
+
+std::vector<const ForChunks*> loops_of(const Program& p) {
+  std::vector<const ForChunks*> loops;
+  for (const auto& node : p.nodes)
+    if (auto* f = std::get_if<ForChunks>(&node)) loops.push_back(f);
+  return loops;
+}
+
+CompiledFusion compile_sequence_parallel(Target target, const std::string& pipeline) {
+  auto f = parse_fusion_file(testing::source_path("examples/tp_mlp_sequence_parallel.fusion"));
+  return compile_fusion(*f, target, {}, parse_pipeline_option(pipeline));
+}
+
+TEST(PipelinedProgram, SequenceParallelMlp_GathersAndScattersChunksOnTheirOwnStreamBesideTheGemms) {
+  for (Target target : {Target::cpu, Target::cuda}) {
+#if !ALLOY_HAVE_CUDA
+    if (target == Target::cuda) continue;
+#endif
+    CompiledFusion c = compile_sequence_parallel(target, "chunks=4");
+    const Program& p = c.executable->program;
+    auto loops = loops_of(p);
+    ASSERT_EQ(loops.size(), 2u) << p.str();
+    for (const ForChunks* loop : loops) {
+      EXPECT_EQ(loop->count, 4);
+      EXPECT_EQ(loop->parts, 2);
+      int comm_stream = -1, gemms = 0;
+      std::set<int> compute_streams;
+      for (const auto& node : loop->body) {
+        if (auto* cm = std::get_if<host_ir::Communicate>(&node)) comm_stream = cm->stream;
+        if (auto* l = std::get_if<host_ir::Launch>(&node)) {
+          ++gemms;
+          compute_streams.insert(l->stream);
+          EXPECT_EQ(p.segmentation.segments.at(l->segment).scheduler, target == Target::cuda ? "matmul" : "cpu_reference");
+        }
+        // nothing inside the loop allocates, and nothing makes the host wait
+        EXPECT_FALSE(std::holds_alternative<host_ir::Allocate>(node)) << p.str();
+      }
+      EXPECT_GT(comm_stream, 0) << p.str();
+      EXPECT_EQ(gemms, 2) << "one GEMM per block of rows\n" << p.str();
+      EXPECT_EQ(compute_streams, std::set<int>{host_ir::kIterationStream}) << p.str();
+      EXPECT_NE(comm_stream, loop->first_pool_stream) << p.str();
+      EXPECT_NE(comm_stream, loop->first_pool_stream + 1) << p.str();
+    }
+    // the first loop all-gathers x, the second reduce-scatters the partial product
+    std::string text = p.str();
+    EXPECT_NE(text.find("For i in 0..4 (all_gather -> linear h"), std::string::npos) << text;
+    EXPECT_NE(text.find("-> reduce_scatter: 4 chunks"), std::string::npos) << text;
+    // after each loop the run's stream waits for every stream the loop used
+    size_t waits_after = 0;
+    bool after_loop = false;
+    for (const auto& node : p.nodes) {
+      if (std::holds_alternative<ForChunks>(node)) after_loop = true, waits_after = 0;
+      else if (auto* w = std::get_if<host_ir::Wait>(&node); w && after_loop && w->stream == 0) ++waits_after;
+      else if (std::holds_alternative<host_ir::Launch>(node) && after_loop) break;
+    }
+    EXPECT_GE(waits_after, 3u) << text;
+  }
+}
+
+TEST(PipelinedProgram, OffOrAutoOnTheCpu_LeavesTheProgramUnchunked_AndDumpAfterNamesThePass) {
+  for (const char* mode : {"off", "auto"}) {
+    CompiledFusion c = compile_sequence_parallel(Target::cpu, mode);
+    EXPECT_TRUE(loops_of(c.executable->program).empty()) << mode << "\n" << c.executable->program.str();
+    ASSERT_EQ(c.program_after.size(), 2u);
+    EXPECT_EQ(c.program_after[1].first, "pipeline_collectives");
+    EXPECT_EQ(c.program_after[1].second.rfind("(unchanged)", 0), 0u) << c.program_after[1].second;
+  }
+#if ALLOY_HAVE_CUDA
+  CompiledFusion c = compile_sequence_parallel(Target::cuda, "auto");
+  EXPECT_EQ(loops_of(c.executable->program).size(), 2u) << c.executable->program.str();
+  EXPECT_NE(c.executable->program.str().find("--pipeline auto"), std::string::npos);
+#endif
+}
+
+TEST(PipelinedProgram, MegatronMlp_HasNoPairToPipeline) {
+  auto f = parse_fusion_file(testing::source_path("examples/tp_mlp.fusion"));
+  CompiledFusion c = compile_fusion(*f, Target::cpu, {}, parse_pipeline_option("chunks=4"));
+  EXPECT_TRUE(loops_of(c.executable->program).empty()) << c.executable->program.str();  // one all-reduce, no gather
+}
+
+TEST(PipelinedProgram, BadPipelineOption_IsAUserErrorSayingWhatIsExpected) {
+  for (const char* bad : {"", "on", "chunks=", "chunks=0", "chunks=-2", "chunks=2x", "chunks=99999"}) {
+    std::string error = "no error";
+    try {
+      parse_pipeline_option(bad);
+    } catch (const UserError& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find("--pipeline"), std::string::npos) << bad << ": " << error;
+  }
+  EXPECT_EQ(parse_pipeline_option("chunks=8").chunks, 8);
 }
 
 }  // namespace

@@ -179,7 +179,8 @@ std::unique_ptr<Fusion> without_shardings(const Fusion& f) {
 
 // Runs `text` sharded (each rank its part of the same global inputs) and unsharded, and compares
 // every output's global value; each rank must hold only its part of a sharded output.
-void expect_sharded_matches_unsharded(const std::string& text, const Bindings& sizes, uint64_t seed = 3, double scale = 1.0) {
+void expect_sharded_matches_unsharded(const std::string& text, const Bindings& sizes, uint64_t seed = 3, double scale = 1.0,
+                                      const std::string& pipeline = "auto") {
   auto fusion = parse_fusion(text, "mpi.fusion");
   std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()),
                                                resolve_input_sizes(*fusion, std::vector<Tensor>(fusion->inputs().size()), {}), seed);
@@ -187,7 +188,9 @@ void expect_sharded_matches_unsharded(const std::string& text, const Bindings& s
   FusionExecutor reference(without_shardings(*fusion), {DeviceChoice::cpu});
   std::vector<Tensor> expected = reference.run(inputs);
 
-  FusionExecutor sharded(std::move(fusion), {sharded_device()});
+  ExecutorOptions options{sharded_device()};
+  options.pipeline = pipeline;
+  FusionExecutor sharded(std::move(fusion), options);
   auto in_shardings = sharded.input_shardings(), out_shardings = sharded.output_shardings();
   ASSERT_EQ(in_shardings.size(), inputs.size());
   int team_rank = multidevice::team_rank_of(in_shardings[0]->mesh);
@@ -251,6 +254,39 @@ TEST(ShardedFusions, Bf16TensorParallelMlp_WithinBf16Rounding) {
   std::string text = with_sizes(example("tp_mlp"));
   for (size_t at = text.find("f32"); at != std::string::npos; at = text.find("f32", at + 1)) text.replace(at, 3, "bf16");
   expect_sharded_matches_unsharded(text, {}, 5, 4.0);
+}
+
+// ---- pipelined collectives (issue 13) --------------------------------------------------------
+
+// The sequence-parallel MLP (all-gather + GEMM, GEMM + reduce-scatter) and a backward-shaped
+// chain, in 1 to 5 chunks, with rows per device that the chunks divide and that they do not, and
+// fewer rows than chunks: every pipelined program equals the unsharded run.
+TEST(PipelinedFusions, ChunkedGatherGemmAndGemmScatter_EqualTheUnshardedRun) {
+  std::string sp = example("tp_mlp_sequence_parallel");
+  int n = process().size;
+  for (int rows_per_device : {1, 3, 4, 10}) {
+    std::string text = sp;
+    std::string t = std::to_string(rows_per_device * n);
+    for (size_t at = text.find("[T,"); at != std::string::npos; at = text.find("[T,", at + 1)) text.replace(at, 2, "[" + t);
+    for (const char* pipeline : {"off", "chunks=1", "chunks=2", "chunks=3", "chunks=5"}) {
+      SCOPED_TRACE(std::string(pipeline) + ", rows per device " + std::to_string(rows_per_device));
+      expect_sharded_matches_unsharded(text, {}, 7, 1.0, pipeline);
+    }
+  }
+  std::string m = world_mesh_text();
+  // a bias-free GEMM pair with a GELU between, bf16, and a gathered value also used after the GEMM
+  std::string chain = "fusion f(x: bf16[" + std::to_string(8 * n) + ", 16] " + m + " shard(axis=0), w1: bf16[32, 16] " + m +
+                      " shard(axis=0), w2: bf16[16, 32] " + m + R"( shard(axis=1)) {
+    h = linear(x, w1) )" + m + R"( shard(axis=1)
+    g = gelu(h, approximate="tanh")
+    y = linear(g, w2) )" + m + R"( shard(axis=0)
+    x_all = neg(x) )" + m + R"( replicated
+    return y, x_all
+  })";
+  for (const char* pipeline : {"off", "chunks=3"}) {
+    SCOPED_TRACE(pipeline);
+    expect_sharded_matches_unsharded(chain, {}, 11, 4.0, pipeline);
+  }
 }
 
 // ---- a property: random fusions with random input shardings equal their unsharded runs ------

@@ -1,6 +1,7 @@
 // The `alloy` program as a user meets it: run, check, print and compile on the examples and on
 // bad input, through the built binary. Exit codes: 0 success, 1 user error, 2 usage error.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -379,6 +380,64 @@ TEST(CliCheck, PrintsEveryErrorOfEveryFusion) {
 }  // namespace
 }  // namespace alloy
 
+// ---- hostile and careless input (issue 16) ----------------------------------------------------
+
+namespace alloy {
+namespace {
+
+TEST_F(CliTest, Run_SeedOutOfRangeOrNotANumber_IsAUsageErrorSayingTheRange) {
+  for (const char* seed : {"-1", "99999999999999999999", "3x", "''"}) {
+    CliResult r = alloy("run " + example("softmax.fusion") + " --device cpu --seed " + seed);
+    EXPECT_EQ(r.code, 2) << seed << "\n" << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "0 to 9223372036854775807")) << r.err;
+  }
+  CliResult ok = alloy("run " + example("softmax.fusion") + " --device cpu --seed 9223372036854775807");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+TEST_F(CliTest, Run_SaveOutputsToAnEmptyName_IsAUsageError) {
+  CliResult r = alloy("run " + example("softmax.fusion") + " --device cpu --save-outputs ''");
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "--save-outputs")) << r.err;
+}
+
+TEST_F(CliTest, FilesThatAreNotRegular_AreRefusedWithoutReadingThem) {
+  CliResult r = alloy("check /dev/zero");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "not a regular file")) << r.err;
+  std::string fifo = path("pipe.fusion");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  r = alloy("run '" + fifo + "'");  // would block forever if opened
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "not a regular file")) << r.err;
+  std::string file = write("f.fusion", "fusion f(x: f32[N]) {\n  y = neg(x)\n  return y\n}\n");
+  r = alloy("run '" + file + "' --input x=/dev/zero");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "/dev/zero")) << r.err;
+}
+
+TEST_F(CliTest, Run_EmptyNpyOfShape2x0_IsAValidInput) {
+  std::string file = write("f.fusion", "fusion f(x: f32[2, N]) {\n  y = neg(x)\n  return y\n}\n");
+  write_npy(path("x.npy"), Tensor::empty(DType::f32, {2, 0}));
+  CliResult r = alloy("run '" + file + "' --device cpu --input x=" + path("x.npy") + " --save-outputs " + path("out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(read_npy(path("out/y.npy")).sizes(), (std::vector<int64_t>{2, 0}));
+}
+
+TEST_F(CliTest, Run_SaveOutputs_ReplacesASymlinkRatherThanWritingThroughIt) {
+  std::string outside = write("outside.txt", "keep me");
+  fs::create_directories(path("out"));
+  fs::create_symlink(outside, path("out/probs.npy"));
+  CliResult r = alloy("run " + example("softmax.fusion") + " --device cpu --save-outputs " + path("out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(testing::read_file(outside), "keep me");
+  EXPECT_FALSE(fs::is_symlink(path("out/probs.npy")));
+  EXPECT_EQ(read_npy(path("out/probs.npy")).dim(), 4);
+}
+
+}  // namespace
+}  // namespace alloy
+
 // ---- alloy run under mpirun ------------------------------------------------------------------
 
 namespace alloy {
@@ -429,6 +488,22 @@ TEST_F(CliMpiTest, TensorParallelMlp_TwoRanks_SaveTheGlobalOutputsOfTheUnsharded
     }
     fs::remove_all(path("plain"));
     fs::remove_all(path("sharded"));
+  }
+}
+
+TEST_F(CliMpiTest, Pipeline_ChunkedProgramIsPrintedAndGivesTheSameOutputs_GarbageIsAUsageError) {
+  CliResult off = mpirun(2, "run " + example("tp_mlp_sequence_parallel.fusion") + " --bind T=12 --device cpu --pipeline off --save-outputs " +
+                                path("off"));
+  ASSERT_EQ(off.code, 0) << off.err;
+  CliResult on = mpirun(2, "run " + example("tp_mlp_sequence_parallel.fusion") +
+                               " --bind T=12 --device cpu --pipeline chunks=4 --dump program --save-outputs " + path("on"));
+  ASSERT_EQ(on.code, 0) << on.err;
+  EXPECT_TRUE(contains(on.out, "For i in 0..4 (all_gather -> linear h: 4 chunks (--pipeline chunks=4))")) << on.out;
+  EXPECT_TRUE(testing::tensors_close(read_npy(path("on/y.npy")), read_npy(path("off/y.npy"))));
+  for (const char* bad : {"sometimes", "chunks=0", "chunks=x"}) {
+    CliResult r = alloy("run " + example("tp_mlp_sequence_parallel.fusion") + " --bind T=12 --pipeline " + bad);
+    EXPECT_EQ(r.code, 2) << bad << "\n" << r.err;
+    EXPECT_TRUE(contains(r.err, "--pipeline")) << r.err;
   }
 }
 

@@ -2,6 +2,7 @@
 // executable per segment (made by the backend that owns the segment's scheduler).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct RunState {
   bool poison = false;     // fill allocated buffers with 0xFF bytes (tests)
   // The team of the fusion's mesh, for Communicate nodes (a fusion without a mesh has none).
   multidevice::Communicator* communicator = nullptr;
+  // Inside a ForChunks loop: the sizes of the values bound to a chunk (value id -> sizes), which
+  // concrete_shape answers instead of the bound symbols.
+  std::map<int, std::vector<int64_t>> chunk_shapes;
 
   const Tensor& at(const Value* v) const;
   std::vector<int64_t> concrete_shape(const Value* v) const;  // evaluates the value's extents
@@ -32,12 +36,18 @@ class SegmentExecutable {
   virtual ~SegmentExecutable() = default;
   // Reads the segment's inputs from `state` and stores its outputs there.
   virtual void run(RunState& state) = 0;
+  // Inside a ForChunks loop (communication segments): moves this iteration's chunk between the
+  // views the loop bound, writing into the bound output.
+  virtual void run_chunk(RunState& state);
   // The generated source, for `--dump cuda`; empty where there is none.
   virtual std::string source() const { return {}; }
 };
 
-// Allocates a device buffer for `Allocate` nodes (CUDA); unused on the CPU.
+// Allocates the buffer of an `Allocate` node on the run's device.
 using Allocator = Tensor (*)(DType dtype, const std::vector<int64_t>& sizes, RunState& state);
+// dst = src, for a segment inside a loop that returned its result in a buffer of its own instead
+// of the chunk view the loop bound (the CPU reference kernels, a fallback path).
+using Copier = void (*)(const Tensor& dst, const Tensor& src, RunState& state);
 
 // The streams and events of one run of a program with side streams (CUDA): stream 0 is the
 // caller's current stream.
@@ -58,9 +68,15 @@ struct Executable {
   Program program;
   std::vector<std::unique_ptr<SegmentExecutable>> segments;  // by segment id
   Allocator allocate = nullptr;
-  StreamOpener open_streams = nullptr;  // needed when program.streams > 1
+  Copier copy = nullptr;
+  StreamOpener open_streams = nullptr;  // needed when a CUDA program has program.streams > 1
 
   void run(RunState& state) const;
+
+ private:
+  struct LoopFrame;
+  void run_nodes(const std::vector<Node>& nodes, RunState& state, RunStreams* streams, const LoopFrame* frame) const;
+  void run_loop(const ForChunks& loop, RunState& state, RunStreams* streams) const;
 };
 
 }  // namespace alloy::host_ir

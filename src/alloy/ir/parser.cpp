@@ -9,6 +9,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "alloy/common/files.h"
 #include "alloy/ir/op_table.h"
 
 namespace alloy {
@@ -698,12 +699,8 @@ std::unique_ptr<Fusion> parse_fusion(std::string_view text, const std::string& f
 }
 
 std::unique_ptr<Fusion> parse_fusion_file(const std::string& path, std::optional<std::string> name) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) user_error(SourceLoc{path}, "cannot open the file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) user_error(SourceLoc{path}, "cannot read the file");
-  return parse_fusion(text.str(), path, std::move(name));
+  // a .fusion file is text a person writes: 64 MiB is far beyond any, and bounds what is read
+  return parse_fusion(read_regular_file(path, size_t(64) << 20, ".fusion file"), path, std::move(name));
 }
 
 }  // namespace alloy

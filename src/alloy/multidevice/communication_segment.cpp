@@ -32,6 +32,16 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
     ALLOY_CHECK(s.ops.size() == 1 && is_communication(op_.kind), "a communication segment holds one resharding op");
   }
 
+  // Inside a pipelined loop: chunk i of every rank's block, into the loop's whole buffers.
+  void run_chunk(host_ir::RunState& state) override {
+    ALLOY_CHECK(state.communicator, "a chunked ", op_name(op_.kind), " without a team");
+    const Tensor& in = state.at(op_.inputs[0]);
+    const Tensor& out = state.at(op_.outputs[0]);
+    if (op_.kind == OpKind::all_gather) return state.communicator->all_gather_into_parts(memory_.contiguous(in, state), out);
+    if (op_.kind == OpKind::reduce_scatter) return state.communicator->reduce_scatter_parts(in, out, reduce_of(op_));
+    internal_error("run_chunk: ", op_name(op_.kind));
+  }
+
   void run(host_ir::RunState& state) override {
     const Tensor& in = state.at(op_.inputs[0]);
     // a fusion without a mesh (resharding ops written by hand) is a team of one

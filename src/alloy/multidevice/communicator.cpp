@@ -1,11 +1,38 @@
 #include "alloy/multidevice/communicator.h"
 
+#include <cstring>
 #include <map>
 #include <mutex>
+
+#include "alloy/common/error.h"
 
 #include "alloy/multidevice/mpi_communicator.h"
 
 namespace alloy::multidevice {
+
+Tensor part_of(const Tensor& parts, int r) {
+  std::vector<int64_t> sizes(parts.sizes().begin() + 1, parts.sizes().end());
+  std::vector<int64_t> strides(parts.strides().begin() + 1, parts.strides().end());
+  return parts.as_strided(sizes, strides, parts.offset() + r * parts.stride(0));
+}
+
+void Communicator::all_gather_into_parts(const Tensor& in, const Tensor& parts) {
+  ALLOY_CHECK(parts.device().kind == DeviceKind::cpu, name(), ": all_gather_into_parts of device tensors");
+  if (parts.is_contiguous()) return all_gather(packed_cpu(in), parts);
+  Tensor whole = Tensor::empty(parts.dtype(), parts.sizes());
+  all_gather(packed_cpu(in), whole);
+  size_t bytes = size_t(whole.numel() / size()) * size_t(dtype_size(whole.dtype()));
+  for (int r = 0; r < size(); ++r) {
+    Tensor dst = part_of(parts, r);
+    ALLOY_CHECK(dst.is_contiguous(), name(), ": part ", r, " of ", parts.str(), " is not contiguous");
+    std::memcpy(dst.data(), part_of(whole, r).data(), bytes);
+  }
+}
+
+void Communicator::reduce_scatter_parts(const Tensor& parts, const Tensor& out, PartialReduce op) {
+  ALLOY_CHECK(parts.device().kind == DeviceKind::cpu && out.is_contiguous(), name(), ": reduce_scatter_parts of device tensors");
+  reduce_scatter(packed_cpu(parts), out, op);
+}
 
 std::shared_ptr<Communicator> communicator_for(const std::vector<int64_t>& mesh, Device device) {
   static std::mutex mutex;

@@ -60,12 +60,21 @@ class Communicator {
   virtual void send(const Tensor& in, int peer) = 0;
   virtual void recv(const Tensor& out, int peer) = 0;
 
+  // The chunked forms a pipelined loop uses (host_ir/pipeline_collectives.h): `parts` is
+  // [size(), ...], each part contiguous, the parts at any stride (chunk i of every rank's block
+  // of a whole buffer). The defaults go through a packed host buffer (host tensors).
+  virtual void all_gather_into_parts(const Tensor& in, const Tensor& parts);
+  virtual void reduce_scatter_parts(const Tensor& parts, const Tensor& out, PartialReduce op);
+
  protected:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}
 
  private:
   int rank_, size_;
 };
+
+// Part r of a [parts, ...] tensor.
+Tensor part_of(const Tensor& parts, int r);
 
 // The communicator of `mesh` (device ids, which are ranks) for tensors on `device`'s kind, made
 // on first use and kept. Every rank of the job calls it together (making one is collective);

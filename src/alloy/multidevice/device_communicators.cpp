@@ -39,6 +39,7 @@ struct Nccl {
   NcclResult (*reduce_scatter)(const void*, void*, size_t, int, int, NcclComm, cudaStream_t) = nullptr;
   NcclResult (*all_reduce)(const void*, void*, size_t, int, int, NcclComm, cudaStream_t) = nullptr;
   NcclResult (*broadcast)(const void*, void*, size_t, int, int, NcclComm, cudaStream_t) = nullptr;
+  NcclResult (*reduce)(const void*, void*, size_t, int, int, int, NcclComm, cudaStream_t) = nullptr;
   NcclResult (*send)(const void*, size_t, int, int, NcclComm, cudaStream_t) = nullptr;
   NcclResult (*recv)(void*, size_t, int, int, NcclComm, cudaStream_t) = nullptr;
   NcclResult (*group_start)() = nullptr;
@@ -71,6 +72,7 @@ const Nccl& nccl() {
     get(n.reduce_scatter, "ncclReduceScatter");
     get(n.all_reduce, "ncclAllReduce");
     get(n.broadcast, "ncclBroadcast");
+    get(n.reduce, "ncclReduce");
     get(n.send, "ncclSend");
     get(n.recv, "ncclRecv");
     get(n.group_start, "ncclGroupStart");
@@ -141,6 +143,23 @@ class NcclCommunicator final : public Communicator {
   void broadcast(const Tensor& buffer, int root) override {
     nccl().check(nccl().broadcast(buffer.data(), buffer.data(), bytes_of(buffer), nccl_uint8, root, comm_, stream()), "broadcast");
   }
+  // Straight into (and out of) the parts, wherever they are: rank r's chunk is broadcast from r
+  // (reduced to r), all in one group.
+  void all_gather_into_parts(const Tensor& in, const Tensor& parts) override {
+    const Nccl& n = nccl();
+    n.check(n.group_start(), "ncclGroupStart");
+    for (int r = 0; r < size(); ++r)
+      n.check(n.broadcast(in.data(), part_of(parts, r).data(), bytes_of(in), nccl_uint8, r, comm_, stream()), "ncclBroadcast");
+    n.check(n.group_end(), "ncclGroupEnd");
+  }
+  void reduce_scatter_parts(const Tensor& parts, const Tensor& out, PartialReduce op) override {
+    const Nccl& n = nccl();
+    n.check(n.group_start(), "ncclGroupStart");
+    for (int r = 0; r < size(); ++r)
+      n.check(n.reduce(part_of(parts, r).data(), out.data(), size_t(out.numel()), nccl_type(out.dtype()), nccl_op(op), r, comm_, stream()),
+              "ncclReduce");
+    n.check(n.group_end(), "ncclGroupEnd");
+  }
   void send(const Tensor& in, int peer) override {
     nccl().check(nccl().send(in.data(), bytes_of(in), nccl_uint8, peer, comm_, stream()), "ncclSend");
   }
@@ -179,6 +198,16 @@ class StagedCommunicator final : public Communicator {
       std::copy_n(static_cast<const char*>(mine.data()), bytes_of(mine), static_cast<char*>(h.data()));
       host_->broadcast(h, root);
     });
+  }
+  void all_gather_into_parts(const Tensor& in, const Tensor& parts) override {
+    Tensor h = Tensor::empty(parts.dtype(), parts.sizes());
+    host_->all_gather(down(in), h);
+    cuda::Stream stream = cuda::Stream::current(device_);
+    Tensor up = cuda::to_device(h, stream);
+    for (int r = 0; r < size(); ++r) cuda::copy_d2d(part_of(parts, r), part_of(up, r), stream);
+  }
+  void reduce_scatter_parts(const Tensor& parts, const Tensor& out, PartialReduce op) override {
+    through_host(out, [&](const Tensor& h) { host_->reduce_scatter(down(parts), h, op); });
   }
   void send(const Tensor& in, int peer) override { host_->send(down(in), peer); }
   void recv(const Tensor& out, int peer) override {

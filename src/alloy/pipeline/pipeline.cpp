@@ -2,6 +2,8 @@
 
 #include "alloy/backend/cpu/cpu_executable.h"
 #include "alloy/backend/gpu_plan.h"
+#include "alloy/host_ir/pipeline_collectives.h"
+#include "alloy/host_ir/side_streams.h"
 #include "alloy/ir/printer.h"
 #include "alloy/passes/decompose_composites.h"
 #include "alloy/passes/insert_resharding.h"
@@ -42,6 +44,25 @@ const std::vector<Step>& steps() {
   return list;
 }
 
+// The program passes, after lowering, in order:
+//  1. side_streams: memory-bound kernels beside the next GEMM (CUDA), on the flat program;
+//  2. pipeline_collectives: all-gather + GEMM and GEMM + reduce-scatter pairs into chunked loops
+//     over streams (sharded fusions; --pipeline). After side_streams, which reasons about a
+//     flat list of segments, and which leaves the pairs (a collective and a GEMM on the run's
+//     stream) as they were.
+struct ProgramStep {
+  std::string_view name;
+  host_ir::Program (*pass)(host_ir::Program, const host_ir::ProgramPassOptions&);
+};
+
+const std::vector<ProgramStep>& program_steps() {
+  static const std::vector<ProgramStep> list = {
+      {"side_streams", host_ir::assign_side_streams},
+      {"pipeline_collectives", host_ir::pipeline_collectives},
+  };
+  return list;
+}
+
 std::string where_sharded(const Value& v) {
   if (v.sharding_source.kind == ShardingSource::Kind::user && v.sharding_source.loc.known()) return v.sharding_source.loc.str();
   if (v.producer && v.producer->loc.known()) return v.producer->loc.str();
@@ -54,6 +75,7 @@ const std::vector<std::string_view>& pass_names() {
   static const std::vector<std::string_view> names = [] {
     std::vector<std::string_view> out;
     for (const Step& s : steps()) out.push_back(s.name);
+    for (const ProgramStep& s : program_steps()) out.push_back(s.name);
     return out;
   }();
   return names;
@@ -74,7 +96,33 @@ void check_shardable(const Fusion& global, const Bindings* bindings) {
   }
 }
 
-CompiledFusion compile_fusion(const Fusion& fusion, Target target, const PassObserver& observe) {
+host_ir::ProgramPassOptions parse_pipeline_option(std::string_view text) {
+  using P = host_ir::ProgramPassOptions::Pipeline;
+  host_ir::ProgramPassOptions o;
+  if (text == "off") o.pipeline = P::off;
+  else if (text == "auto") o.pipeline = P::automatic;
+  else if (text.starts_with("chunks=")) {
+    std::string digits(text.substr(7));
+    bool ok = !digits.empty() && digits.size() <= 4 && digits.find_first_not_of("0123456789") == std::string::npos;
+    int n = ok ? std::stoi(digits) : 0;
+    if (n < 1 || n > 1024)
+      user_error_at("--pipeline", "chunks must be a whole number from 1 to 1024, found '", digits, "'");
+    o.pipeline = P::chunks;
+    o.chunks = n;
+  } else {
+    user_error_at("--pipeline", "expected off, auto or chunks=N, found '", text, "'");
+  }
+  return o;
+}
+
+bool is_program_pass(std::string_view name) {
+  for (const ProgramStep& s : program_steps())
+    if (s.name == name) return true;
+  return false;
+}
+
+CompiledFusion compile_fusion(const Fusion& fusion, Target target, const PassObserver& observe,
+                              const host_ir::ProgramPassOptions& program_options) {
   CompiledFusion out;
   out.mesh = fusion_mesh(fusion);
   bool sharded = out.mesh.has_value();
@@ -93,6 +141,13 @@ CompiledFusion compile_fusion(const Fusion& fusion, Target target, const PassObs
   }
   out.local = current ? std::move(current) : fusion.clone();
   out.executable = target == Target::cpu ? build_cpu_plan(*out.local) : build_gpu_plan(*out.local);
+  // program passes keep every segment (the executables are made per segment already)
+  for (const ProgramStep& step : program_steps()) {
+    std::string before = out.executable->program.str();
+    out.executable->program = step.pass(std::move(out.executable->program), program_options);
+    std::string after = out.executable->program.str();
+    out.program_after.emplace_back(step.name, after == before ? "(unchanged)\n" + after : after);
+  }
   return out;
 }
 

@@ -24,13 +24,21 @@ struct CompiledFusion {
   std::unique_ptr<Fusion> global;            // after the sharding passes, global shapes (--dump sharding)
   std::unique_ptr<Fusion> local;             // what each device runs (the fusion itself, on one device)
   std::unique_ptr<host_ir::Executable> executable;
+  // The host program after each program pass, by the pass's name (--dump after=NAME).
+  std::vector<std::pair<std::string_view, std::string>> program_after;
 };
 
-// Every pass in order, then the target's segmentation, lowering and executables.
-CompiledFusion compile_fusion(const Fusion& fusion, Target target, const PassObserver& observe = {});
+// Every fusion pass in order, then the target's segmentation, lowering and executables, then
+// every program pass in order.
+CompiledFusion compile_fusion(const Fusion& fusion, Target target, const PassObserver& observe = {},
+                              const host_ir::ProgramPassOptions& program_options = {});
 
-// The passes' names, in execution order.
+// The passes' names, in execution order: the fusion passes, then the program passes.
 const std::vector<std::string_view>& pass_names();
+bool is_program_pass(std::string_view name);
+
+// `--pipeline off|auto|chunks=N` (N from 1 to 1024); anything else is a user error at "--pipeline".
+host_ir::ProgramPassOptions parse_pipeline_option(std::string_view text);
 
 // A sharded value whose size along its sharded axis the mesh does not divide is a user error
 // naming the value, the axis, the size and the mesh. With `bindings` (run time) every size is

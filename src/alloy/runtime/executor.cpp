@@ -99,7 +99,8 @@ const CompiledFusion& FusionExecutor::Impl::plan_for() {
   if (const CompiledFusion* plan = ready.load(std::memory_order_acquire)) return *plan;
   std::lock_guard<std::mutex> lock(plan_mutex);
   if (compiled) return *compiled;  // another thread built it while this one waited
-  CompiledFusion plan = compile_fusion(*fusion, device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda);
+  CompiledFusion plan = compile_fusion(*fusion, device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda, {},
+                                       parse_pipeline_option(options.pipeline));
   for (auto& v : plan.local->values())
     if (v->literal) literal_values.emplace_back(v->id, literal_tensor(v.get()));
   compiled = std::move(plan);
@@ -264,6 +265,10 @@ std::string FusionExecutor::dump(std::string_view stage, const std::vector<Tenso
       std::string known;
       for (auto n : names) known += (known.empty() ? "" : ", ") + std::string(n);
       user_error_at("--dump", "unknown pass '", pass, "'; expected one of: ", known);
+    }
+    if (is_program_pass(pass)) {
+      for (auto& [name, text] : impl_->plan_for().program_after)
+        if (name == pass) return text;
     }
     std::string out;
     compile_fusion(*impl_->fusion, impl_->device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda,

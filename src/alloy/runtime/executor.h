@@ -25,6 +25,9 @@ struct ExecutorOptions {
   // Fill every buffer the program allocates with NaN (0xFF bytes) before the kernels run, so
   // a test sees any element a kernel failed to write. Costs a memset per buffer.
   bool poison_outputs = false;
+  // How collectives are pipelined with the GEMMs next to them (host_ir/pipeline_collectives.h):
+  // "off", "auto" or "chunks=N"; anything else is a user error when the plan is made.
+  std::string pipeline = "auto";
 };
 
 // How one run is issued.

@@ -1,5 +1,6 @@
 #include "alloy/runtime/npy.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "alloy/common/error.h"
+#include "alloy/common/files.h"
 
 namespace alloy {
 namespace {
@@ -192,6 +194,10 @@ std::string_view descr_of(DType dtype) {
 
 }  // namespace
 
+namespace {
+constexpr size_t kMaxNpyBytes = size_t(1) << 40;  // 1 TiB: larger than any input, smaller than a runaway size
+}  // namespace
+
 Tensor parse_npy(std::string_view bytes, const std::string& name) {
   if (bytes.size() < 10 || bytes.substr(0, kMagic.size()) != kMagic)
     user_error_at(name, "not a .npy file (it does not start with \\x93NUMPY)");
@@ -213,8 +219,13 @@ Tensor parse_npy(std::string_view bytes, const std::string& name) {
   size_t data_start = header_start + header_length;
   size_t available = bytes.size() - data_start;
   size_t elements = 1;
+  bool empty = std::find(header.shape.begin(), header.shape.end(), int64_t(0)) != header.shape.end();
   for (int64_t s : header.shape) {
-    if (s != 0 && elements > available / size_t(s))  // more elements than bytes: cannot fit, and no overflow below
+    if (empty) {  // a shape with a 0 (like (2, 0)) holds no elements, whatever its other sizes
+      elements = 0;
+      break;
+    }
+    if (elements > available / size_t(s))  // more elements than bytes: cannot fit, and no overflow below
       user_error_at(name, "truncated data: shape ", shape_text(header.shape), " needs more than the ", available,
                     " bytes the file holds");
     elements *= size_t(s);
@@ -233,12 +244,8 @@ Tensor parse_npy(std::string_view bytes, const std::string& name) {
 }
 
 Tensor read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) user_error_at(path, "cannot open: ", std::strerror(errno));
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) user_error_at(path, "cannot read: ", std::strerror(errno));
-  return parse_npy(contents.str(), path);
+  // the size is the regular file's, known before reading: a device or FIFO is refused
+  return parse_npy(read_regular_file(path, kMaxNpyBytes, ".npy file"), path);
 }
 
 std::string encode_npy(const Tensor& tensor) {
@@ -278,12 +285,7 @@ std::string encode_npy(const Tensor& tensor) {
 }
 
 void write_npy(const std::string& path, const Tensor& tensor) {
-  std::string bytes = encode_npy(tensor);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) user_error_at(path, "cannot open for writing: ", std::strerror(errno));
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-  out.close();
-  if (!out) user_error_at(path, "cannot write: ", std::strerror(errno));
+  write_file_replacing(path, encode_npy(tensor));
 }
 
 Tensor convert_for_input(const Tensor& tensor, DType declared, const std::string& input_name) {

@@ -1,5 +1,7 @@
 #include "alloy/backend/cpu/cpu_executable.h"
 
+#include <cstring>
+
 #include "alloy/backend/cpu/reference_ops.h"
 #include "alloy/multidevice/communication_segment.h"
 #include "alloy/segment/segmenter.h"
@@ -41,9 +43,27 @@ std::unique_ptr<host_ir::SegmentExecutable> make_cpu_executable(const Segment& s
   return std::make_unique<CpuSegment>(segment);
 }
 
+// dst = src for CPU tensors of one dtype and shape, dst at any strides (a loop's chunk views).
+void copy_into_cpu(const Tensor& dst, const Tensor& src, host_ir::RunState&) {
+  ALLOY_CHECK(dst.sizes() == src.sizes() && dst.dtype() == src.dtype(), "copy of ", src.str(), " into ", dst.str());
+  Tensor packed = packed_cpu(src);
+  size_t width = size_t(dtype_size(dst.dtype()));
+  std::vector<int64_t> index(size_t(dst.dim()), 0);
+  auto* to = static_cast<char*>(dst.data());
+  const auto* from = static_cast<const char*>(packed.data());
+  for (int64_t i = 0; i < dst.numel(); ++i) {
+    int64_t at = 0;
+    for (int a = 0; a < dst.dim(); ++a) at += index[size_t(a)] * dst.stride(a);
+    std::memcpy(to + at * int64_t(width), from + size_t(i) * width, width);
+    for (int a = dst.dim() - 1; a >= 0 && ++index[size_t(a)] == dst.size(a); --a) index[size_t(a)] = 0;
+  }
+}
+
 std::unique_ptr<host_ir::Executable> build_cpu_plan(const Fusion& fusion) {
   auto plan = std::make_unique<host_ir::Executable>();
   plan->program = host_ir::lower_to_program(segment_fusion(fusion, Target::cpu));
+  plan->allocate = [](DType dtype, const std::vector<int64_t>& sizes, host_ir::RunState&) { return Tensor::empty(dtype, sizes); };
+  plan->copy = copy_into_cpu;
   for (const Segment& s : plan->program.segmentation.segments)
     plan->segments.push_back(s.scheduler == "communication"
                                  ? multidevice::make_communication_segment(s, multidevice::host_memory())

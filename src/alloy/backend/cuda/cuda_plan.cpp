@@ -120,6 +120,9 @@ std::unique_ptr<host_ir::Executable> build_cuda_plan(const Fusion& fusion) {
   auto plan = std::make_unique<host_ir::Executable>();
   plan->program = host_ir::lower_to_program(segment_for_cuda(fusion));
   plan->allocate = allocate_on_device;
+  plan->copy = [](const Tensor& dst, const Tensor& src, host_ir::RunState& state) {
+    copy_d2d(dst, contiguous(src, Stream::current(state.device.index)), Stream::current(state.device.index));
+  };
   plan->open_streams = open_cuda_streams;
   for (const Segment& s : plan->program.segmentation.segments) {
     if (s.scheduler == "noop") {

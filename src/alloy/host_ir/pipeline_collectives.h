@@ -1,0 +1,27 @@
+// pipeline_collectives: a Program -> Program pass that hides communication behind compute in
+// tensor-parallel layers (issue 13). It rewrites
+//   - all-gather -> GEMM (a sequence-parallel column linear: Communicate all_gather(axis=0) of
+//     x, then the matmul segment whose activation operand is the gathered x), and
+//   - GEMM -> reduce-scatter (a row-parallel linear: the matmul segment writing partial sums P,
+//     then Communicate reduce_scatter(axis=0) of P, P read by nothing else)
+// into a ForChunks loop over S chunks of each device's rows: chunk i is all-gathered on the
+// communication stream while the GEMMs of chunk i-1 run on a compute stream (one GEMM per block
+// of rows, written in place into the whole output); for the reduce-scatter, the partial sums of
+// chunk i are reduce-scattered while chunk i+1 is multiplied. The epilogue (bias, GELU) stays in
+// each chunk's GEMM. Whole buffers are allocated before the loop on the run's stream, the
+// communication stream and the compute streams (a pool of two, alternating) wait for it, and the
+// run's stream waits for every one of them after the loop: the host never blocks.
+// S comes from the options: off, chunks=N, or auto (CPU: off, nothing overlaps there; CUDA:
+// 4 chunks). A chunk count larger than a device's rows is cut to the rows at run time; rows that
+// S does not divide give chunks that differ by one row.
+// Precondition: a lowered program (side_streams may have run). Postcondition: the same values
+// computed; Communicate and Launch nodes outside the rewritten pairs unchanged.
+#pragma once
+
+#include "alloy/host_ir/program.h"
+
+namespace alloy::host_ir {
+
+Program pipeline_collectives(Program program, const ProgramPassOptions& options);
+
+}  // namespace alloy::host_ir
