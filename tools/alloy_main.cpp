@@ -327,7 +327,7 @@ int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Te
   if (opts.bench > 0) {
     std::ostringstream quiet;
     std::streambuf* old = root ? nullptr : std::cout.rdbuf(quiet.rdbuf());
-    bench(executor, place_inputs(f, local, executor.device()), opts.bench);
+    bench(executor, local, opts.bench);  // (already on the device)
     if (old) std::cout.rdbuf(old);
   }
   return 0;

@@ -151,6 +151,17 @@ TEST(ShardingRules, AUsersAnnotation_IsNeverChanged) {
   EXPECT_TRUE(has(d.program, "all_gather(axis=0)")) << d.program;
 }
 
+TEST(ShardingRules, AnAnnotatedCompositeStatement_KeepsItsAnnotationThroughTheDecomposition) {
+  // the only annotation is on a statement that decompose_composites rewrites (a fuzzer's find:
+  // the mesh was lost with it and the next pass met values without shardings)
+  Dumps d = dumps_of(R"(fusion f(x: bf16[4, 4, 8], w: bf16[8]) {
+    y = rms_norm(x, w, normalized_ndim=1, eps=1.0e-6)
+    @mesh[0, 1] shard(axis=0) return y
+  })");
+  EXPECT_TRUE(has(d.sharding, "y: bf16[4, 4, 8] @mesh[0, 1] shard(axis=0)  # user (t.fusion:3:5)")) << d.sharding;
+  EXPECT_TRUE(has(d.sharding, "x: bf16[4, 4, 8] @mesh[0, 1] ")) << d.sharding;
+}
+
 TEST(ShardingRules, TheCostRule_GathersTheSmallerOperand) {
   // x (T counted as 4096: 4096*64 elements) against w (64*64): the weight moves
   Dumps d = dumps_of(R"(fusion f(x: f32[T, 64] @mesh[0, 1] shard(axis=0), w: f32[64, 64] @mesh[0, 1] shard(axis=0)) {

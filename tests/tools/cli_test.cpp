@@ -233,7 +233,7 @@ TEST_F(CliTest, Run_FusionOption_PicksTheNamedFusionOfSeveral) {
 TEST_F(CliTest, Run_MissingFile_IsAUserError) {
   CliResult r = alloy("run " + path("nope.fusion"));
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(contains(r.err, "nope.fusion: no such file")) << r.err;
+  EXPECT_TRUE(contains(r.err, "nope.fusion: cannot open the .fusion file: no such file")) << r.err;
 }
 
 TEST_F(CliTest, Run_CudaDevice_RunsOrFailsAsAUserErrorButNeverCrashes) {

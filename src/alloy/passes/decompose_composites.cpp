@@ -14,10 +14,12 @@ Value* upcast(Rebuilder& b, Value* x, const Value* old, const char* suffix) {
 }
 
 // The composite's output: the result cast back to its dtype under its name (a cast to the same
-// dtype costs nothing in a generated kernel).
+// dtype costs nothing in a generated kernel), with the statement's annotations (a sharding the
+// user wrote on it).
 void finish(Rebuilder& b, const Op& op, Value* result) {
   const Value* old = op.outputs[0];
   b.map[old] = b.target.add_op1(OpKind::cast, {result}, {attr("dtype", Attr::dtype(old->dtype()))}, op.loc, old->name);
+  b.map[old]->take_annotations_from(*old);
 }
 
 Attr trailing_dims(int rank, int64_t count) {
