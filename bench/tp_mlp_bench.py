@@ -67,7 +67,8 @@ def alloy_median_us(alloy, text, tokens, ranks, runs, extra=()):
         f.write(text)
         path = f.name
     try:
-        cmd = [alloy, "run", path, "--bind", f"T={tokens}", "--bench", str(runs)] + list(extra)
+        binds = ["--bind", f"T={tokens}"] if "[T," in text else []
+        cmd = [alloy, "run", path] + binds + ["--bench", str(runs)] + list(extra)
         if ranks > 1:
             cmd = ["mpirun", "-n", str(ranks), "--oversubscribe"] + cmd
         out = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=600)

@@ -107,11 +107,13 @@ def test_mlp_on_the_gpu_matches_torch():
     fd = mlp_definition()
     (out,) = fd.execute(inputs)
     assert out.is_cuda and out.dtype == torch.bfloat16 and out.device == inputs[0].device
+    assert fd.compile_count == 1
     fd.validate(inputs, [torch_mlp(*inputs)])
-    fd.validate(inputs)  # against Alloy's CPU reference
+    fd.validate(inputs)  # against Alloy's CPU reference (a CPU plan of its own)
+    compiled = fd.compile_count
     for _ in range(5):
         fd.execute(inputs)
-    assert fd.compile_count == 1
+    assert fd.compile_count == compiled  # the cached GPU plan serves every call
 
 
 @needs_cuda
