@@ -83,11 +83,17 @@ bool Extent::operator<(const Extent& other) const {
 
 std::optional<int64_t> Extent::evaluate(const Bindings& bindings) const {
   // Accumulate numerator and denominator separately, dividing exactly at the end.
+  // Sizes past 2^62 are no size at all (and would overflow the products below): nullopt.
+  constexpr __int128 kLimit = __int128(1) << 62;
   __int128 num = num_, den = den_;
   for (auto& [name, p] : powers_) {
     auto it = bindings.find(name);
     if (it == bindings.end()) return std::nullopt;
-    for (int i = 0; i < (p > 0 ? p : -p); ++i) (p > 0 ? num : den) *= it->second;
+    for (int i = 0; i < (p > 0 ? p : -p); ++i) {
+      __int128& side = p > 0 ? num : den;
+      side *= it->second;
+      if (side > kLimit || side < -kLimit) return std::nullopt;
+    }
   }
   if (den == 0 || num % den != 0) return std::nullopt;
   return int64_t(num / den);

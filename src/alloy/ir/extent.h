@@ -35,7 +35,7 @@ class Extent {
   bool operator<(const Extent& other) const;  // arbitrary total order, for maps
 
   // The concrete value; nullopt when a symbol is unbound or the result is not a whole number.
-  std::optional<int64_t> evaluate(const Bindings& bindings) const;
+  std::optional<int64_t> evaluate(const Bindings& bindings) const;  // nullopt too when the size passes 2^62
 
   // "768", "B", "B*S", "B*S/2", "3*?1/2"; a `?` prints as "?" when `dynamic_as_question` is set.
   std::string str(bool dynamic_as_question = false) const;

@@ -80,8 +80,45 @@ std::string Fusion::fresh_name(std::string_view prefix) {
   }
 }
 
+std::optional<int64_t> checked_elements(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) {
+    if (s == 0) return 0;
+  }
+  for (int64_t s : sizes) {
+    if (s < 0 || __builtin_mul_overflow(n, s, &n) || n > kMaxTensorElements) return std::nullopt;
+  }
+  return n;
+}
+
+namespace {
+
+// What shape inference can already tell of a value's size: the constant axes, and the constant
+// factor of each symbolic one (4294967296*B is at least 4294967296). Past kMaxTensorElements it
+// is a user error at the value's statement, at check time.
+void check_declared_size(const ValueType& type, const std::string& name, const SourceLoc& loc) {
+  if (type.is_scalar) return;
+  std::vector<int64_t> known;
+  std::string product;
+  for (const Extent& e : type.shape) {
+    int64_t factor = 1;
+    if (auto c = e.constant_value()) factor = *c;
+    else if (e.denominator() == 1 && e.numerator() > 1) factor = e.numerator();
+    if (factor == 0) return;
+    if (factor > 1) {
+      known.push_back(factor);
+      product += (product.empty() ? "" : " * ") + std::to_string(factor);
+    }
+  }
+  if (!checked_elements(known))
+    user_error(loc, "'", name, "' would have at least ", product, " elements; a tensor has at most 2^48 (", kMaxTensorElements, ")");
+}
+
+}  // namespace
+
 Value* Fusion::add_input(std::string name, ValueType type, std::optional<Sharding> sharding,
                          const SourceLoc& loc) {
+  check_declared_size(type, name, loc);
   if (find_value(name)) user_error(loc, "parameter '", name, "' is declared twice");
   Value* v = new_value(std::move(name), std::move(type));
   v->is_input = true;
@@ -186,6 +223,7 @@ std::vector<Value*> Fusion::add_op(OpKind kind, std::vector<Value*> inputs, std:
   for (int i = 0; i < row.num_outputs; ++i) {
     std::string name = output_names.empty() ? fresh_name() : output_names[i];
     if (find_value(name)) user_error(loc, "'", name, "' is already defined");
+    check_declared_size(types[i], name, loc);
     Value* out = new_value(name, types[i]);
     out->producer = op.get();
     op->outputs.push_back(out);

@@ -101,6 +101,13 @@ struct Op {
   std::vector<int64_t> ints_attr(std::string_view name) const;
 };
 
+// The most elements one tensor may have: far more than any device holds (2^48 elements of one
+// byte are 256 TiB), and small enough that sizes, strides and byte counts never overflow int64.
+constexpr int64_t kMaxTensorElements = int64_t(1) << 48;
+
+// The element count of `sizes`, or nullopt when it passes kMaxTensorElements (never overflows).
+std::optional<int64_t> checked_elements(const std::vector<int64_t>& sizes);
+
 class Fusion {
  public:
   explicit Fusion(std::string name = "fusion") : name_(std::move(name)) {}

@@ -183,8 +183,29 @@ bool is_comparison(OpKind k) {
   return k == OpKind::eq || k == OpKind::ne || k == OpKind::lt || k == OpKind::le || k == OpKind::gt || k == OpKind::ge;
 }
 
+// An integer literal meets integer tensors in their dtype: one the dtype cannot hold would wrap,
+// so it is refused (as PyTorch refuses `int32_tensor + 99999999999`); so is an integer raised to a
+// negative literal power, which has no integer result.
+void check_literals_fit(const InferContext& ctx, size_t first, size_t last, DType operand_dtype) {
+  if (!is_integral(operand_dtype) || operand_dtype == DType::boolean) return;
+  int64_t lo = operand_dtype == DType::i32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
+  int64_t hi = operand_dtype == DType::i32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
+  for (size_t i = first; i < last && i < ctx.inputs.size(); ++i) {
+    const Value* v = ctx.inputs[i];
+    if (!v->literal || v->literal->kind != Literal::Kind::integer) continue;
+    int64_t value = v->literal->i;
+    if (value < lo || value > hi)
+      ctx.fail("the literal " + std::to_string(value) + " does not fit " + std::string(dtype_name(operand_dtype)) +
+               ", the dtype of the other operand (expected " + std::to_string(lo) + " to " + std::to_string(hi) + ")");
+    if (ctx.kind == OpKind::pow && i == 1 && value < 0)
+      ctx.fail("an integer (" + std::string(dtype_name(operand_dtype)) + ") raised to the negative power " + std::to_string(value) +
+               " has no integer result; cast the base to a floating dtype first");
+  }
+}
+
 std::vector<ValueType> infer_binary(const InferContext& ctx) {
   DType t = promoted(ctx, 0, 2);
+  check_literals_fit(ctx, 0, 2, t);
   if (is_comparison(ctx.kind)) t = DType::boolean;
   else if (ctx.kind == OpKind::div && !is_floating(t)) t = all_scalar(ctx) ? DType::f64 : DType::f32;
   else if (t == DType::boolean && (ctx.kind == OpKind::sub || ctx.kind == OpKind::pow))
@@ -195,7 +216,9 @@ std::vector<ValueType> infer_binary(const InferContext& ctx) {
 std::vector<ValueType> infer_where(const InferContext& ctx) {
   if (type_of(ctx, 0).dtype != DType::boolean)
     ctx.fail("condition must be bool, found " + shape_str(type_of(ctx, 0)));
-  return {make(promoted(ctx, 1, 3), broadcast_all(ctx, 0, 3), all_scalar(ctx))};
+  DType t = promoted(ctx, 1, 3);
+  check_literals_fit(ctx, 1, 3, t);
+  return {make(t, broadcast_all(ctx, 0, 3), all_scalar(ctx))};
 }
 
 std::vector<ValueType> infer_cast(const InferContext& ctx) {

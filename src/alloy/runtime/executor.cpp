@@ -1,5 +1,7 @@
 #include "alloy/runtime/executor.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -38,6 +40,9 @@ struct FusionExecutor::Impl {
   const CompiledFusion& plan_for();
   void join_team();
   Bindings bind(const std::vector<Tensor>& inputs);
+  void check_sizes(const CompiledFusion& plan, const Bindings& b);
+  std::mutex sizes_mutex;
+  std::optional<Bindings> sizes_checked;  // the last sizes check_sizes accepted
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
   std::vector<Tensor> run_locked(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
 };
@@ -123,11 +128,27 @@ void FusionExecutor::Impl::join_team() {
 
 // Binds and checks the inputs. In a team, the ranks agree before any collective: a rank whose
 // inputs are wrong fails, and every other rank fails with it instead of waiting for it.
+// Every value's size for these bindings can run (checked once per new set of sizes: the cached
+// path of repeated sizes stays a map comparison).
+void FusionExecutor::Impl::check_sizes(const CompiledFusion& plan, const Bindings& b) {
+  {
+    std::lock_guard<std::mutex> lock(sizes_mutex);
+    if (sizes_checked && *sizes_checked == b) return;
+  }
+  int64_t memory = 0;
+  if (device.kind == DeviceKind::cuda) memory = cuda::device_props(device.index).total_memory;
+  else if (long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE); pages > 0 && page > 0) memory = int64_t(pages) * page;
+  check_run_sizes(*plan.local, b, memory, device.str());
+  std::lock_guard<std::mutex> lock(sizes_mutex);
+  sizes_checked = b;
+}
+
 Bindings FusionExecutor::Impl::bind(const std::vector<Tensor>& inputs) {
   const CompiledFusion& plan = plan_for();
   if (!team || team->size() == 1) {
     Bindings b = bind_inputs(*plan.local, inputs);
     if (plan.global) check_shardable(*plan.global, &b);
+    check_sizes(plan, b);
     return b;
   }
   Bindings b;
@@ -135,6 +156,7 @@ Bindings FusionExecutor::Impl::bind(const std::vector<Tensor>& inputs) {
   try {
     b = bind_inputs(*plan.local, inputs);
     check_shardable(*plan.global, &b);
+    check_sizes(plan, b);
   } catch (const UserError&) {
     failure = std::current_exception();
   }

@@ -1,5 +1,9 @@
 #include "alloy/runtime/input_binding.h"
 
+#include "alloy/ir/op_table.h"
+
+#include <cmath>
+
 
 namespace alloy {
 namespace {
@@ -67,6 +71,35 @@ Bindings bind_inputs(const Fusion& fusion, const std::vector<Tensor>& inputs) {
   }
   fusion.complete_bindings(bindings);
   return bindings;
+}
+
+void check_run_sizes(const Fusion& fusion, const Bindings& bindings, int64_t memory_bytes, const std::string& device) {
+  for (auto& v : fusion.values()) {
+    if (v->is_scalar()) continue;
+    auto where = [&] { return v->producer && v->producer->loc.known() ? v->producer->loc.str() : "value '" + v->name + "'"; };
+    std::vector<int64_t> sizes;
+    double approximate = 1;  // the size as a double, to tell a size too large from one not whole
+    bool bound = true;
+    for (const Extent& e : v->shape()) {
+      double d = double(e.numerator()) / double(e.denominator());
+      for (auto& [name, p] : e.powers()) {
+        auto it = bindings.find(name);
+        if (it == bindings.end()) bound = false;
+        else d *= std::pow(double(it->second), p);
+      }
+      approximate *= d;
+      auto n = e.evaluate(bindings);
+      sizes.push_back(n.value_or(0));
+    }
+    if (!bound) continue;  // reported where the sizes are evaluated
+    auto count = checked_elements(sizes);
+    if (!count || approximate > double(kMaxTensorElements))
+      user_error_at(where(), "'", v->name, "' (", v->type_str(), ") has about ", approximate, " elements for the bound sizes; a tensor has at most 2^48");
+    int64_t bytes = *count * dtype_size(v->dtype());
+    bool view = v->producer && is_view(v->producer->kind);  // shares its input's memory
+    if (memory_bytes > 0 && bytes > memory_bytes && !view)
+      user_error_at(where(), "'", v->name, "' (", v->type_str(), ") needs ", bytes, " bytes for the bound sizes; ", device, " has ", memory_bytes);
+  }
 }
 
 }  // namespace alloy

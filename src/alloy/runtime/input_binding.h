@@ -13,4 +13,9 @@ namespace alloy {
 // and both sizes.
 Bindings bind_inputs(const Fusion& fusion, const std::vector<Tensor>& inputs);
 
+// With the sizes bound, every value of the fusion must be a size that can run: at most
+// kMaxTensorElements elements and at most `memory_bytes` bytes (the device's memory; 0: no
+// bound). Otherwise a user error at the value's statement naming its size and the limit.
+void check_run_sizes(const Fusion& fusion, const Bindings& bindings, int64_t memory_bytes, const std::string& device);
+
 }  // namespace alloy
