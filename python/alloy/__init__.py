@@ -23,12 +23,14 @@ import os as _os
 import sys as _sys
 
 from . import _alloy
+from . import distributed
 from ._alloy import DataType, Error, InternalError, Value
+from .distributed import Replicate, Shard
 
 __all__ = [
     "FusionDefinition", "DataType", "Value", "Error", "InternalError", "ValidationError",
     "float64", "float32", "float16", "bfloat16", "int64", "int32",  # and alloy.bool (not exported by *: it would hide the builtin)
-    "parse", "load", "op_names", "cuda_available", "device_count",
+    "parse", "load", "op_names", "cuda_available", "device_count", "Shard", "Replicate", "distributed",
 ]
 __version__ = "0.1.0"
 
@@ -234,6 +236,7 @@ class FusionDefinition:
     def __init__(self, name="fusion", *, _impl=None):
         self._impl = _impl if _impl is not None else _alloy._Definition(name)
         self.ops = Operators(self._impl)
+        self._layout = None  # (input shardings, output shardings) once finished, None entries without a mesh
 
     # -- the with block --
     def __enter__(self):
@@ -250,7 +253,7 @@ class FusionDefinition:
 
     # -- defining --
     def define_tensor(self, shape=None, dtype=None, contiguity=None, stride_order=None, *, name=None, static_sizes=False,
-                      symbolic_sizes=None):
+                      symbolic_sizes=None, mesh=None, placement=None):
         """A tensor input. ``shape``: ints, -1 or None for a dynamic size, or symbol names ('B') that
         bind to the same size wherever they appear. Or pass an existing tensor (torch, NumPy, ...)
         as the first argument: its dtype, and its sizes as dynamic ones (1 stays 1, a broadcast
@@ -258,6 +261,11 @@ class FusionDefinition:
 
         ``contiguity`` and ``stride_order`` are accepted as nvFuser takes them and checked for
         length; Alloy reads any strides at run time, so they do not restrict the inputs.
+
+        ``mesh`` (device ids, which are ranks) with ``placement`` (``alloy.Shard(k)``,
+        ``alloy.Replicate()`` (the default), torch's own, or the text's "shard(axis=K)") lays the
+        input over a mesh: the fusion then runs one process per device (``alloy.distributed``).
+        The shape stays the whole tensor's.
         """
         if shape is not None and not isinstance(shape, (list, tuple)) and hasattr(shape, "shape"):
             tensor = shape
@@ -275,7 +283,14 @@ class FusionDefinition:
                 file, line, col = _caller()
                 raise Error(f"{file}:{line}:{col}: define_tensor: {what} has {len(hint)} entries for a tensor of rank {len(shape)}")
         file, line, col = _caller()
-        return self._impl.add_input(name, _dtype(dtype), shape, file, line, col)
+        axis = None
+        if mesh is None:
+            if placement is not None:
+                raise Error(f"{file}:{line}:{col}: define_tensor: a placement was given without a mesh")
+        else:
+            mesh = [int(d) for d in (mesh.tolist() if hasattr(mesh, "tolist") else mesh)]
+            axis = None if placement is None else distributed.placement_axis(placement, f"{file}:{line}:{col}: define_tensor")
+        return self._impl.add_input(name, _dtype(dtype), shape, file, line, col, mesh, axis)
 
     from_pytorch = define_tensor
 
@@ -299,10 +314,69 @@ class FusionDefinition:
         returns the outputs as a list of the first tensor input's kind (torch in, torch out;
         NumPy in, NumPy out), viewing Alloy's memory. Runs where the tensors are (``device``:
         "cpu", "cuda", "cuda:N" to choose); on CUDA it enqueues on torch's current stream (or
-        ``stream``: a handle or a stream object) and returns without waiting."""
-        return self._impl.execute(inputs, device, stream)
+        ``stream``: a handle or a stream object) and returns without waiting.
+
+        A fusion with a mesh runs one process per device (``alloy.distributed``): each takes its
+        part of every input and returns its part of every output; DTensor inputs are accepted
+        (and redistributed to the fusion's placements) and then outputs come back as DTensors."""
+        layout = self._layout_or_none()
+        if layout is None:
+            return self._impl.execute(inputs, device, stream)
+        distributed._maybe_join_torch()
+        mesh = next(s[0] for s in layout[0] + layout[1] if s is not None)
+        if distributed.rank() not in mesh:
+            return self._impl.join_outside_mesh()  # its inputs are not read; []
+        device_mesh = None
+        inputs = list(inputs)
+        for i, (x, sharding) in enumerate(zip(inputs, layout[0])):
+            if sharding is not None and distributed._is_dtensor(x):
+                mesh, placement = sharding
+                where = f"input '{self._impl.inputs[i].name}'"
+                inputs[i], device_mesh = distributed.dtensor_to_local(x, mesh, distributed.placement_axis(placement), where)
+        outputs = self._impl.execute(inputs, device, stream)
+        if device_mesh is None:
+            return outputs
+        return [y if s is None else distributed.to_dtensor(y, device_mesh, s[1]) for y, s in zip(outputs, layout[1])]
 
     __call__ = execute
+
+    def _layout_or_none(self):
+        if self._layout is None:
+            if not self._impl.finished:
+                return None  # execute reports it
+            ins, outs = self._impl.shardings()
+            self._layout = (ins, outs) if any(s is not None for s in ins + outs) else False
+        return self._layout or None
+
+    @property
+    def input_shardings(self):
+        """Per input: None (no mesh, or a scalar) or (mesh, placement), the placement as the text
+        writes it: "replicated", "shard(axis=K)"."""
+        layout = self._layout_or_none()
+        return list(layout[0]) if layout else [None] * len(self._impl.inputs)
+
+    @property
+    def output_shardings(self):
+        """Per output: None or (mesh, placement) after propagation ("partial(sum)" is a pending
+        reduction over the mesh)."""
+        layout = self._layout_or_none()
+        return list(layout[1]) if layout else [None] * len(self._impl.outputs)
+
+    def local_inputs(self, inputs):
+        """This rank's part of each whole input (views where the tensor kind has them), for
+        ``execute``: sharded inputs are cut along their axis, the rest pass through."""
+        inputs = list(inputs)
+        shardings = self.input_shardings
+        if len(inputs) != len(shardings):
+            raise Error(f"local_inputs: fusion '{self.name}' takes {len(shardings)} inputs, found {len(inputs)}")
+        out = []
+        for i, (x, s) in enumerate(zip(inputs, shardings)):
+            if s is None or not hasattr(x, "shape"):
+                out.append(x)
+                continue
+            mesh, placement = s
+            out.append(distributed.local_part(x, mesh, distributed.placement_axis(placement), f"input '{self._impl.inputs[i].name}'"))
+        return out
 
     def validate(self, inputs, reference_outputs=None, *, device=None):
         """Runs on ``inputs`` and compares every output with ``reference_outputs`` or, without

@@ -10,6 +10,7 @@
 #include "alloy/ir/op_table.h"
 #include "alloy/ir/parser.h"
 #include "alloy/ir/printer.h"
+#include "alloy/passes/propagate_sharding.h"
 #include "exchange.h"
 
 namespace alloy::python {
@@ -192,7 +193,7 @@ auto guarded(Definition& d, Fn&& fn) {
 }
 
 ValueHandle Definition::add_input(std::optional<std::string> name, DType dtype, std::optional<std::vector<nb::object>> shape,
-                                  const SourceLoc& loc) {
+                                  const SourceLoc& loc, std::optional<std::vector<int64_t>> mesh, std::optional<int> shard_axis) {
   check_building("define_tensor");
   return guarded(*this, [&] {
     std::string place = loc.known() ? loc.str() + ": define_tensor" : "define_tensor";
@@ -203,7 +204,26 @@ ValueHandle Definition::add_input(std::optional<std::string> name, DType dtype, 
     type.is_scalar = !shape.has_value();
     if (shape)
       for (nb::handle dim : *shape) type.shape.push_back(extent_of(dim, *fusion, place));
-    return ValueHandle{shared_from_this(), fusion->add_input(value_name, std::move(type), std::nullopt, loc)};
+    std::optional<Sharding> sharding;
+    if (mesh) {
+      if (mesh->empty()) user_error_at(place, "a mesh needs at least one device");
+      for (size_t i = 0; i < mesh->size(); ++i) {
+        if ((*mesh)[i] < 0) user_error_at(place, "mesh device ids are ranks (>= 0), found ", (*mesh)[i]);
+        for (size_t j = 0; j < i; ++j)
+          if ((*mesh)[j] == (*mesh)[i]) user_error_at(place, "device ", (*mesh)[i], " appears twice in the mesh");
+      }
+      sharding = Sharding::replicated(*mesh);
+      if (shard_axis) {
+        if (type.rank() == 0) user_error_at(place, "a ", type.is_scalar ? "scalar" : "0-dim tensor", " has no axis to shard; use Replicate()");
+        if (*shard_axis < 0 || *shard_axis >= type.rank())
+          user_error_at(place, "shard axis ", *shard_axis, " is out of range for a tensor of rank ", type.rank(), "; expected 0 to ",
+                        type.rank() - 1);
+        sharding->shard_axis = *shard_axis;
+      }
+    } else if (shard_axis) {
+      user_error_at(place, "a placement was given without a mesh");
+    }
+    return ValueHandle{shared_from_this(), fusion->add_input(value_name, std::move(type), std::move(sharding), loc)};
   });
 }
 
@@ -352,6 +372,14 @@ nb::list Definition::execute(const nb::sequence& inputs, nb::handle device, nb::
   return result;
 }
 
+nb::list Definition::join_outside_mesh() {
+  check_usable("execute");
+  if (!finished) user_error_at("execute", "fusion '", fusion->name(), "' is still being defined: execute it after its `with` block");
+  std::vector<Tensor> outputs = run_released(executor_for(Device{DeviceKind::cpu, 0}), {}, {});
+  if (!outputs.empty()) internal_error("a rank outside the mesh got ", outputs.size(), " outputs");
+  return nb::list();
+}
+
 std::string Definition::dump(const std::string& stage, nb::handle inputs, nb::handle device) {
   check_usable("dump");
   if (stage == "ir") return print_fusion(*fusion);
@@ -393,6 +421,38 @@ std::vector<std::string> Definition::validate(const nb::sequence& inputs, nb::ha
     if (!m.empty()) mismatches.push_back(m);
   }
   return mismatches;
+}
+
+static nb::list sharding_list(const std::vector<std::optional<Sharding>>& shardings, size_t count) {
+  nb::list out;
+  for (size_t i = 0; i < count; ++i) {
+    const std::optional<Sharding>& s = i < shardings.size() ? shardings[i] : std::nullopt;
+    if (!s) {
+      out.append(nb::none());
+      continue;
+    }
+    nb::list mesh;
+    for (int64_t d : s->mesh) mesh.append(d);
+    std::string placement = s->shard_axis ? "shard(axis=" + std::to_string(*s->shard_axis) + ")"
+                            : s->partial  ? std::string("partial(") +
+                                               (*s->partial == PartialReduce::sum ? "sum" : *s->partial == PartialReduce::max ? "max" : "min") + ")"
+                                          : "replicated";
+    out.append(nb::make_tuple(mesh, placement));
+  }
+  return out;
+}
+
+std::pair<nb::list, nb::list> Definition::shardings() {
+  check_usable("shardings");
+  if (!finished) user_error_at("shardings", "fusion '", fusion->name(), "' is still being defined");
+  std::vector<std::optional<Sharding>> in, out;
+  if (fusion_mesh(*fusion)) {  // as the run lays them (propagated, then resharded), from the CPU plan
+    FusionExecutor& executor = executor_for(Device{DeviceKind::cpu, 0});
+    nb::gil_scoped_release release;
+    in = executor.input_shardings();
+    out = executor.output_shardings();
+  }
+  return {sharding_list(in, fusion->inputs().size()), sharding_list(out, fusion->outputs().size())};
 }
 
 int Definition::plans_built() {

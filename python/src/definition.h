@@ -35,8 +35,9 @@ struct Definition : std::enable_shared_from_this<Definition> {
   explicit Definition(std::unique_ptr<Fusion> fusion) : fusion(std::move(fusion)) {}
 
   // ---- building (each a user error after finish() or a failure) ----
+  // `mesh` (device ids) with `shard_axis` (nullopt: replicated) lays the input over a mesh.
   ValueHandle add_input(std::optional<std::string> name, DType dtype, std::optional<std::vector<nb::object>> shape,
-                        const SourceLoc& loc);
+                        const SourceLoc& loc, std::optional<std::vector<int64_t>> mesh = {}, std::optional<int> shard_axis = {});
   ValueHandle add_literal(nb::handle number);
   // `inputs`: values of this definition or Python numbers (literals); `attrs`: name -> value
   // (int, float, bool, str, DType, or a list of ints and symbol names).
@@ -50,11 +51,18 @@ struct Definition : std::enable_shared_from_this<Definition> {
   // `device`: None (where the tensor inputs are), "cpu", "cuda", "cuda:N" or an int N.
   // `stream`: None (torch's current stream for torch tensors, else the thread's), or a handle.
   nb::list execute(const nb::sequence& inputs, nb::handle device, nb::handle stream);
+  // On a rank outside the fusion's mesh: takes part in making the mesh's teams (collective over
+  // the job) and returns no outputs.
+  nb::list join_outside_mesh();
   std::string dump(const std::string& stage, nb::handle inputs, nb::handle device);
   // Mismatches between a run on the inputs' device and `reference` outputs (or, when None, a run of
   // the CPU reference on the same inputs), one line each; empty when every output matches.
   std::vector<std::string> validate(const nb::sequence& inputs, nb::handle reference, nb::handle device);
   int plans_built();
+  // How each input and output is laid over the mesh after propagation: per value None or
+  // (mesh, placement) with placement "replicated", "shard(axis=K)" or "partial(OP)"; both lists
+  // are all None for a fusion without a mesh.
+  std::pair<nb::list, nb::list> shardings();
 
  private:
   void check_usable(const char* what) const;

@@ -3,6 +3,7 @@
 // errors. The Python half (FusionDefinition) is a thin layer over these.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -12,6 +13,7 @@
 #include "alloy/ir/parser.h"
 #include "alloy/ir/printer.h"
 #include "definition.h"
+#include "distributed.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -164,8 +166,11 @@ NB_MODULE(_alloy, m) {
       })
       .def("add_input",
            [](Definition& d, std::optional<std::string> name, DType dtype, std::optional<std::vector<nb::object>> shape,
-              std::optional<std::string> file, int line, int col) { return d.add_input(name, dtype, shape, loc_of(file, line, col)); },
-           "name"_a.none(), "dtype"_a, "shape"_a.none(), "file"_a.none() = nb::none(), "line"_a = 0, "col"_a = 0)
+              std::optional<std::string> file, int line, int col, std::optional<std::vector<int64_t>> mesh, std::optional<int> shard_axis) {
+             return d.add_input(name, dtype, shape, loc_of(file, line, col), std::move(mesh), shard_axis);
+           },
+           "name"_a.none(), "dtype"_a, "shape"_a.none(), "file"_a.none() = nb::none(), "line"_a = 0, "col"_a = 0,
+           "mesh"_a.none() = nb::none(), "shard_axis"_a.none() = nb::none())
       .def("add_literal", &Definition::add_literal, "value"_a)
       .def("add_op",
            [](Definition& d, const std::string& op, const std::vector<nb::object>& inputs, const nb::dict& attrs,
@@ -181,8 +186,11 @@ NB_MODULE(_alloy, m) {
       .def("dump", &Definition::dump, "stage"_a, "inputs"_a.none() = nb::none(), "device"_a.none() = nb::none())
       .def("validate", &Definition::validate, "inputs"_a, "reference"_a.none() = nb::none(), "device"_a.none() = nb::none())
       .def_prop_ro("plans_built", &Definition::plans_built)
+      .def("shardings", &Definition::shardings)
+      .def("join_outside_mesh", &Definition::join_outside_mesh)
       .def("text", [](const Definition& d) { return print_fusion(*d.fusion); });
 
+  bind_distributed(m);
   m.def("op_table", &op_table, "One dict per op of the .fusion format: name, op_class, min/max_inputs, num_outputs, attrs.");
   m.def("parse",
         [](const std::string& text, std::optional<std::string> name, const std::string& file) {

@@ -16,7 +16,10 @@ except ImportError:
     sys.exit(77)
 
 here = os.path.dirname(os.path.abspath(__file__))
-code = int(pytest.main(["-q", "-p", "no:cacheprovider", here] + sys.argv[1:]))
+# the files or folders named (e.g. multidevice/test_sharded.py under mpirun), else all of this one
+named = [os.path.join(here, a) for a in sys.argv[1:] if not a.startswith("-")]
+options = [a for a in sys.argv[1:] if a.startswith("-")]
+code = int(pytest.main(["-q", "-p", "no:cacheprovider"] + (named or [here]) + options))
 if code == pytest.ExitCode.NO_TESTS_COLLECTED:
     print("python_tests: no tests were collected from", here)
     sys.exit(1)

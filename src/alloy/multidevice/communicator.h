@@ -12,6 +12,7 @@
 // the mesh.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,8 +29,24 @@ struct ProcessInfo {
 };
 
 // This process's place in the job; initializes MPI on first use when the process was started by
-// an MPI launcher (mpirun sets OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK).
+// an MPI launcher (mpirun sets OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK). In a job another
+// framework started (join_external_job), that job's place.
 const ProcessInfo& process();
+
+class Communicator;
+// Makes the host team of `mesh` (device ids, which are ranks of the job): called by every rank of
+// the job together, with `position` this rank's place in the mesh (-1 outside it, where it
+// returns nullptr). Never called for a mesh of one.
+using TeamMaker = std::function<std::shared_ptr<Communicator>(const std::vector<int64_t>& mesh, int position)>;
+
+// Joins a job another launcher started (torchrun, through torch.distributed): this process is
+// `info.rank` of `info.size`, and host tensors move through the teams `make_team` makes (device
+// tensors use NCCL with its unique id sent over them, or are staged through them). Call it on
+// every rank before any fusion with a mesh runs; a user error in an MPI job of several processes,
+// once a team of several has been made, or with a place that is not in the job.
+void join_external_job(const ProcessInfo& info, TeamMaker make_team);
+// Whether this process is in a job joined through join_external_job.
+bool in_external_job();
 // Whether this build can run jobs of several processes (it was built with MPI).
 bool have_mpi();
 

@@ -257,7 +257,8 @@ std::shared_ptr<Communicator> device_communicator(std::shared_ptr<Communicator> 
   static std::once_flag said;
   std::call_once(said, [&] {
     if (host->rank() == 0)
-      std::fprintf(stderr, "alloy: device tensors are communicated through host memory and MPI (slow): %s\n", why.c_str());
+      std::fprintf(stderr, "alloy: device tensors are communicated through host memory and %s (slow): %s\n",
+                   host->name().c_str(), why.c_str());
   });
   return std::make_shared<StagedCommunicator>(std::move(host), device);
 }

@@ -2,8 +2,10 @@
 // without MPI runs jobs of one process: the team of one copies.
 #include "alloy/multidevice/mpi_communicator.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "alloy/common/error.h"
 
@@ -141,9 +143,8 @@ class SelfCommunicator final : public Communicator {
   }
 };
 
-}  // namespace
-
-const ProcessInfo& process() {
+// The MPI job (or the job of one).
+const ProcessInfo& mpi_process() {
   static const ProcessInfo info = [] {
     ProcessInfo p;
 #if ALLOY_HAVE_MPI
@@ -165,11 +166,61 @@ const ProcessInfo& process() {
   return info;
 }
 
+// A job another framework started: set once, kept for the life of the process.
+struct ExternalJob {
+  ProcessInfo info;
+  TeamMaker make_team;
+  std::shared_ptr<Communicator> world;  // the whole job's host team, for agreements (made on first use)
+};
+std::atomic<ExternalJob*> external_job{nullptr};
+std::atomic<bool> made_a_team_of_several{false};
+
+}  // namespace
+
+const ProcessInfo& process() {
+  if (ExternalJob* job = external_job.load(std::memory_order_acquire)) return job->info;
+  return mpi_process();
+}
+
+void join_external_job(const ProcessInfo& info, TeamMaker make_team) {
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
+  if (info.size < 1 || info.rank < 0 || info.rank >= info.size || info.local_rank < 0)
+    user_error_at("join_external_job", "rank ", info.rank, " of ", info.size, " processes (local rank ", info.local_rank,
+                  ") is not a place in a job; expected 0 <= rank < size");
+  if (!make_team) user_error_at("join_external_job", "no maker of teams was given");
+  ExternalJob* current = external_job.load();
+  if (current) {
+    if (current->info.rank == info.rank && current->info.size == info.size) return;  // joined already
+    user_error_at("join_external_job", "this process already joined a job as rank ", current->info.rank, " of ", current->info.size,
+                  "; it cannot join another as rank ", info.rank, " of ", info.size);
+  }
+  if (mpi_process().size > 1)
+    user_error_at("join_external_job", "this process was started by mpirun as rank ", mpi_process().rank, " of ", mpi_process().size,
+                  ", and Alloy communicates through MPI there; another launcher's job cannot be joined");
+  if (made_a_team_of_several.load())
+    user_error_at("join_external_job", "a fusion with a mesh of several devices already ran in this process; join the job first");
+  external_job.store(new ExternalJob{info, std::move(make_team), nullptr}, std::memory_order_release);  // kept to the end
+}
+
+bool in_external_job() { return external_job.load(std::memory_order_acquire) != nullptr; }
+
 bool have_mpi() { return ALLOY_HAVE_MPI != 0; }
 
 int first_failing_rank(bool failed) {
   const ProcessInfo& p = process();
   if (p.size == 1) return failed ? 0 : -1;
+  if (ExternalJob* job = external_job.load()) {
+    if (!job->world) {
+      std::vector<int64_t> everyone(size_t(p.size));
+      for (int r = 0; r < p.size; ++r) everyone[size_t(r)] = r;
+      job->world = host_communicator(everyone);
+    }
+    int32_t mine = failed ? p.rank : p.size, lowest = p.size;
+    job->world->all_reduce(Tensor::borrow(&mine, Device{}, DType::i32, {1}, {1}), Tensor::borrow(&lowest, Device{}, DType::i32, {1}, {1}),
+                           PartialReduce::min);
+    return lowest == p.size ? -1 : lowest;
+  }
 #if ALLOY_HAVE_MPI
   int mine = failed ? p.rank : p.size, lowest = p.size;
   check(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "agreement");
@@ -201,7 +252,11 @@ std::optional<std::string> mesh_misfit(const std::vector<int64_t>& mesh) {
                      " (ids up to " + std::to_string(highest) + ") but this job has " + std::to_string(size) + " process" +
                      (size == 1 ? "" : "es") + "; launch one process per device, e.g. `mpirun -n " +
                      std::to_string(highest + 1) + " alloy run ...`";
-  if (!have_mpi()) text += " (this build has no MPI: rebuild with Open MPI installed, scripts/setup-deps)";
+  if (in_external_job())
+    text = "the mesh has " + std::to_string(mesh.size()) + " device" + (mesh.size() == 1 ? "" : "s") + " (ids up to " +
+           std::to_string(highest) + ") but this job has " + std::to_string(size) + " process" + (size == 1 ? "" : "es") +
+           "; launch one process per device, e.g. `torchrun --nproc-per-node " + std::to_string(highest + 1) + " ...`";
+  else if (!have_mpi()) text += " (this build has no MPI: rebuild with Open MPI installed, scripts/setup-deps)";
   return text;
 }
 
@@ -212,6 +267,14 @@ std::shared_ptr<Communicator> host_communicator(const std::vector<int64_t>& mesh
   for (size_t i = 0; i < mesh.size(); ++i)
     if (mesh[i] == p.rank) position = int(i);
   if (mesh.size() == 1) return position == 0 ? std::make_shared<SelfCommunicator>() : nullptr;
+  made_a_team_of_several.store(true);
+  if (ExternalJob* job = external_job.load()) {
+    std::shared_ptr<Communicator> team = job->make_team(mesh, position);
+    if (position >= 0 && (!team || team->rank() != position || team->size() != int(mesh.size())))
+      internal_error("the team made for mesh position ", position, " of ", mesh.size(), " is ",
+                     team ? std::to_string(team->rank()) + " of " + std::to_string(team->size()) : std::string("missing"));
+    return position >= 0 ? team : nullptr;
+  }
 #if ALLOY_HAVE_MPI
   MPI_Comm comm;
   check(MPI_Comm_split(MPI_COMM_WORLD, position >= 0 ? 0 : MPI_UNDEFINED, position, &comm), "split by mesh");
