@@ -211,7 +211,7 @@ def pair_worker(args, rank, world):
 
 def torch_pair_medians(pair, m, k, n, ranks, runs):
     cmd = ["torchrun", "--standalone", f"--nproc-per-node={ranks}", os.path.abspath(__file__), "--torch-worker", "--pair", pair,
-           "--m", str(m), "--k", str(k), "--n", str(n), "--runs", str(runs)]
+           "--pair-m", str(m), "--pair-k", str(k), "--pair-n", str(n), "--runs", str(runs)]
     out = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=600)
     mres = re.search(r"TORCH_RESULTS (.*)", out.stdout)
     if out.returncode != 0 or not mres:
@@ -248,9 +248,9 @@ def main():
     p.add_argument("--pairs", default="8192x8192x28672", help="M x K x N of the AG+GEMM and GEMM+RS cases ('' for none)")
     p.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--pair", default="", help=argparse.SUPPRESS)
-    p.add_argument("--m", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--k", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--pair-m", dest="m", type=int, default=0, help=argparse.SUPPRESS)  # not --m: torchrun takes abbreviations of its own options
+    p.add_argument("--pair-k", dest="k", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--pair-n", dest="n", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--c", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--h", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -319,6 +319,8 @@ class FusionDefinition:
         A fusion with a mesh runs one process per device (``alloy.distributed``): each takes its
         part of every input and returns its part of every output; DTensor inputs are accepted
         (and redistributed to the fusion's placements) and then outputs come back as DTensors."""
+        if self._layout is False:  # the fast path: no mesh (known after the first run)
+            return self._impl.execute(inputs, device, stream)
         layout = self._layout_or_none()
         if layout is None:
             return self._impl.execute(inputs, device, stream)

@@ -60,5 +60,25 @@ TEST(DType, F16_RoundsToNearestEvenIncludingSubnormals) {
   }
 }
 
+// A double just past a tie of the 16-bit format: rounding through float would first land on the
+// tie and then go to even (down); rounding once goes up. And exact ties still go to even.
+TEST(DType, DoubleTo16Bit_RoundsOnceNotTwice) {
+  double past_bf16_tie = 1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30);
+  EXPECT_EQ(float_to_bf16_bits(float(past_bf16_tie)), float_to_bf16_bits(1.0f));  // the double rounding
+  EXPECT_EQ(double_to_bf16_bits(past_bf16_tie), float_to_bf16_bits(1.0078125f));
+  EXPECT_EQ(double_to_bf16_bits(-past_bf16_tie), float_to_bf16_bits(-1.0078125f));
+  EXPECT_EQ(double_to_bf16_bits(1.0 + std::ldexp(1.0, -8)), float_to_bf16_bits(1.0f));  // a tie: to even
+  double past_f16_tie = 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
+  EXPECT_EQ(double_to_f16_bits(past_f16_tie), float_to_f16_bits(1.0f + 0.0009765625f));
+  EXPECT_EQ(double_to_f16_bits(1.0 + std::ldexp(1.0, -11)), float_to_f16_bits(1.0f));
+  // beyond float's range, infinities and NaN
+  EXPECT_EQ(double_to_bf16_bits(1e300), 0x7F80);
+  EXPECT_EQ(double_to_bf16_bits(-1e300), 0xFF80);
+  EXPECT_EQ(double_to_f16_bits(65519.99), float_to_f16_bits(65504.0f));
+  EXPECT_EQ(double_to_f16_bits(65520.0), 0x7C00);
+  EXPECT_TRUE(std::isnan(bf16_bits_to_float(double_to_bf16_bits(std::nan("")))));
+  EXPECT_EQ(double_to_bf16_bits(std::ldexp(1.0, -140)), float_to_bf16_bits(std::ldexp(1.0f, -140)));  // subnormal
+}
+
 }  // namespace
 }  // namespace alloy

@@ -150,5 +150,67 @@ fusion f(a: f32, x: f32[4]) {
   EXPECT_EQ(s.segments[0].note, "(b is a scalar: scalar arithmetic runs on the host; a kernel stores tensors)") << s.str();
 }
 
+// Issue 16, family 5: limits instead of failures. A chain longer than one kernel takes becomes
+// several kernels (segmentation stays linear in the fusion's length), each at most 256 ops.
+TEST(CudaSegmenter, AChainLongerThanAKernelTakesIsSeveralKernels) {
+  std::string text = "fusion f(x: f32[8, 8]) {\n  t0 = add(x, 1.0)\n";
+  for (int i = 1; i < 600; ++i) text += "  t" + std::to_string(i) + " = mul(t" + std::to_string(i - 1) + ", 1.5)\n";
+  text += "  return t599\n}\n";
+  auto f = parse_fusion(text, "t.fusion", std::nullopt);
+  Segmentation s = segment_for_cuda(*f);
+  ASSERT_EQ(s.segments.size(), 3u) << s.refusals.size();
+  size_t ops = 0;
+  for (const Segment& seg : s.segments) {
+    EXPECT_EQ(seg.scheduler, "pointwise");
+    EXPECT_LE(seg.ops.size(), 256u);
+    ops += seg.ops.size();
+  }
+  EXPECT_EQ(ops, 600u);
+  ASSERT_FALSE(s.refusals.empty());
+  EXPECT_NE(s.refusals[0].why.find("at most 256 ops"), std::string::npos) << s.refusals[0].why;
+}
+
+// Tensors whose pointers, sizes and strides would pass CUDA's 32 KB of kernel parameters are
+// split over kernels: here 100 inputs of rank 40 summed in one chain.
+TEST(CudaSegmenter, KernelParametersStayUnderCudasLimit) {
+  std::string shape = "f32[";
+  for (int d = 0; d < 40; ++d) shape += std::string(d ? ", " : "") + "2";
+  shape += "]";
+  std::string text = "fusion f(";
+  for (int i = 0; i < 100; ++i) text += std::string(i ? ", " : "") + "x" + std::to_string(i) + ": " + shape;
+  text += ") {\n  s1 = add(x0, x1)\n";
+  for (int i = 2; i < 100; ++i) text += "  s" + std::to_string(i) + " = add(s" + std::to_string(i - 1) + ", x" + std::to_string(i) + ")\n";
+  text += "  return s99\n}\n";
+  auto f = parse_fusion(text, "t.fusion", std::nullopt);
+  Segmentation s = segment_for_cuda(*f);
+  ASSERT_GE(s.segments.size(), 2u);
+  for (const Segment& seg : s.segments) {
+    size_t tensors = seg.inputs.size() + seg.outputs.size();
+    EXPECT_LE(8 + 40 + int64_t(tensors) * 41, 4000) << "segment " << seg.id << " has " << tensors << " tensors";
+  }
+}
+
+std::string parse_error(const std::string& text) {
+  try {
+    parse_fusion(text, "t.fusion", std::nullopt);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(CudaSegmenter, MoreThan64AxesIsALocatedError) {
+  std::string shape;
+  for (int d = 0; d < 65; ++d) shape += std::string(d ? ", " : "") + "1";
+  EXPECT_NE(parse_error("fusion f(x: f32[" + shape + "]) {\n  y = neg(x)\n  return y\n}\n").find("'x' has 65 axes; a tensor has at most 64"),
+            std::string::npos);
+  // and a statement that makes one: 64 axes broadcast to 65
+  std::string s64;
+  for (int d = 0; d < 64; ++d) s64 += std::string(d ? ", " : "") + "1";
+  std::string e = parse_error("fusion f(x: f32[" + s64 + "]) {\n  y = reshape(x, shape=[" + shape + "])\n  return y\n}\n");
+  EXPECT_NE(e.find("t.fusion:2:"), std::string::npos) << e;
+  EXPECT_NE(e.find("'y' has 65 axes"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace alloy

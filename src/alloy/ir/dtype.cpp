@@ -87,6 +87,20 @@ uint16_t float_to_bf16_bits(float f) {
   return uint16_t((u + rounding) >> 16);
 }
 
+// `d` as a float rounded toward zero, with the lowest mantissa bit set when that was inexact
+// ("round to odd"): a later rounding to a format of at most 22 bits is then the correct rounding
+// of `d` itself.
+static float to_float_round_odd(double d) {
+  if (!std::isfinite(d)) return float(d);
+  float f = float(d);
+  if (std::fabs(double(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
+  if (double(f) != d) f = std::bit_cast<float>(std::bit_cast<uint32_t>(f) | 1u);
+  return f;
+}
+
+uint16_t double_to_bf16_bits(double d) { return float_to_bf16_bits(to_float_round_odd(d)); }
+uint16_t double_to_f16_bits(double d) { return float_to_f16_bits(to_float_round_odd(d)); }
+
 float bf16_bits_to_float(uint16_t b) { return std::bit_cast<float>(uint32_t(b) << 16); }
 
 uint16_t float_to_f16_bits(float f) {

@@ -38,7 +38,9 @@ uint16_t float_to_bf16_bits(float f);
 float bf16_bits_to_float(uint16_t b);
 uint16_t float_to_f16_bits(float f);
 float f16_bits_to_float(uint16_t h);
-// double -> f16/bf16 goes through float; the double rounding this may cause is within PyTorch's
-// own behaviour (it converts through float too).
+// double -> f16/bf16, rounded once to nearest even (through float rounded to odd, which keeps
+// the sticky information a plain double -> float -> bf16 would lose near ties).
+uint16_t double_to_bf16_bits(double d);
+uint16_t double_to_f16_bits(double d);
 
 }  // namespace alloy

@@ -98,6 +98,7 @@ namespace {
 // is a user error at the value's statement, at check time.
 void check_declared_size(const ValueType& type, const std::string& name, const SourceLoc& loc) {
   if (type.is_scalar) return;
+  if (type.rank() > kMaxRank) user_error(loc, "'", name, "' has ", type.rank(), " axes; a tensor has at most ", kMaxRank);
   std::vector<int64_t> known;
   std::string product;
   for (const Extent& e : type.shape) {

@@ -104,6 +104,9 @@ struct Op {
 // The most elements one tensor may have: far more than any device holds (2^48 elements of one
 // byte are 256 TiB), and small enough that sizes, strides and byte counts never overflow int64.
 constexpr int64_t kMaxTensorElements = int64_t(1) << 48;
+// The most axes a tensor has (PyTorch's limit too): a generated kernel passes a size and a stride
+// per axis of each tensor, and CUDA bounds a kernel's parameters.
+constexpr int kMaxRank = 64;
 
 // The element count of `sizes`, or nullopt when it passes kMaxTensorElements (never overflows).
 std::optional<int64_t> checked_elements(const std::vector<int64_t>& sizes);

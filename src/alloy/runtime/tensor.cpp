@@ -172,8 +172,8 @@ void store_double(void* base, DType dtype, int64_t index, double value) {
   switch (dtype) {
     case DType::f64: static_cast<double*>(base)[index] = value; return;
     case DType::f32: static_cast<float*>(base)[index] = float(value); return;
-    case DType::f16: static_cast<uint16_t*>(base)[index] = float_to_f16_bits(float(value)); return;
-    case DType::bf16: static_cast<uint16_t*>(base)[index] = float_to_bf16_bits(float(value)); return;
+    case DType::f16: static_cast<uint16_t*>(base)[index] = double_to_f16_bits(value); return;
+    case DType::bf16: static_cast<uint16_t*>(base)[index] = double_to_bf16_bits(value); return;
     case DType::i64: static_cast<int64_t*>(base)[index] = std::isfinite(value) ? int64_t(value) : 0; return;
     case DType::i32: static_cast<int32_t*>(base)[index] = std::isfinite(value) ? int32_t(int64_t(value)) : 0; return;
     case DType::boolean: static_cast<uint8_t*>(base)[index] = value != 0.0; return;

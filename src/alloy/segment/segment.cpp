@@ -8,28 +8,39 @@
 
 namespace alloy {
 
-void compute_segment_boundary(const Fusion& fusion, Segment& segment) {
-  std::set<const Value*> produced;
+ValueReaders::ValueReaders(const Fusion& fusion) {
+  for (const auto& op : fusion.ops())
+    for (const Value* in : op->inputs) {
+      std::vector<const Op*>& readers = readers_[in];
+      if (readers.empty() || readers.back() != op.get()) readers.push_back(op.get());
+    }
+  fusion_outputs_.insert(fusion.outputs().begin(), fusion.outputs().end());
+}
+
+bool ValueReaders::read_outside(const Value* v, const std::unordered_set<const Op*>& inside) const {
+  if (fusion_outputs_.count(v)) return true;
+  auto it = readers_.find(v);
+  if (it == readers_.end()) return false;
+  for (const Op* reader : it->second)
+    if (!inside.count(reader)) return true;
+  return false;
+}
+
+void compute_segment_boundary(const Fusion& fusion, Segment& segment) { compute_segment_boundary(ValueReaders(fusion), segment); }
+
+void compute_segment_boundary(const ValueReaders& readers, Segment& segment) {
+  std::unordered_set<const Value*> produced, listed;
   for (const Op* op : segment.ops)
     for (Value* out : op->outputs) produced.insert(out);
   segment.inputs.clear();
   segment.outputs.clear();
   for (const Op* op : segment.ops)
     for (Value* in : op->inputs)
-      if (!in->literal && !produced.count(in) &&
-          std::find(segment.inputs.begin(), segment.inputs.end(), in) == segment.inputs.end())
-        segment.inputs.push_back(in);
-  std::set<const Op*> inside(segment.ops.begin(), segment.ops.end());
+      if (!in->literal && !produced.count(in) && listed.insert(in).second) segment.inputs.push_back(in);
+  std::unordered_set<const Op*> inside(segment.ops.begin(), segment.ops.end());
   for (const Op* op : segment.ops)
-    for (Value* out : op->outputs) {
-      bool used_outside = std::find(fusion.outputs().begin(), fusion.outputs().end(), out) != fusion.outputs().end();
-      for (auto& other : fusion.ops()) {
-        if (used_outside) break;
-        if (inside.count(other.get())) continue;
-        used_outside = std::find(other->inputs.begin(), other->inputs.end(), out) != other->inputs.end();
-      }
-      if (used_outside) segment.outputs.push_back(out);
-    }
+    for (Value* out : op->outputs)
+      if (readers.read_outside(out, inside)) segment.outputs.push_back(out);
 }
 
 static std::string value_list(const std::vector<Value*>& values) {

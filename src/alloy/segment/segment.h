@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "alloy/ir/fusion.h"
@@ -39,7 +41,22 @@ struct Segmentation {
   std::string str() const;        // the `--dump segments` text
 };
 
-// Fill a segment's inputs and outputs from its ops and the rest of the fusion.
+// Who reads each value of a fusion (its ops, and whether it is an output of the fusion): built
+// once, so that a segment's boundary costs the segment's size rather than the fusion's.
+class ValueReaders {
+ public:
+  explicit ValueReaders(const Fusion& fusion);
+  // Whether `v` is an output of the fusion or is read by an op not in `inside`.
+  bool read_outside(const Value* v, const std::unordered_set<const Op*>& inside) const;
+
+ private:
+  std::unordered_map<const Value*, std::vector<const Op*>> readers_;
+  std::unordered_set<const Value*> fusion_outputs_;
+};
+
+// Fill a segment's inputs and outputs from its ops and the rest of the fusion (the first form
+// indexes the fusion each call: for one-off uses).
 void compute_segment_boundary(const Fusion& fusion, Segment& segment);
+void compute_segment_boundary(const ValueReaders& readers, Segment& segment);
 
 }  // namespace alloy

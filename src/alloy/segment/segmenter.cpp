@@ -10,6 +10,7 @@ namespace {
 Segmentation segment_for_cpu(const Fusion& fusion) {
   Segmentation result;
   result.target = Target::cpu;
+  ValueReaders readers(fusion);
   for (auto& op : fusion.ops()) {
     Segment s;
     s.id = int(result.segments.size());
@@ -17,7 +18,7 @@ Segmentation segment_for_cpu(const Fusion& fusion) {
                   : (is_view(op->kind) || op->kind == OpKind::segment_set) ? "noop"
                                                                            : "cpu_reference";
     s.ops.push_back(op.get());
-    compute_segment_boundary(fusion, s);
+    compute_segment_boundary(readers, s);
     result.segments.push_back(std::move(s));
   }
   return result;

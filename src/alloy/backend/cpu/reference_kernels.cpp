@@ -111,8 +111,8 @@ void store_doubles(const Tensor& dst, const double* v) {
   switch (dst.dtype()) {
     case DType::f64: store_typed<double>(dst, v, [](double x) { return x; }); break;
     case DType::f32: store_typed<float>(dst, v, [](double x) { return float(x); }); break;
-    case DType::f16: store_typed<uint16_t>(dst, v, [](double x) { return float_to_f16_bits(float(x)); }); break;
-    case DType::bf16: store_typed<uint16_t>(dst, v, [](double x) { return float_to_bf16_bits(float(x)); }); break;
+    case DType::f16: store_typed<uint16_t>(dst, v, [](double x) { return double_to_f16_bits(x); }); break;
+    case DType::bf16: store_typed<uint16_t>(dst, v, [](double x) { return double_to_bf16_bits(x); }); break;
     case DType::i64: store_typed<int64_t>(dst, v, [](double x) { return truncate_to_int(x); }); break;
     case DType::i32: store_typed<int32_t>(dst, v, [](double x) { return int32_t(uint32_t(uint64_t(truncate_to_int(x)))); }); break;
     case DType::boolean: store_typed<uint8_t>(dst, v, [](double x) { return uint8_t(x != 0.0); }); break;
@@ -148,8 +148,8 @@ double round_to(DType t, double value) {
   switch (t) {
     case DType::f64: return value;
     case DType::f32: return double(float(value));
-    case DType::f16: return double(f16_bits_to_float(float_to_f16_bits(float(value))));
-    case DType::bf16: return double(bf16_bits_to_float(float_to_bf16_bits(float(value))));
+    case DType::f16: return double(f16_bits_to_float(double_to_f16_bits(value)));
+    case DType::bf16: return double(bf16_bits_to_float(double_to_bf16_bits(value)));
     default: internal_error("round_to of ", dtype_name(t));
   }
 }

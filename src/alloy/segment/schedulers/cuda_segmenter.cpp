@@ -29,13 +29,31 @@ std::string describe(const std::vector<const Op*>& ops) {
   return out;
 }
 
-Segment make_segment(const Fusion& fusion, std::vector<const Op*> ops, std::string scheduler, int id) {
+Segment make_segment(const ValueReaders& readers, std::vector<const Op*> ops, std::string scheduler, int id) {
   Segment s;
   s.id = id;
   s.scheduler = std::move(scheduler);
   s.ops = std::move(ops);
-  compute_segment_boundary(fusion, s);
+  compute_segment_boundary(readers, s);
   return s;
+}
+
+// The limits of one generated kernel. Ops: a kernel is grown op by op, each longer run analyzed
+// again, so a cap keeps segmentation linear in the fusion's length (a longer chain becomes
+// several kernels). Parameters: CUDA passes at most 32,764 bytes to a kernel; ours are 8 bytes
+// per pointer, per size and per stride of every tensor (kernel_codegen's param_words), bounded
+// here with every tensor at the largest rank.
+constexpr size_t kMaxKernelOps = 256;
+constexpr int64_t kMaxKernelParamWords = 4000;
+
+int64_t param_words_bound(const Segment& s) {
+  int64_t rank = 1, tensors = 0, scalars = 0;
+  for (const auto* list : {&s.inputs, &s.outputs})
+    for (const Value* v : *list) {
+      if (v->is_scalar()) ++scalars;
+      else ++tensors, rank = std::max<int64_t>(rank, v->rank());
+    }
+  return 8 + rank + tensors * (1 + rank) + scalars;
 }
 
 std::string kernel_kind(const KernelAnalysis& a) {
@@ -110,6 +128,7 @@ class Schedule {
 Segmentation segment_for_cuda(const Fusion& fusion) {
   Segmentation result;
   result.target = Target::cuda;
+  ValueReaders readers(fusion);
   std::vector<EpilogueMatch> matches = match_epilogues(fusion, result.refusals);
   Schedule schedule(fusion, matches);
   const std::vector<const Op*>& ops = schedule.order;
@@ -119,13 +138,13 @@ Segmentation segment_for_cuda(const Fusion& fusion) {
     const Op* op = ops[i];
     int id = int(result.segments.size());
     if (is_communication(op->kind)) {  // a collective is a segment of its own, never in a kernel
-      result.segments.push_back(make_segment(fusion, {op}, "communication", id));
+      result.segments.push_back(make_segment(readers, {op}, "communication", id));
       ++i;
       continue;
     }
     if (schedule.group[i] >= 0) {
       const EpilogueMatch& m = matches[schedule.group[i]];
-      Segment s = make_segment(fusion, m.ops, "matmul", id);
+      Segment s = make_segment(readers, m.ops, "matmul", id);
       s.note = m.note();
       s.epilogue = std::make_shared<EpilogueMatch>(m);
       result.segments.push_back(std::move(s));
@@ -136,7 +155,16 @@ Segmentation segment_for_cuda(const Fusion& fusion) {
     size_t best = i;
     std::string best_kind, why_not_longer;
     for (size_t j = i; j < ops.size() && schedule.group[j] < 0 && !is_matmul(ops[j]->kind) && !is_communication(ops[j]->kind); ++j) {
-      Segment candidate = make_segment(fusion, range(i, j), "", id);
+      if (j - i >= kMaxKernelOps) {
+        why_not_longer = "a generated kernel takes at most " + std::to_string(kMaxKernelOps) + " ops";
+        break;
+      }
+      Segment candidate = make_segment(readers, range(i, j), "", id);
+      if (param_words_bound(candidate) > kMaxKernelParamWords) {
+        if (why_not_longer.empty() || j == best + 1)
+          why_not_longer = "its tensors' pointers, sizes and strides would pass CUDA's 32 KB of kernel parameters";
+        break;
+      }
       auto analysis = analyze_kernel(candidate.ops, candidate.inputs, candidate.outputs);
       if (auto* a = std::get_if<KernelAnalysis>(&analysis)) {
         best = j;
@@ -149,19 +177,19 @@ Segmentation segment_for_cuda(const Fusion& fusion) {
     if (!best_kind.empty()) {
       if (!why_not_longer.empty() && best + 1 < ops.size())
         result.refusals.push_back({"kernel", describe(range(i, best + 1)), why_not_longer});
-      result.segments.push_back(make_segment(fusion, range(i, best), best_kind, id));
+      result.segments.push_back(make_segment(readers, range(i, best), best_kind, id));
       i = best + 1;
       continue;
     }
     if (is_view(op->kind) || op->kind == OpKind::segment_set) {
-      result.segments.push_back(make_segment(fusion, {op}, "noop", id));
+      result.segments.push_back(make_segment(readers, {op}, "noop", id));
     } else {
       // what no GPU scheduler runs: the segment says why
       std::string why = is_matmul(op->kind) ? std::string(dtype_name(op->outputs[0]->dtype())) + " " + std::string(op_name(op->kind)) +
                                                   ": the cuBLASLt path takes bf16, f16 and f32 operands"
                                             : why_not_longer;
       if (!is_matmul(op->kind)) result.refusals.push_back({"kernel", describe({op}), why});
-      Segment s = make_segment(fusion, {op}, "cpu_fallback", id);
+      Segment s = make_segment(readers, {op}, "cpu_fallback", id);
       s.note = "(" + why + ")";
       result.segments.push_back(std::move(s));
     }
