@@ -150,6 +150,34 @@ inline const std::vector<KernelCase>& kernel_cases() {
   r = rms_norm(x, normalized_ndim=1)
   return v, m, r
 })", "", {{"R", 517}}},
+      // tile transposes: an operand contiguous along another axis than the outputs is staged through
+      // shared memory; sizes on and off the tile (64) and the vector width, several axes around
+      {"TransposedOperandBf16", R"(fusion f(x: bf16[M, N], z: bf16[N, M]) {
+  zt = permute(z, dims=[1, 0])
+  s = mul(zt, 2.0)
+  y = add(x, s)
+  return y
+})", "", {{"M", 192}, {"N", 256}}, {{"M", 128}, {"N", 64}}},
+      {"TransposedOperandOffTheTileF32", R"(fusion f(x: f32[M, N], z: f32[N, M], b: f32[N]) {
+  zt = permute(z, dims=[1, 0])
+  s = mul(zt, x)
+  y = add(s, b)
+  return y, s
+})", "", {{"M", 100}, {"N", 133}}, {{"M", 36}, {"N", 68}}},
+      {"TransposedOperandsAroundBatchAxes", R"(fusion f(x: bf16[B, M, C, N], z: bf16[N, B, C, M], w: f32[M, 1, N]) {
+  zt = permute(z, dims=[1, 3, 2, 0])
+  e = exp(zt)
+  y = mul(x, e)
+  t = add(y, w)
+  return t
+})", "", {{"B", 3}, {"M", 72}, {"C", 2}, {"N", 40}}, {{"B", 2}, {"M", 24}, {"C", 2}, {"N", 20}}},
+      {"TransposedComputedOutput", R"(fusion f(x: f32[M, N], z: f16[M, N]) {
+  e = tanh(x)
+  et = permute(e, dims=[1, 0])
+  zt = permute(z, dims=[1, 0])
+  y = sub(et, zt)
+  return y
+})", "", {{"M", 65}, {"N", 130}}, {{"M", 33}, {"N", 17}}},
       // cat runs inside generated kernels: a cat of values read from memory is a leaf with one
       // source per operand (a cat of computed values starts a new kernel)
       {"CatRopeExampleInBf16", "", "examples/rope.fusion", {{"B", 2}, {"S", 37}}, {{"B", 1}, {"S", 5}}},

@@ -156,6 +156,63 @@ void choose_vector(const KernelAnalysis& a, const std::vector<Slot>& slots, Kern
   }
 }
 
+// A pointwise kernel whose leaves disagree on the contiguous axis runs as a tile transpose
+// (KernelVariant::transpose_axis): the leaves contiguous along another axis Y than the innermost
+// one X are staged through shared memory. Taken where every output walks X contiguously, a leaf
+// that does not walks Y contiguously, both axes span at least a quarter tile, and the staged
+// tiles fit in shared memory; no cats (their position picks the source).
+// The vector: the widest that divides both sides and that every tensor's address and other
+// strides allow, read along X (outputs and direct leaves; 'b' for those broadcast along X) and
+// along Y (staged leaves).
+bool choose_transpose(const KernelAnalysis& a, const std::vector<Slot>& slots, KernelVariant& v, const std::vector<Axis>& axes,
+                      const std::vector<const Tensor*>& tensors, const std::vector<uintptr_t>& addresses) {
+  if (a.is_reduction() || !a.cat_leaves.empty() || axes.size() < 2) return false;
+  const int x = int(axes.size()) - 1, quarter = kTransposeTile / 4;
+  if (axes[x].size < quarter) return false;
+  auto along_x = [&](size_t t) { return axes[x].strides[t]; };
+  int y = -1;
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t].leaf < 0 && along_x(t) != 1) return false;  // an output not contiguous along X
+    if (slots[t].leaf < 0 || along_x(t) == 0 || along_x(t) == 1 || y >= 0) continue;
+    for (int d = 0; d < x; ++d)
+      if (axes[d].strides[t] == 1) y = d;
+  }
+  if (y < 0 || axes[y].size < quarter) return false;
+  std::string staged(a.leaves.size(), '.');
+  for (size_t t = 0; t < slots.size(); ++t)
+    if (slots[t].leaf >= 0 && along_x(t) != 0 && along_x(t) != 1 && axes[y].strides[t] == 1) staged[slots[t].leaf] = 't';
+  KernelVariant tiled = v;
+  tiled.transpose_axis = y;
+  tiled.staged = staged;
+  tiled.threads = 256;
+  if (transpose_shared_bytes(a, tiled) > kMaxColumnSharedBytes) return false;
+  int min_size = 8;
+  for (const Tensor* t : tensors) min_size = std::min(min_size, dtype_size(t->dtype()));
+  tiled.vector = 1;
+  tiled.leaf_modes.clear();
+  for (int vec = std::min(8, 16 / min_size); vec > 1 && tiled.vector == 1; vec /= 2) {
+    bool ok = axes[x].size % vec == 0 && axes[y].size % vec == 0;
+    std::string modes(a.leaves.size(), 'v');
+    for (size_t t = 0; t < slots.size() && ok; ++t) {
+      int leaf = slots[t].leaf;
+      int along = leaf >= 0 && staged[leaf] == 't' ? y : x;
+      if (leaf >= 0 && along == x && along_x(t) == 0) {
+        modes[leaf] = 'b';
+        continue;
+      }
+      ok = axes[along].strides[t] == 1 && addresses[t] % (uintptr_t(vec) * dtype_size(tensors[t]->dtype())) == 0;
+      for (size_t d = 0; d < axes.size() && ok; ++d)
+        if (int(d) != along && axes[d].strides[t] % vec != 0) ok = false;
+    }
+    if (ok) {
+      tiled.vector = vec;
+      tiled.leaf_modes = modes;
+    }
+  }
+  v = tiled;
+  return true;
+}
+
 // Every offset a kernel computes (with slack for the lanes past the end) fits in an int.
 bool small_offsets(const std::vector<Axis>& axes, int64_t numel) {
   const int64_t limit = int64_t(1) << 30;
@@ -287,6 +344,7 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.cheap_merges = flag("ALLOY_CHEAP_MERGES", t.cheap_merges);
   t.column_kernels = !std::getenv("ALLOY_NO_COLUMN_KERNELS");
   t.warp_rows = !std::getenv("ALLOY_NO_WARP_ROWS");
+  t.tile_transposes = !std::getenv("ALLOY_NO_TILE_TRANSPOSES");
   auto number = [](const char* name, int fallback, int lo, int hi) {
     const char* value = std::getenv(name);
     return value && *value ? std::clamp(std::atoi(value), lo, hi) : fallback;
@@ -355,6 +413,11 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   v.outer_rank = int(l.outer.size());
   v.inner_rank = int(l.inner.size());
   v.cat_axes = cat_axes_of(lt.cats, axes);
+  if (target.tile_transposes && choose_transpose(a, lt.slots, v, axes, lt.tensors, lt.addresses)) {
+    v.lean = target.lean;
+    v.index32 = target.lean && small_offsets(axes, l.numel);
+    return v;
+  }
   choose_vector(a, lt.slots, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats);
   if (columns) choose_tile(a, lt.slots, v, l.outer, l.inner, l.rows);
   else if (a.is_reduction()) choose_block(v, l.rows, l.cols, target);
@@ -445,8 +508,12 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   words.insert(words.end(), scalar_words.begin(), scalar_words.end());
   if (!columns) {
     int64_t rows_per_block = std::max(1, v.rows_per_block);
-    int64_t blocks = a.is_reduction() ? std::min<int64_t>((l.rows + rows_per_block - 1) / rows_per_block, 2147483647)
-                                       : std::min<int64_t>((l.numel / v.vector + v.threads - 1) / v.threads, 2147483647);
+    int64_t blocks = a.is_reduction() ? (l.rows + rows_per_block - 1) / rows_per_block : (l.numel / v.vector + v.threads - 1) / v.threads;
+    if (v.transpose_axis >= 0) {  // a block a tile
+      const int64_t size_x = axes.back().size, size_y = axes[size_t(v.transpose_axis)].size, tile = kTransposeTile;
+      blocks = l.numel / (size_x * size_y) * ((size_x + tile - 1) / tile) * ((size_y + tile - 1) / tile);
+    }
+    blocks = std::min<int64_t>(blocks, 2147483647);
     if (blocks == 0) return plan;
     plan.grid_x = unsigned(blocks);
   }

@@ -17,7 +17,8 @@ namespace {
 
 // The variants every kernel is checked in: scalar accesses over the uncollapsed domain, and
 // 16-byte vectors with the row cached in registers, as contiguous inputs get at run time; for
-// reductions also a warp per row, and (single-pass ones) the column and few-long-rows kernels.
+// reductions also a warp per row, and (single-pass ones) the column and few-long-rows kernels;
+// for pointwise kernels of two or more axes a tile transpose.
 std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a) {
   int min_size = 8;
   for (Value* v : a.launch_values()) min_size = std::min(min_size, dtype_size(v->dtype()));
@@ -42,7 +43,14 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
   vector.leaf_modes = std::string(a.leaves.size(), 'v');
   cuda::KernelVariant lean = vector;  // the opt-in lean arithmetic with 32-bit offsets
   lean.lean = lean.index32 = true;
-  if (!a.is_reduction()) return {scalar, vector, lean};
+  if (!a.is_reduction() && (a.domain.size() < 2 || !a.cat_leaves.empty() || a.leaves.empty())) return {scalar, vector, lean};
+  if (!a.is_reduction()) {  // and a tile transpose: the first leaf staged, read along axis 0
+    cuda::KernelVariant transpose = lean;
+    transpose.outer_rank = 2;
+    transpose.transpose_axis = 0;
+    transpose.staged = "t" + std::string(a.leaves.size() - 1, '.');
+    return {scalar, vector, lean, transpose};
+  }
   cuda::KernelVariant warp_rows = vector;  // short rows: a warp per row
   warp_rows.rows_per_block = 8;
   cuda::KernelVariant lean_warp_rows = warp_rows;

@@ -51,6 +51,14 @@ struct KernelVariant {
   // (outer axes, then inner) its concatenated axis runs along, or -1 where it has none (extent 1).
   // That axis is never merged with its neighbours, so the position along it selects the source.
   std::vector<int> cat_axes;
+  // Pointwise tile transposes: the collapsed axis (not the innermost) along which the leaves marked
+  // 't' in `staged` (one character per leaf, '.' for the others) are contiguous. Each block takes
+  // kTransposeTile x kTransposeTile tiles of (this axis, the innermost axis): it reads each staged
+  // leaf's tile along this axis into shared memory, then computes along the innermost axis, which
+  // every output and the other leaves walk, so reads and writes are both coalesced (and vectors of
+  // `vector` elements along each one's own contiguous axis). -1: a plain pointwise kernel.
+  int transpose_axis = -1;
+  std::string staged;
   std::string key() const;
   bool operator==(const KernelVariant&) const = default;
 };
@@ -75,5 +83,11 @@ int param_words(const KernelAnalysis& analysis, const KernelVariant& variant);
 int column_shared_bytes(const KernelAnalysis& analysis, const KernelVariant& variant);
 constexpr int kMaxColumnSharedBytes = 40 * 1024;
 int column_workspace_words(const KernelAnalysis& analysis);
+
+// Tile transposes: the tile's side in elements, and the static shared memory its staged leaves
+// take (a tile each, in the leaf's storage type). Above kMaxColumnSharedBytes the launch plan
+// runs a plain pointwise kernel instead.
+constexpr int kTransposeTile = 64;
+int transpose_shared_bytes(const KernelAnalysis& analysis, const KernelVariant& variant);
 
 }  // namespace alloy::cuda

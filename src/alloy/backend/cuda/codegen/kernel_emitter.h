@@ -1,4 +1,4 @@
-// What the kernel emitters (pointwise_kernel, row_kernel, column_kernel) share: the Params struct,
+// What the kernel emitters (pointwise_kernel, transpose_kernel, row_kernel, column_kernel) share: the Params struct,
 // offsets from a linear index, leaf loads (multi-source cat leaves included), each op's register
 // expression, and vector stores. Internal to codegen/; kernel_codegen.h is the public interface.
 #pragma once
@@ -17,6 +17,7 @@ namespace alloy::cuda {
 std::string emit_pointwise_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
 std::string emit_row_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
 std::string emit_column_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
+std::string emit_transpose_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
 
 // The base of the three emitters: the text is written to os_ (emit_header first, then the kernel).
 class KernelEmitter {
