@@ -178,6 +178,47 @@ inline const std::vector<KernelCase>& kernel_cases() {
   y = sub(et, zt)
   return y
 })", "", {{"M", 65}, {"N", 130}}, {{"M", 33}, {"N", 17}}},
+      // odd widths and totals keep vectorized bodies: each row's (or the whole range's) vectors start
+      // at its first aligned element, the elements before and after them are computed one at a time
+      {"LogSumExpOfOddWidthRows", R"(fusion f(x: bf16[R, W]) {
+  x32 = cast(x, dtype=f32)
+  m = max(x32, dims=[1], keepdim=true)
+  d = sub(x32, m)
+  e = exp(d)
+  s = sum(e, dims=[1])
+  l = log(s)
+  ms = squeeze(m, dims=[1])
+  y = add(l, ms)
+  o = cast(y, dtype=bf16)
+  return o
+})", "", {{"R", 40}, {"W", 50257}}, {{"R", 5}, {"W", 1001}}},
+      {"NormalizationsOfOddWidthRows_1", R"(fusion f(x: bf16[R, W], w: bf16[W], b: bf16[W]) {
+  y = layer_norm(x, w, b, normalized_ndim=1, eps=1e-5)
+  x32 = cast(x, dtype=f32)
+  s = softmax(x32, dim=1)
+  v, m = var_mean(x, dims=[1], correction=1)
+  return y, s, v, m
+})", "", {{"R", 300}, {"W", 1001}}, {{"R", 70}, {"W", 1001}}},
+      {"NormalizationsOfOddWidthRows_2", R"(fusion f(x: bf16[R, W], w: bf16[W], b: bf16[W]) {
+  y = layer_norm(x, w, b, normalized_ndim=1, eps=1e-5)
+  s = softmax(x, dim=1)
+  v, m = var_mean(x, dims=[1], correction=1)
+  return y, s, v, m
+})", "", {{"R", 24}, {"W", 50257}}, {{"R", 3}, {"W", 5003}}},
+      {"PointwiseOddTotal", R"(fusion f(a: bf16[N], b: bf16[N], c: bf16[N]) {
+  m = mul(a, b)
+  s = add(m, c)
+  y = gelu(s)
+  return y
+})", "", {{"N", 10000003}}, {{"N", 1003}}},
+      {"PointwiseOddTotalWithAMisalignedOperand", R"(fusion f(x: f32[1003], y: bf16[1000], r: bf16[40, 25]) {
+  s = slice(x, starts=[3], ends=[1003])
+  e = exp(y)
+  z = mul(s, e)
+  rr = reshape(r, shape=[1000])
+  t = add(z, rr)
+  return t
+})", "", {}},
       // cat runs inside generated kernels: a cat of values read from memory is a leaf with one
       // source per operand (a cat of computed values starts a new kernel)
       {"CatRopeExampleInBf16", "", "examples/rope.fusion", {{"B", 2}, {"S", 37}}, {{"B", 1}, {"S", 5}}},

@@ -134,6 +134,75 @@ TEST(LaunchPlan, TransposeAroundBatchAxesPicksTheOperandsContiguousAxis) {
   EXPECT_EQ(p.plan.grid_x, 6u * 4u * 3u);
 }
 
+const char* kLogSumExp = R"(fusion f(x: bf16[R, W]) {
+  x32 = cast(x, dtype=f32)
+  m = max(x32, dims=[1], keepdim=true)
+  d = sub(x32, m)
+  e = exp(d)
+  s = sum(e, dims=[1])
+  l = log(s)
+  ms = squeeze(m, dims=[1])
+  y = add(l, ms)
+  return y
+})";
+
+TEST(LaunchPlan, OddWidthRowsKeepVectorsWithEdgeElements) {
+  // 50257 columns: 16-byte vectors from each row's first aligned column, 7 a thread in registers
+  Planned p = plan_of(kLogSumExp, {{"R", 8192}, {"W", 50257}});
+  ASSERT_TRUE(p.plan.launch);
+  EXPECT_EQ(p.plan.variant.vector, 8);
+  EXPECT_TRUE(p.plan.variant.edge_elements);
+  EXPECT_EQ(p.plan.variant.leaf_modes, "v");
+  EXPECT_EQ(p.plan.variant.threads, 1024);
+  EXPECT_EQ(p.plan.variant.items, 7);
+  EXPECT_FALSE(p.plan.variant.full_rows);
+  EXPECT_EQ(p.plan.grid_x, 8192u);
+  // a width the vector divides needs no edges
+  Planned even = plan_of(kLogSumExp, {{"R", 8192}, {"W", 50256}});
+  EXPECT_EQ(even.plan.variant.vector, 8);
+  EXPECT_FALSE(even.plan.variant.edge_elements);
+  // a vector is taken only where a row holds two: narrower ones for short rows, else none
+  Planned short_rows = plan_of(kLogSumExp, {{"R", 100}, {"W", 13}});
+  EXPECT_EQ(short_rows.plan.variant.vector, 4);
+  Planned tiny = plan_of(kLogSumExp, {{"R", 100}, {"W", 3}});
+  EXPECT_EQ(tiny.plan.variant.vector, 1);
+}
+
+TEST(LaunchPlan, OddWidthRowsReadOperandsOutOfStepElementByElement) {
+  // layer norm's weight and bias start every row at the same address, the rows do not: the rows and
+  // the output are read and written in vectors, the weight and bias element by element
+  Planned p = plan_of("fusion f(x: bf16[R, W], w: bf16[W], b: bf16[W]) {\n  y = layer_norm(x, w, b, normalized_ndim=1)\n  return y\n}\n",
+                      {{"R", 4096}, {"W", 50257}});
+  EXPECT_EQ(p.plan.variant.vector, 8);
+  EXPECT_TRUE(p.plan.variant.edge_elements);
+  ASSERT_EQ(p.leaves, "x,w,b");
+  EXPECT_EQ(p.plan.variant.leaf_modes, "vuu");
+  // an input 3 elements off the vector boundary: the output sets where vectors start
+  Planned off = plan_of("fusion f(x: bf16[R, W]) {\n  y = softmax(x, dim=1)\n  return y\n}\n", {{"R", 64}, {"W", 4096}}, 3);
+  EXPECT_TRUE(off.plan.variant.edge_elements);
+  EXPECT_EQ(off.plan.variant.leaf_modes, "u");
+  // without an output per element, the input does
+  Planned lse = plan_of(kLogSumExp, {{"R", 64}, {"W", 4096}}, 3);
+  EXPECT_TRUE(lse.plan.variant.edge_elements);
+  EXPECT_EQ(lse.plan.variant.leaf_modes, "v");
+}
+
+TEST(LaunchPlan, OddTotalsKeepVectorsWithEdgeElements) {
+  const char* chain = "fusion f(a: bf16[N], b: bf16[N], c: bf16[N]) {\n  m = mul(a, b)\n  s = add(m, c)\n  y = gelu(s)\n  return y\n}\n";
+  Planned p = plan_of(chain, {{"N", 100000003}});
+  ASSERT_TRUE(p.plan.launch);
+  EXPECT_EQ(p.plan.variant.vector, 8);
+  EXPECT_TRUE(p.plan.variant.edge_elements);
+  EXPECT_EQ(p.plan.variant.leaf_modes, "vvv");
+  EXPECT_EQ(p.plan.grid_x, unsigned((100000003 / 8 + 255) / 256));
+  Planned even = plan_of(chain, {{"N", 100000000}});
+  EXPECT_FALSE(even.plan.variant.edge_elements);
+  // the first operand 3 elements off: read element by element, the others still in vectors
+  Planned off = plan_of(chain, {{"N", 100000000}}, 3);
+  EXPECT_TRUE(off.plan.variant.edge_elements);
+  EXPECT_EQ(off.plan.variant.leaf_modes, "uvv");
+}
+
 #endif  // ALLOY_HAVE_CUDA
 
 }  // namespace

@@ -107,48 +107,108 @@ std::vector<uintptr_t> launch_addresses(const KernelAnalysis& a, const std::vect
   return addresses;
 }
 
-// The widest vector (up to 16 bytes for the narrowest type) every pointer and stride allows,
-// along axis `va` (the innermost reduced axis of a row kernel, the innermost kept axis of a
-// column kernel, the innermost axis of a pointwise kernel). A vector never straddles two sources
-// of a cat: along a cat's axis, it divides where every source ends.
+// The leaf modes (KernelVariant::leaf_modes) of vectors of `vec` elements along axis `va` where
+// every pointer and stride allows them whole: every vector starts at an aligned address and ends
+// inside the axis. A vector never straddles two sources of a cat: along a cat's axis, it divides
+// where every source ends. Empty where they do not fit.
+std::string whole_vectors(const KernelAnalysis& a, const std::vector<Slot>& slots, const KernelVariant& v, const std::vector<Axis>& axes,
+                          int va, int vec, const std::vector<const Tensor*>& tensors, const std::vector<uintptr_t>& addresses,
+                          const std::vector<CatSources>& cats) {
+  const Axis& along = axes[va];
+  if (along.size % vec != 0) return "";
+  for (size_t j = 0; j < cats.size(); ++j)
+    if (v.cat_axes[j] == va)
+      for (int64_t end : cats[j].ends)
+        if (end % vec != 0) return "";
+  std::string modes(a.leaves.size(), '?');
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    int leaf = slots[t].leaf;
+    if (a.is_reduction() && a.at(slots[t].laid_out_as).per_row) {
+      if (leaf >= 0) modes[leaf] = 's';
+      continue;
+    }
+    char mode = 'v';
+    int64_t inner = along.strides[t];
+    if (inner == 0 && leaf >= 0) {
+      mode = 'b';
+    } else if (inner != 1) {
+      return "";
+    } else {
+      if (addresses[t] % (uintptr_t(vec) * dtype_size(tensors[t]->dtype())) != 0) return "";
+      for (size_t d = 0; d < axes.size(); ++d)
+        if (int(d) != va && axes[d].strides[t] % vec != 0) return "";
+    }
+    // every source of a cat leaf is read the same way
+    if (leaf >= 0 && modes[leaf] != '?' && modes[leaf] != mode) return "";
+    if (leaf >= 0) modes[leaf] = mode;
+  }
+  return modes;
+}
+
+// The leaf modes of vectors of `vec` elements along the one axis `va` (a pointwise kernel's only
+// axis, a row kernel's only reduced one) of a size or alignment that whole vectors do not fit, with
+// edge elements (KernelVariant::edge_elements): each line along `va` starts its vectors at the
+// first aligned element and computes the elements before it and after the last whole vector one
+// at a time. That first element must be the same for every tensor read or written in vectors: the
+// outputs stored per element (or else the first leaf read per element) fix the element offsets'
+// residues mod `vec` (the pointer's and every other axis' stride); a leaf with other residues is
+// read element by element ('u'). No cats. Empty where that does not fit either.
+std::string vectors_with_edges(const KernelAnalysis& a, const std::vector<Slot>& slots, const KernelVariant& v, const std::vector<Axis>& axes,
+                               int va, int vec, const std::vector<const Tensor*>& tensors, const std::vector<uintptr_t>& addresses) {
+  if (!a.cat_leaves.empty() || (a.is_reduction() ? v.inner_rank != 1 : axes.size() != 1)) return "";
+  auto residues = [&](size_t t) {
+    std::vector<int64_t> r{int64_t(addresses[t] / dtype_size(tensors[t]->dtype()) % uintptr_t(vec))};
+    for (size_t d = 0; d < axes.size(); ++d)
+      if (int(d) != va) r.push_back(((axes[d].strides[t] % vec) + vec) % vec);
+    return r;
+  };
+  std::vector<size_t> order;  // the outputs stored per element first: they set the residues
+  for (size_t t = 0; t < tensors.size(); ++t)
+    if (slots[t].leaf < 0) order.push_back(t);
+  for (size_t t = 0; t < tensors.size(); ++t)
+    if (slots[t].leaf >= 0) order.push_back(t);
+  std::string modes(a.leaves.size(), 's');
+  std::vector<int64_t> reference;
+  for (size_t t : order) {
+    int leaf = slots[t].leaf;
+    if (a.is_reduction() && a.at(slots[t].laid_out_as).per_row) continue;
+    int64_t inner = axes[size_t(va)].strides[t];
+    if (addresses[t] % uintptr_t(dtype_size(tensors[t]->dtype())) != 0) return "";
+    if (inner == 0 && leaf >= 0) {
+      modes[leaf] = 'b';
+    } else if (inner != 1) {
+      return "";
+    } else if (reference.empty() || residues(t) == reference) {
+      if (reference.empty()) reference = residues(t);
+      if (leaf >= 0) modes[leaf] = 'v';
+    } else if (leaf >= 0) {
+      modes[leaf] = 'u';
+    } else {
+      return "";  // an output out of step with the others
+    }
+  }
+  return reference.empty() ? "" : modes;
+}
+
+// The widest vector (up to 16 bytes for the narrowest type) along axis `va` (the innermost
+// reduced axis of a row kernel, the innermost kept axis of a column kernel, the innermost axis of
+// a pointwise kernel): whole vectors where they fit, else (`edges`: row and pointwise kernels)
+// vectors with edge elements.
 void choose_vector(const KernelAnalysis& a, const std::vector<Slot>& slots, KernelVariant& v, const std::vector<Axis>& axes, int va,
                    const std::vector<const Tensor*>& tensors, const std::vector<uintptr_t>& addresses,
-                   const std::vector<CatSources>& cats) {
+                   const std::vector<CatSources>& cats, bool edges) {
   v.vector = 1;
+  v.edge_elements = false;
   if (axes.empty() || va < 0) return;
   int min_size = 8;
   for (const Tensor* t : tensors) min_size = std::min(min_size, dtype_size(t->dtype()));
-  const Axis& along = axes[va];
   for (int vec = std::min(8, 16 / min_size); vec > 1; vec /= 2) {
-    if (along.size % vec != 0) continue;
-    bool ok = true;
-    for (size_t j = 0; j < cats.size(); ++j)
-      if (v.cat_axes[j] == va)
-        for (int64_t end : cats[j].ends) ok = ok && end % vec == 0;
-    std::string modes(a.leaves.size(), '?');
-    for (size_t t = 0; t < tensors.size() && ok; ++t) {
-      int leaf = slots[t].leaf;
-      if (a.is_reduction() && a.at(slots[t].laid_out_as).per_row) {
-        if (leaf >= 0) modes[leaf] = 's';
-        continue;
-      }
-      char mode = 'v';
-      int64_t inner = along.strides[t];
-      if (inner == 0 && leaf >= 0) {
-        mode = 'b';
-      } else if (inner != 1) {
-        ok = false;
-        break;
-      } else {
-        if (addresses[t] % (uintptr_t(vec) * dtype_size(tensors[t]->dtype())) != 0) ok = false;
-        for (size_t d = 0; d < axes.size(); ++d)
-          if (int(d) != va && axes[d].strides[t] % vec != 0) ok = false;
-      }
-      // every source of a cat leaf is read the same way
-      if (leaf >= 0 && modes[leaf] != '?' && modes[leaf] != mode) ok = false;
-      if (leaf >= 0) modes[leaf] = mode;
+    std::string modes = whole_vectors(a, slots, v, axes, va, vec, tensors, addresses, cats);
+    if (modes.empty() && edges && axes[size_t(va)].size >= 2 * vec) {
+      modes = vectors_with_edges(a, slots, v, axes, va, vec, tensors, addresses);
+      v.edge_elements = !modes.empty();
     }
-    if (ok) {
+    if (!modes.empty()) {
       v.vector = vec;
       v.leaf_modes = modes;
       return;
@@ -345,6 +405,7 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.column_kernels = !std::getenv("ALLOY_NO_COLUMN_KERNELS");
   t.warp_rows = !std::getenv("ALLOY_NO_WARP_ROWS");
   t.tile_transposes = !std::getenv("ALLOY_NO_TILE_TRANSPOSES");
+  t.edge_elements = !std::getenv("ALLOY_NO_EDGE_ELEMENTS");
   auto number = [](const char* name, int fallback, int lo, int hi) {
     const char* value = std::getenv(name);
     return value && *value ? std::clamp(std::atoi(value), lo, hi) : fallback;
@@ -418,7 +479,8 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
     v.index32 = target.lean && small_offsets(axes, l.numel);
     return v;
   }
-  choose_vector(a, lt.slots, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats);
+  choose_vector(a, lt.slots, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats,
+                target.edge_elements && !columns);
   if (columns) choose_tile(a, lt.slots, v, l.outer, l.inner, l.rows);
   else if (a.is_reduction()) choose_block(v, l.rows, l.cols, target);
   else v.threads = 256;
@@ -430,11 +492,11 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
     v.outer_rank = int(l.outer.size());
     v.inner_rank = int(l.inner.size());
     v.cat_axes = cat_axes_of(lt.cats, axes);
-    choose_vector(a, lt.slots, v, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats);
+    choose_vector(a, lt.slots, v, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats, target.edge_elements);
     choose_block(v, l.rows, l.cols, target);
   }
   int lanes = v.rows_per_block ? 32 : v.threads;
-  v.full_rows = a.is_reduction() && !columns && v.items > 0 && l.cols == int64_t(v.items) * lanes * v.vector;
+  v.full_rows = a.is_reduction() && !columns && !v.edge_elements && v.items > 0 && l.cols == int64_t(v.items) * lanes * v.vector;
   v.lean = target.lean;
   v.recompute = target.recompute && a.is_reduction() && !columns;
   v.cheap_merges = target.lean && target.cheap_merges && a.is_reduction() && !columns;

@@ -29,6 +29,7 @@ struct LaunchTarget {
   bool column_kernels = true;  // ALLOY_NO_COLUMN_KERNELS unset
   bool warp_rows = true;       // ALLOY_NO_WARP_ROWS unset
   bool tile_transposes = true; // ALLOY_NO_TILE_TRANSPOSES unset
+  bool edge_elements = true;   // ALLOY_NO_EDGE_ELEMENTS unset
   // Column kernels: at least this many reduced indices a thread (ALLOY_COLUMN_MIN_STEPS), and the
   // blocks an SM is assumed to hold when sizing the one wave (ALLOY_COLUMN_BLOCKS_PER_SM; 0 = as
   // many as the threads and shared memory allow).

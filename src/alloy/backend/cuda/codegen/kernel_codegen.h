@@ -45,8 +45,15 @@ struct KernelVariant {
   // ALLOY_CHEAP_MERGES=0 turns it off).
   bool cheap_merges = false;
   // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
-  // (stride 1), 'b' one value for the whole vector (stride 0).
+  // (stride 1), 'b' one value for the whole vector (stride 0), 'u' element by element (stride 1,
+  // out of step with the aligned vectors of edge_elements).
   std::string leaf_modes;
+  // Pointwise kernels of one collapsed axis and row kernels of one reduced axis whose lines are not
+  // a whole number of aligned vectors (a width or total that `vector` does not divide, rows that
+  // start off a vector boundary): each line's vectors start at its first aligned element, the same
+  // for every tensor read or written in vectors; the elements before it (fewer than `vector`) and
+  // after the last whole vector are computed one at a time by the first threads.
+  bool edge_elements = false;
   // Per cat leaf (KernelAnalysis::cat_leaves, in leaf order): the axis of the collapsed domain
   // (outer axes, then inner) its concatenated axis runs along, or -1 where it has none (extent 1).
   // That axis is never merged with its neighbours, so the position along it selects the source.

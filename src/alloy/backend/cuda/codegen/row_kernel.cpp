@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "alloy/backend/cuda/codegen/cuda_expressions.h"
@@ -34,7 +35,8 @@ class RowEmitter final : public KernelEmitter {
   void detect_online_softmax() {
     online_stage_ = -1;
     online_exp_ = nullptr;
-    if (!v_.lean || v_.items == 0) return;
+    // (edge elements are recomputed in later passes: none hold exp values to rescale)
+    if (!v_.lean || v_.items == 0 || v_.edge_elements) return;
     std::map<const Value*, int> uses;
     for (const Op* op : a_.compute_ops)
       for (const Value* in : std::set<const Value*>(op->inputs.begin(), op->inputs.end())) ++uses[in];
@@ -132,6 +134,11 @@ class RowEmitter final : public KernelEmitter {
             << load_convert(a_.leaves[k]->dtype(), leaf_raw(int(k), "ro_")) << ";\n";
     for (auto& [v, pass] : cache_pass_)
       os_ << in << "AlloyVec<" << compute_type(v->dtype()) << ", " << v_.vector << "> C" << v->id << "[" << v_.items << "];\n";
+    if (v_.edge_elements) {  // the row's aligned vectors, and the elements before and after them
+      emit_edge_head("row_head", "ro_" + edge_reference().first, "p.cols", in);
+      os_ << in << "const long long row_vectors = (p.cols - row_head) / " << v_.vector << ";\n";
+      os_ << in << "const int row_edges = (int)(p.cols - row_vectors * " << v_.vector << ");\n";
+    }
     emit_cached_row(in);
     emitted_per_row_.clear();
     emit_ready_per_row_ops(in);
@@ -181,8 +188,8 @@ class RowEmitter final : public KernelEmitter {
     std::vector<std::string> row_tensors = tensor_names(true, true, false);
     emit_leaf_arrays("L", "[" + std::to_string(v_.items) + "]", in, cached_);
     os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
-    os_ << in << "  [[maybe_unused]] const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
-    os_ << in << "  " << open_col_guard("col0") << "\n";
+    os_ << in << "  " << declare_slot_col("(long long)it * " + std::to_string(lanes()) + " + tid") << "\n";
+    os_ << in << "  " << open_col_guard() << "\n";
     emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "    ");
     for (auto& t : row_tensors) os_ << in << "    co_" << t << " += ro_" << t << ";\n";
     emit_leaf_loads("L", "[it]", "co_", in + "    ", cached_);
@@ -200,8 +207,10 @@ class RowEmitter final : public KernelEmitter {
       std::string T = acc.ct;
       if (v_.lean && !v_.cheap_merges) {
         os_ << in << T << " " << acc.name << "_n = 0;\n";
-        os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) " << open_col_guard("((long long)it * " + std::to_string(lanes())
-            + " + tid) * " + std::to_string(v_.vector)) << " " << acc.name << "_n += " << T << "(" << v_.vector << "); }\n";
+        os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) { "
+            << declare_slot_col("(long long)it * " + std::to_string(lanes()) + " + tid") << " " << open_col_guard() << " " << acc.name
+            << "_n += " << T << "(" << v_.vector << "); } }\n";
+        if (v_.edge_elements) os_ << in << "if (tid < row_edges) " << acc.name << "_n += " << T << "(1);\n";
         os_ << in << T << " " << acc.name << "_mean = " << acc.name << "_n > " << T << "(0) ? " << acc.name << "_sum / " << acc.name
             << "_n : " << T << "(0);\n";
       } else {
@@ -233,8 +242,8 @@ class RowEmitter final : public KernelEmitter {
       if (!cached_.count(k)) uncached.insert(k);
     if (v_.items > 0) {
       os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
-      os_ << in << "  [[maybe_unused]] const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
-      os_ << in << "  " << open_col_guard("col0") << "\n";
+      os_ << in << "  " << declare_slot_col("(long long)it * " + std::to_string(lanes()) + " + tid") << "\n";
+      os_ << in << "  " << open_col_guard() << "\n";
       std::vector<std::string> addressed;
       if (store) addressed = tensor_names(false, true, false);
       for (int k : uncached) {
@@ -256,10 +265,12 @@ class RowEmitter final : public KernelEmitter {
         os_ << in << "    }\n";
       }
       os_ << in << "  }\n" << in << "}\n";
+      emit_edge_columns(in, targets, body, store);
       return;
     }
-    os_ << in << "for (long long q = tid; q * " << v_.vector << " < p.cols; q += " << lanes() << ") {\n";
-    os_ << in << "  const long long col0 = q * " << v_.vector << ";\n";
+    if (v_.edge_elements) os_ << in << "for (long long q = tid; q < row_vectors; q += " << lanes() << ") {\n";
+    else os_ << in << "for (long long q = tid; q * " << v_.vector << " < p.cols; q += " << lanes() << ") {\n";
+    os_ << in << "  const long long col0 = " << (v_.edge_elements ? "row_head + " : "") << "q * " << v_.vector << ";\n";
     emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "  ");
     for (auto& t : row_tensors) os_ << in << "  co_" << t << " += ro_" << t << ";\n";
     emit_leaf_arrays("U", "", in + "  ", uncached);
@@ -272,6 +283,30 @@ class RowEmitter final : public KernelEmitter {
       body(in + "    ", "");
       os_ << in << "  }\n";
     }
+    os_ << in << "}\n";
+    emit_edge_columns(in, targets, body, store);
+  }
+
+  // Edge elements: the row's columns before its first aligned vector and after its last whole one,
+  // one a thread, read from memory and computed again in every pass (nothing held in registers).
+  void emit_edge_columns(const std::string& in, const std::vector<const Value*>& targets,
+                         const std::function<void(const std::string&, const std::string&)>& body, bool store) {
+    if (!v_.edge_elements) return;
+    std::vector<std::string> row_tensors = tensor_names(true, true, false);
+    os_ << in << "if (tid < row_edges) {\n";
+    os_ << in << "  const long long col0 = tid < row_head ? (long long)tid : row_vectors * " << v_.vector << " + tid;\n";
+    emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "  ");
+    for (auto& t : row_tensors) os_ << in << "  co_" << t << " += ro_" << t << ";\n";
+    std::set<int> cached = std::exchange(cached_, {});
+    std::map<const Value*, int> held = std::exchange(cache_pass_, {});
+    auto ops = element_ops_for(targets);
+    emit_edge_element("co_", in + "  ", leaves_for(targets), [&](const std::string& indent) {
+      for (const Op* op : ops) emit_op(*op, "", indent);
+      if (store) emit_element_stores("co_", indent);
+      else body(indent, "");
+    });
+    cached_ = std::move(cached);
+    cache_pass_ = std::move(held);
     os_ << in << "}\n";
   }
 
@@ -383,7 +418,15 @@ class RowEmitter final : public KernelEmitter {
   int lanes() const { return v_.rows_per_block ? 32 : v_.threads; }
   // The bounds check of a thread's vector at column `col` of the row, opening a block; none where
   // every vector a thread holds is inside the row (KernelVariant::full_rows).
-  std::string open_col_guard(const std::string& col) const { return v_.full_rows ? "{" : "if (" + col + " < p.cols) {"; }
+  std::string open_col_guard() const {
+    return v_.full_rows ? "{" : v_.edge_elements ? "if (slot < row_vectors) {" : "if (col0 < p.cols) {";
+  }
+  // `slot` (a thread's vector in the row) and `col0` (its first column): with edge elements the
+  // vectors start at the row's first aligned column
+  std::string declare_slot_col(const std::string& slot) const {
+    return "[[maybe_unused]] const long long slot = " + slot + ", col0 = " + (v_.edge_elements ? "row_head + " : "") + "slot * " +
+           std::to_string(v_.vector) + ";";
+  }
   const char* reduce_fn() const {
     return v_.rows_per_block ? "alloy_warp_reduce" : v_.lean ? "alloy_block_reduce_lean" : "alloy_block_reduce";
   }
