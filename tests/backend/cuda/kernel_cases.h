@@ -219,6 +219,21 @@ inline const std::vector<KernelCase>& kernel_cases() {
   t = add(z, rr)
   return t
 })", "", {}},
+      // reductions over a non-contiguous axis: a row a lane, 32 rows a block, the warps along the
+      // columns; outputs contiguous along the columns go through shared memory
+      {"LayerNormOverANonContiguousAxis", R"(fusion f(x: bf16[C, R], w: bf16[C], b: bf16[C]) {
+  xt = permute(x, dims=[1, 0])
+  y = layer_norm(xt, w, b, normalized_ndim=1, eps=1e-5)
+  v, m = var_mean(xt, dims=[1], correction=1)
+  return y, v, m
+})", "", {{"R", 300}, {"C", 200}}, {{"R", 70}, {"C", 100}}},
+      {"SoftmaxOverTheOuterAxis", R"(fusion f(x: f32[N, D], y: bf16[N, D]) {
+  s = softmax(x, dim=0)
+  yt = cast(y, dtype=f32)
+  l = add(s, yt)
+  mx = max(l, dims=[0])
+  return s, mx
+})", "", {{"N", 500}, {"D", 200}}, {{"N", 90}, {"D", 40}}},
       // cat runs inside generated kernels: a cat of values read from memory is a leaf with one
       // source per operand (a cat of computed values starts a new kernel)
       {"CatRopeExampleInBf16", "", "examples/rope.fusion", {{"B", 2}, {"S", 37}}, {{"B", 1}, {"S", 5}}},

@@ -203,6 +203,30 @@ TEST(LaunchPlan, OddTotalsKeepVectorsWithEdgeElements) {
   EXPECT_EQ(off.plan.variant.leaf_modes, "uvv");
 }
 
+TEST(LaunchPlan, NormalizationOverANonContiguousAxisRunsARowALane) {
+  // layer norm of permute(x), x stored [4096, 8192]: the 8192 rows are x's contiguous axis
+  Planned p = plan_of(R"(fusion f(x: bf16[C, R], w: bf16[C], b: bf16[C]) {
+  xt = permute(x, dims=[1, 0])
+  y = layer_norm(xt, w, b, normalized_ndim=1, eps=1e-5)
+  return y
+})", {{"C", 4096}, {"R", 8192}});
+  ASSERT_TRUE(p.plan.launch);
+  EXPECT_TRUE(p.plan.variant.transposed_rows);
+  EXPECT_TRUE(p.plan.variant.staged_stores) << "y is contiguous along the normalized axis";
+  EXPECT_EQ(p.plan.variant.threads, 256);
+  EXPECT_EQ(p.plan.variant.vector, 1);
+  EXPECT_EQ(p.plan.grid_x, 8192u / 32u);
+  // softmax over the outer axis: the output is contiguous along the rows too, stored by its lanes
+  Planned outer = plan_of("fusion f(x: f32[N, D]) {\n  s = softmax(x, dim=0)\n  return s\n}\n", {{"N", 1000}, {"D", 4100}});
+  EXPECT_TRUE(outer.plan.variant.transposed_rows);
+  EXPECT_FALSE(outer.plan.variant.staged_stores);
+  EXPECT_EQ(outer.plan.grid_x, (4100u + 31) / 32);
+  // over the contiguous axis: a block per row as before
+  Planned rows = plan_of("fusion f(x: f32[N, D]) {\n  s = softmax(x, dim=1)\n  return s\n}\n", {{"N", 1000}, {"D", 4096}});
+  EXPECT_FALSE(rows.plan.variant.transposed_rows);
+  EXPECT_EQ(rows.plan.grid_x, 1000u);
+}
+
 #endif  // ALLOY_HAVE_CUDA
 
 }  // namespace

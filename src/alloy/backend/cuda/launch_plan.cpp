@@ -307,6 +307,31 @@ bool use_column_kernel(const KernelAnalysis& a, const std::vector<Slot>& slots, 
   return rows < target.sm_count && cols >= 8192;
 }
 
+// A reduction that is not a column kernel runs with a row a lane (KernelVariant::transposed_rows)
+// where the first leaf read per element walks the innermost kept axis contiguously and the
+// innermost reduced axis not (a block per row would read it strided): 256 threads, 32 rows a
+// block. Its outputs stored per element go through shared memory where all of them walk the
+// reduced axis contiguously.
+bool use_transposed_rows(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<Axis>& outer,
+                         const std::vector<Axis>& inner, KernelVariant& v) {
+  int main = main_slot(a, slots);
+  if (main < 0 || outer.empty() || inner.empty()) return false;
+  if (std::llabs(outer.back().strides[main]) != 1 || std::llabs(inner.back().strides[main]) == 1) return false;
+  v.transposed_rows = true;
+  v.threads = 256;
+  v.vector = 1;
+  v.edge_elements = false;
+  v.items = 0;
+  v.leaf_modes.clear();
+  v.staged_stores = false;
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t].leaf >= 0 || a.at(slots[t].laid_out_as).per_row) continue;
+    if (inner.back().strides[t] != 1) return true;
+    v.staged_stores = true;
+  }
+  return true;
+}
+
 // Column tile: up to 32 threads (each `vector` kept elements wide) along the kept axes, the
 // rest of a 256-thread block along the reduced axes.
 void choose_tile(const KernelAnalysis& a, const std::vector<Slot>& launch, KernelVariant& v, const std::vector<Axis>& outer,
@@ -482,6 +507,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   choose_vector(a, lt.slots, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats,
                 target.edge_elements && !columns);
   if (columns) choose_tile(a, lt.slots, v, l.outer, l.inner, l.rows);
+  else if (a.is_reduction() && target.tile_transposes && use_transposed_rows(a, lt.slots, l.outer, l.inner, v)) {}
   else if (a.is_reduction()) choose_block(v, l.rows, l.cols, target);
   else v.threads = 256;
   // many accumulators: fewer threads along the reduced axes, down to 2 a column; else a row kernel
@@ -493,7 +519,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
     v.inner_rank = int(l.inner.size());
     v.cat_axes = cat_axes_of(lt.cats, axes);
     choose_vector(a, lt.slots, v, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats, target.edge_elements);
-    choose_block(v, l.rows, l.cols, target);
+    if (!(target.tile_transposes && use_transposed_rows(a, lt.slots, l.outer, l.inner, v))) choose_block(v, l.rows, l.cols, target);
   }
   int lanes = v.rows_per_block ? 32 : v.threads;
   v.full_rows = a.is_reduction() && !columns && !v.edge_elements && v.items > 0 && l.cols == int64_t(v.items) * lanes * v.vector;
@@ -569,7 +595,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   }
   words.insert(words.end(), scalar_words.begin(), scalar_words.end());
   if (!columns) {
-    int64_t rows_per_block = std::max(1, v.rows_per_block);
+    int64_t rows_per_block = v.transposed_rows ? 32 : std::max(1, v.rows_per_block);
     int64_t blocks = a.is_reduction() ? (l.rows + rows_per_block - 1) / rows_per_block : (l.numel / v.vector + v.threads - 1) / v.threads;
     if (v.transpose_axis >= 0) {  // a block a tile
       const int64_t size_x = axes.back().size, size_y = axes[size_t(v.transpose_axis)].size, tile = kTransposeTile;

@@ -54,6 +54,14 @@ struct KernelVariant {
   // for every tensor read or written in vectors; the elements before it (fewer than `vector`) and
   // after the last whole vector are computed one at a time by the first threads.
   bool edge_elements = false;
+  // Row kernels whose kept axis is the contiguous one (a normalization over a non-contiguous axis,
+  // `layer_norm(permute(x))`): a block takes 32 consecutive rows, a lane each, so every read walks
+  // the kept axis across the lanes, and its warps split each row's columns; a row's reductions
+  // combine its warps' partials in shared memory. staged_stores: the per-element outputs, contiguous
+  // along the columns, are written through shared memory, 64 columns of the 32 rows at a time with
+  // consecutive threads along the columns (else each lane stores its row's elements).
+  bool transposed_rows = false;
+  bool staged_stores = false;
   // Per cat leaf (KernelAnalysis::cat_leaves, in leaf order): the axis of the collapsed domain
   // (outer axes, then inner) its concatenated axis runs along, or -1 where it has none (extent 1).
   // That axis is never merged with its neighbours, so the position along it selects the source.
