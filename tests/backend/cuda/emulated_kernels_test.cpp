@@ -82,8 +82,9 @@ constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean_merges, Flavour::
 // kernel or views) and compares with the CPU reference. sm_count shapes the column kernels' splits.
 // `given`: inputs by position (undefined ones are drawn at random).
 
+// `transposed_rows`: normalizations over a non-contiguous axis with a row a lane (opt-in).
 void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
-                                  std::vector<Tensor> given = {}) {
+                                  std::vector<Tensor> given = {}, bool transposed_rows = false) {
   bool lean = flavour != Flavour::plain;
   const char* names[] = {"plain kernels", "lean kernels, Welford and online merges", "lean kernels, values recomputed",
                          "default kernels"};
@@ -105,6 +106,7 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   target.lean = lean;
   target.recompute = flavour == Flavour::lean_recompute;
   target.cheap_merges = flavour != Flavour::lean_merges;
+  target.transposed_rows = transposed_rows;
   for (const Segment& s : segmentation.segments) {
     if (s.scheduler == "noop") {  // views only, made on the host as the runtime makes them
       for (const Op* view : s.ops) {
@@ -254,6 +256,20 @@ TEST(EmulatedKernels, RowsStartingOffTheVectorBoundary) {
   const std::string softmax = "fusion f(x: bf16[R, W]) {\n  s = softmax(x, dim=1)\n  return s\n}\n";
   for (const std::string& text : {log_sum_exp, softmax})
     for (Flavour f : kFlavours) expect_emulation_matches_cpu(text, {{"R", rows}, {"W", width}}, f, 4, {x});
+}
+
+// Normalizations over a non-contiguous axis with a row a lane (LaunchTarget::transposed_rows,
+// opt-in): outputs staged through shared memory (layer norm of a permuted input), stored by the
+// lanes (softmax over the outer axis), kept axes of two strides, rows past a multiple of 32.
+TEST(EmulatedKernels, NormalizationsOverANonContiguousAxisWithARowALane) {
+  std::map<std::string, const testing::KernelCase*> cases;
+  for (const testing::KernelCase& c : testing::kernel_cases()) cases[c.name] = &c;
+  for (const char* name : {"LayerNormOverANonContiguousAxis", "SoftmaxOverTheOuterAxis", "SoftmaxOverANonLastAxis"}) {
+    SCOPED_TRACE(name);
+    const testing::KernelCase& c = *cases.at(name);
+    for (Flavour f : kFlavours)
+      expect_emulation_matches_cpu(c.text, c.emulated_sizes.empty() ? c.sizes : c.emulated_sizes, f, 4, {}, true);
+  }
 }
 
 TEST(EmulatedKernels, LongRowsReReadFromMemory) {

@@ -431,6 +431,7 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.warp_rows = !std::getenv("ALLOY_NO_WARP_ROWS");
   t.tile_transposes = !std::getenv("ALLOY_NO_TILE_TRANSPOSES");
   t.edge_elements = !std::getenv("ALLOY_NO_EDGE_ELEMENTS");
+  t.transposed_rows = flag("ALLOY_TRANSPOSED_ROWS", t.transposed_rows);
   auto number = [](const char* name, int fallback, int lo, int hi) {
     const char* value = std::getenv(name);
     return value && *value ? std::clamp(std::atoi(value), lo, hi) : fallback;
@@ -507,7 +508,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   choose_vector(a, lt.slots, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats,
                 target.edge_elements && !columns);
   if (columns) choose_tile(a, lt.slots, v, l.outer, l.inner, l.rows);
-  else if (a.is_reduction() && target.tile_transposes && use_transposed_rows(a, lt.slots, l.outer, l.inner, v)) {}
+  else if (a.is_reduction() && target.transposed_rows && use_transposed_rows(a, lt.slots, l.outer, l.inner, v)) {}
   else if (a.is_reduction()) choose_block(v, l.rows, l.cols, target);
   else v.threads = 256;
   // many accumulators: fewer threads along the reduced axes, down to 2 a column; else a row kernel
@@ -519,7 +520,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
     v.inner_rank = int(l.inner.size());
     v.cat_axes = cat_axes_of(lt.cats, axes);
     choose_vector(a, lt.slots, v, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats, target.edge_elements);
-    if (!(target.tile_transposes && use_transposed_rows(a, lt.slots, l.outer, l.inner, v))) choose_block(v, l.rows, l.cols, target);
+    if (!(target.transposed_rows && use_transposed_rows(a, lt.slots, l.outer, l.inner, v))) choose_block(v, l.rows, l.cols, target);
   }
   int lanes = v.rows_per_block ? 32 : v.threads;
   v.full_rows = a.is_reduction() && !columns && !v.edge_elements && v.items > 0 && l.cols == int64_t(v.items) * lanes * v.vector;
