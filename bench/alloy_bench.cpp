@@ -270,6 +270,33 @@ int main(int argc, char** argv) {
 }
 )",
                    {}, 2 * 2 * 4096 * 10240 * 2});
+  // Issue 17's held-out layouts and sizes: a transposed operand (a tile transpose), layer norm
+  // over the non-contiguous axis, a row width and a total the vector does not divide
+  cases.push_back({"transpose_add_8192",
+                   "fusion ta(x: bf16[N, N], z: bf16[N, N]) {\n  zt = permute(z, dims=[1, 0])\n  s = mul(zt, 2.0)\n  y = add(x, s)\n"
+                   "  return y\n}\n",
+                   {{"N", big}}, 3 * big * big * 2});
+  cases.push_back({"layer_norm_permuted_4096x8192",
+                   "fusion lnp(x: bf16[4096, 8192], w: bf16[4096], b: bf16[4096]) {\n  xt = permute(x, dims=[1, 0])\n"
+                   "  y = layer_norm(xt, w, b, normalized_ndim=1, eps=1e-5)\n  return y\n}\n",
+                   {}, 2 * 4096 * 8192 * 2});
+  cases.push_back({"logsumexp_8192x50257", R"(fusion lse(x: bf16[8192, 50257]) {
+  x32 = cast(x, dtype=f32)
+  m = max(x32, dims=[1], keepdim=true)
+  d = sub(x32, m)
+  e = exp(d)
+  s = sum(e, dims=[1])
+  l = log(s)
+  ms = squeeze(m, dims=[1])
+  y = add(l, ms)
+  o = cast(y, dtype=bf16)
+  return o
+}
+)",
+                   {}, 8192 * 50257 * 2 + 8192 * 2});
+  cases.push_back({"gelu_chain_1e8p3",
+                   "fusion chain(a: bf16[N], b: bf16[N], c: bf16[N]) {\n  m = mul(a, b)\n  s = add(m, c)\n  y = gelu(s)\n  return y\n}\n",
+                   {{"N", 100000003}}, 4 * int64_t(100000003) * 2});
   const std::array<int64_t, 3> gemm_shapes[] = {{{2048, 1600, 6400}}, {{8192, 4096, 11008}}, {{16384, 8192, 8192}}};
   for (const auto& [m, k, n] : gemm_shapes) cases.push_back(linear_gelu(m, k, n));
   cases.push_back(mlp_backward(8192, 1600, 6400));

@@ -11,6 +11,8 @@ job on one GPU, and prints two tables:
   (bench/results/<date>-<gpu>-mlp-backward-rounds.{md,json}).
 
 usage: bench/run_benchmarks.py BUILD_DIR [RUNS] [SECTIONS]   (SECTIONS: memory,matmul,rounds; default all)
+BENCH_CASES=a,b (environment): only the memory-bound cases whose name contains one of these strings;
+BENCH_TAG=name: their table is written as <date>-<gpu>-<name>.{md,json} instead of -memory-bound.
 """
 import datetime
 import json
@@ -132,6 +134,13 @@ def torch_cases():
         "softmax_8192": (lambda x: torch.softmax(x, -1), lambda: (torch.randn(big, big, device=dev, dtype=bf),)),
         "rms_norm_8192": (rms, lambda: (torch.randn(big, big, device=dev, dtype=bf), torch.randn(big, device=dev, dtype=bf))),
         "gelu_chain_2e28": (chain, lambda: tuple(torch.randn(n, device=dev, dtype=bf) for _ in range(3))),
+        "transpose_add_8192": (lambda x, z: x + z.t() * 2, lambda: (torch.randn(big, big, device=dev, dtype=bf),
+                                                                   torch.randn(big, big, device=dev, dtype=bf))),
+        "layer_norm_permuted_4096x8192": (lambda x, w, b: F.layer_norm(x.t(), (4096,), w, b, 1e-5),
+                                          lambda: (torch.randn(4096, big, device=dev, dtype=bf), torch.randn(4096, device=dev, dtype=bf),
+                                                   torch.randn(4096, device=dev, dtype=bf))),
+        "logsumexp_8192x50257": (lambda x: torch.logsumexp(x, -1), lambda: (torch.randn(big, 50257, device=dev, dtype=bf),)),
+        "gelu_chain_1e8p3": (chain, lambda: tuple(torch.randn(100000003, device=dev, dtype=bf) for _ in range(3))),
         "column_sum_8192x6400": (lambda x: x.sum(0), lambda: (torch.randn(t, h, device=dev, dtype=bf),)),
         "gelu_backward_bgrad_8192x6400": (gelu_backward_bgrad, lambda: (torch.randn(t, h, device=dev, dtype=bf),
                                                                          torch.randn(t, h, device=dev, dtype=bf))),
@@ -314,7 +323,10 @@ def memory_table(build, runs, device, date, slug):
     alloy = alloy_bench(build, runs, "host_latency")
     copy_bw = alloy["copy"]["bytes"] / alloy["copy"]["alloy_us"] / 1e3  # GB/s
     rows = []
+    only = [c for c in os.environ.get("BENCH_CASES", "").split(",") if c]
     for name, (fn, make) in torch_cases().items():
+        if only and not any(c in name for c in only):
+            continue
         # Alloy's run right before PyTorch's: the same GPU state (clocks, temperature) for both
         alloy.update(alloy_bench(build, runs, name))
         args = make()
@@ -347,7 +359,7 @@ def memory_table(build, runs, device, date, slug):
         lines.append(f"host latency of a cached run of a tiny fusion (C++): median {lat['alloy_us']:.2f} us, min {lat['min_us']:.2f} us")
     text = "\n".join(lines) + "\n"
     print(text)
-    write_results(f"{date}-{slug}-memory-bound", text,
+    write_results(f"{date}-{slug}-{os.environ.get('BENCH_TAG') or 'memory-bound'}", text,
                   {"device": device, "date": date, "copy_GBps": copy_bw, "rows": rows, "alloy_raw": alloy})
 
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -81,8 +82,9 @@ constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean_merges, Flavour::
 // kernel or views) and compares with the CPU reference. sm_count shapes the column kernels' splits.
 // `given`: inputs by position (undefined ones are drawn at random).
 
+// `transposed_rows`: normalizations over a non-contiguous axis with a row a lane (opt-in).
 void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
-                                  std::vector<Tensor> given = {}) {
+                                  std::vector<Tensor> given = {}, bool transposed_rows = false) {
   bool lean = flavour != Flavour::plain;
   const char* names[] = {"plain kernels", "lean kernels, Welford and online merges", "lean kernels, values recomputed",
                          "default kernels"};
@@ -104,6 +106,7 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   target.lean = lean;
   target.recompute = flavour == Flavour::lean_recompute;
   target.cheap_merges = flavour != Flavour::lean_merges;
+  target.transposed_rows = transposed_rows;
   for (const Segment& s : segmentation.segments) {
     if (s.scheduler == "noop") {  // views only, made on the host as the runtime makes them
       for (const Op* view : s.ops) {
@@ -229,6 +232,44 @@ TEST(EmulatedKernels, CatInRowKernelsOfEveryShape) {
 })";
   for (auto [r, a, c] : {std::tuple<int64_t, int64_t, int64_t>{20, 96, 160}, {70, 96, 160}, {2, 40000, 30000}})
     every_flavour(text, {{"R", r}, {"A", a}, {"C", c}});
+}
+
+// Edge elements: rows of an input that starts 3 elements past a vector boundary. Without
+// per-element outputs its rows set where the vectors start (a head of 5, 4, ... elements, row by
+// row); with softmax's output (aligned) setting it, the input is read element by element ('u').
+TEST(EmulatedKernels, RowsStartingOffTheVectorBoundary) {
+  const int64_t rows = 9, width = 1001;
+  Tensor storage = Tensor::empty(DType::bf16, {rows * width + 3});
+  for (int64_t i = 0; i < storage.numel(); ++i) store_double(storage.data(), DType::bf16, i, std::sin(double(i) * 0.37) * 3.0);
+  Tensor x = storage.as_strided({rows, width}, {width, 1}, 3);
+  const std::string log_sum_exp = R"(fusion f(x: bf16[R, W]) {
+  x32 = cast(x, dtype=f32)
+  m = max(x32, dims=[1], keepdim=true)
+  d = sub(x32, m)
+  e = exp(d)
+  s = sum(e, dims=[1])
+  l = log(s)
+  ms = squeeze(m, dims=[1])
+  y = add(l, ms)
+  return y
+})";
+  const std::string softmax = "fusion f(x: bf16[R, W]) {\n  s = softmax(x, dim=1)\n  return s\n}\n";
+  for (const std::string& text : {log_sum_exp, softmax})
+    for (Flavour f : kFlavours) expect_emulation_matches_cpu(text, {{"R", rows}, {"W", width}}, f, 4, {x});
+}
+
+// Normalizations over a non-contiguous axis with a row a lane (LaunchTarget::transposed_rows,
+// opt-in): outputs staged through shared memory (layer norm of a permuted input), stored by the
+// lanes (softmax over the outer axis), kept axes of two strides, rows past a multiple of 32.
+TEST(EmulatedKernels, NormalizationsOverANonContiguousAxisWithARowALane) {
+  std::map<std::string, const testing::KernelCase*> cases;
+  for (const testing::KernelCase& c : testing::kernel_cases()) cases[c.name] = &c;
+  for (const char* name : {"LayerNormOverANonContiguousAxis", "SoftmaxOverTheOuterAxis", "SoftmaxOverANonLastAxis"}) {
+    SCOPED_TRACE(name);
+    const testing::KernelCase& c = *cases.at(name);
+    for (Flavour f : kFlavours)
+      expect_emulation_matches_cpu(c.text, c.emulated_sizes.empty() ? c.sizes : c.emulated_sizes, f, 4, {}, true);
+  }
 }
 
 TEST(EmulatedKernels, LongRowsReReadFromMemory) {

@@ -150,6 +150,90 @@ inline const std::vector<KernelCase>& kernel_cases() {
   r = rms_norm(x, normalized_ndim=1)
   return v, m, r
 })", "", {{"R", 517}}},
+      // tile transposes: an operand contiguous along another axis than the outputs is staged through
+      // shared memory; sizes on and off the tile (64) and the vector width, several axes around
+      {"TransposedOperandBf16", R"(fusion f(x: bf16[M, N], z: bf16[N, M]) {
+  zt = permute(z, dims=[1, 0])
+  s = mul(zt, 2.0)
+  y = add(x, s)
+  return y
+})", "", {{"M", 192}, {"N", 256}}, {{"M", 128}, {"N", 64}}},
+      {"TransposedOperandOffTheTileF32", R"(fusion f(x: f32[M, N], z: f32[N, M], b: f32[N]) {
+  zt = permute(z, dims=[1, 0])
+  s = mul(zt, x)
+  y = add(s, b)
+  return y, s
+})", "", {{"M", 100}, {"N", 133}}, {{"M", 36}, {"N", 68}}},
+      {"TransposedOperandsAroundBatchAxes", R"(fusion f(x: bf16[B, M, C, N], z: bf16[N, B, C, M], w: f32[M, 1, N]) {
+  zt = permute(z, dims=[1, 3, 2, 0])
+  e = exp(zt)
+  y = mul(x, e)
+  t = add(y, w)
+  return t
+})", "", {{"B", 3}, {"M", 72}, {"C", 2}, {"N", 40}}, {{"B", 2}, {"M", 24}, {"C", 2}, {"N", 20}}},
+      {"TransposedComputedOutput", R"(fusion f(x: f32[M, N], z: f16[M, N]) {
+  e = tanh(x)
+  et = permute(e, dims=[1, 0])
+  zt = permute(z, dims=[1, 0])
+  y = sub(et, zt)
+  return y
+})", "", {{"M", 65}, {"N", 130}}, {{"M", 33}, {"N", 17}}},
+      // odd widths and totals keep vectorized bodies: each row's (or the whole range's) vectors start
+      // at its first aligned element, the elements before and after them are computed one at a time
+      {"LogSumExpOfOddWidthRows", R"(fusion f(x: bf16[R, W]) {
+  x32 = cast(x, dtype=f32)
+  m = max(x32, dims=[1], keepdim=true)
+  d = sub(x32, m)
+  e = exp(d)
+  s = sum(e, dims=[1])
+  l = log(s)
+  ms = squeeze(m, dims=[1])
+  y = add(l, ms)
+  o = cast(y, dtype=bf16)
+  return o
+})", "", {{"R", 40}, {"W", 50257}}, {{"R", 5}, {"W", 1001}}},
+      {"NormalizationsOfOddWidthRows_1", R"(fusion f(x: bf16[R, W], w: bf16[W], b: bf16[W]) {
+  y = layer_norm(x, w, b, normalized_ndim=1, eps=1e-5)
+  x32 = cast(x, dtype=f32)
+  s = softmax(x32, dim=1)
+  v, m = var_mean(x, dims=[1], correction=1)
+  return y, s, v, m
+})", "", {{"R", 300}, {"W", 1001}}, {{"R", 70}, {"W", 1001}}},
+      {"NormalizationsOfOddWidthRows_2", R"(fusion f(x: bf16[R, W], w: bf16[W], b: bf16[W]) {
+  y = layer_norm(x, w, b, normalized_ndim=1, eps=1e-5)
+  s = softmax(x, dim=1)
+  v, m = var_mean(x, dims=[1], correction=1)
+  return y, s, v, m
+})", "", {{"R", 24}, {"W", 50257}}, {{"R", 3}, {"W", 5003}}},
+      {"PointwiseOddTotal", R"(fusion f(a: bf16[N], b: bf16[N], c: bf16[N]) {
+  m = mul(a, b)
+  s = add(m, c)
+  y = gelu(s)
+  return y
+})", "", {{"N", 10000003}}, {{"N", 1003}}},
+      {"PointwiseOddTotalWithAMisalignedOperand", R"(fusion f(x: f32[1003], y: bf16[1000], r: bf16[40, 25]) {
+  s = slice(x, starts=[3], ends=[1003])
+  e = exp(y)
+  z = mul(s, e)
+  rr = reshape(r, shape=[1000])
+  t = add(z, rr)
+  return t
+})", "", {}},
+      // reductions over a non-contiguous axis: a row a lane, 32 rows a block, the warps along the
+      // columns; outputs contiguous along the columns go through shared memory
+      {"LayerNormOverANonContiguousAxis", R"(fusion f(x: bf16[C, R], w: bf16[C], b: bf16[C]) {
+  xt = permute(x, dims=[1, 0])
+  y = layer_norm(xt, w, b, normalized_ndim=1, eps=1e-5)
+  v, m = var_mean(xt, dims=[1], correction=1)
+  return y, v, m
+})", "", {{"R", 300}, {"C", 200}}, {{"R", 70}, {"C", 100}}},
+      {"SoftmaxOverTheOuterAxis", R"(fusion f(x: f32[N, D], y: bf16[N, D]) {
+  s = softmax(x, dim=0)
+  yt = cast(y, dtype=f32)
+  l = add(s, yt)
+  mx = max(l, dims=[0])
+  return s, mx
+})", "", {{"N", 500}, {"D", 200}}, {{"N", 90}, {"D", 40}}},
       // cat runs inside generated kernels: a cat of values read from memory is a leaf with one
       // source per operand (a cat of computed values starts a new kernel)
       {"CatRopeExampleInBf16", "", "examples/rope.fusion", {{"B", 2}, {"S", 37}}, {{"B", 1}, {"S", 5}}},

@@ -54,6 +54,38 @@ TEST(OfflineCompile, BoundSizesCompileTheVariantARunWouldLaunch) {
   EXPECT_THROW(compile_offline(*fusion, "sm_90", false, &missing), UserError);
 }
 
+// A transposed operand: the tile transpose a run would launch compiles, staging z's tiles.
+TEST(OfflineCompile, BoundTransposedOperandCompilesATileTranspose) {
+  REQUIRE_CUDA_BUILD();
+  auto fusion = parse_fusion(R"(fusion f(x: bf16[M, N], z: bf16[N, M]) {
+  zt = permute(z, dims=[1, 0])
+  s = mul(zt, 2.0)
+  y = add(x, s)
+  return y
+})", "transpose.fusion", std::nullopt);
+  Bindings sizes{{"M", 8192}, {"N", 8192}};
+  std::string report = compile_offline(*fusion, "sm_90", false, &sizes);
+  EXPECT_NE(report.find("_t0t."), std::string::npos) << report;  // axis 0 is zt's contiguous one; zt staged, x not
+  EXPECT_NE(report.find("grid 16384x1, block 256"), std::string::npos) << report;
+  EXPECT_NE(report.find("1 kernel compiled for sm_90"), std::string::npos) << report;
+}
+
+// Odd widths and totals: the variants with edge elements a run would launch compile.
+TEST(OfflineCompile, BoundOddWidthsAndTotalsCompileVectorsWithEdgeElements) {
+  REQUIRE_CUDA_BUILD();
+  auto fusion = parse_fusion(R"(fusion f(x: bf16[R, W], w: bf16[W], a: bf16[N], b: bf16[N]) {
+  y = layer_norm(x, w, normalized_ndim=1)
+  m = mul(a, b)
+  g = gelu(m)
+  return y, g
+})", "odd.fusion", std::nullopt);
+  Bindings sizes{{"R", 8192}, {"W", 50257}, {"N", 100000003}};
+  std::string report = compile_offline(*fusion, "sm_90", false, &sizes);
+  EXPECT_NE(report.find("_e_vu"), std::string::npos) << report;   // rows in vectors, the weight element by element
+  EXPECT_NE(report.find("_e_vv"), std::string::npos) << report;   // the odd total
+  EXPECT_NE(report.find("2 kernels compiled for sm_90"), std::string::npos) << report;
+}
+
 TEST(OfflineCompile, EveryOpFamilyGeneratesCompilableCode) {
   REQUIRE_CUDA_BUILD();
   auto fusion = parse_fusion(R"(fusion f(x: bf16[N, 64], y: f32[N, 64], i: i32[N, 64], m: bool[N, 64], s: f32) {

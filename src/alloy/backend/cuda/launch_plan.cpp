@@ -107,53 +107,170 @@ std::vector<uintptr_t> launch_addresses(const KernelAnalysis& a, const std::vect
   return addresses;
 }
 
-// The widest vector (up to 16 bytes for the narrowest type) every pointer and stride allows,
-// along axis `va` (the innermost reduced axis of a row kernel, the innermost kept axis of a
-// column kernel, the innermost axis of a pointwise kernel). A vector never straddles two sources
-// of a cat: along a cat's axis, it divides where every source ends.
+// The leaf modes (KernelVariant::leaf_modes) of vectors of `vec` elements along axis `va` where
+// every pointer and stride allows them whole: every vector starts at an aligned address and ends
+// inside the axis. A vector never straddles two sources of a cat: along a cat's axis, it divides
+// where every source ends. Empty where they do not fit.
+std::string whole_vectors(const KernelAnalysis& a, const std::vector<Slot>& slots, const KernelVariant& v, const std::vector<Axis>& axes,
+                          int va, int vec, const std::vector<const Tensor*>& tensors, const std::vector<uintptr_t>& addresses,
+                          const std::vector<CatSources>& cats) {
+  const Axis& along = axes[va];
+  if (along.size % vec != 0) return "";
+  for (size_t j = 0; j < cats.size(); ++j)
+    if (v.cat_axes[j] == va)
+      for (int64_t end : cats[j].ends)
+        if (end % vec != 0) return "";
+  std::string modes(a.leaves.size(), '?');
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    int leaf = slots[t].leaf;
+    if (a.is_reduction() && a.at(slots[t].laid_out_as).per_row) {
+      if (leaf >= 0) modes[leaf] = 's';
+      continue;
+    }
+    char mode = 'v';
+    int64_t inner = along.strides[t];
+    if (inner == 0 && leaf >= 0) {
+      mode = 'b';
+    } else if (inner != 1) {
+      return "";
+    } else {
+      if (addresses[t] % (uintptr_t(vec) * dtype_size(tensors[t]->dtype())) != 0) return "";
+      for (size_t d = 0; d < axes.size(); ++d)
+        if (int(d) != va && axes[d].strides[t] % vec != 0) return "";
+    }
+    // every source of a cat leaf is read the same way
+    if (leaf >= 0 && modes[leaf] != '?' && modes[leaf] != mode) return "";
+    if (leaf >= 0) modes[leaf] = mode;
+  }
+  return modes;
+}
+
+// The leaf modes of vectors of `vec` elements along the one axis `va` (a pointwise kernel's only
+// axis, a row kernel's only reduced one) of a size or alignment that whole vectors do not fit, with
+// edge elements (KernelVariant::edge_elements): each line along `va` starts its vectors at the
+// first aligned element and computes the elements before it and after the last whole vector one
+// at a time. That first element must be the same for every tensor read or written in vectors: the
+// outputs stored per element (or else the first leaf read per element) fix the element offsets'
+// residues mod `vec` (the pointer's and every other axis' stride); a leaf with other residues is
+// read element by element ('u'). No cats. Empty where that does not fit either.
+std::string vectors_with_edges(const KernelAnalysis& a, const std::vector<Slot>& slots, const KernelVariant& v, const std::vector<Axis>& axes,
+                               int va, int vec, const std::vector<const Tensor*>& tensors, const std::vector<uintptr_t>& addresses) {
+  if (!a.cat_leaves.empty() || (a.is_reduction() ? v.inner_rank != 1 : axes.size() != 1)) return "";
+  auto residues = [&](size_t t) {
+    std::vector<int64_t> r{int64_t(addresses[t] / dtype_size(tensors[t]->dtype()) % uintptr_t(vec))};
+    for (size_t d = 0; d < axes.size(); ++d)
+      if (int(d) != va) r.push_back(((axes[d].strides[t] % vec) + vec) % vec);
+    return r;
+  };
+  std::vector<size_t> order;  // the outputs stored per element first: they set the residues
+  for (size_t t = 0; t < tensors.size(); ++t)
+    if (slots[t].leaf < 0) order.push_back(t);
+  for (size_t t = 0; t < tensors.size(); ++t)
+    if (slots[t].leaf >= 0) order.push_back(t);
+  std::string modes(a.leaves.size(), 's');
+  std::vector<int64_t> reference;
+  for (size_t t : order) {
+    int leaf = slots[t].leaf;
+    if (a.is_reduction() && a.at(slots[t].laid_out_as).per_row) continue;
+    int64_t inner = axes[size_t(va)].strides[t];
+    if (addresses[t] % uintptr_t(dtype_size(tensors[t]->dtype())) != 0) return "";
+    if (inner == 0 && leaf >= 0) {
+      modes[leaf] = 'b';
+    } else if (inner != 1) {
+      return "";
+    } else if (reference.empty() || residues(t) == reference) {
+      if (reference.empty()) reference = residues(t);
+      if (leaf >= 0) modes[leaf] = 'v';
+    } else if (leaf >= 0) {
+      modes[leaf] = 'u';
+    } else {
+      return "";  // an output out of step with the others
+    }
+  }
+  return reference.empty() ? "" : modes;
+}
+
+// The widest vector (up to 16 bytes for the narrowest type) along axis `va` (the innermost
+// reduced axis of a row kernel, the innermost kept axis of a column kernel, the innermost axis of
+// a pointwise kernel): whole vectors where they fit, else (`edges`: row and pointwise kernels)
+// vectors with edge elements.
 void choose_vector(const KernelAnalysis& a, const std::vector<Slot>& slots, KernelVariant& v, const std::vector<Axis>& axes, int va,
                    const std::vector<const Tensor*>& tensors, const std::vector<uintptr_t>& addresses,
-                   const std::vector<CatSources>& cats) {
+                   const std::vector<CatSources>& cats, bool edges) {
   v.vector = 1;
+  v.edge_elements = false;
   if (axes.empty() || va < 0) return;
   int min_size = 8;
   for (const Tensor* t : tensors) min_size = std::min(min_size, dtype_size(t->dtype()));
-  const Axis& along = axes[va];
   for (int vec = std::min(8, 16 / min_size); vec > 1; vec /= 2) {
-    if (along.size % vec != 0) continue;
-    bool ok = true;
-    for (size_t j = 0; j < cats.size(); ++j)
-      if (v.cat_axes[j] == va)
-        for (int64_t end : cats[j].ends) ok = ok && end % vec == 0;
-    std::string modes(a.leaves.size(), '?');
-    for (size_t t = 0; t < tensors.size() && ok; ++t) {
-      int leaf = slots[t].leaf;
-      if (a.is_reduction() && a.at(slots[t].laid_out_as).per_row) {
-        if (leaf >= 0) modes[leaf] = 's';
-        continue;
-      }
-      char mode = 'v';
-      int64_t inner = along.strides[t];
-      if (inner == 0 && leaf >= 0) {
-        mode = 'b';
-      } else if (inner != 1) {
-        ok = false;
-        break;
-      } else {
-        if (addresses[t] % (uintptr_t(vec) * dtype_size(tensors[t]->dtype())) != 0) ok = false;
-        for (size_t d = 0; d < axes.size(); ++d)
-          if (int(d) != va && axes[d].strides[t] % vec != 0) ok = false;
-      }
-      // every source of a cat leaf is read the same way
-      if (leaf >= 0 && modes[leaf] != '?' && modes[leaf] != mode) ok = false;
-      if (leaf >= 0) modes[leaf] = mode;
+    std::string modes = whole_vectors(a, slots, v, axes, va, vec, tensors, addresses, cats);
+    if (modes.empty() && edges && axes[size_t(va)].size >= 2 * vec) {
+      modes = vectors_with_edges(a, slots, v, axes, va, vec, tensors, addresses);
+      v.edge_elements = !modes.empty();
     }
-    if (ok) {
+    if (!modes.empty()) {
       v.vector = vec;
       v.leaf_modes = modes;
       return;
     }
   }
+}
+
+// A pointwise kernel whose leaves disagree on the contiguous axis runs as a tile transpose
+// (KernelVariant::transpose_axis): the leaves contiguous along another axis Y than the innermost
+// one X are staged through shared memory. Taken where every output walks X contiguously, a leaf
+// that does not walks Y contiguously, both axes span at least a quarter tile, and the staged
+// tiles fit in shared memory; no cats (their position picks the source).
+// The vector: the widest that divides both sides and that every tensor's address and other
+// strides allow, read along X (outputs and direct leaves; 'b' for those broadcast along X) and
+// along Y (staged leaves).
+bool choose_transpose(const KernelAnalysis& a, const std::vector<Slot>& slots, KernelVariant& v, const std::vector<Axis>& axes,
+                      const std::vector<const Tensor*>& tensors, const std::vector<uintptr_t>& addresses) {
+  if (a.is_reduction() || !a.cat_leaves.empty() || axes.size() < 2) return false;
+  const int x = int(axes.size()) - 1, quarter = kTransposeTile / 4;
+  if (axes[x].size < quarter) return false;
+  auto along_x = [&](size_t t) { return axes[x].strides[t]; };
+  int y = -1;
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t].leaf < 0 && along_x(t) != 1) return false;  // an output not contiguous along X
+    if (slots[t].leaf < 0 || along_x(t) == 0 || along_x(t) == 1 || y >= 0) continue;
+    for (int d = 0; d < x; ++d)
+      if (axes[d].strides[t] == 1) y = d;
+  }
+  if (y < 0 || axes[y].size < quarter) return false;
+  std::string staged(a.leaves.size(), '.');
+  for (size_t t = 0; t < slots.size(); ++t)
+    if (slots[t].leaf >= 0 && along_x(t) != 0 && along_x(t) != 1 && axes[y].strides[t] == 1) staged[slots[t].leaf] = 't';
+  KernelVariant tiled = v;
+  tiled.transpose_axis = y;
+  tiled.staged = staged;
+  tiled.threads = 256;
+  if (transpose_shared_bytes(a, tiled) > kMaxColumnSharedBytes) return false;
+  int min_size = 8;
+  for (const Tensor* t : tensors) min_size = std::min(min_size, dtype_size(t->dtype()));
+  tiled.vector = 1;
+  tiled.leaf_modes.clear();
+  for (int vec = std::min(8, 16 / min_size); vec > 1 && tiled.vector == 1; vec /= 2) {
+    bool ok = axes[x].size % vec == 0 && axes[y].size % vec == 0;
+    std::string modes(a.leaves.size(), 'v');
+    for (size_t t = 0; t < slots.size() && ok; ++t) {
+      int leaf = slots[t].leaf;
+      int along = leaf >= 0 && staged[leaf] == 't' ? y : x;
+      if (leaf >= 0 && along == x && along_x(t) == 0) {
+        modes[leaf] = 'b';
+        continue;
+      }
+      ok = axes[along].strides[t] == 1 && addresses[t] % (uintptr_t(vec) * dtype_size(tensors[t]->dtype())) == 0;
+      for (size_t d = 0; d < axes.size() && ok; ++d)
+        if (int(d) != along && axes[d].strides[t] % vec != 0) ok = false;
+    }
+    if (ok) {
+      tiled.vector = vec;
+      tiled.leaf_modes = modes;
+    }
+  }
+  v = tiled;
+  return true;
 }
 
 // Every offset a kernel computes (with slack for the lanes past the end) fits in an int.
@@ -188,6 +305,31 @@ bool use_column_kernel(const KernelAnalysis& a, const std::vector<Slot>& slots, 
   int64_t reduced_stride = std::llabs(inner.back().strides[main]);
   if (!outer.empty() && kept_stride != 0 && kept_stride < reduced_stride) return true;
   return rows < target.sm_count && cols >= 8192;
+}
+
+// A reduction that is not a column kernel runs with a row a lane (KernelVariant::transposed_rows)
+// where the first leaf read per element walks the innermost kept axis contiguously and the
+// innermost reduced axis not (a block per row would read it strided): 256 threads, 32 rows a
+// block. Its outputs stored per element go through shared memory where all of them walk the
+// reduced axis contiguously.
+bool use_transposed_rows(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<Axis>& outer,
+                         const std::vector<Axis>& inner, KernelVariant& v) {
+  int main = main_slot(a, slots);
+  if (main < 0 || outer.empty() || inner.empty()) return false;
+  if (std::llabs(outer.back().strides[main]) != 1 || std::llabs(inner.back().strides[main]) == 1) return false;
+  v.transposed_rows = true;
+  v.threads = 256;
+  v.vector = 1;
+  v.edge_elements = false;
+  v.items = 0;
+  v.leaf_modes.clear();
+  v.staged_stores = false;
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t].leaf >= 0 || a.at(slots[t].laid_out_as).per_row) continue;
+    if (inner.back().strides[t] != 1) return true;
+    v.staged_stores = true;
+  }
+  return true;
 }
 
 // Column tile: up to 32 threads (each `vector` kept elements wide) along the kept axes, the
@@ -287,6 +429,9 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.cheap_merges = flag("ALLOY_CHEAP_MERGES", t.cheap_merges);
   t.column_kernels = !std::getenv("ALLOY_NO_COLUMN_KERNELS");
   t.warp_rows = !std::getenv("ALLOY_NO_WARP_ROWS");
+  t.tile_transposes = !std::getenv("ALLOY_NO_TILE_TRANSPOSES");
+  t.edge_elements = !std::getenv("ALLOY_NO_EDGE_ELEMENTS");
+  t.transposed_rows = flag("ALLOY_TRANSPOSED_ROWS", t.transposed_rows);
   auto number = [](const char* name, int fallback, int lo, int hi) {
     const char* value = std::getenv(name);
     return value && *value ? std::clamp(std::atoi(value), lo, hi) : fallback;
@@ -355,8 +500,15 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   v.outer_rank = int(l.outer.size());
   v.inner_rank = int(l.inner.size());
   v.cat_axes = cat_axes_of(lt.cats, axes);
-  choose_vector(a, lt.slots, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats);
+  if (target.tile_transposes && choose_transpose(a, lt.slots, v, axes, lt.tensors, lt.addresses)) {
+    v.lean = target.lean;
+    v.index32 = target.lean && small_offsets(axes, l.numel);
+    return v;
+  }
+  choose_vector(a, lt.slots, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats,
+                target.edge_elements && !columns);
   if (columns) choose_tile(a, lt.slots, v, l.outer, l.inner, l.rows);
+  else if (a.is_reduction() && target.transposed_rows && use_transposed_rows(a, lt.slots, l.outer, l.inner, v)) {}
   else if (a.is_reduction()) choose_block(v, l.rows, l.cols, target);
   else v.threads = 256;
   // many accumulators: fewer threads along the reduced axes, down to 2 a column; else a row kernel
@@ -367,11 +519,11 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
     v.outer_rank = int(l.outer.size());
     v.inner_rank = int(l.inner.size());
     v.cat_axes = cat_axes_of(lt.cats, axes);
-    choose_vector(a, lt.slots, v, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats);
-    choose_block(v, l.rows, l.cols, target);
+    choose_vector(a, lt.slots, v, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats, target.edge_elements);
+    if (!(target.transposed_rows && use_transposed_rows(a, lt.slots, l.outer, l.inner, v))) choose_block(v, l.rows, l.cols, target);
   }
   int lanes = v.rows_per_block ? 32 : v.threads;
-  v.full_rows = a.is_reduction() && !columns && v.items > 0 && l.cols == int64_t(v.items) * lanes * v.vector;
+  v.full_rows = a.is_reduction() && !columns && !v.edge_elements && v.items > 0 && l.cols == int64_t(v.items) * lanes * v.vector;
   v.lean = target.lean;
   v.recompute = target.recompute && a.is_reduction() && !columns;
   v.cheap_merges = target.lean && target.cheap_merges && a.is_reduction() && !columns;
@@ -444,9 +596,13 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   }
   words.insert(words.end(), scalar_words.begin(), scalar_words.end());
   if (!columns) {
-    int64_t rows_per_block = std::max(1, v.rows_per_block);
-    int64_t blocks = a.is_reduction() ? std::min<int64_t>((l.rows + rows_per_block - 1) / rows_per_block, 2147483647)
-                                       : std::min<int64_t>((l.numel / v.vector + v.threads - 1) / v.threads, 2147483647);
+    int64_t rows_per_block = v.transposed_rows ? 32 : std::max(1, v.rows_per_block);
+    int64_t blocks = a.is_reduction() ? (l.rows + rows_per_block - 1) / rows_per_block : (l.numel / v.vector + v.threads - 1) / v.threads;
+    if (v.transpose_axis >= 0) {  // a block a tile
+      const int64_t size_x = axes.back().size, size_y = axes[size_t(v.transpose_axis)].size, tile = kTransposeTile;
+      blocks = l.numel / (size_x * size_y) * ((size_x + tile - 1) / tile) * ((size_y + tile - 1) / tile);
+    }
+    blocks = std::min<int64_t>(blocks, 2147483647);
     if (blocks == 0) return plan;
     plan.grid_x = unsigned(blocks);
   }

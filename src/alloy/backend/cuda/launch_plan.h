@@ -28,6 +28,12 @@ struct LaunchTarget {
   bool cheap_merges = true;  // ALLOY_CHEAP_MERGES
   bool column_kernels = true;  // ALLOY_NO_COLUMN_KERNELS unset
   bool warp_rows = true;       // ALLOY_NO_WARP_ROWS unset
+  bool tile_transposes = true; // ALLOY_NO_TILE_TRANSPOSES unset
+  bool edge_elements = true;   // ALLOY_NO_EDGE_ELEMENTS unset
+  // ALLOY_TRANSPOSED_ROWS=1: normalizations over a non-contiguous axis with a row a lane (opt-in:
+  // on an H100, layer norm of permute(x) at [8192, 4096] bf16 took 494 us this way against 279 us
+  // with a block per row; bench/results/2026-11-25-NVIDIA_H100_80GB_HBM3-issue17-notes.md)
+  bool transposed_rows = false;
   // Column kernels: at least this many reduced indices a thread (ALLOY_COLUMN_MIN_STEPS), and the
   // blocks an SM is assumed to hold when sizing the one wave (ALLOY_COLUMN_BLOCKS_PER_SM; 0 = as
   // many as the threads and shared memory allow).

@@ -17,7 +17,9 @@ namespace {
 
 // The variants every kernel is checked in: scalar accesses over the uncollapsed domain, and
 // 16-byte vectors with the row cached in registers, as contiguous inputs get at run time; for
-// reductions also a warp per row, and (single-pass ones) the column and few-long-rows kernels.
+// reductions also a warp per row, and (single-pass ones) the column and few-long-rows kernels;
+// for pointwise kernels of two or more axes a tile transpose, for normalizations a row a lane; and
+// (no cats) vectors with edge elements.
 std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a) {
   int min_size = 8;
   for (Value* v : a.launch_values()) min_size = std::min(min_size, dtype_size(v->dtype()));
@@ -42,20 +44,40 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
   vector.leaf_modes = std::string(a.leaves.size(), 'v');
   cuda::KernelVariant lean = vector;  // the opt-in lean arithmetic with 32-bit offsets
   lean.lean = lean.index32 = true;
-  if (!a.is_reduction()) return {scalar, vector, lean};
+  // odd widths and totals: vectors with edge elements, the last leaf read element by element
+  std::vector<cuda::KernelVariant> edges;
+  if (a.cat_leaves.empty() && !a.leaves.empty()) {
+    edges.push_back(lean);
+    edges.back().edge_elements = true;
+    if (a.leaves.size() > 1) edges.back().leaf_modes.back() = 'u';
+  }
+  auto with_edges = [&](std::vector<cuda::KernelVariant> variants) {
+    variants.insert(variants.end(), edges.begin(), edges.end());
+    return variants;
+  };
+  if (!a.is_reduction() && (a.domain.size() < 2 || !a.cat_leaves.empty() || a.leaves.empty())) return with_edges({scalar, vector, lean});
+  if (!a.is_reduction()) {  // and a tile transpose: the first leaf staged, read along axis 0
+    cuda::KernelVariant transpose = lean;
+    transpose.outer_rank = 2;
+    transpose.transpose_axis = 0;
+    transpose.staged = "t" + std::string(a.leaves.size() - 1, '.');
+    return with_edges({scalar, vector, lean, transpose});
+  }
   cuda::KernelVariant warp_rows = vector;  // short rows: a warp per row
   warp_rows.rows_per_block = 8;
   cuda::KernelVariant lean_warp_rows = warp_rows;
   lean_warp_rows.lean = lean_warp_rows.index32 = true;
-  if (!a.single_pass) return {scalar, vector, warp_rows, lean, lean_warp_rows};
+  cuda::KernelVariant transposed_rows = scalar;  // a row a lane (the kept axis contiguous), stores staged
+  transposed_rows.lean = transposed_rows.index32 = transposed_rows.transposed_rows = transposed_rows.staged_stores = true;
+  if (!a.single_pass) return with_edges({scalar, vector, warp_rows, lean, lean_warp_rows, transposed_rows});
   cuda::KernelVariant columns = vector;  // reductions over outer axes, split over blocks
   columns.items = 0;
   columns.tile_x = 32;
   cuda::KernelVariant long_rows = scalar;  // few long rows, split over blocks
   long_rows.tile_x = 1;
   long_rows.ty_fast = true;
-  if (cuda::column_shared_bytes(a, columns) > cuda::kMaxColumnSharedBytes) return {scalar, vector, warp_rows, lean, long_rows};
-  return {scalar, vector, warp_rows, lean, columns, long_rows};
+  if (cuda::column_shared_bytes(a, columns) > cuda::kMaxColumnSharedBytes) return with_edges({scalar, vector, warp_rows, lean, long_rows});
+  return with_edges({scalar, vector, warp_rows, lean, columns, long_rows});
 }
 
 // The variant the runtime would launch for contiguous tensors of the bound sizes (fake, never

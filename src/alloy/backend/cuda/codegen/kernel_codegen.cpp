@@ -20,13 +20,14 @@ std::string cat_key(const std::vector<int>& cat_axes) {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + (lean ? "_lean" : "") + (recompute ? "_rc" : "") + (cheap_merges ? "_cm" : "") + (full_rows ? "_f" : "") + "_" +
-         leaf_modes + cat_key(cat_axes);
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + (lean ? "_lean" : "") + (recompute ? "_rc" : "") + (cheap_merges ? "_cm" : "") + (full_rows ? "_f" : "") + (edge_elements ? "_e" : "") + (transposed_rows ? (staged_stores ? "_trs" : "_tr") : "") + "_" +
+         leaf_modes + cat_key(cat_axes) + (transpose_axis >= 0 ? "_t" + std::to_string(transpose_axis) + staged : "");
 }
 
 std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name) {
   if (analysis.is_reduction() && variant.tile_x > 0) return emit_column_kernel(analysis, variant, name);
   if (analysis.is_reduction()) return emit_row_kernel(analysis, variant, name);
+  if (variant.transpose_axis >= 0) return emit_transpose_kernel(analysis, variant, name);
   return emit_pointwise_kernel(analysis, variant, name);
 }
 
@@ -62,6 +63,13 @@ int column_workspace_words(const KernelAnalysis& a) {
   if (!a.stages.empty())
     for (const Op* r : a.stages[0]) words += r->kind == OpKind::var_mean ? 3 : 1;
   return words;
+}
+
+int transpose_shared_bytes(const KernelAnalysis& a, const KernelVariant& v) {
+  int bytes = 0;
+  for (size_t k = 0; k < a.leaves.size() && k < v.staged.size(); ++k)
+    if (v.staged[k] == 't') bytes += kTransposeTile * kTransposeTile * dtype_size(a.leaves[k]->dtype());
+  return bytes;
 }
 
 }  // namespace alloy::cuda

@@ -45,12 +45,35 @@ struct KernelVariant {
   // ALLOY_CHEAP_MERGES=0 turns it off).
   bool cheap_merges = false;
   // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
-  // (stride 1), 'b' one value for the whole vector (stride 0).
+  // (stride 1), 'b' one value for the whole vector (stride 0), 'u' element by element (stride 1,
+  // out of step with the aligned vectors of edge_elements).
   std::string leaf_modes;
+  // Pointwise kernels of one collapsed axis and row kernels of one reduced axis whose lines are not
+  // a whole number of aligned vectors (a width or total that `vector` does not divide, rows that
+  // start off a vector boundary): each line's vectors start at its first aligned element, the same
+  // for every tensor read or written in vectors; the elements before it (fewer than `vector`) and
+  // after the last whole vector are computed one at a time by the first threads.
+  bool edge_elements = false;
+  // Row kernels whose kept axis is the contiguous one (a normalization over a non-contiguous axis,
+  // `layer_norm(permute(x))`): a block takes 32 consecutive rows, a lane each, so every read walks
+  // the kept axis across the lanes, and its warps split each row's columns; a row's reductions
+  // combine its warps' partials in shared memory. staged_stores: the per-element outputs, contiguous
+  // along the columns, are written through shared memory, 64 columns of the 32 rows at a time with
+  // consecutive threads along the columns (else each lane stores its row's elements).
+  bool transposed_rows = false;
+  bool staged_stores = false;
   // Per cat leaf (KernelAnalysis::cat_leaves, in leaf order): the axis of the collapsed domain
   // (outer axes, then inner) its concatenated axis runs along, or -1 where it has none (extent 1).
   // That axis is never merged with its neighbours, so the position along it selects the source.
   std::vector<int> cat_axes;
+  // Pointwise tile transposes: the collapsed axis (not the innermost) along which the leaves marked
+  // 't' in `staged` (one character per leaf, '.' for the others) are contiguous. Each block takes
+  // kTransposeTile x kTransposeTile tiles of (this axis, the innermost axis): it reads each staged
+  // leaf's tile along this axis into shared memory, then computes along the innermost axis, which
+  // every output and the other leaves walk, so reads and writes are both coalesced (and vectors of
+  // `vector` elements along each one's own contiguous axis). -1: a plain pointwise kernel.
+  int transpose_axis = -1;
+  std::string staged;
   std::string key() const;
   bool operator==(const KernelVariant&) const = default;
 };
@@ -75,5 +98,11 @@ int param_words(const KernelAnalysis& analysis, const KernelVariant& variant);
 int column_shared_bytes(const KernelAnalysis& analysis, const KernelVariant& variant);
 constexpr int kMaxColumnSharedBytes = 40 * 1024;
 int column_workspace_words(const KernelAnalysis& analysis);
+
+// Tile transposes: the tile's side in elements, and the static shared memory its staged leaves
+// take (a tile each, in the leaf's storage type). Above kMaxColumnSharedBytes the launch plan
+// runs a plain pointwise kernel instead.
+constexpr int kTransposeTile = 64;
+int transpose_shared_bytes(const KernelAnalysis& analysis, const KernelVariant& variant);
 
 }  // namespace alloy::cuda

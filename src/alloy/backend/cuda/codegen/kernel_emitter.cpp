@@ -193,10 +193,46 @@ void KernelEmitter::emit_leaf_loads(const std::string& prefix, const std::string
         os_ << indent << "{ " << st << " r = *(" << ptr << ");\n" << indent << "  #pragma unroll\n" << indent << "  for (int e = 0; e < "
             << v_.vector << "; ++e) " << dst << ".v[e] = r; }\n";
         break;
+      case 'u':
+        os_ << indent << "#pragma unroll\n" << indent << "for (int e = 0; e < " << v_.vector << "; ++e) " << dst << ".v[e] = (" << ptr
+            << ")[e];\n";
+        break;
       default:
         os_ << indent << dst << ".v[0] = *(" << ptr << ");\n";
     }
   }
+}
+
+std::pair<std::string, int> KernelEmitter::edge_reference() const {
+  for (size_t k = 0; k < a_.outputs.size(); ++k)
+    if (!a_.is_reduction() || !a_.at(a_.outputs[k]).per_row) return {"o" + std::to_string(k), dtype_size(a_.outputs[k]->dtype())};
+  for (int k : element_leaves())
+    if (mode_of_leaf(k) == 'v') return {"l" + std::to_string(k), dtype_size(a_.leaves[k]->dtype())};
+  internal_error("edge elements without a tensor read or written in vectors");
+}
+
+void KernelEmitter::emit_edge_head(const std::string& name, const std::string& offset, const std::string& extent, const std::string& indent) {
+  auto [reference, bytes] = edge_reference();
+  os_ << indent << "long long " << name << " = (" << v_.vector << " - (long long)((unsigned long long)(p." << reference << " + " << offset
+      << ") / " << bytes << " % " << v_.vector << ")) % " << v_.vector << ";\n";
+  os_ << indent << "if (" << name << " > " << extent << ") " << name << " = " << extent << ";\n";
+}
+
+void KernelEmitter::emit_edge_element(const std::string& offset_prefix, const std::string& indent, const std::set<int>& which,
+                                      const std::function<void(const std::string&)>& body) {
+  for (int k : which)
+    os_ << indent << "AlloyVec<" << storage_type(a_.leaves[k]->dtype()) << ", " << v_.vector << "> " << (cached_.count(k) ? "L" : "U") << k
+        << " = {};\n" << indent << (cached_.count(k) ? "L" : "U") << k << ".v[0] = " << leaf_raw(k, offset_prefix) << ";\n";
+  os_ << indent << "{\n" << indent << "  const int e = 0;\n";
+  body(indent + "  ");
+  os_ << indent << "}\n";
+}
+
+void KernelEmitter::emit_element_stores(const std::string& offset_prefix, const std::string& indent) {
+  for (size_t k = 0; k < a_.outputs.size(); ++k)
+    if (!a_.is_reduction() || !a_.at(a_.outputs[k]).per_row)
+      os_ << indent << "p.o" << k << "[" << offset_prefix << "o" << k << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], ""))
+          << ";\n";
 }
 
 std::vector<std::string> KernelEmitter::leaf_tensor_names(int k) const {

@@ -1,4 +1,4 @@
-// What the kernel emitters (pointwise_kernel, row_kernel, column_kernel) share: the Params struct,
+// What the kernel emitters (pointwise_kernel, transpose_kernel, row_kernel, column_kernel) share: the Params struct,
 // offsets from a linear index, leaf loads (multi-source cat leaves included), each op's register
 // expression, and vector stores. Internal to codegen/; kernel_codegen.h is the public interface.
 #pragma once
@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
@@ -17,6 +18,7 @@ namespace alloy::cuda {
 std::string emit_pointwise_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
 std::string emit_row_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
 std::string emit_column_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
+std::string emit_transpose_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
 
 // The base of the three emitters: the text is written to os_ (emit_header first, then the kernel).
 class KernelEmitter {
@@ -67,6 +69,16 @@ class KernelEmitter {
   void emit_vector_stores(const std::string& offset_prefix, const std::string& indent, const std::string& element,
                           const std::function<void(const std::string&)>& compute_element);
   std::vector<const Value*> element_outputs() const;
+  // Edge elements (KernelVariant::edge_elements): the tensor whose address fixes where a line's
+  // aligned vectors start (its Params name, element bytes); `long long <name>`, the elements of a
+  // line at p.<reference> + offset before its first aligned one (at most `extent`); one element at
+  // offsets <offset_prefix>: leaves `which` read into lane 0 of their vectors, then `body` at e = 0;
+  // and its stores.
+  std::pair<std::string, int> edge_reference() const;
+  void emit_edge_head(const std::string& name, const std::string& offset, const std::string& extent, const std::string& indent);
+  void emit_edge_element(const std::string& offset_prefix, const std::string& indent, const std::set<int>& which,
+                         const std::function<void(const std::string&)>& body);
+  void emit_element_stores(const std::string& offset_prefix, const std::string& indent);
   // The value a sum, mean, max or min starts from, in register type T.
   static std::string identity_of(const Op& r, const std::string& T);
   // Per-row ops whose inputs are all available now.

@@ -1,5 +1,7 @@
 // The pointwise kernel: a grid-stride loop over vector slots of the collapsed domain, each
-// computing every output at its elements.
+// computing every output at its elements; with edge elements (one axis whose ends are off the
+// vectors), the first threads of block 0 compute the elements before the first aligned vector and
+// after the last whole one.
 #include <string>
 
 #include "alloy/backend/cuda/codegen/kernel_emitter.h"
@@ -15,9 +17,14 @@ class PointwiseEmitter final : public KernelEmitter {
     emit_header();
     int R = v_.outer_rank;
     os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads << ") " << name_ << "(const Params p) {\n";
-    os_ << "  const long long slots = p.numel / " << v_.vector << ";\n";
+    std::string first = "";  // the first element in a vector
+    if (v_.edge_elements) {
+      emit_edge_head("head", "0", "p.numel", "  ");
+      first = "head + ";
+    }
+    os_ << "  const long long slots = (p.numel" << (v_.edge_elements ? " - head" : "") << ") / " << v_.vector << ";\n";
     os_ << "  for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < slots; q += (long long)gridDim.x * blockDim.x) {\n";
-    emit_offsets("q * " + std::to_string(v_.vector), 0, R, "off_", tensor_names(true, true, false), "    ");
+    emit_offsets(first + "q * " + std::to_string(v_.vector), 0, R, "off_", tensor_names(true, true, false), "    ");
     cached_ = element_leaves();
     emit_leaf_arrays("L", "", "    ", cached_);
     emit_leaf_loads("L", "", "off_", "    ", cached_);
@@ -25,7 +32,19 @@ class PointwiseEmitter final : public KernelEmitter {
     emit_vector_stores("off_", "    ", "", [&](const std::string& indent) {
       for (const Op* op : ops) emit_op(*op, "", indent);
     });
-    os_ << "  }\n}\n";
+    os_ << "  }\n";
+    if (v_.edge_elements) {
+      os_ << "  const long long edges = p.numel - slots * " << v_.vector << ";\n";
+      os_ << "  if (blockIdx.x == 0 && (long long)threadIdx.x < edges) {\n";
+      os_ << "    const long long at = (long long)threadIdx.x < head ? (long long)threadIdx.x : slots * " << v_.vector << " + threadIdx.x;\n";
+      emit_offsets("at", 0, R, "off_", tensor_names(true, true, false), "    ");
+      emit_edge_element("off_", "    ", cached_, [&](const std::string& indent) {
+        for (const Op* op : ops) emit_op(*op, "", indent);
+        emit_element_stores("off_", indent);
+      });
+      os_ << "  }\n";
+    }
+    os_ << "}\n";
     return os_.str();
   }
 };

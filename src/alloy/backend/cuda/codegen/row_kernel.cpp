@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "alloy/backend/cuda/codegen/cuda_expressions.h"
@@ -34,7 +35,8 @@ class RowEmitter final : public KernelEmitter {
   void detect_online_softmax() {
     online_stage_ = -1;
     online_exp_ = nullptr;
-    if (!v_.lean || v_.items == 0) return;
+    // (edge elements are recomputed in later passes: none hold exp values to rescale)
+    if (!v_.lean || v_.items == 0 || v_.edge_elements) return;
     std::map<const Value*, int> uses;
     for (const Op* op : a_.compute_ops)
       for (const Value* in : std::set<const Value*>(op->inputs.begin(), op->inputs.end())) ++uses[in];
@@ -113,7 +115,17 @@ class RowEmitter final : public KernelEmitter {
     os_ << ") " << name_ << "(const Params p) {\n";
     if (v_.lean) os_ << "  __shared__ double alloy_smem[2 * 99];  // two regions, alternated by consecutive reductions\n";
     else os_ << "  __shared__ double alloy_smem[99];\n";
-    if (v_.rows_per_block > 0) {  // one warp per row: reductions are shuffles, no block barrier
+    if (v_.transposed_rows) {  // a lane a row, the warps along its columns
+      os_ << "  __shared__ double alloy_rows_smem[2 * 3 * " << v_.threads << "];  // two regions, alternated by consecutive reductions\n";
+      for (const Value* out : element_outputs())
+        if (v_.staged_stores)
+          os_ << "  __shared__ " << storage_type(out->dtype()) << " ot" << output_index(out) << "[32 * " << kStoreTile + 1 << "];\n";
+      os_ << "  const int tid = threadIdx.x & 31, ty = threadIdx.x >> 5;\n";
+      os_ << "  for (long long row0 = (long long)blockIdx.x * 32; row0 < p.rows; row0 += (long long)gridDim.x * 32) {\n";
+      os_ << "    // lanes past the last row compute it again (their reductions are their own) and store nothing\n";
+      os_ << "    const bool row_ok = row0 + tid < p.rows;\n";
+      os_ << "    const long long row = row_ok ? row0 + tid : p.rows - 1;\n";
+    } else if (v_.rows_per_block > 0) {  // one warp per row: reductions are shuffles, no block barrier
       os_ << "  const int tid = threadIdx.x & 31;\n";
       os_ << "  for (long long row = (long long)blockIdx.x * " << v_.rows_per_block << " + (threadIdx.x >> 5); row < p.rows; row += (long long)gridDim.x * "
           << v_.rows_per_block << ") {\n";
@@ -132,6 +144,11 @@ class RowEmitter final : public KernelEmitter {
             << load_convert(a_.leaves[k]->dtype(), leaf_raw(int(k), "ro_")) << ";\n";
     for (auto& [v, pass] : cache_pass_)
       os_ << in << "AlloyVec<" << compute_type(v->dtype()) << ", " << v_.vector << "> C" << v->id << "[" << v_.items << "];\n";
+    if (v_.edge_elements) {  // the row's aligned vectors, and the elements before and after them
+      emit_edge_head("row_head", "ro_" + edge_reference().first, "p.cols", in);
+      os_ << in << "const long long row_vectors = (p.cols - row_head) / " << v_.vector << ";\n";
+      os_ << in << "const int row_edges = (int)(p.cols - row_vectors * " << v_.vector << ");\n";
+    }
     emit_cached_row(in);
     emitted_per_row_.clear();
     emit_ready_per_row_ops(in);
@@ -151,10 +168,17 @@ class RowEmitter final : public KernelEmitter {
     }
     current_pass_ = int(a_.stages.size());
     auto outs = element_outputs();
-    if (!outs.empty()) emit_column_loop(in, outs, {}, true);
+    if (!outs.empty() && v_.staged_stores) {
+      emit_staged_stores(in, outs);
+    } else if (!outs.empty()) {
+      if (v_.transposed_rows) os_ << in << "if (row_ok) {\n";
+      emit_column_loop(in, outs, {}, true);
+      if (v_.transposed_rows) os_ << in << "}\n";
+    }
     for (size_t k = 0; k < a_.outputs.size(); ++k)
       if (a_.at(a_.outputs[k]).per_row)
-        os_ << in << "if (tid == 0) p.o" << k << "[ro_o" << k << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
+        os_ << in << (v_.transposed_rows ? "if (ty == 0 && row_ok) p.o" : "if (tid == 0) p.o") << k << "[ro_o" << k
+            << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
     if (v_.rows_per_block == 0) os_ << in << "__syncthreads();\n";
     os_ << "  }\n}\n";
   }
@@ -181,8 +205,8 @@ class RowEmitter final : public KernelEmitter {
     std::vector<std::string> row_tensors = tensor_names(true, true, false);
     emit_leaf_arrays("L", "[" + std::to_string(v_.items) + "]", in, cached_);
     os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
-    os_ << in << "  [[maybe_unused]] const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
-    os_ << in << "  " << open_col_guard("col0") << "\n";
+    os_ << in << "  " << declare_slot_col("(long long)it * " + std::to_string(lanes()) + " + tid") << "\n";
+    os_ << in << "  " << open_col_guard() << "\n";
     emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "    ");
     for (auto& t : row_tensors) os_ << in << "    co_" << t << " += ro_" << t << ";\n";
     emit_leaf_loads("L", "[it]", "co_", in + "    ", cached_);
@@ -200,8 +224,10 @@ class RowEmitter final : public KernelEmitter {
       std::string T = acc.ct;
       if (v_.lean && !v_.cheap_merges) {
         os_ << in << T << " " << acc.name << "_n = 0;\n";
-        os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) " << open_col_guard("((long long)it * " + std::to_string(lanes())
-            + " + tid) * " + std::to_string(v_.vector)) << " " << acc.name << "_n += " << T << "(" << v_.vector << "); }\n";
+        os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) { "
+            << declare_slot_col("(long long)it * " + std::to_string(lanes()) + " + tid") << " " << open_col_guard() << " " << acc.name
+            << "_n += " << T << "(" << v_.vector << "); } }\n";
+        if (v_.edge_elements) os_ << in << "if (tid < row_edges) " << acc.name << "_n += " << T << "(1);\n";
         os_ << in << T << " " << acc.name << "_mean = " << acc.name << "_n > " << T << "(0) ? " << acc.name << "_sum / " << acc.name
             << "_n : " << T << "(0);\n";
       } else {
@@ -233,8 +259,8 @@ class RowEmitter final : public KernelEmitter {
       if (!cached_.count(k)) uncached.insert(k);
     if (v_.items > 0) {
       os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
-      os_ << in << "  [[maybe_unused]] const long long col0 = ((long long)it * " << lanes() << " + tid) * " << v_.vector << ";\n";
-      os_ << in << "  " << open_col_guard("col0") << "\n";
+      os_ << in << "  " << declare_slot_col("(long long)it * " + std::to_string(lanes()) + " + tid") << "\n";
+      os_ << in << "  " << open_col_guard() << "\n";
       std::vector<std::string> addressed;
       if (store) addressed = tensor_names(false, true, false);
       for (int k : uncached) {
@@ -256,10 +282,13 @@ class RowEmitter final : public KernelEmitter {
         os_ << in << "    }\n";
       }
       os_ << in << "  }\n" << in << "}\n";
+      emit_edge_columns(in, targets, body, store);
       return;
     }
-    os_ << in << "for (long long q = tid; q * " << v_.vector << " < p.cols; q += " << lanes() << ") {\n";
-    os_ << in << "  const long long col0 = q * " << v_.vector << ";\n";
+    if (v_.edge_elements) os_ << in << "for (long long q = tid; q < row_vectors; q += " << lanes() << ") {\n";
+    else if (v_.transposed_rows) os_ << in << "#pragma unroll 4\n" << in << "for (long long q = ty; q < p.cols; q += " << lanes() << ") {\n";
+    else os_ << in << "for (long long q = tid; q * " << v_.vector << " < p.cols; q += " << lanes() << ") {\n";
+    os_ << in << "  const long long col0 = " << (v_.edge_elements ? "row_head + " : "") << "q * " << v_.vector << ";\n";
     emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "  ");
     for (auto& t : row_tensors) os_ << in << "  co_" << t << " += ro_" << t << ";\n";
     emit_leaf_arrays("U", "", in + "  ", uncached);
@@ -272,6 +301,71 @@ class RowEmitter final : public KernelEmitter {
       body(in + "    ", "");
       os_ << in << "  }\n";
     }
+    os_ << in << "}\n";
+    emit_edge_columns(in, targets, body, store);
+  }
+
+  // transposed_rows, outputs contiguous along the columns: per tile of kStoreTile columns, each lane
+  // computes its row's elements into shared memory (ot<k>, a row of kStoreTile + 1 a lane), then
+  // the block writes the tile's rows with consecutive threads along the columns.
+  void emit_staged_stores(const std::string& in, const std::vector<const Value*>& outs) {
+    const int T = kStoreTile, per_thread = 32 * T / v_.threads, warps = v_.threads / 32;
+    auto ops = element_ops_for(outs);
+    std::set<int> leaves = leaves_for(outs);
+    std::vector<std::string> leaf_tensors;
+    for (int k : leaves) {
+      std::vector<std::string> names = leaf_tensor_names(k);
+      leaf_tensors.insert(leaf_tensors.end(), names.begin(), names.end());
+    }
+    std::vector<std::string> out_tensors;
+    for (const Value* out : outs) out_tensors.push_back("o" + std::to_string(output_index(out)));
+    os_ << in << "for (long long col_tile = 0; col_tile < p.cols; col_tile += " << T << ") {\n";
+    os_ << in << "  #pragma unroll\n" << in << "  for (int i = 0; i < " << T / warps << "; ++i) {\n";
+    os_ << in << "    const int c = ty + " << warps << " * i;\n" << in << "    const long long col0 = col_tile + c;\n";
+    os_ << in << "    if (col0 < p.cols) {\n";
+    std::string body = in + "      ";
+    emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", leaf_tensors, body);
+    for (auto& t : leaf_tensors) os_ << body << "co_" << t << " += ro_" << t << ";\n";
+    emit_leaf_arrays("U", "", body, leaves);
+    emit_leaf_loads("U", "", "co_", body, leaves);
+    os_ << body << "{\n" << body << "  const int e = 0;\n";
+    for (const Op* op : ops) emit_op(*op, "", body + "  ");
+    for (const Value* out : outs)
+      os_ << body << "  ot" << output_index(out) << "[tid * " << T + 1 << " + c] = " << store_convert(out->dtype(), ref(out, "")) << ";\n";
+    os_ << body << "}\n" << in << "    }\n" << in << "  }\n";
+    os_ << in << "  __syncthreads();\n";
+    os_ << in << "  #pragma unroll\n" << in << "  for (int i = 0; i < " << per_thread << "; ++i) {\n";
+    os_ << in << "    const int s = i * " << v_.threads << " + (int)threadIdx.x, r = s / " << T << ", c = s % " << T << ";\n";
+    os_ << in << "    if (row0 + r < p.rows && col_tile + c < p.cols) {\n";
+    emit_offsets("row0 + r", 0, v_.outer_rank, "so_", out_tensors, body);
+    emit_offsets("col_tile + c", v_.outer_rank, v_.inner_rank, "sc_", out_tensors, body);
+    for (const Value* out : outs) {
+      int k = output_index(out);
+      os_ << body << "p.o" << k << "[so_o" << k << " + sc_o" << k << "] = ot" << k << "[r * " << T + 1 << " + c];\n";
+    }
+    os_ << in << "    }\n" << in << "  }\n" << in << "  __syncthreads();\n" << in << "}\n";
+  }
+
+  // Edge elements: the row's columns before its first aligned vector and after its last whole one,
+  // one a thread, read from memory and computed again in every pass (nothing held in registers).
+  void emit_edge_columns(const std::string& in, const std::vector<const Value*>& targets,
+                         const std::function<void(const std::string&, const std::string&)>& body, bool store) {
+    if (!v_.edge_elements) return;
+    std::vector<std::string> row_tensors = tensor_names(true, true, false);
+    os_ << in << "if (tid < row_edges) {\n";
+    os_ << in << "  const long long col0 = tid < row_head ? (long long)tid : row_vectors * " << v_.vector << " + tid;\n";
+    emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "  ");
+    for (auto& t : row_tensors) os_ << in << "  co_" << t << " += ro_" << t << ";\n";
+    std::set<int> cached = std::exchange(cached_, {});
+    std::map<const Value*, int> held = std::exchange(cache_pass_, {});
+    auto ops = element_ops_for(targets);
+    emit_edge_element("co_", in + "  ", leaves_for(targets), [&](const std::string& indent) {
+      for (const Op* op : ops) emit_op(*op, "", indent);
+      if (store) emit_element_stores("co_", indent);
+      else body(indent, "");
+    });
+    cached_ = std::move(cached);
+    cache_pass_ = std::move(held);
     os_ << in << "}\n";
   }
 
@@ -357,7 +451,7 @@ class RowEmitter final : public KernelEmitter {
       if (two_pass_ && (!v_.lean || v_.cheap_merges))
         os_ << in << acc.name << "_m2 = " << reduce_fn() << "(" << acc.name << "_m2, AlloySum(), " << smem << ");\n";
       else
-        os_ << in << (v_.rows_per_block ? "alloy_warp_welford(" : v_.lean ? "alloy_block_welford_lean(" : "alloy_block_welford(")
+        os_ << in << (v_.transposed_rows ? "alloy_rows_welford(" : v_.rows_per_block ? "alloy_warp_welford(" : v_.lean ? "alloy_block_welford_lean(" : "alloy_block_welford(")
             << acc.name << "_n, " << acc.name << "_mean, " << acc.name << "_m2, " << smem << ");\n";
       double correction = r.real_attr("correction");
       std::string var = acc.name + "_m2 / (" + T + ")fmax(0.0, p.count - " + std::to_string(correction) + ")";
@@ -380,17 +474,33 @@ class RowEmitter final : public KernelEmitter {
   std::vector<const Value*> online_chain_;  // the views from the max to what exp(x - .) reads, last first
   bool two_pass_ = false;  // var_mean as a sum, then squared deviations, over cached rows
 
-  int lanes() const { return v_.rows_per_block ? 32 : v_.threads; }
+  // threads along a row: a warp (rows_per_block), the warps (transposed_rows), or the block
+  int lanes() const { return v_.rows_per_block ? 32 : v_.transposed_rows ? v_.threads / 32 : v_.threads; }
+  // transposed_rows with staged stores: the columns a tile of the outputs covers
+  static constexpr int kStoreTile = 64;
+  int output_index(const Value* out) const {
+    return int(std::find(a_.outputs.begin(), a_.outputs.end(), out) - a_.outputs.begin());
+  }
   // The bounds check of a thread's vector at column `col` of the row, opening a block; none where
   // every vector a thread holds is inside the row (KernelVariant::full_rows).
-  std::string open_col_guard(const std::string& col) const { return v_.full_rows ? "{" : "if (" + col + " < p.cols) {"; }
+  std::string open_col_guard() const {
+    return v_.full_rows ? "{" : v_.edge_elements ? "if (slot < row_vectors) {" : "if (col0 < p.cols) {";
+  }
+  // `slot` (a thread's vector in the row) and `col0` (its first column): with edge elements the
+  // vectors start at the row's first aligned column
+  std::string declare_slot_col(const std::string& slot) const {
+    return "[[maybe_unused]] const long long slot = " + slot + ", col0 = " + (v_.edge_elements ? "row_head + " : "") + "slot * " +
+           std::to_string(v_.vector) + ";";
+  }
   const char* reduce_fn() const {
+    if (v_.transposed_rows) return "alloy_rows_reduce";
     return v_.rows_per_block ? "alloy_warp_reduce" : v_.lean ? "alloy_block_reduce_lean" : "alloy_block_reduce";
   }
   // Lean block reductions alternate between two shared regions (see alloy_block_reduce_lean); a
   // barrier ends each row, so the parity may restart there.
   int reductions_in_row_ = 0;
   std::string smem_region() {
+    if (v_.transposed_rows) return "alloy_rows_smem + " + std::to_string(3 * v_.threads * (reductions_in_row_++ % 2));
     if (!v_.lean) return "alloy_smem";
     return "alloy_smem + " + std::to_string(99 * (reductions_in_row_++ % 2));
   }

@@ -1,0 +1,239 @@
+// The launch planning's decisions (plan_launch), on fake tensors laid out as a run would pass
+// them (no GPU, nothing read): when a pointwise kernel is a tile transpose and with which tiles and
+// vectors, and how rows and totals that are not a multiple of the vector keep vectorized bodies.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "alloy/backend/cuda/codegen/kernel_codegen.h"
+#include "alloy/backend/cuda/launch_plan.h"
+#include "alloy/ir/parser.h"
+#include "alloy/passes/decompose_composites.h"
+#include "alloy/runtime/views.h"
+#include "alloy/segment/schedulers/cuda_segmenter.h"
+#include "alloy/segment/schedulers/kernel_analysis.h"
+
+namespace alloy {
+namespace {
+
+#ifdef ALLOY_HAVE_CUDA
+
+// The plan of the fusion's only generated kernel for contiguous inputs of `sizes` at a fake address
+// aligned like a fresh allocation (moved by `misalign` elements of the first input where given).
+struct Planned {
+  cuda::LaunchPlan plan;
+  std::string leaves;  // the kernel's leaves by name, in order, comma-separated
+  int transpose_shared_bytes = 0;
+};
+
+// `transposed_rows`: the opt-in row-a-lane normalizations (LaunchTarget::transposed_rows).
+Planned plan_of(const std::string& text, const Bindings& sizes, int64_t misalign = 0, bool transposed_rows = false) {
+  auto fusion = decompose_composites(*parse_fusion(text, "plan.fusion", std::nullopt));
+  Segmentation segmentation = segment_for_cuda(*fusion);
+  const Segment* kernel = nullptr;
+  for (const Segment& s : segmentation.segments)
+    if (s.scheduler != "noop") kernel = &s;
+  EXPECT_NE(kernel, nullptr) << segmentation.str();
+  if (!kernel) return {};
+  auto analyzed = analyze_kernel(kernel->ops, kernel->inputs, kernel->outputs);
+  EXPECT_TRUE(std::holds_alternative<KernelAnalysis>(analyzed));
+  const KernelAnalysis& a = std::get<KernelAnalysis>(analyzed);
+  std::map<const Value*, Tensor> values;
+  auto shape_of = [&](const Value* v) {
+    std::vector<int64_t> shape;
+    for (const Extent& e : v->shape()) shape.push_back(*e.evaluate(sizes));
+    return shape;
+  };
+  uintptr_t fake = uintptr_t(1) << 30;
+  for (Value* in : fusion->inputs()) {
+    std::vector<int64_t> shape = shape_of(in);
+    uintptr_t at = fake + (in == fusion->inputs()[0] ? uintptr_t(misalign * dtype_size(in->dtype())) : 0);
+    values[in] = Tensor::borrow(reinterpret_cast<void*>(at), Device{}, in->dtype(), shape, contiguous_strides(shape));
+  }
+  for (const Op* view : a.host_views) values[view->outputs[0]] = apply_view(*view, values.at(view->inputs[0]), shape_of(view->outputs[0]));
+  for (Value* out : a.outputs) {
+    std::vector<int64_t> shape = shape_of(out);
+    values[out] = Tensor::borrow(reinterpret_cast<void*>(fake), Device{}, out->dtype(), shape, contiguous_strides(shape));
+  }
+  std::vector<const Tensor*> tensors;
+  for (Value* v : a.launch_values()) tensors.push_back(&values.at(v));
+  std::vector<int64_t> domain;
+  for (const Extent& e : a.domain) domain.push_back(*e.evaluate(sizes));
+  cuda::LaunchTarget target;
+  target.sm_count = 132;
+  target.shared_per_sm = 228 * 1024;
+  target.transposed_rows = transposed_rows;
+  Planned p{cuda::plan_launch(a, domain, tensors, std::vector<uint64_t>(a.scalar_inputs.size(), 0), target), "", 0};
+  p.transpose_shared_bytes = cuda::transpose_shared_bytes(a, p.plan.variant);
+  for (const Value* leaf : a.leaves) p.leaves += (p.leaves.empty() ? "" : ",") + leaf->name;
+  return p;
+}
+
+const char* kTransposedAdd = R"(fusion f(x: DT[M, N], z: DT[N, M]) {
+  zt = permute(z, dims=[1, 0])
+  s = mul(zt, 2.0)
+  y = add(x, s)
+  return y
+})";
+
+std::string with_dtype(std::string text, const std::string& dtype) {
+  for (size_t at; (at = text.find("DT")) != std::string::npos;) text.replace(at, 2, dtype);
+  return text;
+}
+
+TEST(LaunchPlan, TransposedOperandIsStagedThroughSharedMemory) {
+  Planned p = plan_of(with_dtype(kTransposedAdd, "bf16"), {{"M", 8192}, {"N", 8192}});
+  ASSERT_TRUE(p.plan.launch);
+  const cuda::KernelVariant& v = p.plan.variant;
+  EXPECT_EQ(v.transpose_axis, 0);
+  ASSERT_EQ(p.leaves, "zt,x");
+  EXPECT_EQ(v.staged, "t.") << "the permuted operand is staged, x is read along its rows";
+  EXPECT_EQ(v.vector, 8) << "16-byte vectors along both sides";
+  EXPECT_EQ(v.threads, 256);
+  EXPECT_EQ(p.plan.grid_x, 128u * 128u) << "a block a 64x64 tile";
+  EXPECT_EQ(p.transpose_shared_bytes, 64 * 64 * 2);
+}
+
+TEST(LaunchPlan, TransposeTilesCoverSizesOffTheTileWithNarrowerVectors) {
+  Planned f32 = plan_of(with_dtype(kTransposedAdd, "f32"), {{"M", 100}, {"N", 132}});
+  ASSERT_TRUE(f32.plan.launch);
+  EXPECT_EQ(f32.plan.variant.transpose_axis, 0);
+  EXPECT_EQ(f32.plan.variant.vector, 4);
+  EXPECT_EQ(f32.plan.grid_x, 3u * 2u) << "ceil(132 / 64) x ceil(100 / 64) tiles";
+  // an odd side: coalesced still, one element at a time
+  Planned odd = plan_of(with_dtype(kTransposedAdd, "bf16"), {{"M", 8192}, {"N", 8191}});
+  EXPECT_EQ(odd.plan.variant.transpose_axis, 0);
+  EXPECT_EQ(odd.plan.variant.vector, 1);
+}
+
+TEST(LaunchPlan, TransposeIsNotChosenWhereLayoutsAgreeOrASideIsShort) {
+  Planned same = plan_of(R"(fusion f(x: bf16[M, N], z: bf16[M, N]) {
+  y = add(x, z)
+  return y
+})", {{"M", 512}, {"N", 512}});
+  EXPECT_EQ(same.plan.variant.transpose_axis, -1);
+  EXPECT_EQ(same.plan.variant.vector, 8);
+  // 8 columns: too short a side for a tile; the plain kernel reads the operand strided
+  Planned short_side = plan_of(with_dtype(kTransposedAdd, "bf16"), {{"M", 4096}, {"N", 8}});
+  EXPECT_EQ(short_side.plan.variant.transpose_axis, -1);
+  // a broadcast operand is no transpose
+  Planned broadcast = plan_of(R"(fusion f(x: bf16[M, N], b: bf16[M, 1]) {
+  y = add(x, b)
+  return y
+})", {{"M", 512}, {"N", 512}});
+  EXPECT_EQ(broadcast.plan.variant.transpose_axis, -1);
+}
+
+TEST(LaunchPlan, TransposeAroundBatchAxesPicksTheOperandsContiguousAxis) {
+  Planned p = plan_of(R"(fusion f(x: bf16[B, M, N], z: bf16[B, N, M]) {
+  zt = permute(z, dims=[0, 2, 1])
+  y = mul(x, zt)
+  return y
+})", {{"B", 6}, {"M", 256}, {"N", 192}});
+  ASSERT_TRUE(p.plan.launch);
+  EXPECT_EQ(p.plan.variant.transpose_axis, 1);
+  EXPECT_EQ(p.plan.variant.outer_rank, 3);
+  EXPECT_EQ(p.plan.grid_x, 6u * 4u * 3u);
+}
+
+const char* kLogSumExp = R"(fusion f(x: bf16[R, W]) {
+  x32 = cast(x, dtype=f32)
+  m = max(x32, dims=[1], keepdim=true)
+  d = sub(x32, m)
+  e = exp(d)
+  s = sum(e, dims=[1])
+  l = log(s)
+  ms = squeeze(m, dims=[1])
+  y = add(l, ms)
+  return y
+})";
+
+TEST(LaunchPlan, OddWidthRowsKeepVectorsWithEdgeElements) {
+  // 50257 columns: 16-byte vectors from each row's first aligned column, 7 a thread in registers
+  Planned p = plan_of(kLogSumExp, {{"R", 8192}, {"W", 50257}});
+  ASSERT_TRUE(p.plan.launch);
+  EXPECT_EQ(p.plan.variant.vector, 8);
+  EXPECT_TRUE(p.plan.variant.edge_elements);
+  EXPECT_EQ(p.plan.variant.leaf_modes, "v");
+  EXPECT_EQ(p.plan.variant.threads, 1024);
+  EXPECT_EQ(p.plan.variant.items, 7);
+  EXPECT_FALSE(p.plan.variant.full_rows);
+  EXPECT_EQ(p.plan.grid_x, 8192u);
+  // a width the vector divides needs no edges
+  Planned even = plan_of(kLogSumExp, {{"R", 8192}, {"W", 50256}});
+  EXPECT_EQ(even.plan.variant.vector, 8);
+  EXPECT_FALSE(even.plan.variant.edge_elements);
+  // a vector is taken only where a row holds two: narrower ones for short rows, else none
+  Planned short_rows = plan_of(kLogSumExp, {{"R", 100}, {"W", 13}});
+  EXPECT_EQ(short_rows.plan.variant.vector, 4);
+  Planned tiny = plan_of(kLogSumExp, {{"R", 100}, {"W", 3}});
+  EXPECT_EQ(tiny.plan.variant.vector, 1);
+}
+
+TEST(LaunchPlan, OddWidthRowsReadOperandsOutOfStepElementByElement) {
+  // layer norm's weight and bias start every row at the same address, the rows do not: the rows and
+  // the output are read and written in vectors, the weight and bias element by element
+  Planned p = plan_of("fusion f(x: bf16[R, W], w: bf16[W], b: bf16[W]) {\n  y = layer_norm(x, w, b, normalized_ndim=1)\n  return y\n}\n",
+                      {{"R", 4096}, {"W", 50257}});
+  EXPECT_EQ(p.plan.variant.vector, 8);
+  EXPECT_TRUE(p.plan.variant.edge_elements);
+  ASSERT_EQ(p.leaves, "x,w,b");
+  EXPECT_EQ(p.plan.variant.leaf_modes, "vuu");
+  // an input 3 elements off the vector boundary: the output sets where vectors start
+  Planned off = plan_of("fusion f(x: bf16[R, W]) {\n  y = softmax(x, dim=1)\n  return y\n}\n", {{"R", 64}, {"W", 4096}}, 3);
+  EXPECT_TRUE(off.plan.variant.edge_elements);
+  EXPECT_EQ(off.plan.variant.leaf_modes, "u");
+  // without an output per element, the input does
+  Planned lse = plan_of(kLogSumExp, {{"R", 64}, {"W", 4096}}, 3);
+  EXPECT_TRUE(lse.plan.variant.edge_elements);
+  EXPECT_EQ(lse.plan.variant.leaf_modes, "v");
+}
+
+TEST(LaunchPlan, OddTotalsKeepVectorsWithEdgeElements) {
+  const char* chain = "fusion f(a: bf16[N], b: bf16[N], c: bf16[N]) {\n  m = mul(a, b)\n  s = add(m, c)\n  y = gelu(s)\n  return y\n}\n";
+  Planned p = plan_of(chain, {{"N", 100000003}});
+  ASSERT_TRUE(p.plan.launch);
+  EXPECT_EQ(p.plan.variant.vector, 8);
+  EXPECT_TRUE(p.plan.variant.edge_elements);
+  EXPECT_EQ(p.plan.variant.leaf_modes, "vvv");
+  EXPECT_EQ(p.plan.grid_x, unsigned((100000003 / 8 + 255) / 256));
+  Planned even = plan_of(chain, {{"N", 100000000}});
+  EXPECT_FALSE(even.plan.variant.edge_elements);
+  // the first operand 3 elements off: read element by element, the others still in vectors
+  Planned off = plan_of(chain, {{"N", 100000000}}, 3);
+  EXPECT_TRUE(off.plan.variant.edge_elements);
+  EXPECT_EQ(off.plan.variant.leaf_modes, "uvv");
+}
+
+TEST(LaunchPlan, NormalizationOverANonContiguousAxisRunsARowALaneWhereAskedFor) {
+  // layer norm of permute(x), x stored [4096, 8192]: the 8192 rows are x's contiguous axis
+  const char* permuted = R"(fusion f(x: bf16[C, R], w: bf16[C], b: bf16[C]) {
+  xt = permute(x, dims=[1, 0])
+  y = layer_norm(xt, w, b, normalized_ndim=1, eps=1e-5)
+  return y
+})";
+  Planned by_default = plan_of(permuted, {{"C", 4096}, {"R", 8192}});
+  EXPECT_FALSE(by_default.plan.variant.transposed_rows) << "opt-in: measured slower than a block per row";
+  EXPECT_EQ(by_default.plan.grid_x, 8192u);
+  Planned p = plan_of(permuted, {{"C", 4096}, {"R", 8192}}, 0, true);
+  ASSERT_TRUE(p.plan.launch);
+  EXPECT_TRUE(p.plan.variant.transposed_rows);
+  EXPECT_TRUE(p.plan.variant.staged_stores) << "y is contiguous along the normalized axis";
+  EXPECT_EQ(p.plan.variant.threads, 256);
+  EXPECT_EQ(p.plan.variant.vector, 1);
+  EXPECT_EQ(p.plan.grid_x, 8192u / 32u);
+  // softmax over the outer axis: the output is contiguous along the rows too, stored by its lanes
+  Planned outer = plan_of("fusion f(x: f32[N, D]) {\n  s = softmax(x, dim=0)\n  return s\n}\n", {{"N", 1000}, {"D", 4100}}, 0, true);
+  EXPECT_TRUE(outer.plan.variant.transposed_rows);
+  EXPECT_FALSE(outer.plan.variant.staged_stores);
+  EXPECT_EQ(outer.plan.grid_x, (4100u + 31) / 32);
+  // over the contiguous axis: a block per row as before
+  Planned rows = plan_of("fusion f(x: f32[N, D]) {\n  s = softmax(x, dim=1)\n  return s\n}\n", {{"N", 1000}, {"D", 4096}}, 0, true);
+  EXPECT_FALSE(rows.plan.variant.transposed_rows);
+  EXPECT_EQ(rows.plan.grid_x, 1000u);
+}
+
+#endif  // ALLOY_HAVE_CUDA
+
+}  // namespace
+}  // namespace alloy
