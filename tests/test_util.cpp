@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "alloy/backend/cuda/cuda_api.h"
+#include "alloy/common/settings.h"
 #include "alloy/ir/parser.h"
 #include "alloy/runtime/executor.h"
 #include "alloy/runtime/run_inputs.h"
@@ -134,11 +135,17 @@ void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& size
 ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
   if (const char* old = std::getenv(name)) old_ = old;
   setenv(name, value, 1);
+  for (const settings::Setting& s : settings::all())
+    if (std::string(s.name) == name) {
+      old_setting_ = settings::current(name);
+      settings::set(name, value);
+    }
 }
 
 ScopedEnv::~ScopedEnv() {
   if (old_) setenv(name_, old_->c_str(), 1);
   else unsetenv(name_);
+  if (old_setting_) settings::set(name_, *old_setting_);
 }
 
 }  // namespace alloy::testing

@@ -40,6 +40,7 @@ class ScopedEnv {
  private:
   const char* name_;
   std::optional<std::string> old_;
+  std::optional<std::string> old_setting_;  // a setting of common/settings.h: set and restored too
 };
 
 }  // namespace alloy::testing

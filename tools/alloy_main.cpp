@@ -16,6 +16,7 @@
 
 #include "alloy/backend/cuda/cuda_api.h"
 #include "alloy/common/error.h"
+#include "alloy/common/settings.h"
 #include "alloy/ir/fusion.h"
 #include "alloy/backend/gpu_plan.h"
 #include "alloy/common/files.h"
@@ -38,6 +39,13 @@ class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// The line a dump starts with when settings differ from their defaults (empty otherwise).
+std::string settings_note() {
+  std::string changed = settings::non_default();
+  return changed.empty() ? "" : "# settings: " + changed + "\n";
+}
+
 
 struct RunOptions {
   std::string file;
@@ -303,7 +311,7 @@ int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Te
     if (in_shardings[i]) local[i] = multidevice::local_part(inputs[i], *in_shardings[i], team_rank, "input '" + f.inputs()[i]->name + "'");
   if (root) std::cout << header;
   for (const std::string& stage : opts.dumps)
-    if (root) std::cout << executor.dump(stage);
+    if (root) std::cout << settings_note() << executor.dump(stage);
   local = place_inputs(f, std::move(local), executor.device());
   std::vector<Tensor> outputs = executor.run(local);
   executor.synchronize();
@@ -376,7 +384,7 @@ int run_command(const RunOptions& opts) {
     std::cout << "  input " << f.inputs()[i]->name << ": " << tensor_type_str(inputs[i]) << " "
               << (sources[i].empty() ? "random" : "from " + sources[i]) << "\n";
   inputs = place_inputs(f, std::move(inputs), executor.device());
-  for (const std::string& stage : opts.dumps) std::cout << executor.dump(stage, &inputs);
+  for (const std::string& stage : opts.dumps) std::cout << settings_note() << executor.dump(stage, &inputs);
 
   std::vector<Tensor> outputs = executor.run(inputs);
   executor.synchronize();
@@ -401,6 +409,9 @@ int run_cli(int argc, char** argv) {
   CLI::App app{"Alloy: a fusion compiler and runtime for deep-learning tensor programs", "alloy"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "alloy 0.1.0");
+  std::vector<std::string> setting_values;
+  app.add_option("--set", setting_values, "NAME=VALUE: a setting (listed below), over its environment variable (repeatable)");
+  app.footer(settings::help_text());
 
   RunOptions run;
   CLI::App* run_cmd = app.add_subcommand("run", "Run a fusion on random or given inputs and summarize its outputs");
@@ -483,7 +494,17 @@ int run_cli(int argc, char** argv) {
     int code = app.exit(e);  // prints help, the version, or the error with a hint
     return code == 0 ? 0 : 2;
   }
+  settings::non_default();  // reads the environment's settings now: a bad value is a user error before any work
   try {
+    for (const std::string& assignment : setting_values) {
+      size_t eq = assignment.find('=');
+      if (eq == std::string::npos) throw UsageError("--set " + assignment + ": expected NAME=VALUE");
+      try {
+        settings::set(assignment.substr(0, eq), assignment.substr(eq + 1));
+      } catch (const UserError& e) {
+        throw UsageError(e.what());
+      }
+    }
     if (run_cmd->parsed()) return run_command(run);
     if (check_cmd->parsed()) return check_command(check_file);
     if (print_cmd->parsed()) return print_command(print_file, print_name);

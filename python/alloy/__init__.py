@@ -30,7 +30,7 @@ from .distributed import Replicate, Shard
 __all__ = [
     "FusionDefinition", "DataType", "Value", "Error", "InternalError", "ValidationError",
     "float64", "float32", "float16", "bfloat16", "int64", "int32",  # and alloy.bool (not exported by *: it would hide the builtin)
-    "parse", "load", "op_names", "cuda_available", "device_count", "Shard", "Replicate", "distributed",
+    "parse", "load", "op_names", "cuda_available", "device_count", "settings", "set_setting", "Shard", "Replicate", "distributed",
 ]
 __version__ = "0.1.0"
 
@@ -56,6 +56,18 @@ def cuda_available():
 
 def device_count():
     return _alloy.device_count()
+
+
+def settings():
+    """Alloy's settings (tuning and debugging knobs; `alloy --help` says what each does) and their
+    current values, as text."""
+    return dict(_alloy.settings())
+
+
+def set_setting(name, value):
+    """Sets one setting for this process ("NO_SIDE_STREAM" or "ALLOY_NO_SIDE_STREAM"; switches take
+    0 or 1). Plans already built keep what they were built with."""
+    _alloy.set_setting(str(name), str(int(value)) if isinstance(value, _builtin_bool) else str(value))
 
 
 # ---- dtypes ------------------------------------------------------------------------------

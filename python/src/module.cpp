@@ -9,6 +9,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "alloy/backend/cuda/cuda_api.h"
+#include "alloy/common/settings.h"
 #include "alloy/ir/op_table.h"
 #include "alloy/ir/parser.h"
 #include "alloy/ir/printer.h"
@@ -191,6 +192,12 @@ NB_MODULE(_alloy, m) {
       .def("text", [](const Definition& d) { return print_fusion(*d.fusion); });
 
   bind_distributed(m);
+  m.def("set_setting", &settings::set, "name"_a, "value"_a, "Sets one of Alloy's settings (alloy --help lists them).");
+  m.def("settings", [] {
+    nb::dict out;
+    for (const settings::Setting& s : settings::all()) out[s.name] = settings::current(s.name);
+    return out;
+  });
   m.def("op_table", &op_table, "One dict per op of the .fusion format: name, op_class, min/max_inputs, num_outputs, attrs.");
   m.def("parse",
         [](const std::string& text, std::optional<std::string> name, const std::string& file) {

@@ -356,6 +356,39 @@ TEST_F(CliTest, Compile_WithBoundSizes_ReportsTheKernelARunWouldLaunch) {
 namespace alloy {
 namespace {
 
+// Settings (issue 16): listed by --help, set by --set or the environment, one meaning of 0/1,
+// bad values are errors naming them, and dumps say which differ from their defaults.
+TEST_F(CliTest, Settings_AreListedSetAndReportedInDumps) {
+  CliResult help = alloy("--help");
+  EXPECT_EQ(help.code, 0);
+  EXPECT_TRUE(contains(help.out, "ALLOY_NO_COLUMN_KERNELS=0")) << help.out;
+  EXPECT_TRUE(contains(help.out, "--set")) << help.out;
+
+  CliResult set = alloy("--set NO_SIDE_STREAM=1 run " + example("layer_norm.fusion") + " --device cpu --dump segments");
+  EXPECT_EQ(set.code, 0) << set.err;
+  EXPECT_TRUE(contains(set.out, "# settings: ALLOY_NO_SIDE_STREAM=1\n")) << set.out;
+  CliResult plain = alloy("run " + example("layer_norm.fusion") + " --device cpu --dump segments");
+  EXPECT_EQ(plain.code, 0) << plain.err;
+  EXPECT_FALSE(contains(plain.out, "# settings:")) << plain.out;
+
+  CliResult unknown = alloy("--set NO_SUCH=1 run " + example("layer_norm.fusion"));
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_TRUE(contains(unknown.err, "no setting 'NO_SUCH'")) << unknown.err;
+  CliResult bad = alloy("--set MATMUL_AUTOTUNE=99 run " + example("layer_norm.fusion"));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_TRUE(contains(bad.err, "ALLOY_MATMUL_AUTOTUNE='99': expected an integer from 1 to 32")) << bad.err;
+  CliResult env = alloy("run " + example("layer_norm.fusion") + " --device cpu");
+  CliResult bad_env = CliResult{};
+  {
+    testing::ScopedEnv maybe("ALLOY_NO_COLUMN_KERNELS", "1");  // the test process's own copy stays valid
+    ::setenv("ALLOY_NO_COLUMN_KERNELS", "maybe", 1);           // the child's environment
+    bad_env = alloy("run " + example("layer_norm.fusion") + " --device cpu");
+  }
+  EXPECT_EQ(env.code, 0) << env.err;
+  EXPECT_EQ(bad_env.code, 1);
+  EXPECT_TRUE(contains(bad_env.err, "ALLOY_NO_COLUMN_KERNELS='maybe': expected 0 or 1")) << bad_env.err;
+}
+
 TEST(CliCheck, PrintsEveryErrorOfEveryFusion) {
   std::string path = ::testing::TempDir() + "/several_errors.fusion";
   {

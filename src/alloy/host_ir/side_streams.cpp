@@ -6,6 +6,7 @@
 #include <set>
 
 #include "alloy/common/error.h"
+#include "alloy/common/settings.h"
 
 namespace alloy::host_ir {
 namespace {
@@ -15,8 +16,7 @@ bool generated_kernel(const Segment& s) {
 }
 
 bool side_stream_allowed() {
-  const char* env = std::getenv("ALLOY_NO_SIDE_STREAM");
-  return !(env && *env && std::string(env) != "0");
+  return !settings::flag("ALLOY_NO_SIDE_STREAM");
 }
 
 // Whether segments[i] should run on the side stream: a generated kernel whose next segment with

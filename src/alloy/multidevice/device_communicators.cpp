@@ -7,6 +7,7 @@
 #include <string>
 
 #include "alloy/common/error.h"
+#include "alloy/common/settings.h"
 #include "alloy/multidevice/mpi_communicator.h"
 
 #if ALLOY_HAVE_CUDA
@@ -54,8 +55,8 @@ struct Nccl {
 const Nccl& nccl() {
   static const Nccl lib = [] {
     Nccl n;
-    const char* name = std::getenv("ALLOY_NCCL_LIBRARY");
-    void* handle = dlopen(name && *name ? name : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    std::string name = settings::text("ALLOY_NCCL_LIBRARY");
+    void* handle = dlopen(name.empty() ? "libnccl.so.2" : name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
       n.missing = std::string("libnccl.so.2 not found (") + dlerror() + ")";
       return n;
@@ -248,8 +249,7 @@ bool team_shares_a_gpu(Communicator& host, int device) {
 }  // namespace
 
 std::shared_ptr<Communicator> device_communicator(std::shared_ptr<Communicator> host, int device) {
-  const char* forced = std::getenv("ALLOY_STAGED_COMMUNICATION");
-  bool staged_wanted = forced && *forced && std::string(forced) != "0";
+  bool staged_wanted = settings::flag("ALLOY_STAGED_COMMUNICATION");
   std::string why = staged_wanted ? "ALLOY_STAGED_COMMUNICATION=1" : nccl().missing;
   // every rank takes the same path: the checks below are collective or the same everywhere
   if (why.empty() && host->size() > 1 && team_shares_a_gpu(*host, device)) why = "ranks share a GPU, which NCCL refuses";

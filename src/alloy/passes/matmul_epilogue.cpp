@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "alloy/common/settings.h"
 #include "alloy/ir/op_table.h"
 
 namespace alloy {
@@ -17,11 +18,9 @@ bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
 // match (dgelu_bgrad becomes dgelu); any other disabled kind leaves the GEMM plain.
 // Unset, the bias-gradient kinds are off: on an H100 the column-reduction kernel beside a plain or
 // dGELU GEMM beat cuBLASLt's BGRAD epilogues (bench/results/*-notes.md). Set to "" for all kinds.
-constexpr const char* kDefaultDisabledEpilogues = "dgelu_bgrad,bgrad_a,bgrad_b";
-
+// (The default is the setting's: "dgelu_bgrad,bgrad_a,bgrad_b", common/settings.cpp.)
 bool epilogue_disabled(EpilogueKind kind) {
-  const char* env = std::getenv("ALLOY_DISABLE_EPILOGUES");
-  std::string list = "," + std::string(env ? env : kDefaultDisabledEpilogues) + ",";
+  std::string list = "," + settings::text("ALLOY_DISABLE_EPILOGUES") + ",";
   return list.find("," + std::string(epilogue_kind_name(kind)) + ",") != std::string::npos;
 }
 std::string dt(DType t) { return std::string(dtype_name(t)); }

@@ -15,6 +15,7 @@
 #include "alloy/backend/cuda/loaded_kernel.h"
 #include "alloy/backend/cuda/nvrtc_compiler.h"
 #include "alloy/common/error.h"
+#include "alloy/common/settings.h"
 
 namespace alloy::cuda {
 namespace {
@@ -45,18 +46,22 @@ class ScopedCacheDir {
     dir_ = fs::temp_directory_path() / ("alloy_nvrtc_test_" + std::to_string(::getpid()) + "_" +
                                         std::to_string(std::random_device{}()));
     ::setenv("ALLOY_CACHE_DIR", dir_.c_str(), 1);
+    old_setting_ = settings::current("ALLOY_CACHE_DIR");
+    settings::set("ALLOY_CACHE_DIR", dir_.string());
   }
   ~ScopedCacheDir() {
     std::error_code ec;
     fs::remove_all(dir_, ec);
     if (old_) ::setenv("ALLOY_CACHE_DIR", old_->c_str(), 1);
     else ::unsetenv("ALLOY_CACHE_DIR");
+    settings::set("ALLOY_CACHE_DIR", old_setting_);
   }
   const fs::path& dir() const { return dir_; }
 
  private:
   fs::path dir_;
   std::optional<std::string> old_;
+  std::string old_setting_;
 };
 
 std::vector<fs::path> cubin_files(const fs::path& dir) {

@@ -23,6 +23,7 @@
 
 #include "alloy/backend/cuda/cuda_runtime.h"
 #include "alloy/common/error.h"
+#include "alloy/common/settings.h"
 
 namespace alloy::cuda {
 
@@ -218,11 +219,7 @@ void build_descriptors(Plan& plan, const PlanKey& key) {
 // 1 takes the heuristic's first choice untimed). 8: on an H200 the fastest of the bf16 GEMMs of
 // the MLP backward was the heuristic's 7th candidate (bench/results/2026-11-24-NVIDIA_H200-notes.md).
 int autotune_candidates() {
-  static const int n = [] {
-    const char* env = std::getenv("ALLOY_MATMUL_AUTOTUNE");
-    return env ? std::clamp(std::atoi(env), 1, 32) : 8;
-  }();
-  return n;
+  return int(settings::integer("ALLOY_MATMUL_AUTOTUNE"));
 }
 
 // Launches the plan's matmul with `algo` on the stream (args as run_matmul passes them).

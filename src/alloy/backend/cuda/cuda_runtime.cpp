@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "alloy/common/error.h"
+#include "alloy/common/settings.h"
 
 namespace alloy::cuda {
 
@@ -27,8 +28,7 @@ std::string error_text(cudaError_t err) {
 Probe run_probe() noexcept {
   Probe probe;
   try {
-    const char* disable = std::getenv("ALLOY_DISABLE_CUDA");
-    if (disable && *disable && std::string(disable) != "0") {
+    if (settings::flag("ALLOY_DISABLE_CUDA")) {
       probe.reason = "disabled by ALLOY_DISABLE_CUDA";
       return probe;
     }

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include "alloy/common/settings.h"
+
 namespace alloy::cuda {
 namespace {
 
@@ -371,10 +373,7 @@ void choose_block(KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarg
   int64_t slots = (cols + v.vector - 1) / v.vector;
   // ALLOY_ROW_THREADS caps the block size (tuning experiments); the default favours several
   // vectors per thread in flight over wide blocks.
-  static const int max_threads = [] {
-    const char* env = std::getenv("ALLOY_ROW_THREADS");
-    return env ? std::clamp(std::atoi(env), 32, 1024) / 32 * 32 : 256;
-  }();
+  const int max_threads = int(settings::integer("ALLOY_ROW_THREADS")) / 32 * 32;
   int threads = int(std::min<int64_t>(max_threads, std::max<int64_t>(32, (slots + 31) / 32 * 32)));
   int64_t items = (slots + threads - 1) / threads;
   if (items > 8) {
@@ -384,11 +383,7 @@ void choose_block(KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarg
   v.threads = threads;
   // registers per thread for one cached leaf; only leaves read by several passes are cached
   v.items = (items * v.vector <= 64) ? int(std::max<int64_t>(items, 1)) : 0;
-  static const int min_blocks = [] {
-    const char* env = std::getenv("ALLOY_ROW_MIN_BLOCKS");
-    return env ? std::clamp(std::atoi(env), 0, 16) : 0;
-  }();
-  v.min_blocks = min_blocks;
+  v.min_blocks = int(settings::integer("ALLOY_ROW_MIN_BLOCKS"));
   // Short rows (up to 8 vectors a lane): a warp per row, 8 rows a block, no block barriers.
   int64_t lane_items = (slots + 31) / 32;
   if (lane_items <= 8 && rows >= 64 && target.warp_rows) {
@@ -420,24 +415,17 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   LaunchTarget t;
   t.sm_count = sm_count;
   t.shared_per_sm = shared_per_sm;
-  auto flag = [](const char* name, bool fallback) {
-    const char* value = std::getenv(name);
-    return value && *value ? std::string(value) != "0" : fallback;
-  };
-  t.lean = flag("ALLOY_LEAN_KERNELS", t.lean);
-  t.recompute = flag("ALLOY_RECOMPUTE_VALUES", t.recompute);
-  t.cheap_merges = flag("ALLOY_CHEAP_MERGES", t.cheap_merges);
-  t.column_kernels = !std::getenv("ALLOY_NO_COLUMN_KERNELS");
-  t.warp_rows = !std::getenv("ALLOY_NO_WARP_ROWS");
-  t.tile_transposes = !std::getenv("ALLOY_NO_TILE_TRANSPOSES");
-  t.edge_elements = !std::getenv("ALLOY_NO_EDGE_ELEMENTS");
-  t.transposed_rows = flag("ALLOY_TRANSPOSED_ROWS", t.transposed_rows);
-  auto number = [](const char* name, int fallback, int lo, int hi) {
-    const char* value = std::getenv(name);
-    return value && *value ? std::clamp(std::atoi(value), lo, hi) : fallback;
-  };
-  t.column_min_steps = number("ALLOY_COLUMN_MIN_STEPS", t.column_min_steps, 1, 1 << 20);
-  t.column_blocks_per_sm = number("ALLOY_COLUMN_BLOCKS_PER_SM", t.column_blocks_per_sm, 0, 32);
+  // common/settings.h: each switch means one thing at 1 (the defaults are the fields' own)
+  t.lean = settings::flag("ALLOY_LEAN_KERNELS");
+  t.recompute = settings::flag("ALLOY_RECOMPUTE_VALUES");
+  t.cheap_merges = settings::flag("ALLOY_CHEAP_MERGES");
+  t.column_kernels = !settings::flag("ALLOY_NO_COLUMN_KERNELS");
+  t.warp_rows = !settings::flag("ALLOY_NO_WARP_ROWS");
+  t.tile_transposes = !settings::flag("ALLOY_NO_TILE_TRANSPOSES");
+  t.edge_elements = !settings::flag("ALLOY_NO_EDGE_ELEMENTS");
+  t.transposed_rows = settings::flag("ALLOY_TRANSPOSED_ROWS");
+  t.column_min_steps = int(settings::integer("ALLOY_COLUMN_MIN_STEPS"));
+  t.column_blocks_per_sm = int(settings::integer("ALLOY_COLUMN_BLOCKS_PER_SM"));
   return t;
 }
 

@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "alloy/common/error.h"
+#include "alloy/common/settings.h"
 
 namespace alloy::cuda {
 
@@ -249,7 +250,7 @@ void write_disk(const std::string& dir, const CompiledModule& module) {
 }  // namespace
 
 std::string cuda_cache_dir() {
-  if (const char* dir = std::getenv("ALLOY_CACHE_DIR"); dir && *dir) return dir;
+  if (std::string dir = settings::text("ALLOY_CACHE_DIR"); !dir.empty()) return dir;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/alloy";
   if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/alloy";
   return "";
