@@ -187,3 +187,19 @@ def test_compile_count_is_one_for_repeated_runs_and_new_sizes():
 def test_execute_is_callable_directly():
     fd = define([np.ones(2)], lambda fd, x: fd.ops.neg(x))
     np.testing.assert_array_equal(fd([np.ones(2)])[0], -np.ones(2))
+
+
+def test_settings_are_listed_set_and_checked():
+    import alloy
+    settings = alloy.settings()
+    assert settings["ALLOY_NO_SIDE_STREAM"] == "0" and settings["ALLOY_MATMUL_AUTOTUNE"] == "8"
+    alloy.set_setting("NO_SIDE_STREAM", True)
+    try:
+        assert alloy.settings()["ALLOY_NO_SIDE_STREAM"] == "1"
+    finally:
+        alloy.set_setting("ALLOY_NO_SIDE_STREAM", 0)
+    assert alloy.settings()["ALLOY_NO_SIDE_STREAM"] == "0"
+    with pytest.raises(alloy.Error, match="ALLOY_ROW_THREADS='5': expected an integer from 32 to 1024"):
+        alloy.set_setting("ROW_THREADS", 5)
+    with pytest.raises(alloy.Error, match="no setting 'NOPE'"):
+        alloy.set_setting("NOPE", 1)

@@ -133,7 +133,7 @@ std::string current(const std::string& name) {
 
 void set(const std::string& name, const std::string& value) {
   const Setting* s = &known(name);
-  std::string v = checked(*s, value, "--set");
+  std::string v = checked(*s, value, "setting");
   State& st = state();
   std::lock_guard lock(st.mutex);
   load(st);
