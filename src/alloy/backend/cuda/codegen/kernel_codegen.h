@@ -59,7 +59,8 @@ struct KernelVariant {
   // the kept axis across the lanes, and its warps split each row's columns; a row's reductions
   // combine its warps' partials in shared memory. staged_stores: the per-element outputs, contiguous
   // along the columns, are written through shared memory, 64 columns of the 32 rows at a time with
-  // consecutive threads along the columns (else each lane stores its row's elements).
+  // consecutive threads along the columns (else each lane stores its row's elements). The launch
+  // plan takes it only where asked (ALLOY_TRANSPOSED_ROWS=1): measured slower than a block per row.
   bool transposed_rows = false;
   bool staged_stores = false;
   // Per cat leaf (KernelAnalysis::cat_leaves, in leaf order): the axis of the collapsed domain
