@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "alloy/backend/cuda/cuda_api.h"
 #include "alloy/ir/parser.h"
@@ -23,6 +24,13 @@ std::string read_file(const std::string& path) {
 }
 
 bool gpu_available() { return cuda::cuda_available(); }
+
+std::string gpu_unavailable_reason() { return cuda::cuda_unavailable_reason(); }
+
+bool gpu_required() {
+  const char* v = std::getenv("ALLOY_REQUIRE_GPU");
+  return v && std::string_view(v) == "1";
+}
 
 namespace {
 
@@ -114,7 +122,7 @@ double rms(const Tensor& t) {
 }
 
 void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& sizes, uint64_t seed, double scale) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU available: " << cuda::cuda_unavailable_reason();
+  ALLOY_REQUIRE_GPU();
   auto cpu_fusion = parse_fusion(fusion_text, "test.fusion", std::nullopt);
   auto gpu_fusion = parse_fusion(fusion_text, "test.fusion", std::nullopt);
   std::vector<Tensor> given(cpu_fusion->inputs().size());

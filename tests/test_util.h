@@ -28,6 +28,34 @@ std::string read_file(const std::string& path);
 void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& sizes, uint64_t seed = 7, double scale = 1.0);
 
 bool gpu_available();
+std::string gpu_unavailable_reason();
+
+// True where ALLOY_REQUIRE_GPU=1 (scripts/gpu-check sets it on the GPU machine): there a GPU test
+// that cannot run is a failure, so a driver problem or a build without the toolkit cannot pass
+// as a green run of skipped tests.
+bool gpu_required();
+
+// Ends the current test as skipped, saying why; where ALLOY_REQUIRE_GPU=1, as failed. For tests
+// that need a GPU or the CUDA backend, not for skips by design (a second GPU, a job size).
+#define ALLOY_SKIP_GPU_TEST(why)                                                   \
+  switch (0)                                                                       \
+  case 0:                                                                          \
+  default:                                                                         \
+    if (::alloy::testing::gpu_required())                                          \
+      GTEST_FAIL() << "ALLOY_REQUIRE_GPU=1, but this GPU test cannot run: " << why; \
+    else                                                                           \
+      GTEST_SKIP() << why
+
+// Returns from the test (skipped, or failed under ALLOY_REQUIRE_GPU=1) where no CUDA GPU is usable.
+#define ALLOY_REQUIRE_GPU()                  \
+  if (::alloy::testing::gpu_available()) {   \
+  } else                                     \
+    ALLOY_SKIP_GPU_TEST("no CUDA GPU available: " << ::alloy::testing::gpu_unavailable_reason())
+
+// The body of the placeholder test a CUDA-only test file holds in a build without the toolkit,
+// so the file reports as skipped with the reason instead of dropping out of the list.
+#define ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT() \
+  ALLOY_SKIP_GPU_TEST("built without the CUDA toolkit (configure with -DALLOY_REQUIRE_CUDA=ON to make that an error)")
 
 // Sets an environment variable for one scope (read-per-use settings such as ALLOY_DISABLE_EPILOGUES).
 class ScopedEnv {

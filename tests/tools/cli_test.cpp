@@ -320,7 +320,7 @@ TEST_F(CliTest, Print_OfThePrint_IsTheSameText) {
 
 TEST_F(CliTest, Compile_BuildsEveryKernelForTheArchitectureWithoutAGpu) {
 #ifndef ALLOY_HAVE_CUDA
-  GTEST_SKIP() << "this build has no CUDA backend";
+  ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();
 #endif
   CliResult r = alloy("compile " + example("layer_norm.fusion") + " --arch sm_90");
   EXPECT_EQ(r.code, 0) << r.err;
@@ -336,7 +336,7 @@ TEST_F(CliTest, Compile_BuildsEveryKernelForTheArchitectureWithoutAGpu) {
 
 TEST_F(CliTest, Compile_WithBoundSizes_ReportsTheKernelARunWouldLaunch) {
 #ifndef ALLOY_HAVE_CUDA
-  GTEST_SKIP() << "this build has no CUDA backend";
+  ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();
 #endif
   CliResult r = alloy("compile " + example("mlp_backward.fusion") + " --bind T=8192");
   EXPECT_EQ(r.code, 0) << r.err;

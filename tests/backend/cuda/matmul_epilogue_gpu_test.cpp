@@ -238,7 +238,7 @@ TEST(MatmulEpilogueGpu, MlpBackwardBothWaysOfBiasGradients) {
 // enqueued back to back on a stream of the test's own, with no wait between them, each against
 // the CPU: a missing wait between the streams, or a buffer reused too early, shows as a mismatch.
 TEST(MatmulEpilogueGpu, MlpBackwardSideStreamRunAfterRun) {
-  if (!testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU available: " << cuda::cuda_unavailable_reason();
+  ALLOY_REQUIRE_GPU();
   std::string text = testing::read_file(testing::source_path("examples/mlp_backward.fusion"));
   auto cpu_fusion = parse_fusion(text, "mlp_backward.fusion", std::nullopt);
   std::vector<Tensor> given(cpu_fusion->inputs().size());
