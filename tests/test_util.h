@@ -17,15 +17,24 @@ std::string read_file(const std::string& path);
 
 // Elementwise |actual - expected| <= atol + rtol * |expected| with tolerances set by `dtype`
 // (exact for integers and bools), atol at least 4 units in the last place of the expected values'
-// RMS (fused code rounds intermediates elsewhere than the reference); NaN must match NaN. Both
-// tensors are compared on the CPU.
+// RMS (fused code rounds intermediates elsewhere than the reference); NaN must match NaN, and a
+// NaN or infinity where a number is expected fails. Floats may have a few scattered elements (one
+// in a thousand) within 4x the tolerance, for flipped roundings; never a wrong row. Both tensors
+// are compared on the CPU.
 ::testing::AssertionResult tensors_close(const Tensor& actual, const Tensor& expected, double scale = 1.0);
 
 // Runs `fusion_text` on the CPU reference and on the GPU with the same fresh random inputs and
 // poisoned GPU outputs, and compares every output. Skips the test when there is no GPU.
 // `scale` widens the dtype's tolerance (an f32 result computed from bf16 GEMM outputs inherits
 // bf16 rounding differences).
-void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& sizes, uint64_t seed = 7, double scale = 1.0);
+// With `ran`, also hands back what the GPU side planned and launched (`--dump segments`, and
+// `--dump cuda` after the run: kernels, and each matmul segment's cuBLASLt call or fallback), for
+// tests that must show which path ran, not only that the numbers agree.
+struct GpuRun {
+  std::string segments, launched;
+};
+void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& sizes, uint64_t seed = 7, double scale = 1.0,
+                            GpuRun* ran = nullptr);
 
 bool gpu_available();
 std::string gpu_unavailable_reason();
