@@ -9,6 +9,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,7 +31,20 @@ struct Case {
   Bindings sizes;
   int64_t bytes;  // fewest bytes the fusion must move: inputs read once, outputs written once
   double flops = 0;  // matmul cases: 2 * M * N * K per GEMM
+  bool cpu_fallback_expected = false;  // a case that times a cpu_fallback segment on purpose
 };
+
+// Before timing, a case checks that it times what it claims: no segment planned for the host
+// (cpu_fallback) unless the case says so, and no matmul segment that cuBLASLt refused at run time
+// (its fallback runs the plain GEMM or the reference matmul). Returns why not, or "".
+std::string plan_problem(const Case& c, FusionExecutor& exec) {
+  std::string segments = exec.dump("segments");
+  if (!c.cpu_fallback_expected && segments.find("[cpu_fallback]") != std::string::npos)
+    return "the plan has a cpu_fallback segment:\n" + segments;
+  std::string launched = exec.dump("cuda");  // after a run: what it launched
+  if (launched.find("cuBLASLt refused") != std::string::npos) return "a matmul fell back at run time:\n" + launched;
+  return "";
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -93,6 +107,10 @@ void time_case(const Case& c, int runs) {
   for (auto& t : inputs) t = cuda::to_device(t, stream);
   for (int i = 0; i < 5; ++i) exec.run(inputs);
   stream.synchronize();
+  if (std::string problem = plan_problem(c, exec); !problem.empty()) {
+    std::fprintf(stderr, "alloy_bench: case %s: %s", c.name.c_str(), problem.c_str());
+    std::exit(1);
+  }
   std::vector<double> times = timed_samples(stream, runs, [&] { exec.run(inputs); });
   std::string flops;
   if (c.flops > 0) {
@@ -203,7 +221,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "alloy_bench: no GPU (%s)\n", cuda::cuda_unavailable_reason().c_str());
     return 1;
   }
-  int runs = argc > 1 ? std::atoi(argv[1]) : 100;
+  int runs = 100;
+  if (argc > 1) {
+    char* end = nullptr;
+    long n = std::strtol(argv[1], &end, 10);
+    if (end == argv[1] || *end != '\0' || n < 1 || n > 1000000) {
+      std::fprintf(stderr, "usage: alloy_bench [RUNS] [CASES]: RUNS must be a whole number from 1 to 1000000, got '%s'\n", argv[1]);
+      return 2;
+    }
+    runs = int(n);
+  }
   // run only the cases whose name contains one of these comma-separated strings
   std::string only = argc > 2 ? argv[2] : "";
   const int64_t big = 8192;

@@ -72,6 +72,8 @@ def main():
     parser.add_argument("--B", type=int, default=8)
     parser.add_argument("--S", type=int, default=1024)
     args = parser.parse_args()
+    if args.samples < 1 or args.runs < 1:
+        parser.error("--samples and --runs must be at least 1")
 
     try:
         import torch

@@ -21,8 +21,25 @@ import subprocess
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+
+def runs_argument():
+    """RUNS from the command line (default 100); 0, negative or not a number is a usage error,
+    checked before anything is imported or timed."""
+    try:
+        runs = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+    except ValueError:
+        runs = 0
+    if runs < 1:
+        print(f"usage: bench/run_benchmarks.py BUILD_DIR [RUNS] [SECTIONS]: RUNS must be a whole number >= 1, "
+              f"got {sys.argv[2]!r}", file=sys.stderr)
+        sys.exit(2)
+    return runs
+
+
+RUNS = runs_argument() if __name__ == "__main__" else 100
+
+import torch  # noqa: E402  (after the usage check: a bad RUNS fails without loading torch)
+import torch.nn.functional as F  # noqa: E402
 
 
 BATCH = 10  # calls per timed sample, enqueued back to back (as alloy_bench's kBatch)
@@ -274,7 +291,7 @@ def write_results(stem, text, payload):
 
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
-    runs = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+    runs = RUNS
     sections = sys.argv[3].split(",") if len(sys.argv) > 3 else ["memory", "matmul", "rounds"]
     device = torch.cuda.get_device_name()
     date = datetime.date.today().isoformat()

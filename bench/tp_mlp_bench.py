@@ -254,6 +254,8 @@ def main():
     p.add_argument("--c", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--h", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.runs < 1:
+        p.error(f"--runs must be at least 1, got {args.runs}")
     if args.torch_worker:
         return torch_worker(args)
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "alloy/backend/cuda/cuda_api.h"
 #include "alloy/common/settings.h"
@@ -24,6 +25,13 @@ std::string read_file(const std::string& path) {
 }
 
 bool gpu_available() { return cuda::cuda_available(); }
+
+std::string gpu_unavailable_reason() { return cuda::cuda_unavailable_reason(); }
+
+bool gpu_required() {
+  const char* v = std::getenv("ALLOY_REQUIRE_GPU");
+  return v && std::string_view(v) == "1";
+}
 
 namespace {
 
@@ -82,11 +90,14 @@ double rms(const Tensor& t) {
   atol = std::max(atol, 4 * unit_roundoff(actual.dtype()) * rms(expected));
   rtol *= scale;
   atol *= scale;
-  // Elementwise within (atol, rtol); or, for floats, within 8x that everywhere and within a
-  // relative L2 error the dtype allows (long bf16 reductions flip a few roundings).
+  // Elementwise within (atol, rtol); or, for floats, a few scattered elements outside it (long
+  // bf16 reductions flip a few roundings): at most one in a thousand (at least one), each within
+  // 4x the tolerance, and the relative L2 error within what the dtype allows. A wrong row, or one
+  // element off by more than a flipped rounding can make it, still fails (test_util_test.cpp).
   double l2_tol = actual.dtype() == DType::bf16 ? 1e-2 : actual.dtype() == DType::f16 ? 2e-3 : actual.dtype() == DType::f32 ? 1e-5 : 0;
   double diff2 = 0, ref2 = 0;
   int64_t n = actual.numel(), bad = 0, very_bad = 0;
+  const int64_t scattered = std::max<int64_t>(1, n / 1000);
   std::vector<int64_t> index(actual.dim(), 0);
   std::ostringstream first;
   for (int64_t k = 0; k < n; ++k) {
@@ -98,7 +109,7 @@ double rms(const Tensor& t) {
     double a = load_as_double(actual.data(), actual.dtype(), oa), e = load_as_double(expected.data(), expected.dtype(), oe);
     bool ok = (std::isnan(a) && std::isnan(e)) || (a == e) || std::fabs(a - e) <= atol + rtol * std::fabs(e);
     if (!ok && bad++ < 5) first << "  at flat index " << k << ": " << a << " vs expected " << e << "\n";
-    if (!ok && !(std::fabs(a - e) <= 8 * (atol + rtol * std::fabs(e)))) ++very_bad;
+    if (!ok && !(std::fabs(a - e) <= 4 * (atol + rtol * std::fabs(e)))) ++very_bad;
     if (std::isfinite(a) && std::isfinite(e)) {
       diff2 += (a - e) * (a - e);
       ref2 += e * e;
@@ -109,13 +120,14 @@ double rms(const Tensor& t) {
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  if (very_bad == 0 && l2_tol > 0 && std::sqrt(diff2) <= l2_tol * std::sqrt(ref2)) return ::testing::AssertionSuccess();
+  if (very_bad == 0 && bad <= scattered && l2_tol > 0 && std::sqrt(diff2) <= l2_tol * std::sqrt(ref2))
+    return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << bad << " of " << n << " elements differ (rtol " << rtol << ", atol " << atol << "):\n"
                                        << first.str();
 }
 
-void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& sizes, uint64_t seed, double scale) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA GPU available: " << cuda::cuda_unavailable_reason();
+void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& sizes, uint64_t seed, double scale, GpuRun* ran) {
+  ALLOY_REQUIRE_GPU();
   auto cpu_fusion = parse_fusion(fusion_text, "test.fusion", std::nullopt);
   auto gpu_fusion = parse_fusion(fusion_text, "test.fusion", std::nullopt);
   std::vector<Tensor> given(cpu_fusion->inputs().size());
@@ -130,6 +142,7 @@ void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& size
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < actual.size(); ++i)
     EXPECT_TRUE(tensors_close(actual[i], expected[i], scale)) << "output " << i << " of\n" << fusion_text << "\nsegments:\n" << gpu.dump("segments");
+  if (ran) *ran = GpuRun{gpu.dump("segments"), gpu.dump("cuda")};
 }
 
 ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {

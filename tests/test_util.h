@@ -17,17 +17,54 @@ std::string read_file(const std::string& path);
 
 // Elementwise |actual - expected| <= atol + rtol * |expected| with tolerances set by `dtype`
 // (exact for integers and bools), atol at least 4 units in the last place of the expected values'
-// RMS (fused code rounds intermediates elsewhere than the reference); NaN must match NaN. Both
-// tensors are compared on the CPU.
+// RMS (fused code rounds intermediates elsewhere than the reference); NaN must match NaN, and a
+// NaN or infinity where a number is expected fails. Floats may have a few scattered elements (one
+// in a thousand) within 4x the tolerance, for flipped roundings; never a wrong row. Both tensors
+// are compared on the CPU.
 ::testing::AssertionResult tensors_close(const Tensor& actual, const Tensor& expected, double scale = 1.0);
 
 // Runs `fusion_text` on the CPU reference and on the GPU with the same fresh random inputs and
 // poisoned GPU outputs, and compares every output. Skips the test when there is no GPU.
 // `scale` widens the dtype's tolerance (an f32 result computed from bf16 GEMM outputs inherits
 // bf16 rounding differences).
-void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& sizes, uint64_t seed = 7, double scale = 1.0);
+// With `ran`, also hands back what the GPU side planned and launched (`--dump segments`, and
+// `--dump cuda` after the run: kernels, and each matmul segment's cuBLASLt call or fallback), for
+// tests that must show which path ran, not only that the numbers agree.
+struct GpuRun {
+  std::string segments, launched;
+};
+void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& sizes, uint64_t seed = 7, double scale = 1.0,
+                            GpuRun* ran = nullptr);
 
 bool gpu_available();
+std::string gpu_unavailable_reason();
+
+// True where ALLOY_REQUIRE_GPU=1 (scripts/gpu-check sets it on the GPU machine): there a GPU test
+// that cannot run is a failure, so a driver problem or a build without the toolkit cannot pass
+// as a green run of skipped tests.
+bool gpu_required();
+
+// Ends the current test as skipped, saying why; where ALLOY_REQUIRE_GPU=1, as failed. For tests
+// that need a GPU or the CUDA backend, not for skips by design (a second GPU, a job size).
+#define ALLOY_SKIP_GPU_TEST(why)                                                   \
+  switch (0)                                                                       \
+  case 0:                                                                          \
+  default:                                                                         \
+    if (::alloy::testing::gpu_required())                                          \
+      GTEST_FAIL() << "ALLOY_REQUIRE_GPU=1, but this GPU test cannot run: " << why; \
+    else                                                                           \
+      GTEST_SKIP() << why
+
+// Returns from the test (skipped, or failed under ALLOY_REQUIRE_GPU=1) where no CUDA GPU is usable.
+#define ALLOY_REQUIRE_GPU()                  \
+  if (::alloy::testing::gpu_available()) {   \
+  } else                                     \
+    ALLOY_SKIP_GPU_TEST("no CUDA GPU available: " << ::alloy::testing::gpu_unavailable_reason())
+
+// The body of the placeholder test a CUDA-only test file holds in a build without the toolkit,
+// so the file reports as skipped with the reason instead of dropping out of the list.
+#define ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT() \
+  ALLOY_SKIP_GPU_TEST("built without the CUDA toolkit (configure with -DALLOY_REQUIRE_CUDA=ON to make that an error)")
 
 // Sets an environment variable for one scope (read-per-use settings such as ALLOY_DISABLE_EPILOGUES).
 class ScopedEnv {

@@ -277,6 +277,27 @@ std::vector<Tensor> place_inputs(const Fusion& fusion, std::vector<Tensor> input
   return inputs;
 }
 
+// The line above each --dump: what the stage shows. `ir` is the fusion as written, before any
+// pass; the later stages come after the passes (composites decomposed, sharded, segmented).
+std::string dump_title(const std::string& stage) {
+  if (stage == "ir") return "== dump ir: the fusion as parsed, before the passes\n";
+  if (stage.starts_with("after=")) return "== dump " + stage + ": after the pass " + stage.substr(6) + "\n";
+  if (stage == "sharding") return "== dump sharding: each value's sharding, after the passes\n";
+  if (stage == "local") return "== dump local: the fusion one device runs, after the passes\n";
+  if (stage == "segments") return "== dump segments: the fusion after the passes (composites decomposed), cut into segments\n";
+  if (stage == "program") return "== dump program: the host program that runs the segments\n";
+  if (stage == "cuda") return "== dump cuda: what the run launched (generated kernels, cuBLASLt calls)\n";
+  return "== dump " + stage + "\n";
+}
+
+// Prints the stages asked for at this point of the run: `cuda` after it (kernels are generated
+// and compiled at the first run for its sizes, so before it there is nothing to show), the
+// others before.
+void print_dumps(FusionExecutor& executor, const std::vector<std::string>& dumps, bool after_run, const std::vector<Tensor>* inputs) {
+  for (const std::string& stage : dumps)
+    if ((stage == "cuda") == after_run) std::cout << dump_title(stage) << settings_note() << executor.dump(stage, inputs);
+}
+
 void bench(FusionExecutor& executor, const std::vector<Tensor>& inputs, int runs) {
   executor.run(inputs);  // warm-up beyond the first run: caches and allocators settle
   executor.synchronize();
@@ -310,11 +331,11 @@ int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Te
   for (size_t i = 0; i < inputs.size() && team_rank >= 0; ++i)
     if (in_shardings[i]) local[i] = multidevice::local_part(inputs[i], *in_shardings[i], team_rank, "input '" + f.inputs()[i]->name + "'");
   if (root) std::cout << header;
-  for (const std::string& stage : opts.dumps)
-    if (root) std::cout << settings_note() << executor.dump(stage);
+  if (root) print_dumps(executor, opts.dumps, false, nullptr);
   local = place_inputs(f, std::move(local), executor.device());
   std::vector<Tensor> outputs = executor.run(local);
   executor.synchronize();
+  if (root) print_dumps(executor, opts.dumps, true, nullptr);  // (before the gather: rank 0 may be outside the mesh)
   if (outputs.empty()) return 0;  // a rank outside the mesh
   auto team = team_mesh.empty() ? nullptr : multidevice::communicator_for(team_mesh, Device{});
   std::vector<Tensor> global;
@@ -384,7 +405,7 @@ int run_command(const RunOptions& opts) {
     std::cout << "  input " << f.inputs()[i]->name << ": " << tensor_type_str(inputs[i]) << " "
               << (sources[i].empty() ? "random" : "from " + sources[i]) << "\n";
   inputs = place_inputs(f, std::move(inputs), executor.device());
-  for (const std::string& stage : opts.dumps) std::cout << settings_note() << executor.dump(stage, &inputs);
+  print_dumps(executor, opts.dumps, false, &inputs);
 
   std::vector<Tensor> outputs = executor.run(inputs);
   executor.synchronize();
@@ -392,6 +413,7 @@ int run_command(const RunOptions& opts) {
     Tensor out = to_cpu(outputs[i]);
     std::cout << f.outputs()[i]->name << ": " << tensor_type_str(out) << "  " << summarize_tensor(out) << "\n";
   }
+  print_dumps(executor, opts.dumps, true, &inputs);
   if (!opts.save_dir.empty()) save_outputs(opts.save_dir, f, outputs);
   if (opts.bench > 0) bench(executor, inputs, opts.bench);
   return 0;
@@ -451,8 +473,8 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::Validator([](std::string& dir) { return dir.empty() ? std::string("the folder name is empty") : std::string(); },
                              "DIR", "non-empty"));
   run_cmd->add_option("--dump", run.dumps,
-                      "Print a stage before running (repeatable): ir, after=PASS (" + pass_list() +
-                          "), sharding, local (the fusion one device runs), segments, program, cuda")
+                      "Print a stage (repeatable): ir (before the passes), after=PASS (" + pass_list() +
+                          "), sharding, local (the fusion one device runs), segments, program; cuda (after the run: what it launched)")
       ->check(CLI::Validator(
           [](std::string& stage) {
             static const std::vector<std::string> stages{"ir", "sharding", "local", "segments", "program", "cuda"};

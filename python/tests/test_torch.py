@@ -1,6 +1,8 @@
 """PyTorch tensors in and out: torch in, torch out, without copies (views share data_ptr), on the
 CPU and on CUDA on torch's current stream. Skipped where torch is not installed (CI); the CUDA
-tests are skipped where there is no GPU."""
+tests are skipped where there is no GPU. Where ALLOY_REQUIRE_GPU=1 (scripts/gpu-check) neither
+skips: a missing torch or GPU fails."""
+import os
 import threading
 
 import numpy as np
@@ -8,10 +10,22 @@ import pytest
 
 import alloy
 
-torch = pytest.importorskip("torch")
+GPU_REQUIRED = os.environ.get("ALLOY_REQUIRE_GPU") == "1"
+if GPU_REQUIRED:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-needs_cuda = pytest.mark.skipif(not (torch.cuda.is_available() and alloy.cuda_available()),
+
+def test_gpu_is_usable_where_required():
+    """needs_cuda does not skip under ALLOY_REQUIRE_GPU=1; this says why the GPU tests then fail."""
+    if GPU_REQUIRED:
+        assert torch.cuda.is_available(), "ALLOY_REQUIRE_GPU=1, but torch sees no CUDA GPU"
+        assert alloy.cuda_available(), "ALLOY_REQUIRE_GPU=1, but Alloy sees no CUDA GPU"
+
+
+needs_cuda = pytest.mark.skipif(not GPU_REQUIRED and not (torch.cuda.is_available() and alloy.cuda_available()),
                                 reason="no CUDA GPU usable by both torch and Alloy")
 
 

@@ -96,17 +96,14 @@ TEST(ExecutorThreads, DeviceIndexOnTheCpu_IsIgnored) {
   EXPECT_EQ(executor.device(), (Device{DeviceKind::cpu, 0}));
 }
 
-#define REQUIRE_GPU() \
-  if (!cuda::cuda_available()) GTEST_SKIP() << "no CUDA GPU available: " << cuda::cuda_unavailable_reason()
-
 TEST(ExecutorThreads, TwoThreadsRunOneCudaExecutor_EachGetsItsOwnResults) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   FusionExecutor shared(parse_fusion(kLayerNorm, "ln.fusion"), {DeviceChoice::cuda});
   run_from_threads(shared, DeviceChoice::cpu);
 }
 
 TEST(ExecutorThreads, DeviceIndexOutOfRange_IsAUserErrorNamingTheDevice) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   ExecutorOptions options;
   options.device = DeviceChoice::cuda;
   options.device_index = cuda::device_count();
@@ -119,7 +116,7 @@ TEST(ExecutorThreads, DeviceIndexOutOfRange_IsAUserErrorNamingTheDevice) {
 }
 
 TEST(ExecutorThreads, LastDeviceIndex_RunsThere) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   ExecutorOptions options;
   options.device = DeviceChoice::cuda;
   options.device_index = cuda::device_count() - 1;
@@ -132,7 +129,7 @@ TEST(ExecutorThreads, LastDeviceIndex_RunsThere) {
 }
 
 TEST(ExecutorThreads, RunOnACallersStream_EnqueuesThereWithoutWaiting) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   FusionExecutor executor(parse_fusion(kLayerNorm, "ln.fusion"), {DeviceChoice::cuda});
   cuda::Stream mine = cuda::Stream::create(0);
   std::vector<Tensor> in = inputs_for(6, 2);

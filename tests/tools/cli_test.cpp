@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <string>
 
@@ -84,13 +85,44 @@ TEST_F(CliTest, Run_MlpExample_PrintsEachOutputsNameDtypeShapeAndSummary) {
   EXPECT_TRUE(contains(r.out, "input x: bf16[1, 4, 768] random")) << r.out;
 }
 
+// The examples of one device, each with the sizes it needs; the sharded ones run under mpirun
+// (CliMpiTest). Every file in examples/ is one or the other.
+const std::map<std::string, std::string>& single_device_examples() {
+  static const std::map<std::string, std::string> runs{
+      {"mlp.fusion", "--bind B=2 --bind S=8"},
+      {"mlp_backward.fusion", "--bind T=24"},
+      {"layer_norm.fusion", ""},
+      {"softmax.fusion", ""},
+      {"rms_norm.fusion", ""},
+      {"rope.fusion", "--bind B=1 --bind S=4"},
+      {"masked_mean.fusion", "--bind B=3 --bind T=5 --bind h.2=16"}};
+  return runs;
+}
+
+std::vector<std::string> example_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(testing::source_path("examples")))
+    if (entry.path().extension() == ".fusion") names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 TEST_F(CliTest, Run_EveryExample_Succeeds) {
-  const char* runs[] = {"mlp.fusion --bind B=2 --bind S=8", "layer_norm.fusion", "softmax.fusion", "rms_norm.fusion",
-                        "masked_mean.fusion --bind B=3 --bind T=5 --bind h.2=16"};
-  for (const char* args : runs) {
-    CliResult r = alloy("run " + testing::source_path("examples/") + args);
-    EXPECT_EQ(r.code, 0) << args << "\n" << r.out << r.err;
+  int ran = 0;
+  for (const std::string& name : example_names()) {
+    auto run = single_device_examples().find(name);
+    if (run == single_device_examples().end()) {
+      // not listed: it must be a sharded example, which alone says how to launch it
+      CliResult r = alloy("run " + example(name) + " --bind T=8 --device cpu");
+      EXPECT_EQ(r.code, 1) << name << " is neither listed above nor sharded\n" << r.out << r.err;
+      EXPECT_TRUE(contains(r.err, "mpirun -n")) << name << ": " << r.err;
+      continue;
+    }
+    CliResult r = alloy("run " + example(name) + " " + run->second);
+    EXPECT_EQ(r.code, 0) << name << " " << run->second << "\n" << r.out << r.err;
+    ++ran;
   }
+  EXPECT_EQ(ran, int(single_device_examples().size()));
 }
 
 TEST_F(CliTest, Run_Seed_DecidesTheRandomInputs) {
@@ -218,6 +250,37 @@ TEST_F(CliTest, Run_DumpIr_PrintsTheCanonicalFusionBeforeTheOutputs) {
   EXPECT_LT(ir, r.out.find("y: bf16[1, 2, 768]"));
 }
 
+// Each dump is titled with what it shows: `ir` the fusion before the passes, `segments` after them.
+TEST_F(CliTest, Run_Dumps_SayWhichStageTheyShow) {
+  CliResult r = alloy("run " + example("mlp.fusion") + " --bind B=1 --bind S=2 --device cpu --dump ir --dump segments");
+  ASSERT_EQ(r.code, 0) << r.err;
+  size_t ir = r.out.find("== dump ir: the fusion as parsed, before the passes\nfusion mlp(");
+  size_t segments = r.out.find("== dump segments: the fusion after the passes (composites decomposed), cut into segments\n");
+  ASSERT_NE(ir, std::string::npos) << r.out;
+  ASSERT_NE(segments, std::string::npos) << r.out;
+  EXPECT_LT(ir, segments);
+}
+
+// `--dump cuda` prints what the run launched, so it comes after the run: on the GPU the kernels
+// its first run compiled; on the CPU it says there are none.
+TEST_F(CliTest, Run_DumpCuda_PrintsTheKernelsTheRunLaunched) {
+  CliResult cpu = alloy("run " + example("softmax.fusion") + " --device cpu --dump cuda");
+  ASSERT_EQ(cpu.code, 0) << cpu.err;
+  size_t title = cpu.out.find("== dump cuda: what the run launched");
+  ASSERT_NE(title, std::string::npos) << cpu.out;
+  EXPECT_LT(cpu.out.find("probs: bf16"), title) << cpu.out;  // printed after the run
+  EXPECT_TRUE(contains(cpu.out, "no generated CUDA code (the plan runs on cpu)")) << cpu.out;
+  ALLOY_REQUIRE_GPU();  // the GPU half: skipped (or failed under ALLOY_REQUIRE_GPU=1) without one
+  CliResult gpu = alloy("run " + example("softmax.fusion") + " --device cuda --dump cuda");
+  ASSERT_EQ(gpu.code, 0) << gpu.err;
+  EXPECT_TRUE(contains(gpu.out, "__global__")) << gpu.out;
+  EXPECT_TRUE(contains(gpu.out, "// segment ")) << gpu.out;
+  EXPECT_FALSE(contains(gpu.out, "no generated CUDA code")) << gpu.out;
+  CliResult mlp = alloy("run " + example("mlp.fusion") + " --bind B=2 --bind S=8 --device cuda --dump cuda");
+  ASSERT_EQ(mlp.code, 0) << mlp.err;
+  EXPECT_TRUE(contains(mlp.out, "[matmul]: cuBLASLt, epilogue ")) << mlp.out;
+}
+
 TEST_F(CliTest, Run_FusionOption_PicksTheNamedFusionOfSeveral) {
   std::string file = write("two.fusion",
                            "fusion first(x: f32[2]) {\n  y = neg(x)\n  return y\n}\n"
@@ -236,9 +299,19 @@ TEST_F(CliTest, Run_MissingFile_IsAUserError) {
   EXPECT_TRUE(contains(r.err, "nope.fusion: cannot open the .fusion file: no such file")) << r.err;
 }
 
-TEST_F(CliTest, Run_CudaDevice_RunsOrFailsAsAUserErrorButNeverCrashes) {
+// With a GPU the run happens on it; without one it is a user error that says why. Which of the
+// two is expected comes from this process's own look at the GPU, so neither can stand in for the other.
+TEST_F(CliTest, Run_CudaDevice_RunsOnTheGpuOrSaysThereIsNone) {
   CliResult r = alloy("run " + example("softmax.fusion") + " --device cuda");
-  EXPECT_TRUE(r.code == 0 || r.code == 1) << r.code << "\n" << r.err;
+  if (testing::gpu_available()) {
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(contains(r.out, "on cuda:0")) << r.out;
+    EXPECT_TRUE(contains(r.out, "probs: ")) << r.out;
+  } else {
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_TRUE(contains(r.err, "--device cuda: no GPU found")) << r.err;
+    EXPECT_TRUE(contains(r.err, "use --device cpu or auto")) << r.err;
+  }
 }
 
 // ---- usage errors --------------------------------------------------------------------------
@@ -275,7 +348,9 @@ TEST_F(CliTest, Usage_Help_ExitsWithCode0) {
 // ---- alloy check, print, compile -------------------------------------------------------------
 
 TEST_F(CliTest, Check_EveryExample_IsValid) {
-  for (const char* name : {"mlp.fusion", "layer_norm.fusion", "softmax.fusion", "rms_norm.fusion", "masked_mean.fusion"}) {
+  std::vector<std::string> names = example_names();
+  EXPECT_GE(names.size(), 11u);
+  for (const std::string& name : names) {
     CliResult r = alloy("check " + example(name));
     EXPECT_EQ(r.code, 0) << name << "\n" << r.err;
     EXPECT_TRUE(contains(r.out, ": ok")) << r.out;
@@ -320,7 +395,7 @@ TEST_F(CliTest, Print_OfThePrint_IsTheSameText) {
 
 TEST_F(CliTest, Compile_BuildsEveryKernelForTheArchitectureWithoutAGpu) {
 #ifndef ALLOY_HAVE_CUDA
-  GTEST_SKIP() << "this build has no CUDA backend";
+  ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();
 #endif
   CliResult r = alloy("compile " + example("layer_norm.fusion") + " --arch sm_90");
   EXPECT_EQ(r.code, 0) << r.err;
@@ -336,7 +411,7 @@ TEST_F(CliTest, Compile_BuildsEveryKernelForTheArchitectureWithoutAGpu) {
 
 TEST_F(CliTest, Compile_WithBoundSizes_ReportsTheKernelARunWouldLaunch) {
 #ifndef ALLOY_HAVE_CUDA
-  GTEST_SKIP() << "this build has no CUDA backend";
+  ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();
 #endif
   CliResult r = alloy("compile " + example("mlp_backward.fusion") + " --bind T=8192");
   EXPECT_EQ(r.code, 0) << r.err;

@@ -9,6 +9,8 @@ result to the op's dtype as the fusion declares it, so only accumulation order d
 
 Usage: numpy_check.py --alloy build/alloy [--examples examples] [--device auto|cpu|cuda]
 Exit status: 0 all passed, 1 a check failed, 77 NumPy is missing (CTest: skipped).
+Where ALLOY_REQUIRE_GPU=1 (scripts/gpu-check), --device auto means cuda, and a missing NumPy or
+mpirun is a failure instead of a skip.
 """
 import argparse
 import os
@@ -16,11 +18,12 @@ import subprocess
 import sys
 import tempfile
 
+GPU_REQUIRED = os.environ.get("ALLOY_REQUIRE_GPU") == "1"
 try:
     import numpy as np
 except ImportError:
-    print("numpy_check: NumPy is not installed; skipping")
-    sys.exit(77)
+    print("numpy_check: NumPy is not installed; " + ("failing: ALLOY_REQUIRE_GPU=1" if GPU_REQUIRED else "skipping"))
+    sys.exit(1 if GPU_REQUIRED else 77)
 
 
 def bf16(x):
@@ -235,6 +238,8 @@ def main():
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                         help="passed to alloy run (auto: a GPU where one exists)")
     args = parser.parse_args()
+    if GPU_REQUIRED and args.device == "auto":
+        args.device = "cuda"  # a GPU that is not usable must fail here, not run the CPU quietly
     cases = [mlp_case, layer_norm_case, softmax_case, rms_norm_case, masked_mean_case, mlp_backward_case, tp_mlp_case,
              tp_mlp_sequence_parallel_case, tp_mlp_backward_case, sharded_layer_norm_case, rope_case]
     known = {case(np.random.default_rng(0))[0] for case in cases}
@@ -247,7 +252,10 @@ def main():
         for case in cases:
             problems = run_case(args.alloy, args.examples, args.device, case, np.random.default_rng(0), workdir)
             label = case.__name__.removesuffix("_case")
-            if problems is None:
+            if problems is None and GPU_REQUIRED:
+                failed += 1
+                print(f"FAIL {label}: mpirun not found, and ALLOY_REQUIRE_GPU=1")
+            elif problems is None:
                 print(f"skip {label} (mpirun not found)")
             elif problems:
                 failed += 1

@@ -308,7 +308,9 @@ std::string FusionExecutor::dump(std::string_view stage, const std::vector<Tenso
   if (stage == "cuda") {
     std::string out;
     for (auto& s : plan.executable->segments) out += s->source();
-    return out.empty() ? "no generated CUDA code (the plan runs on " + impl_->device.str() + ")\n" : out;
+    if (!out.empty()) return out;
+    if (impl_->device.kind != DeviceKind::cuda) return "no generated CUDA code (the plan runs on " + impl_->device.str() + ")\n";
+    return "no generated CUDA code: none compiled yet (kernels are compiled at the first run for its sizes), or the plan has none\n";
   }
   user_error_at("--dump", "unknown stage '", stage, "'; expected ir, after=PASS, sharding, local, segments, program or cuda");
 }

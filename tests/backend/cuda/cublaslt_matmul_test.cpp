@@ -3,19 +3,19 @@
 // description checks (refusals) need no GPU; the rest skips without one.
 #include <gtest/gtest.h>
 
-#if ALLOY_HAVE_CUDA
+#include "test_util.h"
+
+#if !ALLOY_HAVE_CUDA
+TEST(CublasLtMatmul, NeedsTheCudaToolkit) { ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT(); }
+#else
 
 #include <cmath>
 #include <random>
 
 #include "alloy/backend/cuda/cublaslt_matmul.h"
-#include "test_util.h"
 
 namespace alloy::cuda {
 namespace {
-
-#define REQUIRE_GPU() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA GPU available: " << cuda_unavailable_reason()
 
 Tensor random_cpu(DType dtype, int64_t numel, uint32_t seed, double lo = -1.0, double hi = 1.0) {
   Tensor t = Tensor::empty(dtype, {numel});
@@ -182,7 +182,7 @@ TEST(CublasLtMatmul, Check_EnforcesTheDocumentedAuxLeadingDimensions) {
 // ---- on the GPU ----
 
 TEST(CublasLtMatmul, MisalignedBiasPointer_IsRefused) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   MatmulDesc d = desc_of(16, 16, 16, DType::bf16, DType::bf16);
   d.epilogue = MatmulEpilogue::bias;
   alignas(256) static char fake[64];  // never dereferenced: the refusal comes before any launch
@@ -196,7 +196,7 @@ TEST(CublasLtMatmul, MisalignedBiasPointer_IsRefused) {
 }
 
 TEST(CublasLtMatmul, F32_EveryTransposeCombination_MatchesTheHostLoop) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
       Problem p(desc_of(37, 29, 53, DType::f32, DType::f32, ta, tb), 3);
@@ -205,7 +205,7 @@ TEST(CublasLtMatmul, F32_EveryTransposeCombination_MatchesTheHostLoop) {
 }
 
 TEST(CublasLtMatmul, Bf16_WithBf16AndF32Outputs_MatchesTheHostLoop) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   for (DType out : {DType::bf16, DType::f32}) {
     Problem p(desc_of(64, 48, 96, DType::bf16, out, false, true), 5);
     EXPECT_TRUE(testing::tensors_close(run_on_gpu(p), expected_d(p, identity))) << dtype_name(out);
@@ -215,7 +215,7 @@ TEST(CublasLtMatmul, Bf16_WithBf16AndF32Outputs_MatchesTheHostLoop) {
 }
 
 TEST(CublasLtMatmul, PaddedLeadingDimensionsAndBetaWithC) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   MatmulDesc d = desc_of(20, 24, 16, DType::f32, DType::f32);
   d.lda = 19;
   d.ldb = 31;
@@ -228,7 +228,7 @@ TEST(CublasLtMatmul, PaddedLeadingDimensionsAndBetaWithC) {
 }
 
 TEST(CublasLtMatmul, StridedBatches_IncludingABroadcastOperand) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   MatmulDesc d = desc_of(12, 20, 8, DType::bf16, DType::f32, false, true);
   d.batch = 3;
   d.stride_a = 12 * 8;
@@ -239,7 +239,7 @@ TEST(CublasLtMatmul, StridedBatches_IncludingABroadcastOperand) {
 }
 
 TEST(CublasLtMatmul, BiasReluAndGeluEpilogues_AddTheBiasPerColumn) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   struct Case {
     MatmulEpilogue epilogue;
     double (*apply)(double);
@@ -265,7 +265,7 @@ TEST(CublasLtMatmul, BiasReluAndGeluEpilogues_AddTheBiasPerColumn) {
 }
 
 TEST(CublasLtMatmul, GeluAuxBias_StoresThePreActivationInAux) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   MatmulDesc d = desc_of(24, 36, 32, DType::bf16, DType::bf16, false, true);
   d.epilogue = MatmulEpilogue::gelu_aux_bias;
   d.aux_ld = 40;
@@ -281,7 +281,7 @@ TEST(CublasLtMatmul, GeluAuxBias_StoresThePreActivationInAux) {
 }
 
 TEST(CublasLtMatmul, BgradA_IsTheLinearBiasGradient) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   // weight gradient of a linear layer: dW [out, in] = dY^T X, db = sum over tokens of dY
   const int64_t tokens = 64, out = 48, in = 32;
   MatmulDesc d = desc_of(out, in, tokens, DType::bf16, DType::f32, /*trans_a=*/true, /*trans_b=*/false);
@@ -300,7 +300,7 @@ TEST(CublasLtMatmul, BgradA_IsTheLinearBiasGradient) {
 }
 
 TEST(CublasLtMatmul, DgeluBgrad_MultipliesByTheGeluDerivativeAndSumsColumns) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   // input gradient through a GELU: dH = (dY W) * gelu'(pre), dbias = sum over rows of dH
   const int64_t tokens = 32, hidden = 64, out = 48;
   MatmulDesc d = desc_of(tokens, hidden, out, DType::bf16, DType::bf16);
@@ -322,7 +322,7 @@ TEST(CublasLtMatmul, DgeluBgrad_MultipliesByTheGeluDerivativeAndSumsColumns) {
 }
 
 TEST(CublasLtMatmul, RepeatedRuns_ReuseThePlanAndStayCorrect) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   Problem p(desc_of(33, 17, 9, DType::f32, DType::f32), 27);
   Tensor expected = expected_d(p, identity);
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(testing::tensors_close(run_on_gpu(p), expected));

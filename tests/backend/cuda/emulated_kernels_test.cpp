@@ -32,7 +32,7 @@ namespace alloy {
 namespace {
 
 #ifndef ALLOY_HAVE_CUDA
-TEST(EmulatedKernels, NeedTheCudaBackend) { GTEST_SKIP() << "this build has no CUDA backend (the CUDA toolkit was not found)"; }
+TEST(EmulatedKernels, NeedTheCudaBackend) { ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT(); }
 #else
 
 using EmulateFn = void (*)(unsigned, unsigned, unsigned, const void*);

@@ -49,19 +49,35 @@ TEST(GpuEndToEnd, MatmulAndLinearShapes) {
 })", {});
 }
 
+// Every example but the sharded ones (alloy_mpi_tests runs those on the GPU), twice: every size
+// 3, and each size symbol a different odd size (3, 5, 7, ...), so an axis mixed up with another
+// of the same size cannot hide.
 TEST(GpuEndToEnd, EveryExampleMatchesTheCpu) {
+  ALLOY_REQUIRE_GPU();
+  int ran = 0, sharded = 0, files = 0;
   for (auto& entry : std::filesystem::directory_iterator(testing::source_path("examples"))) {
     if (entry.path().extension() != ".fusion") continue;
+    ++files;
     SCOPED_TRACE(entry.path().string());
     auto text = testing::read_file(entry.path().string());
     auto fusion = parse_fusion(text, entry.path().string(), std::nullopt);
-    // a sharded example needs one process per device: alloy_mpi_tests runs those on the GPU
-    if (auto mesh = fusion_mesh(*fusion); mesh && mesh->size() > 1) continue;
-    Bindings sizes;
-    for (auto& sym : fusion->input_symbols()) sizes[sym] = 3;
-    // `?` sizes are named "INPUT.AXIS" by resolve_input_sizes; examples keep them off the inputs we draw
-    expect_gpu_matches_cpu(text, sizes);
+    if (auto mesh = fusion_mesh(*fusion); mesh && mesh->size() > 1) {
+      ++sharded;
+      continue;
+    }
+    Bindings equal, distinct;
+    int64_t next = 3;
+    for (auto& sym : fusion->input_symbols()) {
+      equal[sym] = 3;
+      distinct[sym] = next;
+      next += 2;
+    }
+    expect_gpu_matches_cpu(text, equal);
+    expect_gpu_matches_cpu(text, distinct);
+    ++ran;
   }
+  EXPECT_EQ(ran + sharded, files);
+  EXPECT_GE(ran, 7);  // mlp, mlp_backward, layer_norm, softmax, rms_norm, masked_mean, rope
 }
 
 }  // namespace

@@ -2,19 +2,19 @@
 // checked against the same arithmetic on the host. Skips without a GPU.
 #include <gtest/gtest.h>
 
-#if ALLOY_HAVE_CUDA
+#include "test_util.h"
+
+#if !ALLOY_HAVE_CUDA
+TEST(LoadedKernel, NeedsTheCudaToolkit) { ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT(); }
+#else
 
 #include <cmath>
 
 #include "alloy/backend/cuda/loaded_kernel.h"
 #include "alloy/common/error.h"
-#include "test_util.h"
 
 namespace alloy::cuda {
 namespace {
-
-#define REQUIRE_GPU() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA GPU available: " << cuda_unavailable_reason()
 
 // y = a * bf16(x) + y, with the bf16 widening done on raw bits (no cuda_bf16.h).
 constexpr const char* kAxpySource = R"(
@@ -30,7 +30,7 @@ std::shared_ptr<const CompiledModule> compile_for_device0(const std::string& sou
 }
 
 TEST(LoadedKernel, LaunchComputesWhatTheHostComputes) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   const int64_t n = 10007;
   Tensor x = Tensor::empty(DType::bf16, {n}), y = Tensor::empty(DType::f32, {n}), expected = Tensor::empty(DType::f32, {n});
   for (int64_t i = 0; i < n; ++i) {
@@ -51,7 +51,7 @@ TEST(LoadedKernel, LaunchComputesWhatTheHostComputes) {
 }
 
 TEST(LoadedKernel, SameModule_LoadsOnce) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   auto module = compile_for_device0(kAxpySource, "axpy_bf16");
   EXPECT_EQ(&LoadedKernel::get(*module, 0), &LoadedKernel::get(*module, 0));
   EXPECT_GT(LoadedKernel::get(*module, 0).num_registers(), 0);
@@ -59,7 +59,7 @@ TEST(LoadedKernel, SameModule_LoadsOnce) {
 }
 
 TEST(LoadedKernel, LargeDynamicSharedMemory_IsOptedInto) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   const DeviceProps& p = device_props(0);
   size_t shared = size_t(p.shared_per_block_optin);  // above the default 48 KiB on sm_70+
   ASSERT_GT(shared, size_t(48 * 1024));
@@ -88,7 +88,7 @@ extern "C" __global__ void reverse_through_shared(const float* in, float* out, i
 }
 
 TEST(LoadedKernel, ModuleForAnotherGpuGeneration_IsRefusedBeforeLoading) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   const DeviceProps& p = device_props(0);
   int other_major = p.sm_major == 8 ? 9 : 8;
   auto module = compile_cuda(kAxpySource, "axpy_bf16", other_major, 0);
@@ -96,7 +96,7 @@ TEST(LoadedKernel, ModuleForAnotherGpuGeneration_IsRefusedBeforeLoading) {
 }
 
 TEST(LoadedKernel, LaunchOnAnotherDevicesStream_IsABug) {
-  REQUIRE_GPU();
+  ALLOY_REQUIRE_GPU();
   if (device_count() < 2) GTEST_SKIP() << "needs two GPUs";
   const LoadedKernel& kernel = LoadedKernel::get(*compile_for_device0(kAxpySource, "axpy_bf16"), 0);
   void* args[] = {nullptr};

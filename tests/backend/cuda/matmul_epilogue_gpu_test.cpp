@@ -227,18 +227,34 @@ TEST(MatmulEpilogueGpu, MlpBackwardExample) {
 
 // The backward at a T where the bias gradients' column kernels split over blocks (the default),
 // and with every fused bias-gradient epilogue instead (ALLOY_DISABLE_EPILOGUES="").
+// Each way states which path it planned and that cuBLASLt ran it (no refusal and fallback), so a
+// B path that quietly became the A path cannot pass.
 TEST(MatmulEpilogueGpu, MlpBackwardBothWaysOfBiasGradients) {
+  ALLOY_REQUIRE_GPU();
   std::string text = testing::read_file(testing::source_path("examples/mlp_backward.fusion"));
-  expect_gpu_matches_cpu(text, {{"T", 1000}});
-  testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");
-  expect_gpu_matches_cpu(text, {{"T", 1000}});
+  testing::GpuRun a, b;
+  expect_gpu_matches_cpu(text, {{"T", 1000}}, 7, 1.0, &a);
+  EXPECT_NE(a.segments.find("dgelu_bgrad is off"), std::string::npos) << a.segments;
+  EXPECT_EQ(a.segments.find("epilogue: dgelu_bgrad"), std::string::npos) << a.segments;
+  EXPECT_EQ(a.segments.find("epilogue: bgrad_"), std::string::npos) << a.segments;
+  EXPECT_NE(a.launched.find("cuBLASLt, epilogue dgelu\n"), std::string::npos) << a.launched;
+  EXPECT_EQ(a.launched.find("refused"), std::string::npos) << a.launched;
+  {
+    testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");
+    expect_gpu_matches_cpu(text, {{"T", 1000}}, 7, 1.0, &b);
+  }
+  EXPECT_NE(b.segments.find("epilogue: dgelu_bgrad"), std::string::npos) << b.segments;
+  EXPECT_NE(b.segments.find("epilogue: bgrad_"), std::string::npos) << b.segments;
+  EXPECT_NE(b.launched.find("cuBLASLt, epilogue dgelu_bgrad"), std::string::npos) << b.launched;
+  EXPECT_NE(b.launched.find("cuBLASLt, epilogue bgrad_"), std::string::npos) << b.launched;
+  EXPECT_EQ(b.launched.find("refused"), std::string::npos) << b.launched;
 }
 
 // The bias gradients run on a side stream beside the next GEMMs (host_ir/program.h). Ten runs
 // enqueued back to back on a stream of the test's own, with no wait between them, each against
 // the CPU: a missing wait between the streams, or a buffer reused too early, shows as a mismatch.
 TEST(MatmulEpilogueGpu, MlpBackwardSideStreamRunAfterRun) {
-  if (!testing::gpu_available()) GTEST_SKIP() << "no CUDA GPU available: " << cuda::cuda_unavailable_reason();
+  ALLOY_REQUIRE_GPU();
   std::string text = testing::read_file(testing::source_path("examples/mlp_backward.fusion"));
   auto cpu_fusion = parse_fusion(text, "mlp_backward.fusion", std::nullopt);
   std::vector<Tensor> given(cpu_fusion->inputs().size());

@@ -3,7 +3,11 @@
 // compile errors carry NVRTC's log and the source.
 #include <gtest/gtest.h>
 
-#if ALLOY_HAVE_CUDA
+#include "test_util.h"
+
+#if !ALLOY_HAVE_CUDA
+TEST(NvrtcCompiler, NeedsTheCudaToolkit) { ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT(); }
+#else
 
 #include <unistd.h>
 

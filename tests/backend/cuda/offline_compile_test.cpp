@@ -11,7 +11,7 @@ namespace alloy {
 namespace {
 
 #ifndef ALLOY_HAVE_CUDA
-#define REQUIRE_CUDA_BUILD() GTEST_SKIP() << "this build has no CUDA backend (the CUDA toolkit was not found)"
+#define REQUIRE_CUDA_BUILD() ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT()
 #else
 #define REQUIRE_CUDA_BUILD() (void)0
 #endif

@@ -130,7 +130,7 @@ Tensor& buffer_for(host_ir::RunState& state, const Value* v, const Stream& strea
 
 class MatmulSegment final : public host_ir::SegmentExecutable {
  public:
-  explicit MatmulSegment(const Segment& s) : match_(s.epilogue ? s.epilogue : plain_match(s)), op_(match_->matmul) {
+  explicit MatmulSegment(const Segment& s) : match_(s.epilogue ? s.epilogue : plain_match(s)), op_(match_->matmul), id_(s.id) {
     kind_ = match_->kind;
     if (kind_ == EpilogueKind::none && op_->kind == OpKind::linear && op_->inputs.size() == 3) kind_ = EpilogueKind::bias;
     bias_ = match_->bias ? match_->bias : kind_ == EpilogueKind::bias ? op_->inputs[2] : nullptr;
@@ -146,11 +146,22 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
     std::optional<Gemm> gemm;
     if (product_numel > 0 && state.at(op_->inputs[0]).numel() > 0 && state.at(op_->inputs[1]).numel() > 0)
       gemm = op_->kind == OpKind::linear ? linear_gemm(state, stream) : matmul_gemm(state, stream);
-    if (gemm && !run_fused(state, *gemm, stream)) return;
-    run_fallback(state, gemm ? &*gemm : nullptr, stream);
+    std::optional<MatmulRefusal> refusal = gemm ? run_fused(state, *gemm, stream) : MatmulRefusal{"an empty operand or product"};
+    if (!refusal) {
+      last_run_ = "cuBLASLt, epilogue " + std::string(epilogue_kind_name(kind_));
+      return;
+    }
+    last_run_ = "cuBLASLt refused epilogue " + std::string(epilogue_kind_name(kind_)) + " (" + refusal->why + "): " +
+                run_fallback(state, gemm ? &*gemm : nullptr, stream);
   }
 
-  std::string source() const override { return epilogue_kernel_ ? epilogue_kernel_->source() : std::string(); }
+  // What the last run launched (`--dump cuda` after a run): the cuBLASLt call, or the refusal and
+  // the fallback taken, then the epilogue kernel's source where the fallback compiled one.
+  std::string source() const override {
+    if (last_run_.empty()) return {};
+    std::string out = "// segment " + std::to_string(id_) + " [matmul]: " + last_run_ + "\n";
+    return epilogue_kernel_ ? out + epilogue_kernel_->source() : out;
+  }
 
  private:
   // ---- the GEMM's operands ----
@@ -271,7 +282,9 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
 
   // ---- the fallback: the plain GEMM (or the host reference), then the epilogue's ops ----
 
-  void run_fallback(host_ir::RunState& state, const Gemm* g, const Stream& stream) {
+  // Returns what it ran, for the run record.
+  std::string run_fallback(host_ir::RunState& state, const Gemm* g, const Stream& stream) {
+    std::string ran = "nothing to multiply";
     Tensor& p = buffer_for(state, match_->product, stream);
     if (p.numel() > 0) {
       bool done = false;
@@ -287,10 +300,13 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
         done = (desc.epilogue == MatmulEpilogue::none || args.bias) && !launch(*g, desc, args, stream);
       }
       if (!done) run_op_on_host(*op_, state, stream);
+      ran = done ? "the plain cuBLASLt GEMM" : "the reference matmul on the host";
     }
+    if (match_->epilogue_ops.empty()) return ran;
     if (epilogue_kernel_) epilogue_kernel_->run(state);
     else
       for (const Op* op : match_->epilogue_ops) run_op_on_host(*op, state, stream);
+    return ran + (epilogue_kernel_ ? ", then the epilogue's ops as a generated kernel" : ", then the epilogue's ops on the host");
   }
 
   // The epilogue's ops as one generated kernel, when they make one.
@@ -343,7 +359,9 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
   const Op* op_;
   EpilogueKind kind_;
   const Value* bias_;
+  int id_;
   std::unique_ptr<host_ir::SegmentExecutable> epilogue_kernel_;
+  std::string last_run_;  // what the last run did (runs on CUDA take turns: FusionExecutor's run lock)
 };
 
 }  // namespace
