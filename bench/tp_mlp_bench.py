@@ -209,24 +209,22 @@ def pair_worker(args, rank, world):
     dist.destroy_process_group()
 
 
-def torch_pair_medians(pair, m, k, n, ranks, runs):
-    cmd = ["torchrun", "--standalone", f"--nproc-per-node={ranks}", os.path.abspath(__file__), "--torch-worker", "--pair", pair,
-           "--pair-m", str(m), "--pair-k", str(k), "--pair-n", str(n), "--runs", str(runs)]
+def run_torch_worker(ranks, worker_args):
+    """This script as a PyTorch worker under torchrun; rank 0's TORCH_RESULTS line, parsed."""
+    cmd = ["torchrun", "--standalone", f"--nproc-per-node={ranks}", os.path.abspath(__file__), "--torch-worker"] + worker_args
     out = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=600)
-    mres = re.search(r"TORCH_RESULTS (.*)", out.stdout)
-    if out.returncode != 0 or not mres:
+    found = re.search(r"TORCH_RESULTS (.*)", out.stdout)
+    if out.returncode != 0 or not found:
         raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
-    return json.loads(mres.group(1))
+    return json.loads(found.group(1))
+
+
+def torch_pair_medians(pair, m, k, n, ranks, runs):
+    return run_torch_worker(ranks, ["--pair", pair, "--pair-m", str(m), "--pair-k", str(k), "--pair-n", str(n), "--runs", str(runs)])
 
 
 def torch_medians(c, h, tokens, ranks, runs):
-    cmd = ["torchrun", "--standalone", f"--nproc-per-node={ranks}", os.path.abspath(__file__), "--torch-worker",
-           "--c", str(c), "--h", str(h), "--tokens", str(tokens), "--runs", str(runs)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=600)
-    m = re.search(r"TORCH_RESULTS (.*)", out.stdout)
-    if out.returncode != 0 or not m:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
-    return json.loads(m.group(1))
+    return run_torch_worker(ranks, ["--c", str(c), "--h", str(h), "--tokens", str(tokens), "--runs", str(runs)])
 
 
 def device_name():

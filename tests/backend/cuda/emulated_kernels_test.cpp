@@ -242,17 +242,7 @@ TEST(EmulatedKernels, RowsStartingOffTheVectorBoundary) {
   Tensor storage = Tensor::empty(DType::bf16, {rows * width + 3});
   for (int64_t i = 0; i < storage.numel(); ++i) store_double(storage.data(), DType::bf16, i, std::sin(double(i) * 0.37) * 3.0);
   Tensor x = storage.as_strided({rows, width}, {width, 1}, 3);
-  const std::string log_sum_exp = R"(fusion f(x: bf16[R, W]) {
-  x32 = cast(x, dtype=f32)
-  m = max(x32, dims=[1], keepdim=true)
-  d = sub(x32, m)
-  e = exp(d)
-  s = sum(e, dims=[1])
-  l = log(s)
-  ms = squeeze(m, dims=[1])
-  y = add(l, ms)
-  return y
-})";
+  const std::string log_sum_exp = testing::kLogSumExpRows;
   const std::string softmax = "fusion f(x: bf16[R, W]) {\n  s = softmax(x, dim=1)\n  return s\n}\n";
   for (const std::string& text : {log_sum_exp, softmax})
     for (Flavour f : kFlavours) expect_emulation_matches_cpu(text, {{"R", rows}, {"W", width}}, f, 4, {x});

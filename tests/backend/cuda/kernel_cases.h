@@ -22,6 +22,19 @@ struct KernelCase {
   Bindings emulated_sizes = {};
 };
 
+// Log-sum-exp over rows of width W, the f32 result: the planning and emulation tests of odd widths.
+inline const char* const kLogSumExpRows = R"(fusion f(x: bf16[R, W]) {
+  x32 = cast(x, dtype=f32)
+  m = max(x32, dims=[1], keepdim=true)
+  d = sub(x32, m)
+  e = exp(d)
+  s = sum(e, dims=[1])
+  l = log(s)
+  ms = squeeze(m, dims=[1])
+  y = add(l, ms)
+  return y
+})";
+
 // How GoogleTest names a case in test listings (instead of dumping its bytes).
 inline void PrintTo(const KernelCase& c, std::ostream* os) { *os << c.name; }
 

@@ -12,6 +12,7 @@
 #include "alloy/runtime/views.h"
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
+#include "backend/cuda/kernel_cases.h"
 
 namespace alloy {
 namespace {
@@ -136,17 +137,7 @@ TEST(LaunchPlan, TransposeAroundBatchAxesPicksTheOperandsContiguousAxis) {
   EXPECT_EQ(p.plan.grid_x, 6u * 4u * 3u);
 }
 
-const char* kLogSumExp = R"(fusion f(x: bf16[R, W]) {
-  x32 = cast(x, dtype=f32)
-  m = max(x32, dims=[1], keepdim=true)
-  d = sub(x32, m)
-  e = exp(d)
-  s = sum(e, dims=[1])
-  l = log(s)
-  ms = squeeze(m, dims=[1])
-  y = add(l, ms)
-  return y
-})";
+const char* const kLogSumExp = testing::kLogSumExpRows;
 
 TEST(LaunchPlan, OddWidthRowsKeepVectorsWithEdgeElements) {
   // 50257 columns: 16-byte vectors from each row's first aligned column, 7 a thread in registers

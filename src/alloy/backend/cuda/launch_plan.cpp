@@ -373,7 +373,7 @@ void choose_block(KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarg
   int64_t slots = (cols + v.vector - 1) / v.vector;
   // ALLOY_ROW_THREADS caps the block size (tuning experiments); the default favours several
   // vectors per thread in flight over wide blocks.
-  const int max_threads = int(settings::integer("ALLOY_ROW_THREADS")) / 32 * 32;
+  const int max_threads = target.row_threads / 32 * 32;
   int threads = int(std::min<int64_t>(max_threads, std::max<int64_t>(32, (slots + 31) / 32 * 32)));
   int64_t items = (slots + threads - 1) / threads;
   if (items > 8) {
@@ -383,7 +383,7 @@ void choose_block(KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarg
   v.threads = threads;
   // registers per thread for one cached leaf; only leaves read by several passes are cached
   v.items = (items * v.vector <= 64) ? int(std::max<int64_t>(items, 1)) : 0;
-  v.min_blocks = int(settings::integer("ALLOY_ROW_MIN_BLOCKS"));
+  v.min_blocks = target.row_min_blocks;
   // Short rows (up to 8 vectors a lane): a warp per row, 8 rows a block, no block barriers.
   int64_t lane_items = (slots + 31) / 32;
   if (lane_items <= 8 && rows >= 64 && target.warp_rows) {
@@ -426,6 +426,8 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.transposed_rows = settings::flag("ALLOY_TRANSPOSED_ROWS");
   t.column_min_steps = int(settings::integer("ALLOY_COLUMN_MIN_STEPS"));
   t.column_blocks_per_sm = int(settings::integer("ALLOY_COLUMN_BLOCKS_PER_SM"));
+  t.row_threads = int(settings::integer("ALLOY_ROW_THREADS"));
+  t.row_min_blocks = int(settings::integer("ALLOY_ROW_MIN_BLOCKS"));
   return t;
 }
 
