@@ -112,12 +112,11 @@ void time_case(const Case& c, int runs) {
     std::exit(1);
   }
   std::vector<double> times = timed_samples(stream, runs, [&] { exec.run(inputs); });
-  std::string flops;
-  if (c.flops > 0) {
-    char isolated[64];
-    std::snprintf(isolated, sizeof isolated, ", \"isolated_us\": %.3f", median(isolated_samples(stream, runs, [&] { exec.run(inputs); })));
-    flops = ", \"flops\": " + std::to_string(int64_t(c.flops)) + isolated;
-  }
+  // every case's device time alone too: for small fusions the back-to-back time is the host's
+  char isolated[64];
+  std::snprintf(isolated, sizeof isolated, ", \"isolated_us\": %.3f", median(isolated_samples(stream, runs, [&] { exec.run(inputs); })));
+  std::string flops = isolated;
+  if (c.flops > 0) flops = ", \"flops\": " + std::to_string(int64_t(c.flops)) + isolated;
   std::printf("{\"case\": \"%s\", \"alloy_us\": %.3f, \"min_us\": %.3f, \"bytes\": %lld, \"runs\": %d%s}\n", c.name.c_str(),
               median(times), *std::min_element(times.begin(), times.end()), (long long)c.bytes, runs, flops.c_str());
   std::fflush(stdout);

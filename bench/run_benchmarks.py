@@ -348,28 +348,37 @@ def memory_table(build, runs, device, date, slug):
         alloy.update(alloy_bench(build, runs, name))
         args = make()
         eager = time_torch(fn, args, runs)
+        eager_alone = time_torch_isolated(fn, args, runs)
         try:
-            compiled = time_torch(torch.compile(fn), args, runs)
+            compiled_fn = torch.compile(fn)
+            compiled = time_torch(compiled_fn, args, runs)
+            compiled_alone = time_torch_isolated(compiled_fn, args, runs)
         except Exception as e:  # noqa: BLE001 - report, do not hide
             print(f"torch.compile failed on {name}: {e}", file=sys.stderr)
-            compiled = float("nan")
+            compiled = compiled_alone = float("nan")
         a = alloy.get(name)
         if a is None:
             continue
         bw = a["bytes"] / a["alloy_us"] / 1e3
         rows.append({"case": name, "alloy_us": a["alloy_us"], "eager_us": eager, "compile_us": compiled,
                      "vs_eager": eager / a["alloy_us"], "vs_compile": compiled / a["alloy_us"],
-                     "alloy_GBps": bw, "share_of_copy": bw / copy_bw})
+                     "alloy_GBps": bw, "share_of_copy": bw / copy_bw,
+                     "alloy_isolated_us": a.get("isolated_us", float("nan")), "eager_isolated_us": eager_alone,
+                     "compile_isolated_us": compiled_alone})
         del args
         torch.cuda.empty_cache()
     lines = [f"# Alloy benchmarks, {device}, {date}", "",
              f"device-to-device copy: {copy_bw:.0f} GB/s (bytes read + written); median of {runs} samples of {BATCH} back-to-back "
-             "calls each (CUDA events; host launch time overlaps, measured apart below)", "",
-             "| case | alloy us | eager us | compile us | eager/alloy | compile/alloy | alloy GB/s | share of copy |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "calls each (CUDA events; host launch time overlaps, measured apart below). 'alone': median of single calls, "
+             f"each enqueued behind a {HOLD_MS:g} ms hold of the stream: the device time of one call with the launch path "
+             "hidden (for small fusions the back-to-back time is the host's)", "",
+             "| case | alloy us | eager us | compile us | eager/alloy | compile/alloy | alloy GB/s | share of copy "
+             "| alone: alloy us | eager us | compile us |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['alloy_us']:.1f} | {r['eager_us']:.1f} | {r['compile_us']:.1f} | {r['vs_eager']:.2f}x | "
-                     f"{r['vs_compile']:.2f}x | {r['alloy_GBps']:.0f} | {100 * r['share_of_copy']:.0f}% |")
+                     f"{r['vs_compile']:.2f}x | {r['alloy_GBps']:.0f} | {100 * r['share_of_copy']:.0f}% | "
+                     f"{r['alloy_isolated_us']:.1f} | {r['eager_isolated_us']:.1f} | {r['compile_isolated_us']:.1f} |")
     lat = alloy.get("host_latency")
     if lat:
         lines.append("")

@@ -34,6 +34,8 @@ inline thread_local AlloyEmuWarp* alloy_emu_warp;
 inline void __syncthreads() { alloy_emu_block->arrive_and_wait(); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+template <class T>
+T __ldcg(const T* p) { return *static_cast<const volatile T*>(p); }
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 inline double __longlong_as_double(long long u) { double f; std::memcpy(&f, &u, 8); return f; }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
@@ -260,6 +261,27 @@ TEST(EmulatedKernels, NormalizationsOverANonContiguousAxisWithARowALane) {
     for (Flavour f : kFlavours)
       expect_emulation_matches_cpu(c.text, c.emulated_sizes.empty() ? c.sizes : c.emulated_sizes, f, 4, {}, true);
   }
+}
+
+// Log-sum-exp over rows long enough for the streaming pass (KernelVariant::streaming_online), an
+// odd width: a random row, one whose first half is -inf (threads that see only -inf), one all
+// -inf (NaN, as exp(-inf - -inf) in the reference), one with a NaN, one with +inf, one rising
+// (the running max grows at every vector).
+TEST(EmulatedKernels, LogSumExpOverLongRowsInOnePass) {
+  const int64_t rows = 6, width = 20003;
+  Tensor x = Tensor::empty(DType::bf16, {rows, width});
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < width; ++c) {
+      double v = std::sin(double(r * width + c) * 0.37) * 4.0;
+      if (r == 1 && c < width / 2) v = -inf;
+      if (r == 2) v = -inf;
+      if (r == 3 && c == 7777) v = std::nan("");
+      if (r == 4 && c == 12345) v = inf;
+      if (r == 5) v = double(c) * 1e-3;
+      store_double(x.data(), DType::bf16, r * width + c, v);
+    }
+  for (Flavour f : kFlavours) expect_emulation_matches_cpu(testing::kLogSumExpRows, {{"R", rows}, {"W", width}}, f, 4, {x});
 }
 
 TEST(EmulatedKernels, LongRowsReReadFromMemory) {

@@ -28,7 +28,9 @@ struct Planned {
 };
 
 // `transposed_rows`: the opt-in row-a-lane normalizations (LaunchTarget::transposed_rows).
-Planned plan_of(const std::string& text, const Bindings& sizes, int64_t misalign = 0, bool transposed_rows = false) {
+// `streaming_online`: LaunchTarget::streaming_online (log-sum-exp over long rows in one pass).
+Planned plan_of(const std::string& text, const Bindings& sizes, int64_t misalign = 0, bool transposed_rows = false,
+                bool streaming_online = true) {
   auto fusion = decompose_composites(*parse_fusion(text, "plan.fusion", std::nullopt));
   Segmentation segmentation = segment_for_cuda(*fusion);
   const Segment* kernel = nullptr;
@@ -64,6 +66,7 @@ Planned plan_of(const std::string& text, const Bindings& sizes, int64_t misalign
   target.sm_count = 132;
   target.shared_per_sm = 228 * 1024;
   target.transposed_rows = transposed_rows;
+  target.streaming_online = streaming_online;
   Planned p{cuda::plan_launch(a, domain, tensors, std::vector<uint64_t>(a.scalar_inputs.size(), 0), target), "", 0};
   p.transpose_shared_bytes = cuda::transpose_shared_bytes(a, p.plan.variant);
   for (const Value* leaf : a.leaves) p.leaves += (p.leaves.empty() ? "" : ",") + leaf->name;
@@ -139,10 +142,34 @@ TEST(LaunchPlan, TransposeAroundBatchAxesPicksTheOperandsContiguousAxis) {
 
 const char* const kLogSumExp = testing::kLogSumExpRows;
 
-TEST(LaunchPlan, OddWidthRowsKeepVectorsWithEdgeElements) {
-  // 50257 columns: 16-byte vectors from each row's first aligned column, 7 a thread in registers
+TEST(LaunchPlan, LogSumExpOverLongRowsStreamsThemOnce) {
+  // 50257 columns would fill a block of 1024 threads' registers (one block an SM): one pass with a
+  // running max instead, nothing held, 512 threads a row
   Planned p = plan_of(kLogSumExp, {{"R", 8192}, {"W", 50257}});
   ASSERT_TRUE(p.plan.launch);
+  EXPECT_TRUE(p.plan.variant.streaming_online);
+  EXPECT_EQ(p.plan.variant.threads, 512);
+  EXPECT_EQ(p.plan.variant.items, 0);
+  EXPECT_EQ(p.plan.variant.vector, 8);
+  EXPECT_TRUE(p.plan.variant.edge_elements);
+  EXPECT_NE(p.plan.variant.key().find("_so"), std::string::npos);
+  // rows that fit a block of 256 threads stay in registers
+  EXPECT_FALSE(plan_of(kLogSumExp, {{"R", 8192}, {"W", 8192}}).plan.variant.streaming_online);
+  // softmax stores a value per element: its row is held to be read again
+  Planned softmax = plan_of("fusion f(x: bf16[R, W]) {\n  y = softmax(x, dim=1)\n  return y\n}\n", {{"R", 64}, {"W", 50257}});
+  EXPECT_FALSE(softmax.plan.variant.streaming_online);
+  // a max and a sum of something else: no online pass
+  Planned other = plan_of("fusion f(x: f32[R, W]) {\n  m = max(x, dims=[1])\n  s = sum(x, dims=[1])\n  return m, s\n}\n",
+                          {{"R", 64}, {"W", 50257}});
+  EXPECT_FALSE(other.plan.variant.streaming_online);
+}
+
+TEST(LaunchPlan, OddWidthRowsKeepVectorsWithEdgeElements) {
+  // 50257 columns: 16-byte vectors from each row's first aligned column, 7 a thread in registers
+  // (with the streaming pass off)
+  Planned p = plan_of(kLogSumExp, {{"R", 8192}, {"W", 50257}}, 0, false, false);
+  ASSERT_TRUE(p.plan.launch);
+  EXPECT_FALSE(p.plan.variant.streaming_online);
   EXPECT_EQ(p.plan.variant.vector, 8);
   EXPECT_TRUE(p.plan.variant.edge_elements);
   EXPECT_EQ(p.plan.variant.leaf_modes, "v");

@@ -288,6 +288,13 @@ bool small_offsets(const std::vector<Axis>& axes, int64_t numel) {
   return true;
 }
 
+// Every output is a value per row (a reduction whose row-shaped values are not stored).
+bool only_row_outputs(const KernelAnalysis& a) {
+  for (const Value* out : a.outputs)
+    if (!a.at(out).per_row) return false;
+  return true;
+}
+
 // The first tensor of the first leaf read per element (-1: none): it decides the memory order.
 int main_slot(const KernelAnalysis& a, const std::vector<Slot>& slots) {
   for (size_t t = 0; t < slots.size(); ++t)
@@ -424,6 +431,8 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.tile_transposes = !settings::flag("ALLOY_NO_TILE_TRANSPOSES");
   t.edge_elements = !settings::flag("ALLOY_NO_EDGE_ELEMENTS");
   t.transposed_rows = settings::flag("ALLOY_TRANSPOSED_ROWS");
+  t.streaming_online = !settings::flag("ALLOY_NO_STREAMING_ONLINE");
+  t.streaming_threads = int(settings::integer("ALLOY_STREAMING_THREADS"));
   t.column_min_steps = int(settings::integer("ALLOY_COLUMN_MIN_STEPS"));
   t.column_blocks_per_sm = int(settings::integer("ALLOY_COLUMN_BLOCKS_PER_SM"));
   t.row_threads = int(settings::integer("ALLOY_ROW_THREADS"));
@@ -518,6 +527,15 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   v.recompute = target.recompute && a.is_reduction() && !columns;
   v.cheap_merges = target.lean && target.cheap_merges && a.is_reduction() && !columns;
   v.index32 = target.lean && small_offsets(axes, l.numel);
+  // Log-sum-exp over rows so long that a block of 1024 threads holds one in registers (one block an
+  // SM, whose loads stop while it reduces): one streaming pass with a running max instead
+  if (a.is_reduction() && !columns && v.lean && target.streaming_online && !v.transposed_rows && v.rows_per_block == 0 &&
+      v.threads == 1024 && only_row_outputs(a) && !online_softmax_stages(a).empty()) {
+    v.streaming_online = true;
+    v.items = 0;
+    v.full_rows = false;
+    v.threads = std::max(32, target.streaming_threads / 32 * 32);
+  }
   return v;
 }
 

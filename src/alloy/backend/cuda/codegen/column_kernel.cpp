@@ -236,13 +236,27 @@ class ColumnEmitter final : public KernelEmitter {
     os_ << in << "  if (threadIdx.x == 0) alloy_last = atomicAdd(p.counters + blockIdx.x, 1u) == gridDim.y - 1;\n";
     os_ << in << "  __syncthreads();\n" << in << "  if (!alloy_last) return;\n" << in << "  __threadfence();\n";
     emit_column_identity(ck.accs, in + "  ", false);
-    os_ << in << "  if (active) {\n" << in << "    for (unsigned y = ty; y < gridDim.y; y += " << ck.ty << ") {\n";
-    os_ << in << "      #pragma unroll\n" << in << "      for (int e = 0; e < " << V << "; ++e) {\n";
+    // kGather partials a thread loaded at once (L2 reads, not through L1: other blocks wrote
+    // them), then merged: the combine costs about one L2 latency per kGather partials, not one each
+    constexpr int kGather = 4;
+    os_ << in << "  if (active) {\n" << in << "    for (unsigned y0 = ty; y0 < gridDim.y; y0 += " << kGather * ck.ty << ") {\n";
     for (auto& acc : ck.accs)
-      emit_column_merge(acc, in + "        ", [&](int w) {
-        return "*(volatile " + acc.ct + "*)(" + acc.words[w] + "_ws + (long long)y * p.rows + k0 + e)";
-      });
-    os_ << in << "      }\n" << in << "    }\n" << in << "  }\n";
+      for (auto& w : acc.words) os_ << in << "      " << acc.ct << " " << w << "_g[" << kGather << "][" << V << "];\n";
+    os_ << in << "      #pragma unroll\n" << in << "      for (int u = 0; u < " << kGather << "; ++u) {\n";
+    os_ << in << "        const unsigned y = y0 + u * " << ck.ty << ";\n";
+    os_ << in << "        #pragma unroll\n" << in << "        for (int e = 0; e < " << V << "; ++e) {\n";
+    for (auto& acc : ck.accs)
+      for (size_t w = 0; w < acc.words.size(); ++w) {
+        std::string none = acc.op->kind == OpKind::var_mean ? acc.ct + "(0)" : identity_of(*acc.op, acc.ct);
+        os_ << in << "          " << acc.words[w] << "_g[u][e] = y < gridDim.y ? __ldcg(" << acc.words[w]
+            << "_ws + (long long)y * p.rows + k0 + e) : " << none << ";\n";
+      }
+    os_ << in << "        }\n" << in << "      }\n";
+    os_ << in << "      #pragma unroll\n" << in << "      for (int u = 0; u < " << kGather << "; ++u) {\n";
+    os_ << in << "        #pragma unroll\n" << in << "        for (int e = 0; e < " << V << "; ++e) {\n";
+    for (auto& acc : ck.accs)
+      emit_column_merge(acc, in + "          ", [&](int w) { return acc.words[w] + "_g[u][e]"; });
+    os_ << in << "        }\n" << in << "      }\n" << in << "    }\n" << in << "  }\n";
     emit_column_block_combine(ck.accs, in + "  ");
     os_ << in << "  if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;\n" << in << "}\n";
   }

@@ -63,6 +63,13 @@ struct KernelVariant {
   // plan takes it only where asked (ALLOY_TRANSPOSED_ROWS=1): measured slower than a block per row.
   bool transposed_rows = false;
   bool staged_stores = false;
+  // Lean row kernels of a block per row whose stages are a max, then a sum of exp(x - that max)
+  // (log-sum-exp; online_softmax_stages finds them), with nothing held in registers (items = 0):
+  // one pass over the row for both, each thread keeping a running max and the sum of exp against
+  // it, rescaled once per vector when the max grows; the (max, sum) pairs merge per block as in
+  // online softmax. One read of the row and few registers, so several blocks share an SM and one
+  // block's loads overlap another's reductions (a row held in registers takes an SM to itself).
+  bool streaming_online = false;
   // Per cat leaf (KernelAnalysis::cat_leaves, in leaf order): the axis of the collapsed domain
   // (outer axes, then inner) its concatenated axis runs along, or -1 where it has none (extent 1).
   // That axis is never merged with its neighbours, so the position along it selects the source.
@@ -92,6 +99,18 @@ std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant&
 //     along the cat's axis, then the n - 1 positions where sources 0..n-2 end along that axis)
 //   then each scalar input: value (double, or int64 for integer scalars)
 int param_words(const KernelAnalysis& analysis, const KernelVariant& variant);
+
+// Online softmax in a row kernel: stage k is one max of an f32 value, stage k + 1 one sum of
+// exp(sub(y, m)), m that max (through views read by nothing else), the difference read only
+// there. Each such k, with the views from m to the sub's operand (last first), the exp's value,
+// and whether anything else reads m (log-sum-exp adds it back).
+struct OnlineSoftmaxStage {
+  int stage = -1;
+  bool max_read_elsewhere = false;
+  std::vector<const Value*> chain;
+  const Value* exp_value = nullptr;
+};
+std::vector<OnlineSoftmaxStage> online_softmax_stages(const KernelAnalysis& analysis);
 
 // Column kernels: the static shared memory the block-level combine needs, and the 8-byte words
 // of workspace one split needs per kept element (one per sum/max/min, three per var_mean).

@@ -35,39 +35,24 @@ class RowEmitter final : public KernelEmitter {
   void detect_online_softmax() {
     online_stage_ = -1;
     online_exp_ = nullptr;
+    if (!v_.lean) return;
+    if (v_.streaming_online) {  // nothing held: the max and the sum share one pass
+      std::vector<OnlineSoftmaxStage> found = online_softmax_stages(a_);
+      if (found.empty()) internal_error("a streaming online row kernel without a max, then a sum of exp(x - max)");
+      online_stage_ = found[0].stage;
+      online_chain_ = found[0].chain;
+      return;
+    }
     // (edge elements are recomputed in later passes: none hold exp values to rescale)
-    if (!v_.lean || v_.items == 0 || v_.edge_elements) return;
-    std::map<const Value*, int> uses;
-    for (const Op* op : a_.compute_ops)
-      for (const Value* in : std::set<const Value*>(op->inputs.begin(), op->inputs.end())) ++uses[in];
-    auto internal = [&](const Value* v) {
-      return uses[v] == 1 && std::find(a_.outputs.begin(), a_.outputs.end(), v) == a_.outputs.end();
-    };
-    for (size_t k = 0; k + 1 < a_.stages.size(); ++k) {
-      if (a_.stages[k].size() != 1 || a_.stages[k + 1].size() != 1) continue;
-      const Op *top = a_.stages[k][0], *total = a_.stages[k + 1][0];
-      if (top->kind != OpKind::max || total->kind != OpKind::sum) continue;
-      if (top->outputs[0]->dtype() != DType::f32 || total->outputs[0]->dtype() != DType::f32) continue;
-      const Value* e = total->inputs[0];
-      const Op* exp_op = e->producer;
-      if (!exp_op || exp_op->kind != OpKind::exp || e->dtype() != DType::f32) continue;
-      const Value* d = exp_op->inputs[0];
-      const Op* sub_op = d->producer;
-      if (!sub_op || sub_op->kind != OpKind::sub || d->dtype() != DType::f32 || !internal(d)) continue;
-      const Value* chain = sub_op->inputs[1];
-      bool ok = sub_op->inputs[0] != chain;
-      while (ok && chain != top->outputs[0]) {
-        ok = internal(chain) && chain->producer && op_row(chain->producer->kind).op_class == OpClass::shape;
-        if (ok) chain = chain->producer->inputs[0];
-      }
-      if (!ok || !internal(top->outputs[0])) continue;
-      auto held = cache_pass_.find(e);
-      bool cached = held != cache_pass_.end() && held->second == int(k + 1);
-      if (!cached && cache_pass_.count(e)) continue;
-      online_stage_ = int(k);
-      online_exp_ = cached ? e : nullptr;  // not held: later passes recompute it from the row max
-      online_chain_.clear();
-      for (const Value* c = sub_op->inputs[1]; c != top->outputs[0]; c = c->producer->inputs[0]) online_chain_.push_back(c);
+    if (v_.items == 0 || v_.edge_elements) return;
+    for (const OnlineSoftmaxStage& o : online_softmax_stages(a_)) {
+      if (o.max_read_elsewhere) continue;  // later values would read the thread's max
+      auto held = cache_pass_.find(o.exp_value);
+      bool cached = held != cache_pass_.end() && held->second == o.stage + 1;
+      if (!cached && cache_pass_.count(o.exp_value)) continue;
+      online_stage_ = o.stage;
+      online_exp_ = cached ? o.exp_value : nullptr;  // not held: later passes recompute it from the row max
+      online_chain_ = o.chain;
       return;
     }
   }
@@ -105,6 +90,99 @@ class RowEmitter final : public KernelEmitter {
     std::string name;  // register prefix
     const char* ct;
   };
+
+  // KernelVariant::streaming_online: stage online_stage_'s max and the next stage's sum of
+  // exp(x - max) in one pass over the row. Each thread keeps its running max M and S, the sum of
+  // exp(x - g) for g its max (0 while that is -inf, so -inf elements add 0 as against the row's
+  // max); per vector, the vector's max first, S rescaled by exp(g - g') when g grows, then the
+  // vector's exps against g'. The pairs then merge over the block (as online softmax's), and the
+  // row's max replaces the thread's in every value read after these stages.
+  void emit_streaming_online(const std::string& in, const Acc& top, const Acc& total) {
+    const Value* m = top.op->outputs[0];
+    const Value* x = top.op->inputs[0];
+    const Value* e = total.op->inputs[0];
+    const std::string& M = top.name;
+    const std::string& S = total.name;
+    const int V = v_.vector;
+    std::vector<std::string> row_tensors = tensor_names(true, true, false);
+    std::set<int> leaves = leaves_for({x, e});
+    os_ << in << "{\n";
+    const std::string b = in + "  ";
+    os_ << b << "float alloy_g = 0.0f, alloy_vmax;\n";
+    os_ << b << "float v" << m->id << " = 0.0f;\n";
+    for (const Value* c : online_chain_) os_ << b << "float v" << c->id << " = 0.0f;\n";
+    // the max of the elements the loop body emitted (`max_ops`), then the sum of their exps
+    auto vector_step = [&](const std::string& ind, int elements) {
+      auto each = [&](const std::function<void(const std::string&)>& body) {
+        if (elements > 1) {
+          os_ << ind << "#pragma unroll\n" << ind << "for (int e = 0; e < " << elements << "; ++e) {\n";
+          body(ind + "  ");
+          os_ << ind << "}\n";
+        } else {
+          os_ << ind << "{\n" << ind << "  const int e = 0;\n";
+          body(ind + "  ");
+          os_ << ind << "}\n";
+        }
+      };
+      os_ << ind << "alloy_vmax = -__uint_as_float(0x7f800000u);  // -inf\n";
+      each([&](const std::string& i2) {
+        for (const Op* op : element_ops_for({x})) emit_op(*op, "", i2);
+        os_ << i2 << "alloy_vmax = ax_max(alloy_vmax, (float)" << ref(x, "") << ");\n";
+      });
+      os_ << ind << "{\n";
+      os_ << ind << "  const float top = ax_max(" << M << ", alloy_vmax), g = top < -3.402823466e38f ? 0.0f : top;\n";
+      os_ << ind << "  if (g != alloy_g) { " << S << " = " << S << " == 0.0f ? 0.0f : " << S << " * ax_exp(alloy_g - g); alloy_g = g; }\n";
+      os_ << ind << "  " << M << " = top;\n" << ind << "}\n";
+      os_ << ind << "v" << m->id << " = alloy_g;\n";
+      const Value* previous = m;
+      for (auto it = online_chain_.rbegin(); it != online_chain_.rend(); ++it) {
+        os_ << ind << "v" << (*it)->id << " = v" << previous->id << ";\n";
+        previous = *it;
+      }
+      each([&](const std::string& i2) {
+        for (const Op* op : element_ops_for({e})) emit_op(*op, "", i2);
+        os_ << i2 << S << " += (float)" << ref(e, "") << ";\n";
+      });
+    };
+    os_ << b << "#pragma unroll 4\n";
+    if (v_.edge_elements) os_ << b << "for (long long q = tid; q < row_vectors; q += " << lanes() << ") {\n";
+    else os_ << b << "for (long long q = tid; q * " << V << " < p.cols; q += " << lanes() << ") {\n";
+    os_ << b << "  const long long col0 = " << (v_.edge_elements ? "row_head + " : "") << "q * " << V << ";\n";
+    emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, b + "  ");
+    for (auto& t : row_tensors) os_ << b << "  co_" << t << " += ro_" << t << ";\n";
+    emit_leaf_arrays("U", "", b + "  ", leaves);
+    emit_leaf_loads("U", "", "co_", b + "  ", leaves);
+    vector_step(b + "  ", V);
+    os_ << b << "}\n";
+    if (v_.edge_elements) {
+      os_ << b << "if (tid < row_edges) {\n";
+      os_ << b << "  const long long col0 = tid < row_head ? (long long)tid : row_vectors * " << V << " + tid;\n";
+      emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, b + "  ");
+      for (auto& t : row_tensors) os_ << b << "  co_" << t << " += ro_" << t << ";\n";
+      for (int k : leaves)
+        os_ << b << "  AlloyVec<" << storage_type(a_.leaves[k]->dtype()) << ", " << V << "> U" << k << " = {};\n"
+            << b << "  U" << k << ".v[0] = " << leaf_raw(k, "co_") << ";\n";
+      vector_step(b + "  ", 1);
+      os_ << b << "}\n";
+    }
+    os_ << in << "}\n";
+    if (v_.cheap_merges) {
+      os_ << in << "float alloy_online_max = " << reduce_fn() << "(" << M << ", AlloyMax(), reinterpret_cast<float*>(" << smem_region()
+          << "));\n";
+      os_ << in << "const float alloy_thread_scale = " << M << " < -3.402823466e38f ? 0.0f : ax_exp(" << M << " - alloy_online_max);\n";
+      os_ << in << "float alloy_online_sum = " << reduce_fn() << "(" << S << " * alloy_thread_scale, AlloySum(), reinterpret_cast<float*>("
+          << smem_region() << "));\n";
+    } else {
+      os_ << in << "float alloy_online_max = " << M << ", alloy_online_sum = " << S << ";\n";
+      os_ << in << "alloy_block_online(alloy_online_max, alloy_online_sum, reinterpret_cast<float*>(" << smem_region() << "));\n";
+    }
+    // a row of -inf: exp(-inf - -inf) is NaN for every element, as the reference computes it
+    os_ << in << "if (p.cols > 0 && alloy_online_max < -3.402823466e38f) alloy_online_sum = __uint_as_float(0x7fc00000u);\n";
+    os_ << in << "float v" << m->id << " = alloy_online_max;\n";
+    os_ << in << "float v" << total.op->outputs[0]->id << " = alloy_online_sum;\n";
+    for (Value* out : top.op->outputs) emitted_per_row_.insert(out);
+    for (Value* out : total.op->outputs) emitted_per_row_.insert(out);
+  }
 
   void emit_row_kernel() {
     plan_value_cache();
@@ -154,9 +232,16 @@ class RowEmitter final : public KernelEmitter {
     emit_ready_per_row_ops(in);
     for (auto& stage : a_.stages) {
       current_pass_ = int(&stage - &a_.stages[0]);
+      // streaming online: the sum's stage went with the max's
+      if (v_.streaming_online && current_pass_ == online_stage_ + 1) continue;
       two_pass_ = v_.items > 0;  // with the row in registers, var_mean is mean first, then squares
       std::vector<Acc> accs;
       for (const Op* r : stage) accs.push_back(declare_acc(*r, in));
+      if (v_.streaming_online && current_pass_ == online_stage_) {
+        emit_streaming_online(in, accs[0], declare_acc(*a_.stages[current_pass_ + 1][0], in));
+        emit_ready_per_row_ops(in);
+        continue;
+      }
       std::vector<const Value*> targets;
       for (auto& acc : accs) targets.push_back(acc.op->inputs[0]);
       emit_column_loop(in, targets, [&](const std::string& indent, const std::string& element) {
@@ -513,6 +598,42 @@ class RowEmitter final : public KernelEmitter {
 };
 
 }  // namespace
+
+std::vector<OnlineSoftmaxStage> online_softmax_stages(const KernelAnalysis& a) {
+  std::vector<OnlineSoftmaxStage> found;
+  std::map<const Value*, int> uses;
+  for (const Op* op : a.compute_ops)
+    for (const Value* in : std::set<const Value*>(op->inputs.begin(), op->inputs.end())) ++uses[in];
+  auto internal = [&](const Value* v) {
+    return uses[v] == 1 && std::find(a.outputs.begin(), a.outputs.end(), v) == a.outputs.end();
+  };
+  for (size_t k = 0; k + 1 < a.stages.size(); ++k) {
+    if (a.stages[k].size() != 1 || a.stages[k + 1].size() != 1) continue;
+    const Op *top = a.stages[k][0], *total = a.stages[k + 1][0];
+    if (top->kind != OpKind::max || total->kind != OpKind::sum) continue;
+    if (top->outputs[0]->dtype() != DType::f32 || total->outputs[0]->dtype() != DType::f32) continue;
+    const Value* e = total->inputs[0];
+    const Op* exp_op = e->producer;
+    if (!exp_op || exp_op->kind != OpKind::exp || e->dtype() != DType::f32) continue;
+    const Value* d = exp_op->inputs[0];
+    const Op* sub_op = d->producer;
+    if (!sub_op || sub_op->kind != OpKind::sub || d->dtype() != DType::f32 || !internal(d)) continue;
+    const Value* chain = sub_op->inputs[1];
+    bool ok = sub_op->inputs[0] != chain;
+    while (ok && chain != top->outputs[0]) {
+      ok = internal(chain) && chain->producer && op_row(chain->producer->kind).op_class == OpClass::shape;
+      if (ok) chain = chain->producer->inputs[0];
+    }
+    if (!ok) continue;
+    OnlineSoftmaxStage o;
+    o.stage = int(k);
+    o.max_read_elsewhere = !internal(top->outputs[0]);
+    o.exp_value = e;
+    for (const Value* c = sub_op->inputs[1]; c != top->outputs[0]; c = c->producer->inputs[0]) o.chain.push_back(c);
+    found.push_back(std::move(o));
+  }
+  return found;
+}
 
 std::string emit_row_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name) {
   return RowEmitter(analysis, variant, name).run();
