@@ -29,7 +29,7 @@ const std::vector<Setting> kSettings = {
     {"ALLOY_NO_TILE_TRANSPOSES", K::flag, "0", 0, 0, "pointwise kernels read permuted operands directly, not through shared-memory tiles"},
     {"ALLOY_NO_EDGE_ELEMENTS", K::flag, "0", 0, 0, "odd widths and totals fall back to scalar bodies instead of edge elements"},
     {"ALLOY_NO_STREAMING_ONLINE", K::flag, "0", 0, 0, "log-sum-exp over long rows holds them in registers instead of one streaming pass"},
-    {"ALLOY_STREAMING_THREADS", K::integer, "512", 32, 1024, "streaming log-sum-exp kernels: threads a block (a multiple of 32)"},
+    {"ALLOY_STREAMING_THREADS", K::integer, "256", 32, 1024, "streaming log-sum-exp kernels: threads a block (a multiple of 32)"},
     {"ALLOY_NO_COLUMN_KERNELS", K::flag, "0", 0, 0, "single-pass reductions over outer axes run as row kernels"},
     {"ALLOY_COLUMN_MIN_STEPS", K::integer, "16", 1, int64_t(1) << 20, "column kernels: at least this many reduced indices a thread"},
     {"ALLOY_COLUMN_BLOCKS_PER_SM", K::integer, "0", 0, 32, "column kernels: size the split for N blocks an SM (0: the occupancy)"},

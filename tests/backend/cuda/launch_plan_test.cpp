@@ -144,11 +144,11 @@ const char* const kLogSumExp = testing::kLogSumExpRows;
 
 TEST(LaunchPlan, LogSumExpOverLongRowsStreamsThemOnce) {
   // 50257 columns would fill a block of 1024 threads' registers (one block an SM): one pass with a
-  // running max instead, nothing held, 512 threads a row
+  // running max instead, nothing held, 256 threads a row
   Planned p = plan_of(kLogSumExp, {{"R", 8192}, {"W", 50257}});
   ASSERT_TRUE(p.plan.launch);
   EXPECT_TRUE(p.plan.variant.streaming_online);
-  EXPECT_EQ(p.plan.variant.threads, 512);
+  EXPECT_EQ(p.plan.variant.threads, 256);
   EXPECT_EQ(p.plan.variant.items, 0);
   EXPECT_EQ(p.plan.variant.vector, 8);
   EXPECT_TRUE(p.plan.variant.edge_elements);

@@ -29,7 +29,7 @@ struct LaunchTarget {
   bool column_kernels = true;  // ALLOY_NO_COLUMN_KERNELS unset
   bool warp_rows = true;       // ALLOY_NO_WARP_ROWS unset
   bool streaming_online = true;  // ALLOY_NO_STREAMING_ONLINE unset
-  int streaming_threads = 512;   // ALLOY_STREAMING_THREADS
+  int streaming_threads = 256;   // ALLOY_STREAMING_THREADS
   bool tile_transposes = true; // ALLOY_NO_TILE_TRANSPOSES unset
   bool edge_elements = true;   // ALLOY_NO_EDGE_ELEMENTS unset
   // ALLOY_TRANSPOSED_ROWS=1: normalizations over a non-contiguous axis with a row a lane (opt-in:
