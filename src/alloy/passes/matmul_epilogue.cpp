@@ -305,9 +305,9 @@ class Matcher {
         return "relu: " + cur->name + " is also used outside the GEMM, and cuBLASLt's relu_aux saves a bit mask, not " +
                cur->name + " (a GEMM writes relu_mask(" + cur->name + ") when only it and relu read " + cur->name + ")";
       if (std::string why = why_not_mask_rows(m_.product); !why.empty()) return "relu with relu_mask(" + cur->name + "): " + why;
-      if (epilogue_disabled(has_bias_ || linear_bias_ ? EpilogueKind::relu_aux_bias : EpilogueKind::relu_aux))
-        return "relu with relu_mask(" + cur->name + "): " +
-               std::string(epilogue_kind_name(has_bias_ || linear_bias_ ? EpilogueKind::relu_aux_bias : EpilogueKind::relu_aux)) +
+      EpilogueKind kind = has_bias_ || linear_bias_ ? EpilogueKind::relu_aux_bias : EpilogueKind::relu_aux;
+      if (epilogue_disabled(kind))  // refused here, so the GEMM keeps the bias
+        return "relu with relu_mask(" + cur->name + "): " + std::string(epilogue_kind_name(kind)) +
                " is off (ALLOY_DISABLE_EPILOGUES): the mask runs as a bitmask kernel";
       step.mask_op = mask;
       step.aux = mask->outputs[0];
