@@ -41,6 +41,7 @@ const char* op_class_name(OpClass c) {
     case OpClass::unary: return "unary";
     case OpClass::binary: return "binary";
     case OpClass::pointwise: return "pointwise";
+    case OpClass::bitmask: return "bitmask";
     case OpClass::reduction: return "reduction";
     case OpClass::shape: return "shape";
     case OpClass::matmul: return "matmul";

@@ -91,6 +91,28 @@ case("gelu_backward", [dy, x], lambda fd, g, a: fd.ops.gelu_backward(g, a, appro
      rtol=1e-10, atol=1e-12)
 case("relu_backward", [dy, x], lambda fd, g, a: fd.ops.relu_backward(g, a), [np.where(x > 0, dy, 0.0)])
 
+
+def relu_mask_bits(v):
+    """Bit j of i32 word k of a row: v[..., 32k + j] > 0, the row padded with zero bits."""
+    bits = v > 0
+    bits = np.concatenate([bits, np.zeros(bits.shape[:-1] + ((-bits.shape[-1]) % 32,), bool)], axis=-1)
+    return np.packbits(bits, axis=-1, bitorder="little").view("<u4").view(np.int32)
+
+
+def mask_bit(mask, n):
+    """Each element's bit of a relu_mask-packed i32 mask, for rows of n elements."""
+    words = mask.view(np.uint32)
+    columns = np.arange(n)
+    return ((words[..., columns // 32] >> (columns % 32).astype(np.uint32)) & 1).astype(bool)
+
+
+xm = normal(2, 3, 40)
+case("relu_mask", [xm], lambda fd, a: fd.ops.relu_mask(a), [relu_mask_bits(xm)], rtol=0, atol=0)
+saved = R.integers(-2**31, 2**31, (2, 3, 2)).astype(np.int32)  # padding bits set too: ignored
+dm = normal(2, 3, 40)
+case("relu_backward_mask", [dm, saved], lambda fd, g, m: fd.ops.relu_backward_mask(g, m),
+     [np.where(mask_bit(saved, 40), dm, 0.0)], rtol=0, atol=0)
+
 # ---- reductions ------------------------------------------------------------------------
 
 r = normal(2, 3, 4)

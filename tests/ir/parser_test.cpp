@@ -60,7 +60,7 @@ fusion mlp(x: bf16[B, S, 768], w1: bf16[3072, 768], b1: bf16[3072],
 
 // One statement per op, each with the type it must infer. Params shared by all of them.
 const char* kParams = "x: f32[B, 4, 8], y: f32[B, 4, 8], m: bool[B, 4, 8], w: f32[16, 8], b: f32[16], "
-                      "n: f32[8], i: i32[4], o: f32[1, 8]";
+                      "n: f32[8], i: i32[4], o: f32[1, 8], k: i32[1]";
 const std::map<std::string, std::pair<std::string, std::string>> kEveryOp = {
     {"neg", {"neg(x)", "f32[B, 4, 8]"}},
     {"abs", {"abs(i)", "i32[4]"}},
@@ -92,6 +92,8 @@ const std::map<std::string, std::pair<std::string, std::string>> kEveryOp = {
     {"cast", {"cast(x, dtype=bf16)", "bf16[B, 4, 8]"}},
     {"gelu_backward", {"gelu_backward(y, x)", "f32[B, 4, 8]"}},
     {"relu_backward", {"relu_backward(y, x)", "f32[B, 4, 8]"}},
+    {"relu_mask", {"relu_mask(x)", "i32[B, 4, 1]"}},
+    {"relu_backward_mask", {"relu_backward_mask(n, k)", "f32[8]"}},
     {"sum", {"sum(x, dims=[1])", "f32[B, 8]"}},
     {"max", {"max(x, dims=[0, 2], keepdim=true)", "f32[1, 4, 1]"}},
     {"min", {"min(x)", "f32[]"}},

@@ -457,6 +457,113 @@ TEST(MatmulEpilogue, MatchingDirectly_ReportsEveryPart) {
   EXPECT_EQ(without.kind, EpilogueKind::bias);
 }
 
+// ---- ReLU's bit mask: relu_aux forward, drelu backward ----
+
+TEST(MatmulEpilogue, ReluWithItsMask_IsReluAuxBias_WritingTheMask) {
+  Segmented f = segment_example("examples/mlp_relu.fusion");
+  ASSERT_EQ(schedulers(f.s), (V{"matmul", "matmul"})) << f.s.str();
+  const Segment& first = f.s.segments[0];
+  EXPECT_EQ(kind_of(first), EpilogueKind::relu_aux_bias);
+  EXPECT_EQ(op_names(first), (V{"h", "a", "mask"}));
+  EXPECT_EQ(first.note, "epilogue: relu_aux_bias (bias: b1, aux: mask, result: a)");
+  EXPECT_EQ(value_names(first.outputs), (V{"a", "mask"}));
+  EXPECT_EQ(kind_of(f.s.segments[1]), EpilogueKind::bias);
+}
+
+TEST(MatmulEpilogue, ReluMaskWithoutBias_IsReluAux_WhateverTheOrderOfDefinition) {
+  Segmented f = segment_text(R"(fusion f(x: f32[T, 64], w: f32[64, 256]) {
+  p = matmul(x, w)
+  m = relu_mask(p)
+  r = relu(p)
+  return r, m
+})");
+  ASSERT_EQ(schedulers(f.s), V{"matmul"}) << f.s.str();
+  EXPECT_EQ(kind_of(f.s.segments[0]), EpilogueKind::relu_aux);
+  EXPECT_EQ(f.s.segments[0].epilogue->aux->name, "m");
+  EXPECT_EQ(f.s.segments[0].epilogue->result->name, "r");
+}
+
+// cuBLASLt's mask rows are a multiple of 128 bits apart: other widths (or a symbol not known to
+// be such a multiple) leave relu and the mask to generated kernels, saying why.
+TEST(MatmulEpilogue, ReluMaskOfOtherWidths_RunsAsABitmaskKernel) {
+  for (const char* n : {"100", "96", "H"}) {
+    SCOPED_TRACE(n);
+    std::string text = std::string("fusion f(x: bf16[T, 64], w: bf16[") + n + ", 64], b: bf16[" + n + "]) {\n" +
+                       "  h = linear(x, w, b)\n  a = relu(h)\n  m = relu_mask(h)\n  return a, m\n}\n";
+    Segmented g = segment_text(text);
+    EXPECT_EQ(schedulers(g.s), (V{"matmul", "pointwise", "bitmask"})) << g.s.str();
+    EXPECT_EQ(kind_of(g.s.segments[0]), EpilogueKind::bias);
+    EXPECT_TRUE(refused_with(g.s, std::string("cuBLASLt's ReLU bit mask needs ") + n + " output features to be a multiple of 128"))
+        << g.s.str();
+    EXPECT_TRUE(refused_with(g.s, "m = relu_mask packs 32 elements to a word: it runs as a bitmask kernel of its own")) << g.s.str();
+  }
+}
+
+TEST(MatmulEpilogue, ReluAux_CanBeDisabled) {
+  testing::ScopedEnv off("ALLOY_DISABLE_EPILOGUES", "relu_aux_bias");
+  Segmented f = segment_example("examples/mlp_relu.fusion");
+  EXPECT_EQ(schedulers(f.s), (V{"matmul", "pointwise", "bitmask", "matmul"})) << f.s.str();
+  EXPECT_EQ(kind_of(f.s.segments[0]), EpilogueKind::bias);
+  EXPECT_TRUE(refused_with(f.s, "relu_aux_bias is off (ALLOY_DISABLE_EPILOGUES): the mask runs as a bitmask kernel")) << f.s.str();
+}
+
+TEST(MatmulEpilogue, ReluWhosePreActivationIsReadByOthersToo_StaysOutside) {
+  Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128]) {
+  h = linear(x, w, b)
+  a = relu(h)
+  m = relu_mask(h)
+  return a, m, h
+})");
+  EXPECT_EQ(kind_of(f.s.segments[0]), EpilogueKind::bias) << f.s.str();
+  EXPECT_TRUE(refused_with(f.s, "relu_aux saves a bit mask, not h")) << f.s.str();
+}
+
+TEST(MatmulEpilogue, MlpReluBackward_TakesDreluReadingTheMask) {
+  Segmented f = segment_example("examples/mlp_relu_backward.fusion");
+  const Segment* da = nullptr;
+  for (const Segment& s : f.s.segments)
+    if (s.scheduler == "matmul" && s.epilogue && s.epilogue->aux) da = &s;
+  ASSERT_NE(da, nullptr) << f.s.str();
+  EXPECT_EQ(kind_of(*da), EpilogueKind::drelu);  // drelu_bgrad is off by default, like dgelu_bgrad
+  EXPECT_EQ(op_names(*da), (V{"da", "dh"}));
+  EXPECT_EQ(da->note, "epilogue: drelu (aux: mask, result: dh)");
+  EXPECT_TRUE(refused_with(f.s, "drelu_bgrad is off (ALLOY_DISABLE_EPILOGUES)")) << f.s.str();
+  for (const Segment& s : f.s.segments) EXPECT_NE(s.scheduler, "bitmask") << f.s.str();
+}
+
+TEST(MatmulEpilogue, MlpReluBackward_WithEveryKind_TakesDreluBgrad) {
+  testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");
+  Segmented f = segment_example("examples/mlp_relu_backward.fusion");
+  ASSERT_EQ(schedulers(f.s), (V{"matmul", "matmul", "matmul", "matmul"})) << f.s.str();
+  const Segment& da = f.s.segments[1];
+  EXPECT_EQ(kind_of(da), EpilogueKind::drelu_bgrad);
+  EXPECT_EQ(op_names(da), (V{"da", "dh", "db1"}));
+  EXPECT_EQ(da.note, "epilogue: drelu_bgrad (bias gradient: db1, aux: mask, result: dh)");
+  EXPECT_EQ(value_names(da.outputs), (V{"dh", "db1"}));
+}
+
+TEST(MatmulEpilogue, DreluOfOtherWidthsOrDisabled_RunsAsABitmaskKernel) {
+  const std::string text = R"(fusion f(dy: bf16[T, 48], w: bf16[48, 100], m: i32[T, 4]) {
+  dg = matmul(dy, w)
+  dh = relu_backward_mask(dg, m)
+  return dh
+})";
+  Segmented f = segment_text(text);
+  EXPECT_EQ(schedulers(f.s), (V{"matmul", "bitmask"})) << f.s.str();
+  EXPECT_EQ(kind_of(f.s.segments[0]), EpilogueKind::none);
+  EXPECT_TRUE(refused_with(f.s, "relu_backward_mask: cuBLASLt's ReLU bit mask needs 100 output features to be a multiple of 128"))
+      << f.s.str();
+  testing::ScopedEnv off("ALLOY_DISABLE_EPILOGUES", "drelu");
+  std::string wide = R"(fusion f(dy: bf16[T, 48], w: bf16[48, 128], m: i32[T, 4]) {
+  dg = matmul(dy, w)
+  dh = relu_backward_mask(dg, m)
+  return dh
+})";
+  Segmented g = segment_text(wide);
+  EXPECT_EQ(schedulers(g.s), (V{"matmul", "bitmask"})) << g.s.str();
+  EXPECT_TRUE(refused_with(g.s, "drelu disabled by ALLOY_DISABLE_EPILOGUES")) << g.s.str();
+}
+
 // ---- the backward example runs on the CPU ----
 
 TEST(MatmulEpilogue, MlpBackwardExample_RunsOnTheCpu) {

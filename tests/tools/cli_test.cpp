@@ -91,6 +91,8 @@ const std::map<std::string, std::string>& single_device_examples() {
   static const std::map<std::string, std::string> runs{
       {"mlp.fusion", "--bind B=2 --bind S=8"},
       {"mlp_backward.fusion", "--bind T=24"},
+      {"mlp_relu.fusion", "--bind T=8"},
+      {"mlp_relu_backward.fusion", "--bind T=8"},
       {"layer_norm.fusion", ""},
       {"softmax.fusion", ""},
       {"rms_norm.fusion", ""},

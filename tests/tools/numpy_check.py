@@ -147,6 +147,42 @@ def mlp_backward_case(rng):
     return "mlp_backward.fusion", i, {k: (v, 3e-2, 2e-2, True) for k, v in mlp_backward_expected(i, bf16).items()}
 
 
+def relu_mask(h):
+    """relu_mask: bit j of i32 word k of a row is h[..., 32k + j] > 0 (the row padded with zero bits)."""
+    bits = np.asarray(h) > 0
+    pad = (-bits.shape[-1]) % 32
+    bits = np.concatenate([bits, np.zeros(bits.shape[:-1] + (pad,), dtype=bool)], axis=-1)
+    return np.packbits(bits, axis=-1, bitorder="little").view("<u4").view(np.int32)
+
+
+def mlp_relu_case(rng):
+    t = 16
+    f = lambda *shape, s=1.0: bf16(rng.standard_normal(shape) * s)
+    # |x @ w1^T| stays well under |b1| >= 0.5, so no h is near 0, where the GEMM's f32 sum and
+    # NumPy's f64 one could disagree on the sign: the mask is compared exactly
+    x, w1, w2, b2 = f(t, 768), f(3072, 768, s=0.003), f(768, 3072, s=0.02), f(768, s=0.1)
+    b1 = bf16(np.where(rng.random(3072) < 0.5, -1, 1) * (0.5 + np.abs(rng.standard_normal(3072)) * 0.5))
+    h = bf16(linear(x, w1, b1))
+    a = np.maximum(h, 0)
+    y = bf16(linear(a, w2, b2))
+    expected = {"y": (y, 2e-2, 1e-2, True), "a": (a, 2e-2, 1e-2, True), "mask": (relu_mask(h), 0, 0, False)}
+    return "mlp_relu.fusion", dict(x=x, w1=w1, b1=b1, w2=w2, b2=b2), expected
+
+
+def mlp_relu_backward_case(rng):
+    t = 16
+    f = lambda *shape, s=1.0: bf16(rng.standard_normal(shape) * s)
+    dy, x, h = f(t, 768, s=0.1), f(t, 768), f(t, 3072)
+    w1, w2 = f(3072, 768, s=0.03), f(768, 3072, s=0.02)
+    a, mask = np.maximum(h, 0), relu_mask(h)
+    d = {k: v.astype(np.float64) for k, v in dict(dy=dy, x=x, a=a, w1=w1, w2=w2).items()}
+    dh = bf16(np.where(h > 0, bf16(d["dy"] @ d["w2"]), 0)).astype(np.float64)
+    expected = {"dx": bf16(dh @ d["w1"]), "dw1": bf16(dh.T @ d["x"]), "db1": bf16(dh.sum(0)),
+                "dw2": bf16(d["dy"].T @ d["a"]), "db2": bf16(d["dy"].sum(0))}
+    inputs = dict(dy=dy, x=x, a=a, mask=mask, w1=w1, w2=w2)
+    return "mlp_relu_backward.fusion", inputs, {k: (v, 3e-2, 2e-2, True) for k, v in expected.items()}
+
+
 def tp_mlp_backward_case(rng):
     t = 10
     f = lambda *shape, s=1.0: (rng.standard_normal(shape) * s).astype(np.float32)
@@ -241,7 +277,8 @@ def main():
     if GPU_REQUIRED and args.device == "auto":
         args.device = "cuda"  # a GPU that is not usable must fail here, not run the CPU quietly
     cases = [mlp_case, layer_norm_case, softmax_case, rms_norm_case, masked_mean_case, mlp_backward_case, tp_mlp_case,
-             tp_mlp_sequence_parallel_case, tp_mlp_backward_case, sharded_layer_norm_case, rope_case]
+             tp_mlp_sequence_parallel_case, tp_mlp_backward_case, sharded_layer_norm_case, rope_case, mlp_relu_case,
+             mlp_relu_backward_case]
     known = {case(np.random.default_rng(0))[0] for case in cases}
     unchecked = sorted(f for f in os.listdir(args.examples) if f.endswith(".fusion") and f not in known)
     if unchecked:

@@ -34,7 +34,7 @@ const std::vector<Setting> kSettings = {
     {"ALLOY_COLUMN_MIN_STEPS", K::integer, "16", 1, int64_t(1) << 20, "column kernels: at least this many reduced indices a thread"},
     {"ALLOY_COLUMN_BLOCKS_PER_SM", K::integer, "0", 0, 32, "column kernels: size the split for N blocks an SM (0: the occupancy)"},
     {"ALLOY_MATMUL_AUTOTUNE", K::integer, "8", 1, 32, "cuBLASLt: time the heuristic's first N algorithms (1: its first, untimed)"},
-    {"ALLOY_DISABLE_EPILOGUES", K::text, "dgelu_bgrad,bgrad_a,bgrad_b", 0, 0,
+    {"ALLOY_DISABLE_EPILOGUES", K::text, "dgelu_bgrad,drelu_bgrad,bgrad_a,bgrad_b", 0, 0,
      "cuBLASLt epilogue kinds to refuse, comma-separated (empty: allow every kind)"},
     {"ALLOY_NO_SIDE_STREAM", K::flag, "0", 0, 0, "no side streams for memory-bound kernels beside GEMMs"},
     {"ALLOY_STAGED_COMMUNICATION", K::flag, "0", 0, 0, "device tensors communicate through host memory, not NCCL"},

@@ -176,6 +176,12 @@ TensorHandle relu_backward(const TensorHandle& grad, const TensorHandle& x, Call
   return one(OpKind::relu_backward, {grad, x}, {}, site);
 }
 
+TensorHandle relu_mask(const TensorHandle& x, CallSite site) { return one(OpKind::relu_mask, {x}, {}, site); }
+
+TensorHandle relu_backward_mask(const TensorHandle& grad, const TensorHandle& mask, CallSite site) {
+  return one(OpKind::relu_backward_mask, {grad, mask}, {}, site);
+}
+
 TensorHandle sum(const TensorHandle& x, std::vector<int64_t> dims, bool keepdim, CallSite site) {
   return reduction(OpKind::sum, x, dims, keepdim, site);
 }

@@ -122,6 +122,10 @@ TensorHandle cast(const TensorHandle& x, DType dtype, CallSite site = CallSite::
 TensorHandle gelu_backward(const TensorHandle& grad, const TensorHandle& x, std::string approximate = "none",
                            CallSite site = CallSite::current());
 TensorHandle relu_backward(const TensorHandle& grad, const TensorHandle& x, CallSite site = CallSite::current());
+// ReLU bit masks: relu_mask(x) is i32[..., ceil(N / 32)] with bit j of word k set where
+// x[..., 32k + j] > 0; relu_backward_mask(grad, mask) is grad where the mask's bit is set, else 0.
+TensorHandle relu_mask(const TensorHandle& x, CallSite site = CallSite::current());
+TensorHandle relu_backward_mask(const TensorHandle& grad, const TensorHandle& mask, CallSite site = CallSite::current());
 
 // Reductions; empty `dims` reduces every axis.
 TensorHandle sum(const TensorHandle& x, std::vector<int64_t> dims = {}, bool keepdim = false,

@@ -321,6 +321,12 @@ Extent Fusion::define_sum(std::vector<Extent> terms) {
   return Extent::symbol(name);
 }
 
+Extent Fusion::define_ceil_div(const Extent& size, int64_t divisor) {
+  std::string name = "?words" + std::to_string(derived_.size());
+  derived_.push_back({name, {size}, divisor});
+  return Extent::symbol(name);
+}
+
 void Fusion::complete_bindings(Bindings& bindings) const {
   for (const DerivedSymbol& d : derived_) {
     int64_t total = 0;
@@ -329,7 +335,7 @@ void Fusion::complete_bindings(Bindings& bindings) const {
       if (!v) internal_error("derived size ", d.name, " has an unbound term ", t.str());
       total += *v;
     }
-    bindings[d.name] = total;
+    bindings[d.name] = (total + d.ceil_divisor - 1) / d.ceil_divisor;
   }
   for (const Constraint& c : constraints_) {
     auto a = c.a.evaluate(bindings), b = c.b.evaluate(bindings);

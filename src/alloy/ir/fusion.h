@@ -165,13 +165,16 @@ class Fusion {
   const std::vector<Constraint>& constraints() const { return constraints_; }
   void add_constraint(Constraint c) { constraints_.push_back(std::move(c)); }
 
-  // A size that is a sum of extents (cat along axes of different symbols) is a fresh symbol,
-  // computed from its terms once the inputs' sizes are bound.
+  // A size that is a sum of extents (cat along axes of different symbols), or a symbolic size
+  // divided by a constant and rounded up (the i32 words of a ReLU bit mask, relu_mask), is a fresh
+  // symbol, computed from its terms once the inputs' sizes are bound.
   struct DerivedSymbol {
     std::string name;
-    std::vector<Extent> terms;
+    std::vector<Extent> terms;   // summed
+    int64_t ceil_divisor = 1;    // then divided by this, rounded up
   };
   Extent define_sum(std::vector<Extent> terms);
+  Extent define_ceil_div(const Extent& size, int64_t divisor);
   const std::vector<DerivedSymbol>& derived_symbols() const { return derived_; }
 
   // Takes `other`'s constraints and derived symbols (a pass that rebuilds a fusion without shape

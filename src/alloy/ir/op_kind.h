@@ -16,6 +16,8 @@ namespace alloy {
   X(eq) X(ne) X(lt) X(le) X(gt) X(ge)                                                       \
   /* other pointwise */                                                                     \
   X(where) X(cast) X(gelu_backward) X(relu_backward)                                        \
+  /* ReLU bit masks: 1 bit per element of the last axis, packed in i32 words */             \
+  X(relu_mask) X(relu_backward_mask)                                                        \
   /* reductions */                                                                          \
   X(sum) X(max) X(min) X(mean) X(var_mean)                                                  \
   /* shape */                                                                               \

@@ -237,6 +237,53 @@ std::vector<ValueType> infer_activation_backward(const InferContext& ctx) {
   return {make(t, broadcast_all(ctx, 0, 2))};
 }
 
+// ---- ReLU bit masks -------------------------------------------------------------------------
+// A mask packs the last axis (N elements) into ceil(N / 32) i32 words: bit j of word k is
+// element 32k + j (x > 0), bits past N are 0 (cuBLASLt's RELU_AUX layout for a row-major result).
+
+constexpr int64_t kMaskBits = 32;
+
+// ceil(n / 32): a constant, n / 32 where that is a whole monomial (n = 128 * K), else a derived size.
+Extent mask_words(const InferContext& ctx, const Extent& n) {
+  if (auto c = n.constant_value()) return Extent::constant((*c + kMaskBits - 1) / kMaskBits);
+  Extent exact = n / Extent::constant(kMaskBits);
+  if (exact.denominator() == 1) return exact;
+  return ctx.fusion.define_ceil_div(n, kMaskBits);
+}
+
+void require_mask_operand(const InferContext& ctx, int i, std::string_view role) {
+  require_tensor(ctx, i, role);
+  const ValueType& t = type_of(ctx, i);
+  if (t.rank() < 1) ctx.fail(std::string(role) + " must have at least 1 dimension, found " + shape_str(t));
+  if (t.dtype == DType::boolean) ctx.fail(std::string(role) + " must be a numeric tensor, found " + shape_str(t));
+}
+
+std::vector<ValueType> infer_relu_mask(const InferContext& ctx) {
+  require_mask_operand(ctx, 0, "input");
+  std::vector<Extent> shape = type_of(ctx, 0).shape;
+  shape.back() = mask_words(ctx, shape.back());
+  return {make(DType::i32, shape)};
+}
+
+std::vector<ValueType> infer_relu_backward_mask(const InferContext& ctx) {
+  require_mask_operand(ctx, 0, "grad");
+  require_tensor(ctx, 1, "mask");
+  const ValueType &grad = type_of(ctx, 0), &mask = type_of(ctx, 1);
+  std::vector<Extent> expected = grad.shape;
+  expected.back() = mask_words(ctx, grad.shape.back());
+  std::string want = "i32[";
+  for (size_t k = 0; k < expected.size(); ++k) want += (k ? ", " : "") + expected[k].str(true);
+  want += "] (relu_mask of a tensor of grad's shape: the last axis " + grad.shape.back().str(true) + " packed 32 to a word)";
+  if (mask.dtype != DType::i32) ctx.fail("mask is " + shape_str(mask) + "; expected " + want);
+  if (mask.rank() != grad.rank()) ctx.fail("mask is " + shape_str(mask) + "; expected " + want);
+  for (int k = 0; k < grad.rank(); ++k) {
+    const Extent &m = mask.shape[k], &e = expected[k];
+    if (m.is_constant() && e.is_constant() && !(m == e)) ctx.fail("mask is " + shape_str(mask) + "; expected " + want);
+    require_equal(ctx, m, e, k + 1 == grad.rank() ? "mask words of the last axis" : "mask axis " + std::to_string(k));
+  }
+  return {make(grad.dtype, grad.shape)};
+}
+
 // Reduced shape; `dims` empty or absent reduces every axis (torch.sum(x, dim=[]) does too).
 std::vector<Extent> reduced_shape(const InferContext& ctx, const ValueType& x) {
   std::vector<int> axes = axes_list(ctx, "dims", x.rank());
@@ -585,6 +632,8 @@ std::vector<OpRow> build_table() {
   rows.push_back({OpKind::gelu_backward, "gelu_backward", OpClass::pointwise, 2, 2, 1,
                   {optional("approximate", T::string, Attr::string("none"))}, infer_activation_backward});
   rows.push_back({OpKind::relu_backward, "relu_backward", OpClass::pointwise, 2, 2, 1, {}, infer_activation_backward});
+  rows.push_back({OpKind::relu_mask, "relu_mask", OpClass::bitmask, 1, 1, 1, {}, infer_relu_mask});
+  rows.push_back({OpKind::relu_backward_mask, "relu_backward_mask", OpClass::bitmask, 2, 2, 1, {}, infer_relu_backward_mask});
   auto reduction = [&](OpKind k, std::string_view name, int outputs, std::vector<AttrSpec> extra) {
     std::vector<AttrSpec> attrs{absent_ok("dims", T::optional_int_list)};
     attrs.insert(attrs.end(), extra.begin(), extra.end());

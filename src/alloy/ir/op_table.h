@@ -32,7 +32,9 @@ struct InferContext {
 
 using InferFn = std::function<std::vector<ValueType>(const InferContext&)>;
 
-enum class OpClass { unary, binary, pointwise, reduction, shape, matmul, composite, control, communication };
+// bitmask: relu_mask and relu_backward_mask, whose last axis is packed 32 elements to an i32 word
+// (not pointwise: the mask's last axis is ceil(N / 32) for the tensor's N).
+enum class OpClass { unary, binary, pointwise, bitmask, reduction, shape, matmul, composite, control, communication };
 
 struct OpRow {
   OpKind kind;

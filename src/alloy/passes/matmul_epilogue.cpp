@@ -18,7 +18,7 @@ bool is_16bit(DType t) { return t == DType::bf16 || t == DType::f16; }
 // match (dgelu_bgrad becomes dgelu); any other disabled kind leaves the GEMM plain.
 // Unset, the bias-gradient kinds are off: on an H100 the column-reduction kernel beside a plain or
 // dGELU GEMM beat cuBLASLt's BGRAD epilogues (bench/results/*-notes.md). Set to "" for all kinds.
-// (The default is the setting's: "dgelu_bgrad,bgrad_a,bgrad_b", common/settings.cpp.)
+// (The default is the setting's: "dgelu_bgrad,drelu_bgrad,bgrad_a,bgrad_b", common/settings.cpp.)
 bool epilogue_disabled(EpilogueKind kind) {
   std::string list = "," + settings::text("ALLOY_DISABLE_EPILOGUES") + ",";
   return list.find("," + std::string(epilogue_kind_name(kind)) + ",") != std::string::npos;
@@ -118,18 +118,30 @@ std::string why_not_gelu_for(DType result) {
   return "f32 result: cuBLASLt's GELU may use an approximate tanh, coarser than f32 rounding";
 }
 
+// cuBLASLt's ReLU bit mask has its rows aux_ld bits apart, aux_ld a multiple of 128
+// (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD); relu_mask's rows are ceil(N / 32) words apart. They agree
+// when N, the output features, is a multiple of 128 (then no bits pad a row either); a symbol is
+// taken when its coefficient is (128 * K), checked again when the GEMM runs.
+std::string why_not_mask_rows(const Value* product) {
+  const Extent& n = product->shape().back();
+  if ((n / Extent::constant(128)).denominator() == 1) return "";
+  return "cuBLASLt's ReLU bit mask needs " + n.str(true) + " output features to be a multiple of 128 (its rows are a " +
+         "multiple of 128 bits apart; relu_mask's rows are packed)";
+}
+
 bool is_transpose(const Op* op) {
   return op && op->kind == OpKind::permute && op->inputs[0]->rank() == 2 && op->ints_attr("dims") == std::vector<int64_t>{1, 0};
 }
 
 // What a taken op does in the epilogue.
-enum class Role { widen, narrow, identity_cast, bias, activation, dgelu };
+enum class Role { widen, narrow, identity_cast, bias, activation, dgelu, drelu };
 
 struct Step {
   Step(const Op* op, Role role, Value* aux = nullptr) : op(op), role(role), aux(aux) {}
   const Op* op;
   Role role;
-  Value* aux = nullptr;               // Role::activation (pre-activation also used outside), Role::dgelu
+  Value* aux = nullptr;               // Role::activation (pre-activation or relu mask written), dgelu, drelu
+  const Op* mask_op = nullptr;        // Role::activation of relu: the relu_mask(pre) the GEMM writes
   std::vector<const Op*> bias_views;  // Role::bias: broadcasts of the bias taken with the add
   Value* bias = nullptr;              // Role::bias: the vector read
 };
@@ -165,6 +177,7 @@ class Matcher {
         {OpKind::gelu, &Matcher::take_activation},
         {OpKind::gelu_backward, &Matcher::take_gelu_backward},
         {OpKind::relu_backward, &Matcher::refuse_relu_backward},
+        {OpKind::relu_backward_mask, &Matcher::take_relu_backward_mask},
     };
     return table;
   }
@@ -286,10 +299,19 @@ class Matcher {
       return "gelu approximate=\"" + op.string_attr("approximate") + "\": cuBLASLt's GELU is the tanh approximation";
     if (std::string why = gelu ? why_not_gelu_for(product_dtype()) : ""; !why.empty()) return why;
     Step step(&op, Role::activation);
-    if (shared_) {
-      if (!gelu)
+    if (shared_ && !gelu) {
+      const Op* mask = relu_mask_reader(cur, op);
+      if (!mask)
         return "relu: " + cur->name + " is also used outside the GEMM, and cuBLASLt's relu_aux saves a bit mask, not " +
-               cur->name;
+               cur->name + " (a GEMM writes relu_mask(" + cur->name + ") when only it and relu read " + cur->name + ")";
+      if (std::string why = why_not_mask_rows(m_.product); !why.empty()) return "relu with relu_mask(" + cur->name + "): " + why;
+      EpilogueKind kind = has_bias_ || linear_bias_ ? EpilogueKind::relu_aux_bias : EpilogueKind::relu_aux;
+      if (epilogue_disabled(kind))  // refused here, so the GEMM keeps the bias
+        return "relu with relu_mask(" + cur->name + "): " + std::string(epilogue_kind_name(kind)) +
+               " is off (ALLOY_DISABLE_EPILOGUES): the mask runs as a bitmask kernel";
+      step.mask_op = mask;
+      step.aux = mask->outputs[0];
+    } else if (shared_) {
       if (cur->dtype() != product_dtype())
         return "gelu: " + cur->name + " (" + dt(cur) + ") is also used outside the GEMM, and cuBLASLt saves the " +
                "pre-activation only in the result's dtype (" + dt(product_dtype()) + ")";
@@ -297,6 +319,31 @@ class Matcher {
     }
     activated_ = true;
     return push(std::move(step));
+  }
+
+  // The relu_mask of `cur`, when it and `relu` are cur's only readers and cur is not returned.
+  const Op* relu_mask_reader(const Value* cur, const Op& relu) const {
+    if (uses_.outputs.count(cur)) return nullptr;
+    const Op* mask = nullptr;
+    for (const Op* r : uses_.of(cur)) {
+      if (r == &relu) continue;
+      if (r->kind != OpKind::relu_mask || mask || taken_.count(r)) return nullptr;
+      mask = r;
+    }
+    return mask;
+  }
+
+  std::string take_relu_backward_mask(const Op& op, Value* cur) {
+    if (!steps_.empty() || linear_bias_)
+      return "relu_backward_mask after other epilogue ops: cuBLASLt's dReLU applies to the product itself";
+    if (op.inputs[0] != cur) return "relu_backward_mask reads the product as its mask, not as its gradient: no cuBLASLt epilogue";
+    Value* mask = op.inputs[1];
+    if (std::string why = why_not_mask_rows(m_.product); !why.empty()) return "relu_backward_mask: " + why;
+    if (depends_on(mask, m_.product)) return "relu_backward_mask's mask " + mask->name + " is computed from the product";
+    ended_ = true;
+    push(Step(&op, Role::drelu, mask));
+    take_activation_bias_gradient(op.outputs[0], EpilogueKind::drelu_bgrad);
+    return "";
   }
 
   std::string take_gelu_backward(const Op& op, Value* cur) {
@@ -316,20 +363,22 @@ class Matcher {
     if (depends_on(pre, m_.product)) return "gelu_backward's input " + pre->name + " is computed from the product";
     ended_ = true;
     push(Step(&op, Role::dgelu, pre));
-    take_dgelu_bias_gradient(op.outputs[0]);
+    take_activation_bias_gradient(op.outputs[0], EpilogueKind::dgelu_bgrad);
     return "";
   }
 
-  // sum(dgrad, dims=<every axis but the last>) beside dGELU: the bias gradient (dgelu_bgrad).
-  void take_dgelu_bias_gradient(const Value* d) {
+  // sum(dgrad, dims=<every axis but the last>) beside dGELU or dReLU: the bias gradient
+  // (dgelu_bgrad, drelu_bgrad).
+  void take_activation_bias_gradient(const Value* d, EpilogueKind kind) {
     std::vector<int> want;
     for (int i = 0; i + 1 < d->rank(); ++i) want.push_back(i);
     if (want.empty()) return;
     for (const Op* r : uses_.of(d))
       if (r->kind == OpKind::sum && !taken_.count(r) && r->inputs[0] == d && reduced_axes(*r) == want &&
           (r->outputs[0]->dtype() == d->dtype() || r->outputs[0]->dtype() == DType::f32)) {
-        if (epilogue_disabled(EpilogueKind::dgelu_bgrad)) {
-          refuse(r, "dgelu_bgrad is off (ALLOY_DISABLE_EPILOGUES): the bias gradient runs as a generated column reduction");
+        if (epilogue_disabled(kind)) {
+          refuse(r, std::string(epilogue_kind_name(kind)) +
+                        " is off (ALLOY_DISABLE_EPILOGUES): the bias gradient runs as a generated column reduction");
           return;
         }
         bias_gradient_ = r;
@@ -342,8 +391,9 @@ class Matcher {
     std::string source = pre->producer ? "computed by " + pre->producer->outputs[0]->name + " = " +
                                              std::string(op_name(pre->producer->kind))
                                        : "an input";
-    return "relu_backward: cuBLASLt's dReLU reads the ReLU bit mask that a relu_aux forward GEMM writes, and no such mask "
-           "is kept here (" + pre->name + " is " + source + ")";
+    return "relu_backward: cuBLASLt's dReLU reads the ReLU bit mask that a relu_aux forward GEMM writes, not the "
+           "pre-activation (" + pre->name + " is " + source + "); save relu_mask(pre) in the forward and use "
+           "relu_backward_mask(dy, mask)";
   }
 
   // The fusion rounds P to its dtype; an f32 result from a 16-bit P would skip that rounding.
@@ -358,7 +408,7 @@ class Matcher {
       noted = true;
       steps_.pop_back();
     }
-    if (steps_.empty() || steps_.back().role != Role::dgelu) bias_gradient_ = nullptr;
+    if (steps_.empty() || (steps_.back().role != Role::dgelu && steps_.back().role != Role::drelu)) bias_gradient_ = nullptr;
   }
 
   // The weight gradient dW = dy^T @ x usually comes with the bias gradient sum(dy, dims=[0]): the
@@ -405,24 +455,29 @@ class Matcher {
   void finish() {
     bool bias = linear_bias_ != nullptr;
     const Step* activation = nullptr;
-    bool dgelu = false;
+    bool dgelu = false, drelu = false;
     m_.bias = linear_bias_;
     for (const Step& s : steps_) {
       m_.epilogue_ops.push_back(s.op);
       m_.epilogue_ops.insert(m_.epilogue_ops.end(), s.bias_views.begin(), s.bias_views.end());
+      if (s.mask_op) m_.epilogue_ops.push_back(s.mask_op);
       if (s.role == Role::bias) bias = true, m_.bias = s.bias;
       if (s.role == Role::activation) activation = &s;
       if (s.role == Role::dgelu) dgelu = true, m_.aux = s.aux;
+      if (s.role == Role::drelu) drelu = true, m_.aux = s.aux;
     }
     m_.result = steps_.empty() ? m_.product : steps_.back().op->outputs[0];
     using K = EpilogueKind;
     if (activation && activation->op->kind == OpKind::relu) {
-      m_.kind = bias ? K::relu_bias : K::relu;
+      m_.aux = activation->aux;
+      m_.kind = activation->aux ? (bias ? K::relu_aux_bias : K::relu_aux) : (bias ? K::relu_bias : K::relu);
     } else if (activation) {
       m_.aux = activation->aux;
       m_.kind = activation->aux ? (bias ? K::gelu_aux_bias : K::gelu_aux) : (bias ? K::gelu_bias : K::gelu);
     } else if (dgelu) {
       m_.kind = bias_gradient_ ? K::dgelu_bgrad : K::dgelu;
+    } else if (drelu) {
+      m_.kind = bias_gradient_ ? K::drelu_bgrad : K::drelu;
     } else if (bias_gradient_) {
       m_.kind = operand_bgrad_;
     } else {
@@ -465,8 +520,12 @@ std::string_view epilogue_kind_name(EpilogueKind kind) {
     case EpilogueKind::gelu_bias: return "gelu_bias";
     case EpilogueKind::gelu_aux: return "gelu_aux";
     case EpilogueKind::gelu_aux_bias: return "gelu_aux_bias";
+    case EpilogueKind::relu_aux: return "relu_aux";
+    case EpilogueKind::relu_aux_bias: return "relu_aux_bias";
     case EpilogueKind::dgelu: return "dgelu";
     case EpilogueKind::dgelu_bgrad: return "dgelu_bgrad";
+    case EpilogueKind::drelu: return "drelu";
+    case EpilogueKind::drelu_bgrad: return "drelu_bgrad";
     case EpilogueKind::bgrad_a: return "bgrad_a";
     case EpilogueKind::bgrad_b: return "bgrad_b";
   }
@@ -475,7 +534,8 @@ std::string_view epilogue_kind_name(EpilogueKind kind) {
 
 std::string EpilogueMatch::note() const {
   std::vector<std::string> parts;
-  bool writes_bias = kind == EpilogueKind::dgelu_bgrad || kind == EpilogueKind::bgrad_a || kind == EpilogueKind::bgrad_b;
+  bool writes_bias = kind == EpilogueKind::dgelu_bgrad || kind == EpilogueKind::drelu_bgrad || kind == EpilogueKind::bgrad_a ||
+                     kind == EpilogueKind::bgrad_b;
   if (bias) parts.push_back((writes_bias ? "bias gradient: " : "bias: ") + bias->name);
   if (aux) parts.push_back("aux: " + aux->name);
   if (result && result != product) parts.push_back("result: " + result->name);

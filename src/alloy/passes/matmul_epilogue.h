@@ -11,21 +11,29 @@
 //                                    linear's own bias
 //   relu(.) | gelu(., approximate="tanh")
 //                                    when the pre-activation is used elsewhere too (training),
-//                                    GELU also writes it (gelu_aux*) instead of recomputing it
+//                                    GELU also writes it (gelu_aux*) instead of recomputing it;
+//                                    ReLU's pre-activation may be read only by relu_mask(pre),
+//                                    which the GEMM then writes as its bit mask (relu_aux*), when
+//                                    the output features are a multiple of 128 (cuBLASLt's mask
+//                                    rows are a multiple of 128 bits apart; ours are packed)
 //   cast(., dtype=<P's dtype>)       the output cast: the 16-bit result is written directly
 // Backward:
 //   gelu_backward(P, pre, approximate="tanh") [+ sum(., dims=<all but the last>)]
 //                                    -> dgelu / dgelu_bgrad, reading pre as the aux matrix
+//   relu_backward_mask(P, mask) [+ sum(., dims=<all but the last>)]
+//                                    -> drelu / drelu_bgrad, reading the relu_mask bit mask as the
+//                                    aux matrix (output features a multiple of 128, as above)
 //   matmul(permute(dy), x) beside sum(dy, dims=[0]) (the weight gradient and bias gradient)
 //                                    -> bgrad_a; the sum of op(B) over k -> bgrad_b
-// The bias-gradient kinds are off unless ALLOY_DISABLE_EPILOGUES says otherwise: on an H100 the
+// The bias-gradient kinds (bgrad_a, bgrad_b, dgelu_bgrad, drelu_bgrad) are off unless ALLOY_DISABLE_EPILOGUES says otherwise: on an H100 the
 // generated column-reduction kernels beat cuBLASLt's BGRAD epilogues (docs/architecture.md).
 // A permute feeding the matmul and used nowhere else joins the segment (a host-side view).
 //
 // Not taken, each with a reason (shown by `--dump segments`): activations cuBLASLt does not have
 // (silu, sigmoid, ...), gelu with approximate="none", an add of a full tensor, a second bias,
-// relu_backward (cuBLASLt's dReLU reads a ReLU bit mask, which Alloy does not keep between
-// segments), an f32 result from a 16-bit product (the fusion rounds the product first), GELU and
+// relu_backward (cuBLASLt's dReLU reads a bit mask: relu_backward_mask takes one), relu with its
+// pre-activation used by other ops than relu_mask, a mask of output features that are not a
+// multiple of 128 (the mask then comes from a generated bitmask kernel), an f32 result from a 16-bit product (the fusion rounds the product first), GELU and
 // dGELU on f32 results (cuBLASLt's GELU is not accurate to f32 rounding), ...
 //
 // Precondition: a valid fusion; the matmul's output is bf16, f16 or f32.
@@ -54,8 +62,12 @@ enum class EpilogueKind : uint8_t {
   gelu_bias,      // D = gelu_tanh(P + bias)
   gelu_aux,       // D = gelu_tanh(P), aux = P
   gelu_aux_bias,  // D = gelu_tanh(P + bias), aux = P + bias
+  relu_aux,       // D = relu(P), aux = relu_mask(P)
+  relu_aux_bias,  // D = relu(P + bias), aux = relu_mask(P + bias)
   dgelu,          // D = P * gelu_tanh'(aux)
   dgelu_bgrad,    // D = P * gelu_tanh'(aux), bias = sum of D over every axis but the last
+  drelu,          // D = relu_backward_mask(P, aux)
+  drelu_bgrad,    // D = relu_backward_mask(P, aux), bias = sum of D over every axis but the last
   bgrad_a,        // D = P, bias[i] = sum_k op(A)[i, k]
   bgrad_b,        // D = P, bias[j] = sum_k op(B)[k, j]
 };
@@ -76,7 +88,8 @@ struct EpilogueMatch {
   Value* product = nullptr;  // P: the matmul's own output
   Value* result = nullptr;   // D: what the GEMM writes (P when nothing follows)
   Value* bias = nullptr;     // the bias vector read (P + bias) or the bias gradient written (*bgrad*)
-  Value* aux = nullptr;      // the pre-activation written (gelu_aux*) or read (dgelu*)
+  Value* aux = nullptr;      // the pre-activation written (gelu_aux*) or read (dgelu*); the
+                             // relu_mask bit mask written (relu_aux*) or read (drelu*)
   std::vector<NotTaken> not_taken;
 
   std::string note() const;  // for Segment::note: "epilogue: gelu_aux_bias (bias: b, aux: h, result: g)"

@@ -56,6 +56,18 @@ T __shfl_xor_sync(unsigned, T v, int mask) { return alloy_emu_exchange(v, (threa
 template <class T>
 T __shfl_sync(unsigned, T v, int lane) { return alloy_emu_exchange(v, unsigned(lane)); }
 
+// Every lane of the warp must take part (the kernels call it where the whole warp does).
+inline unsigned __ballot_sync(unsigned, int predicate) {
+  unsigned lane = threadIdx.x & 31;
+  alloy_emu_warp->slot[lane] = predicate != 0;
+  alloy_emu_warp->sync.arrive_and_wait();
+  unsigned word = 0;
+  for (unsigned i = 0; i < 32; ++i)
+    if (alloy_emu_warp->slot[i]) word |= 1u << i;
+  alloy_emu_warp->sync.arrive_and_wait();
+  return word;
+}
+
 #define __device__
 #define __forceinline__ inline
 #define __global__

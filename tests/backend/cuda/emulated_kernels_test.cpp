@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 
+#include "alloy/backend/cuda/codegen/bitmask_kernel.h"
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
 #include "alloy/backend/cuda/launch_plan.h"
 #include "alloy/ir/parser.h"
@@ -74,6 +75,33 @@ std::vector<int64_t> concrete(const Value* v, const Bindings& b) {
   return sizes;
 }
 
+// t as [rows, last axis], packed first where its strides do not allow that view (as the runtime's
+// bitmask segment does on the GPU).
+Tensor rows_of(const Tensor& t) {
+  int64_t last = t.size(t.dim() - 1), rows = t.numel() / std::max<int64_t>(last, 1);
+  Tensor v = t.view({rows, last});
+  return v.defined() ? v : packed_cpu(t).view({rows, last});
+}
+
+// One bitmask segment: its output poisoned, then the kernel the runtime generates, launched with
+// the runtime's own launch words, run on the CPU.
+void emulate_bitmask_segment(const Op& op, const Bindings& bound, int sm_count, std::map<const Value*, Tensor>& values) {
+  Tensor out = Tensor::empty(op.outputs[0]->dtype(), concrete(op.outputs[0], bound));
+  std::memset(out.data(), 0xA5, size_t(out.numel()) * dtype_size(out.dtype()));
+  values[op.outputs[0]] = out;
+  std::vector<Tensor> views;
+  for (Value* in : op.inputs) views.push_back(rows_of(values.at(in)));
+  views.push_back(rows_of(out));
+  ASSERT_EQ(views.back().data(), out.data()) << "the output is written in place";
+  std::vector<const Tensor*> tensors;
+  for (const Tensor& t : views) tensors.push_back(&t);
+  cuda::BitmaskLaunch plan = cuda::plan_bitmask_launch(op.kind, tensors, sm_count);
+  if (!plan.launch) return;
+  EmulateFn run = compile_for_host(cuda::generate_bitmask_kernel(op.kind, op.inputs[0]->dtype(), "alloy_kernel"));
+  ASSERT_NE(run, nullptr);
+  run(plan.grid, 1, plan.block, plan.words.data());
+}
+
 // The kernel flavours a run can choose (LaunchTarget): plain arithmetic, lean with Welford and
 // online merges, lean recomputing values, and the default (lean, cheap merges, values held).
 enum class Flavour { plain, lean_merges, lean_recompute, default_choice };
@@ -115,6 +143,10 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
         ASSERT_TRUE(t.defined()) << "a view the test cannot make on the host";
         values[view->outputs[0]] = t;
       }
+      continue;
+    }
+    if (s.scheduler == "bitmask") {  // relu_mask / relu_backward_mask: a kernel of its own shape
+      emulate_bitmask_segment(*s.ops.at(0), bound, sm_count, values);
       continue;
     }
     ASSERT_TRUE(s.scheduler == "pointwise" || s.scheduler == "reduction" || s.scheduler == "normalization") << segmentation.str();

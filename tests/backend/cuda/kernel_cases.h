@@ -250,6 +250,29 @@ inline const std::vector<KernelCase>& kernel_cases() {
       // cat runs inside generated kernels: a cat of values read from memory is a leaf with one
       // source per operand (a cat of computed values starts a new kernel)
       {"CatRopeExampleInBf16", "", "examples/rope.fusion", {{"B", 2}, {"S", 37}}, {{"B", 1}, {"S", 5}}},
+      // ReLU bit masks (bitmask kernels): odd widths, batched leading axes, a pointwise producer,
+      // a permuted input (packed first), and a saved mask whose padding bits are random
+      {"ReluMaskAndItsBackwardOddWidths", R"(fusion f(x: bf16[B, 3, N], dy: bf16[B, 3, N], saved: i32[B, 3, W]) {
+  b = add(x, 0.25)
+  a = relu(b)
+  m = relu_mask(b)
+  d = relu_backward_mask(dy, m)
+  e = relu_backward_mask(dy, saved)
+  return a, m, d, e
+})", "", {{"B", 2}, {"N", 100}, {"W", 4}}},
+      {"ReluMaskOfWidths1And33AndAPermutedInput", R"(fusion f(x: f32[5, 1], y: f32[2, 4, 33], z: f32[33, 6]) {
+  mx = relu_mask(x)
+  my = relu_mask(y)
+  dy = relu_backward_mask(y, my)
+  p = permute(z, dims=[1, 0])
+  mz = relu_mask(p)
+  return mx, my, dy, mz
+})", "", {}},
+      {"ReluMaskOfWideRows", R"(fusion f(h: bf16[T, 3072], g: bf16[T, 3072]) {
+  m = relu_mask(h)
+  d = relu_backward_mask(g, m)
+  return m, d
+})", "", {{"T", 512}}, {{"T", 3}}},
       {"CatRopeInF32", R"(fusion rope(x: f32[B, S, 4, 64], cos: f32[S, 1, 64], sin: f32[S, 1, 64]) {
   x1 = slice(x, starts=[0, 0, 0, 0], ends=[2147483647, 2147483647, 4, 32])
   x2 = slice(x, starts=[0, 0, 0, 32], ends=[2147483647, 2147483647, 4, 64])

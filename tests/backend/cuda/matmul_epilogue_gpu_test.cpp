@@ -250,6 +250,118 @@ TEST(MatmulEpilogueGpu, MlpBackwardBothWaysOfBiasGradients) {
   EXPECT_EQ(b.launched.find("refused"), std::string::npos) << b.launched;
 }
 
+// ---- ReLU's bit mask: relu_aux forward, drelu backward (and bitmask kernels where not taken) ----
+
+// What ran: `epilogue` in the plan and cuBLASLt running it, no refusal.
+void expect_ran_epilogue(const testing::GpuRun& ran, const std::string& epilogue) {
+  EXPECT_NE(ran.segments.find("epilogue: " + epilogue + " "), std::string::npos) << ran.segments;
+  EXPECT_NE(ran.launched.find("cuBLASLt, epilogue " + epilogue + "\n"), std::string::npos) << ran.launched;
+  EXPECT_EQ(ran.launched.find("refused"), std::string::npos) << ran.launched;
+}
+
+TEST(MatmulEpilogueGpu, ReluAuxBias_WritesTheMask) {
+  ALLOY_REQUIRE_GPU();
+  const char* text = R"(fusion f(x: DT[B, S, K], w: DT[N, K], b: DT[N]) {
+  h = linear(x, w, b)
+  a = relu(h)
+  m = relu_mask(h)
+  return a, m
+})";
+  for (const char* dtype : {"bf16", "f32"}) {
+    SCOPED_TRACE(dtype);
+    for (int64_t n : {128, 384}) {
+      testing::GpuRun ran;
+      expect_gpu_matches_cpu(with_dtype(text, dtype), {{"B", 3}, {"S", 11}, {"K", 64}, {"N", n}}, 7, 1.0, &ran);
+      expect_ran_epilogue(ran, "relu_aux_bias");
+    }
+    // N = 100: cuBLASLt's mask rows would be padded; the GEMM adds the bias, kernels do the rest
+    testing::GpuRun ran;
+    expect_gpu_matches_cpu(with_dtype(text, dtype), {{"B", 2}, {"S", 7}, {"K", 32}, {"N", 100}}, 7, 1.0, &ran);
+    EXPECT_NE(ran.segments.find("[bitmask]"), std::string::npos) << ran.segments;
+    EXPECT_NE(ran.segments.find("to be a multiple of 128"), std::string::npos) << ran.segments;
+  }
+}
+
+TEST(MatmulEpilogueGpu, ReluAuxWithoutBias) {
+  ALLOY_REQUIRE_GPU();
+  for (const char* dtype : {"bf16", "f32"}) {
+    SCOPED_TRACE(dtype);
+    testing::GpuRun ran;
+    expect_gpu_matches_cpu(with_dtype(R"(fusion f(a: DT[M, K], b: DT[K, N]) {
+  p = matmul(a, b)
+  m = relu_mask(p)
+  r = relu(p)
+  return r, m
+})", dtype), {{"M", 45}, {"K", 40}, {"N", 256}}, 7, 1.0, &ran);
+    expect_ran_epilogue(ran, "relu_aux");
+  }
+}
+
+TEST(MatmulEpilogueGpu, DreluAndDreluBgrad_ReadTheMask) {
+  ALLOY_REQUIRE_GPU();
+  const char* text = R"(fusion f(dy: DT[T, C], w: DT[C, H], m: i32[T, W]) {
+  dg = matmul(dy, w)
+  dh = relu_backward_mask(dg, m)
+  db = sum(dh, dims=[0])
+  return dh, db
+})";
+  for (const char* dtype : {"bf16", "f32"}) {
+    SCOPED_TRACE(dtype);
+    Bindings sizes{{"T", 50}, {"C", 48}, {"H", 256}, {"W", 8}};
+    testing::GpuRun plain, fused;
+    expect_gpu_matches_cpu(with_dtype(text, dtype), sizes, 7, 1.0, &plain);  // db as a column kernel (the default)
+    expect_ran_epilogue(plain, "drelu");
+    {
+      testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");
+      expect_gpu_matches_cpu(with_dtype(text, dtype), sizes, 7, 1.0, &fused);
+    }
+    expect_ran_epilogue(fused, "drelu_bgrad");
+    // H = 100: the mask's rows are 4 words; a bitmask kernel keeps the gradient instead
+    testing::GpuRun odd;
+    expect_gpu_matches_cpu(with_dtype(text, dtype), {{"T", 50}, {"C", 48}, {"H", 100}, {"W", 4}}, 7, 1.0, &odd);
+    EXPECT_NE(odd.segments.find("[bitmask]"), std::string::npos) << odd.segments;
+  }
+}
+
+// A mask read through a view: rows 12 words apart (cuBLASLt reads it with aux_ld = 384 bits), and
+// a transposed one that no aux_ld describes: cuBLASLt refuses and the fallback (the plain GEMM,
+// then a bitmask kernel on a packed copy) runs.
+TEST(MatmulEpilogueGpu, DreluOfAMaskView_StridedOrFallingBack) {
+  ALLOY_REQUIRE_GPU();
+  testing::GpuRun strided, transposed;
+  expect_gpu_matches_cpu(R"(fusion f(dy: bf16[T, 48], w: bf16[48, 256], big: i32[T, 12]) {
+  m = slice(big, starts=[0, 2], ends=[T, 10])
+  dg = matmul(dy, w)
+  dh = relu_backward_mask(dg, m)
+  return dh
+})", {{"T", 40}}, 7, 1.0, &strided);
+  expect_ran_epilogue(strided, "drelu");
+  expect_gpu_matches_cpu(R"(fusion f(dy: bf16[T, 48], w: bf16[48, 256], mt: i32[8, T]) {
+  m = permute(mt, dims=[1, 0])
+  dg = matmul(dy, w)
+  dh = relu_backward_mask(dg, m)
+  return dh
+})", {{"T", 40}}, 7, 1.0, &transposed);
+  EXPECT_NE(transposed.launched.find("cuBLASLt refused epilogue drelu"), std::string::npos) << transposed.launched;
+  EXPECT_NE(transposed.launched.find("the plain cuBLASLt GEMM, then the epilogue's ops as a generated kernel"), std::string::npos)
+      << transposed.launched;
+}
+
+// The ReLU MLP examples: the forward writes the mask in its first GEMM; the backward reads it in
+// dReLU (and with every kind allowed, computes db1 there too).
+TEST(MatmulEpilogueGpu, MlpReluExamples) {
+  ALLOY_REQUIRE_GPU();
+  testing::GpuRun forward, backward, backward_bgrad;
+  expect_gpu_matches_cpu(testing::read_file(testing::source_path("examples/mlp_relu.fusion")), {{"T", 256}}, 7, 1.0, &forward);
+  expect_ran_epilogue(forward, "relu_aux_bias");
+  std::string text = testing::read_file(testing::source_path("examples/mlp_relu_backward.fusion"));
+  expect_gpu_matches_cpu(text, {{"T", 256}}, 7, 1.0, &backward);
+  expect_ran_epilogue(backward, "drelu");
+  testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");
+  expect_gpu_matches_cpu(text, {{"T", 256}}, 7, 1.0, &backward_bgrad);
+  expect_ran_epilogue(backward_bgrad, "drelu_bgrad");
+}
+
 // The bias gradients run on a side stream beside the next GEMMs (host_ir/program.h). Ten runs
 // enqueued back to back on a stream of the test's own, with no wait between them, each against
 // the CPU: a missing wait between the streams, or a buffer reused too early, shows as a mismatch.

@@ -83,6 +83,8 @@ std::vector<Tensor> binary_op(const Op& op, const std::vector<Tensor>& in, const
 std::vector<Tensor> where_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);
 std::vector<Tensor> cast_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);
 std::vector<Tensor> activation_backward_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);
+std::vector<Tensor> relu_mask_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);
+std::vector<Tensor> relu_backward_mask_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);
 std::vector<Tensor> reduction_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);
 std::vector<Tensor> var_mean_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);
 std::vector<Tensor> view_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);

@@ -51,6 +51,8 @@ constexpr ReferenceRow kRows[] = {
     {OpKind::cast, cast_op},
     {OpKind::gelu_backward, activation_backward_op},
     {OpKind::relu_backward, activation_backward_op},
+    {OpKind::relu_mask, relu_mask_op},
+    {OpKind::relu_backward_mask, relu_backward_mask_op},
     {OpKind::sum, reduction_op},
     {OpKind::max, reduction_op},
     {OpKind::min, reduction_op},

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "alloy/backend/cpu/cpu_executable.h"
+#include "alloy/backend/cuda/bitmask_segment.h"
 #include "alloy/backend/cuda/cuda_api.h"
 #include "alloy/backend/cuda/generated_kernel.h"
 #include "alloy/backend/cuda/matmul_segment.h"
@@ -131,6 +132,8 @@ std::unique_ptr<host_ir::Executable> build_cuda_plan(const Fusion& fusion) {
       plan->segments.push_back(make_matmul_segment(s));
     } else if (s.scheduler == "communication") {
       plan->segments.push_back(multidevice::make_communication_segment(s, device_memory()));
+    } else if (s.scheduler == "bitmask") {
+      plan->segments.push_back(make_bitmask_segment(s));
     } else if (s.scheduler == "cpu_fallback") {
       plan->segments.push_back(std::make_unique<CpuFallbackSegment>(s));
     } else {

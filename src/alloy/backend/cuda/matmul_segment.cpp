@@ -3,9 +3,11 @@
 #include <algorithm>
 
 #include "alloy/backend/cpu/reference_ops.h"
+#include "alloy/backend/cuda/bitmask_segment.h"
 #include "alloy/backend/cuda/cublaslt_matmul.h"
 #include "alloy/backend/cuda/generated_kernel.h"
 #include "alloy/backend/cuda/strided_copy.h"
+#include "alloy/ir/op_table.h"
 #include "alloy/passes/matmul_epilogue.h"
 #include "alloy/runtime/views.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
@@ -94,8 +96,12 @@ MatmulEpilogue cublas_epilogue(EpilogueKind kind) {
     case EpilogueKind::gelu_bias: return MatmulEpilogue::gelu_bias;
     case EpilogueKind::gelu_aux: return MatmulEpilogue::gelu_aux;
     case EpilogueKind::gelu_aux_bias: return MatmulEpilogue::gelu_aux_bias;
+    case EpilogueKind::relu_aux: return MatmulEpilogue::relu_aux;
+    case EpilogueKind::relu_aux_bias: return MatmulEpilogue::relu_aux_bias;
     case EpilogueKind::dgelu: return MatmulEpilogue::dgelu;
     case EpilogueKind::dgelu_bgrad: return MatmulEpilogue::dgelu_bgrad;
+    case EpilogueKind::drelu: return MatmulEpilogue::drelu;
+    case EpilogueKind::drelu_bgrad: return MatmulEpilogue::drelu_bgrad;
     case EpilogueKind::bgrad_a: return MatmulEpilogue::bgrad_a;
     case EpilogueKind::bgrad_b: return MatmulEpilogue::bgrad_b;
   }
@@ -160,7 +166,8 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
   std::string source() const override {
     if (last_run_.empty()) return {};
     std::string out = "// segment " + std::to_string(id_) + " [matmul]: " + last_run_ + "\n";
-    return epilogue_kernel_ ? out + epilogue_kernel_->source() : out;
+    for (const EpilogueUnit& unit : epilogue_units_) out += unit.run->source();
+    return out;
   }
 
  private:
@@ -269,13 +276,23 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
     }
     if (epilogue_uses_aux(e)) {
       const Value* aux = match_->aux;
-      bool written = kind_ == EpilogueKind::gelu_aux || kind_ == EpilogueKind::gelu_aux_bias;
+      bool written = kind_ == EpilogueKind::gelu_aux || kind_ == EpilogueKind::gelu_aux_bias || kind_ == EpilogueKind::relu_aux ||
+                     kind_ == EpilogueKind::relu_aux_bias;
       const Tensor& t = written ? buffer_for(state, aux, stream) : state.at(aux);
-      auto ld = row_stride(t, desc.m, desc.n);
-      if (!ld) return MatmulRefusal{"the aux matrix " + aux->name + " is not a row-major matrix"};
+      if (epilogue_aux_is_mask(e)) {
+        // relu_mask's [m, ceil(n / 32)] i32 words: rows aux_ld bits apart; no bits pad a row only
+        // when n is a multiple of 32 (the pass takes multiples of 128, which cuBLASLt's aux_ld needs)
+        int64_t words = (desc.n + 31) / 32;
+        auto ld = row_stride(t, desc.m, words);
+        if (!ld || desc.n % 32 != 0) return MatmulRefusal{"the bit mask " + aux->name + " is not a packed row-major matrix"};
+        desc.aux_ld = *ld * 32;
+      } else {
+        auto ld = row_stride(t, desc.m, desc.n);
+        if (!ld) return MatmulRefusal{"the aux matrix " + aux->name + " is not a row-major matrix"};
+        desc.aux_ld = *ld;
+        desc.aux_dtype = t.dtype();
+      }
       args.aux = t.data();
-      desc.aux_ld = *ld;
-      desc.aux_dtype = t.dtype();
     }
     return launch(g, desc, args, stream);
   }
@@ -303,30 +320,69 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
       ran = done ? "the plain cuBLASLt GEMM" : "the reference matmul on the host";
     }
     if (match_->epilogue_ops.empty()) return ran;
-    if (epilogue_kernel_) epilogue_kernel_->run(state);
-    else
+    if (!epilogue_units_.empty()) {
+      for (EpilogueUnit& unit : epilogue_units_) {
+        for (const Value* v : unit.outputs) buffer_for(state, v, stream);
+        unit.run->run(state);
+      }
+    } else {
       for (const Op* op : match_->epilogue_ops) run_op_on_host(*op, state, stream);
-    return ran + (epilogue_kernel_ ? ", then the epilogue's ops as a generated kernel" : ", then the epilogue's ops on the host");
+    }
+    if (epilogue_units_.empty()) return ran + ", then the epilogue's ops on the host";
+    return ran + (epilogue_units_.size() == 1 ? ", then the epilogue's ops as a generated kernel"
+                                              : ", then the epilogue's ops as " + std::to_string(epilogue_units_.size()) +
+                                                    " generated kernels");
   }
 
-  // The epilogue's ops as one generated kernel, when they make one.
+  // The epilogue's ops as generated kernels: one for each run of ops between the bit-mask ops
+  // (relu_mask, relu_backward_mask), which are kernels of their own; or none (the host runs them)
+  // where a run does not make one.
   void prepare_epilogue_kernel(const Segment& s) {
-    if (match_->epilogue_ops.empty()) return;
+    const std::vector<const Op*>& ops = match_->epilogue_ops;
+    auto is_bitmask = [](const Op* op) { return op_row(op->kind).op_class == OpClass::bitmask; };
+    size_t first = 0;
+    while (first < ops.size()) {
+      if (is_bitmask(ops[first])) {
+        epilogue_units_.push_back({make_bitmask_op(*ops[first], s.id), {ops[first]->outputs[0]}});
+        ++first;
+        continue;
+      }
+      size_t last = first;
+      while (last < ops.size() && !is_bitmask(ops[last])) ++last;
+      if (!add_kernel_unit(s, std::vector<const Op*>(ops.begin() + first, ops.begin() + last))) {
+        epilogue_units_.clear();
+        return;
+      }
+      first = last;
+    }
+  }
+
+  // A generated kernel of `run`, storing what the segment returns and what its other epilogue ops
+  // read; false where the run is not one kernel.
+  bool add_kernel_unit(const Segment& s, const std::vector<const Op*>& run) {
     Segment sub;
     sub.id = s.id;
-    sub.ops = match_->epilogue_ops;
+    sub.ops = run;
+    auto in_run = [&](const Op* op) { return op && std::find(run.begin(), run.end(), op) != run.end(); };
     for (const Op* op : sub.ops)
-      for (Value* in : op->inputs) {
-        bool inside = in->producer && std::find(sub.ops.begin(), sub.ops.end(), in->producer) != sub.ops.end();
-        if (!in->literal && !inside && std::find(sub.inputs.begin(), sub.inputs.end(), in) == sub.inputs.end())
+      for (Value* in : op->inputs)
+        if (!in->literal && !in_run(in->producer) && std::find(sub.inputs.begin(), sub.inputs.end(), in) == sub.inputs.end())
           sub.inputs.push_back(in);
+    for (const Op* op : run)
+      for (Value* out : op->outputs) {
+        bool returned = std::find(s.outputs.begin(), s.outputs.end(), out) != s.outputs.end();
+        bool read_later = false;
+        for (const Op* other : match_->epilogue_ops)
+          if (!in_run(other) && std::find(other->inputs.begin(), other->inputs.end(), out) != other->inputs.end()) read_later = true;
+        if (returned || read_later) sub.outputs.push_back(out);
       }
-    for (Value* out : s.outputs)
-      if (out->producer && out->producer != op_ && std::find(sub.ops.begin(), sub.ops.end(), out->producer) != sub.ops.end())
-        sub.outputs.push_back(out);
-    if (sub.outputs.empty()) return;
+    if (sub.outputs.empty()) return true;
     auto analysis = analyze_kernel(sub.ops, sub.inputs, sub.outputs);
-    if (auto* a = std::get_if<KernelAnalysis>(&analysis)) epilogue_kernel_ = make_generated_kernel(sub, std::move(*a));
+    auto* a = std::get_if<KernelAnalysis>(&analysis);
+    if (!a) return false;
+    std::vector<const Value*> outputs(sub.outputs.begin(), sub.outputs.end());
+    epilogue_units_.push_back({make_generated_kernel(sub, std::move(*a)), std::move(outputs)});
+    return true;
   }
 
   static void make_host_view(const Op& view, host_ir::RunState& state, const Stream& stream) {
@@ -360,7 +416,13 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
   EpilogueKind kind_;
   const Value* bias_;
   int id_;
-  std::unique_ptr<host_ir::SegmentExecutable> epilogue_kernel_;
+  // The fallback's epilogue kernels, in order, each with the values it writes (allocated first
+  // where no one else allocates them: intermediates between the kernels).
+  struct EpilogueUnit {
+    std::unique_ptr<host_ir::SegmentExecutable> run;
+    std::vector<const Value*> outputs;
+  };
+  std::vector<EpilogueUnit> epilogue_units_;
   std::string last_run_;  // what the last run did (runs on CUDA take turns: FusionExecutor's run lock)
 };
 

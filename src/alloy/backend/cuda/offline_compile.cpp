@@ -4,10 +4,12 @@
 #include <optional>
 #include <sstream>
 
+#include "alloy/backend/cuda/codegen/bitmask_kernel.h"
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
 #include "alloy/backend/cuda/launch_plan.h"
 #include "alloy/backend/cuda/nvrtc_compiler.h"
 #include "alloy/backend/gpu_plan.h"
+#include "alloy/ir/op_table.h"
 #include "alloy/passes/decompose_composites.h"
 #include "alloy/runtime/views.h"
 #include "alloy/segment/schedulers/cuda_segmenter.h"
@@ -161,6 +163,20 @@ std::string compile_offline(const Fusion& fusion, const std::string& arch_text, 
       if (!dump_source)
         report << "segment " << s.id << " [" << s.scheduler << "]: no generated kernel"
                << (s.scheduler == "cpu_fallback" ? " " + s.note : std::string()) << "\n";
+      continue;
+    }
+    if (s.scheduler == "bitmask") {  // one source per op and dtype, whatever the sizes
+      const Op& op = *s.ops.at(0);
+      std::string name = "alloy_segment" + std::to_string(s.id);
+      std::string source = cuda::generate_bitmask_kernel(op.kind, op.inputs[0]->dtype(), name);
+      cuda::CompileOptions options;
+      options.arch_suffix = arch.suffix;
+      auto module = cuda::compile_cuda(source, name, arch.major, arch.minor, options);
+      ++kernels;
+      if (dump_source) report << "// segment " << s.id << " [bitmask]\n" << source << "\n";
+      else
+        report << "segment " << s.id << " [bitmask] " << op_name(op.kind) << ": sm_" << arch.major << arch.minor << arch.suffix
+               << " cubin " << module->cubin.size() << " bytes\n";
       continue;
     }
     auto analysis = analyze_kernel(s.ops, s.inputs, s.outputs);

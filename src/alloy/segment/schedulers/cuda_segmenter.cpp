@@ -16,8 +16,10 @@ namespace {
 //   2. generated kernel the longest run of ops that one generated kernel can compute:
 //                      "normalization" (a reduction whose row-shaped values are also stored),
 //                      "reduction", or "pointwise"
-//   3. noop            a view on its own: a zero-copy view made on the host
-//   4. cpu_fallback    what no GPU path runs (a matmul of other dtypes than cuBLASLt takes, a
+//   3. bitmask         relu_mask / relu_backward_mask on its own, as a generated kernel of its
+//                      own shape (backend/cuda/codegen/bitmask_kernel.h), where no GEMM took it
+//   4. noop            a view on its own: a zero-copy view made on the host
+//   5. cpu_fallback    what no GPU path runs (a matmul of other dtypes than cuBLASLt takes, a
 //                      segment whose result is a scalar): copied to the host, run by the reference
 //                      kernels, copied back; the segment's note says why
 bool is_matmul(OpKind k) { return k == OpKind::matmul || k == OpKind::linear; }
@@ -181,7 +183,9 @@ Segmentation segment_for_cuda(const Fusion& fusion) {
       i = best + 1;
       continue;
     }
-    if (is_view(op->kind) || op->kind == OpKind::segment_set) {
+    if (op_row(op->kind).op_class == OpClass::bitmask) {
+      result.segments.push_back(make_segment(readers, {op}, "bitmask", id));
+    } else if (is_view(op->kind) || op->kind == OpKind::segment_set) {
       result.segments.push_back(make_segment(readers, {op}, "noop", id));
     } else {
       // what no GPU scheduler runs: the segment says why

@@ -73,6 +73,8 @@ class Analyzer {
       switch (op_row(op->kind).op_class) {
         case OpClass::unary: case OpClass::binary: case OpClass::pointwise: case OpClass::reduction: case OpClass::shape:
           break;
+        case OpClass::bitmask:
+          return fail(describe(op) + " packs 32 elements to a word: it runs as a bitmask kernel of its own");
         default:
           return fail(describe(op) + " is not a pointwise, reduction or view op");
       }
