@@ -158,9 +158,17 @@ class Rewriter {
     return pair.kind == PairSizes::Kind::all_gather_gemm ? "all_gather -> " + describe(pair.gemm) : describe(pair.gemm) + " -> reduce_scatter";
   }
 
-  // Why the pair has no ring (empty when it has one): the accumulate step adds.
+  // Why the pair has no ring (empty when it has one): the accumulate step adds, and a ring never
+  // holds the gathered value whole.
   std::string ring_refusal(const Pair& pair) const {
     const Op& op = *segment(pair.collective).ops[0];
+    if (pair.kind == PairSizes::Kind::all_gather_gemm) {
+      const Value* gathered = op.outputs[0];
+      bool returned = std::find(p_.fusion_outputs.begin(), p_.fusion_outputs.end(), gathered) != p_.fusion_outputs.end();
+      if (returned || read_elsewhere(p_, gathered, {pair.gemm}))
+        return "'" + gathered->name + "' is " + (returned ? "returned" : "read by another segment") +
+               ", and a ring never holds the gathered rows whole";
+    }
     if (pair.kind == PairSizes::Kind::gemm_reduce_scatter && op.string_attr("reduce") != "sum")
       return "its reduce_scatter reduces by " + op.string_attr("reduce") + ", and a ring's accumulate step adds";
     return {};

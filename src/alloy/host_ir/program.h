@@ -143,6 +143,7 @@ struct Program {
   int streams = 1;  // the run's own stream and the side streams
   int events = 0;
   std::vector<std::string> notes;  // what the passes chose not to do, and why (--dump program)
+  std::vector<const Value*> fusion_outputs;  // what the run returns (a rewrite must leave them whole)
   std::string str() const;  // the `--dump program` text
 };
 

@@ -142,6 +142,7 @@ CompiledFusion compile_fusion(const Fusion& fusion, Target target, const PassObs
   }
   out.local = current ? std::move(current) : fusion.clone();
   out.executable = target == Target::cpu ? build_cpu_plan(*out.local) : build_gpu_plan(*out.local);
+  out.executable->program.fusion_outputs.assign(out.local->outputs().begin(), out.local->outputs().end());
   // program passes keep every segment (the executables are made per segment already)
   for (const ProgramStep& step : program_steps()) {
     std::string before = out.executable->program.str();

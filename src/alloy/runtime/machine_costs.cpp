@@ -105,7 +105,7 @@ class Timer {
       barrier();
       auto start = std::chrono::steady_clock::now();
       work();
-      synchronize_device(device_);
+      synchronize();
       double mine = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count(), slowest = 0;
       host_team_.all_reduce(Tensor::borrow(&mine, Device{}, DType::f64, {1}, {1}), Tensor::borrow(&slowest, Device{}, DType::f64, {1}, {1}),
                             PartialReduce::max);
@@ -115,8 +115,11 @@ class Timer {
   }
 
  private:
+  void synchronize() {
+    if (device_.kind == DeviceKind::cuda) synchronize_device(device_);
+  }
   void barrier() {
-    synchronize_device(device_);
+    synchronize();
     int32_t one = 1, sum = 0;
     host_team_.all_reduce(Tensor::borrow(&one, Device{}, DType::i32, {1}, {1}), Tensor::borrow(&sum, Device{}, DType::i32, {1}, {1}),
                           PartialReduce::sum);
