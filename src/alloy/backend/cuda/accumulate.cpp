@@ -48,6 +48,8 @@ int dtype_code(DType t) {
 
 }  // namespace
 
+const char* accumulate_source() { return kSource; }
+
 void accumulate(const Tensor& into, const Tensor& sum, const Stream& stream) {
   ALLOY_CHECK(into.sizes() == sum.sizes() && into.dtype() == sum.dtype() && into.is_contiguous() && sum.is_contiguous(),
               "accumulate of ", sum.str(), " into ", into.str());
@@ -57,7 +59,7 @@ void accumulate(const Tensor& into, const Tensor& sum, const Stream& stream) {
   const char* from = static_cast<const char*>(sum.data());
   int code = dtype_code(into.dtype());
   void* args[] = {&to, &from, &numel, &code};
-  const LoadedKernel& kernel = get_kernel(kSource, "alloy_accumulate", stream.device());
+  const LoadedKernel& kernel = get_kernel(kSource, kAccumulateKernel, stream.device());
   long long blocks = std::min<long long>((numel + 255) / 256, 65535LL * 16);
   kernel.launch(Dim3{unsigned(blocks)}, Dim3{256}, 0, stream, args);
 }
