@@ -609,10 +609,13 @@ TEST_F(CliMpiTest, Pipeline_ChunkedAndRingProgramsArePrintedAndGiveTheSameOutput
   EXPECT_TRUE(contains(on.out, "For i in 0..4 (all_gather -> linear h: 4 chunks (--pipeline chunks=4))")) << on.out;
   EXPECT_TRUE(testing::tensors_close(read_npy(path("on/y.npy")), read_npy(path("off/y.npy"))));
   // the ring, on 2 and 4 ranks: the same outputs, its steps printed
+  std::string four = testing::read_file(testing::source_path("examples/tp_mlp_sequence_parallel.fusion"));
+  for (size_t at = four.find("@mesh[0, 1]"); at != std::string::npos; at = four.find("@mesh[0, 1]", at + 1)) four.replace(at, 11, "@mesh[0, 1, 2, 3]");
+  std::ofstream(path("sp4.fusion")) << four;
   for (int ranks : {2, 4}) {
     std::string dir = "ring" + std::to_string(ranks);
-    CliResult ring = mpirun(ranks, "run " + example("tp_mlp_sequence_parallel.fusion") +
-                                       " --bind T=12 --device cpu --pipeline ring --dump program --save-outputs " + path(dir));
+    std::string file = ranks == 2 ? example("tp_mlp_sequence_parallel.fusion") : path("sp4.fusion");
+    CliResult ring = mpirun(ranks, "run " + file + " --bind T=12 --device cpu --pipeline ring --dump program --save-outputs " + path(dir));
     ASSERT_EQ(ring.code, 0) << ring.err;
     EXPECT_TRUE(contains(ring.out, "Ring s in 0.." + std::to_string(ranks) + " over the team (all_gather -> linear h: ring, --pipeline ring)"))
         << ring.out;

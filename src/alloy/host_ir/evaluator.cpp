@@ -198,6 +198,7 @@ void Executable::run_nodes(const std::vector<Node>& nodes, RunState& state, RunS
       if (!send.is_contiguous()) {  // the device's own rows, as the caller laid them out
         Tensor packed = allocate(send.dtype(), send.sizes(), state);
         copy(packed, send, state);
+        state.scratch.push_back(packed);  // used on this stream: kept to the run's end, as the ring's scratch
         send = packed;
       }
       ALLOY_CHECK(receive.is_contiguous(), "a ring receives into ", receive.str());
