@@ -3,7 +3,7 @@
 sharding written as annotations) against PyTorch with NCCL (torchrun, the Megatron and the
 sequence-parallel forms written by hand), in the same job, case by case, Alloy first. Also the
 pipelined pairs of issue 13: AG+GEMM and GEMM+RS at M x K x N (default 8192 x 8192 x 28672),
-Alloy with --pipeline off and auto against PyTorch's naive sequence and async-TP
+Alloy with --pipeline off, auto and ring against PyTorch's naive sequence and async-TP
 (fused_all_gather_matmul / fused_matmul_reduce_scatter, where symmetric memory works).
 
     python3 bench/tp_mlp_bench.py --alloy build/alloy [--ranks 2] [--tokens 8192] [--runs 50]
@@ -296,16 +296,18 @@ def main():
             text = pair_text(pair, m, k, n, ranks)
             row["alloy_off_us"], _ = alloy_median_us(args.alloy, text, args.tokens, ranks, args.runs, ["--pipeline", "off"])
             row["alloy_auto_us"], _ = alloy_median_us(args.alloy, text, args.tokens, ranks, args.runs, ["--pipeline", "auto"])
+            row["alloy_ring_us"], _ = alloy_median_us(args.alloy, text, args.tokens, ranks, args.runs, ["--pipeline", "ring"])
             row.update({"torch_" + key: v for key, v in torch_pair_medians(pair, m, k, n, ranks, args.runs).items()})
             pair_rows.append(row)
             print(json.dumps(row), flush=True)
-        lines += ["", f"Pipelined pairs at M x K x N = {args.pairs} (Alloy --pipeline off / auto; ratio = PyTorch naive / Alloy auto):", "",
-                  "| case | Alloy off | Alloy auto | PyTorch naive | PyTorch async-TP | floor max(GEMM, comm) | ratio |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines += ["", f"Pipelined pairs at M x K x N = {args.pairs} (Alloy --pipeline off / auto / ring; ratio = PyTorch naive / Alloy auto):", "",
+                  "| case | Alloy off | Alloy auto | Alloy ring | PyTorch naive | PyTorch async-TP | floor max(GEMM, comm) | ratio |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in pair_rows:
             async_tp = f"{r['torch_async_tp']:.0f} us" if "torch_async_tp" in r else "n/a"
             floor = max(r["torch_floor_gemm"], r["torch_floor_comm"])
-            lines.append(f"| {r['case']} | {r['alloy_off_us']:.0f} us | {r['alloy_auto_us']:.0f} us | {r['torch_naive']:.0f} us | "
+            lines.append(f"| {r['case']} | {r['alloy_off_us']:.0f} us | {r['alloy_auto_us']:.0f} us | {r['alloy_ring_us']:.0f} us | "
+                         f"{r['torch_naive']:.0f} us | "
                          f"{async_tp} | {floor:.0f} us | {r['torch_naive'] / r['alloy_auto_us']:.2f} |")
     table = "\n".join(lines)
     print(table)

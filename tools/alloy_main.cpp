@@ -292,10 +292,20 @@ std::string dump_title(const std::string& stage) {
 
 // Prints the stages asked for at this point of the run: `cuda` after it (kernels are generated
 // and compiled at the first run for its sizes, so before it there is nothing to show), the
-// others before.
+// others before; and `program` again after the run where the run changed it (--pipeline auto's
+// choice and its numbers are made at the run, for its sizes).
 void print_dumps(FusionExecutor& executor, const std::vector<std::string>& dumps, bool after_run, const std::vector<Tensor>* inputs) {
-  for (const std::string& stage : dumps)
+  static std::string program_before;
+  for (const std::string& stage : dumps) {
+    if (stage == "program" && !after_run) program_before = executor.dump(stage, inputs);
+    if (stage == "program" && after_run) {
+      std::string now = executor.dump(stage, inputs);
+      if (now != program_before)
+        std::cout << "== dump program after the run: what --pipeline auto chose, and why\n" << settings_note() << now;
+      continue;
+    }
     if ((stage == "cuda") == after_run) std::cout << dump_title(stage) << settings_note() << executor.dump(stage, inputs);
+  }
 }
 
 void bench(FusionExecutor& executor, const std::vector<Tensor>& inputs, int runs) {
@@ -456,7 +466,7 @@ int run_cli(int argc, char** argv) {
   run_cmd->add_option("--device", run.device, "Where to run")->check(CLI::IsMember({"auto", "cpu", "cuda"}))->default_val("auto");
   run_cmd
       ->add_option("--pipeline", run.pipeline,
-                   "Pipelining of all-gather + GEMM and GEMM + reduce-scatter over chunks and streams: off, auto or chunks=N")
+                   "Pipelining of all-gather + GEMM and GEMM + reduce-scatter over chunks and streams: off, auto, ring or chunks=N")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
             try {
@@ -466,7 +476,7 @@ int run_cli(int argc, char** argv) {
             }
             return {};
           },
-          "off|auto|chunks=N", "pipeline"))
+          "off|auto|ring|chunks=N", "pipeline"))
       ->default_val("auto");
   run_cmd
       ->add_option("--save-outputs", run.save_dir, "Write DIR/<output name>.npy for each output")

@@ -195,6 +195,13 @@ class TorchTeam:
     def recv(self, buffer, dtype, peer):
         self._dist.recv(self._bytes(buffer), src=self.ranks[peer], group=self.group)
 
+    def send_recv(self, send, receive, dtype, to, source):
+        # a ring step: every rank sends and receives at once, so neither may wait for the other
+        ops = [self._dist.P2POp(self._dist.isend, self._bytes(send), self.ranks[to], group=self.group),
+               self._dist.P2POp(self._dist.irecv, self._bytes(receive), self.ranks[source], group=self.group)]
+        for request in self._dist.batch_isend_irecv(ops):
+            request.wait()
+
 
 # ---- parts of tensors and DTensors ------------------------------------------------------------
 

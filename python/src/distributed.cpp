@@ -73,6 +73,18 @@ class PythonTeam final : public Communicator {
     nb::gil_scoped_acquire gil;
     team_.attr("recv")(bytes_of(out), std::string(dtype_name(out.dtype())), peer);
   }
+  // team.send_recv(send, receive, dtype, to, from) where the team has one (TorchTeam: isend and
+  // irecv together); else the default's parity order of send and recv.
+  void send_recv(const Tensor& in, int to, const Tensor& out, int from) override {
+    {
+      nb::gil_scoped_acquire gil;
+      if (nb::hasattr(team_, "send_recv")) {
+        team_.attr("send_recv")(bytes_of(in), bytes_of(out), std::string(dtype_name(in.dtype())), to, from);
+        return;
+      }
+    }
+    Communicator::send_recv(in, to, out, from);
+  }
 
  private:
   // A contiguous host buffer as a 1-D uint8 NumPy array over its bytes (made with the GIL held;

@@ -193,13 +193,117 @@ TEST(PipelinedProgram, OffOrAutoOnTheCpu_LeavesTheProgramUnchunked_AndDumpAfterN
     EXPECT_TRUE(loops_of(c.executable->program).empty()) << mode << "\n" << c.executable->program.str();
     ASSERT_EQ(c.program_after.size(), 2u);
     EXPECT_EQ(c.program_after[1].first, "pipeline_collectives");
-    EXPECT_EQ(c.program_after[1].second.rfind("(unchanged)", 0), 0u) << c.program_after[1].second;
+    if (std::string(mode) == "off") EXPECT_EQ(c.program_after[1].second.rfind("(unchanged)", 0), 0u) << c.program_after[1].second;
   }
-#if ALLOY_HAVE_CUDA
+  // auto on the CPU says why it is off
+  std::string text = compile_sequence_parallel(Target::cpu, "auto").executable->program.str();
+  EXPECT_NE(text.find("# pipeline_collectives: --pipeline auto is off on the CPU (nothing overlaps there"), std::string::npos) << text;
+}
+
+std::vector<const host_ir::Choose*> choices_of(const Program& p) {
+  std::vector<const host_ir::Choose*> out;
+  for (const auto& node : p.nodes)
+    if (auto* c = std::get_if<host_ir::Choose>(&node)) out.push_back(c);
+  return out;
+}
+
+// On CUDA, auto keeps every way to run each pair (off, chunks, ring) and the cost model picks one
+// per run: the program holds them all, each a complete program of its own.
+TEST(PipelinedProgram, AutoOnCuda_HoldsOffChunksAndRingForTheCostModelToPickPerRun) {
+#if !ALLOY_HAVE_CUDA
+  GTEST_SKIP() << "compiling for the CUDA target needs the CUDA backend";
+#else
   CompiledFusion c = compile_sequence_parallel(Target::cuda, "auto");
-  EXPECT_EQ(loops_of(c.executable->program).size(), 2u) << c.executable->program.str();
-  EXPECT_NE(c.executable->program.str().find("--pipeline auto"), std::string::npos);
+  const Program& p = c.executable->program;
+  auto choices = choices_of(p);
+  ASSERT_EQ(choices.size(), 2u) << p.str();
+  for (const host_ir::Choose* choose : choices) {
+    EXPECT_EQ(choose->names, (std::vector<std::string>{"off", "chunks", "ring"}));
+    ASSERT_EQ(choose->variants.size(), 3u);
+    auto loop_in = [](const std::vector<host_ir::Node>& nodes) -> const ForChunks* {
+      for (const auto& node : nodes)
+        if (auto* f = std::get_if<ForChunks>(&node)) return f;
+      return nullptr;
+    };
+    EXPECT_EQ(loop_in(choose->variants[0]), nullptr);
+    ASSERT_NE(loop_in(choose->variants[1]), nullptr);
+    EXPECT_EQ(loop_in(choose->variants[1])->schedule, ForChunks::Schedule::chunks);
+    EXPECT_EQ(loop_in(choose->variants[1])->count, 16) << "the most chunks the model may choose";
+    ASSERT_NE(loop_in(choose->variants[2]), nullptr);
+    EXPECT_EQ(loop_in(choose->variants[2])->schedule, ForChunks::Schedule::ring);
+  }
+  EXPECT_NE(p.str().find("Choose per run (--pipeline auto: the cost model"), std::string::npos) << p.str();
+  EXPECT_NE(p.str().find("last run: none yet"), std::string::npos) << p.str();
 #endif
+}
+
+// The ring: one step a rank; the GEMM on the compute stream, the neighbour exchange on the
+// communication stream (different ones, neither the run's), events between them; the all-gather
+// ring never allocates the gathered rows (two scratch blocks instead), the reduce-scatter ring
+// accumulates on the GEMM's stream and finishes in y.
+TEST(PipelinedProgram, Ring_SendRecvAndGemmsOnDifferentStreams_NoGatheredBuffer) {
+  for (Target target : {Target::cpu, Target::cuda}) {
+#if !ALLOY_HAVE_CUDA
+    if (target == Target::cuda) continue;
+#endif
+    CompiledFusion c = compile_sequence_parallel(target, "ring");
+    const Program& p = c.executable->program;
+    auto loops = loops_of(p);
+    ASSERT_EQ(loops.size(), 2u) << p.str();
+    for (const auto& node : p.nodes)
+      if (auto* a = std::get_if<host_ir::Allocate>(&node)) EXPECT_NE(a->value->name, "x__gathered") << p.str();
+    for (size_t k = 0; k < loops.size(); ++k) {
+      const ForChunks* loop = loops[k];
+      EXPECT_EQ(loop->schedule, ForChunks::Schedule::ring);
+      EXPECT_EQ(loop->parts, 2);
+      std::set<int> gemm_streams, exchange_streams, accumulate_streams;
+      int gemms = 0, previous_step_waits = 0;
+      for (const auto& node : loop->body) {
+        if (auto* l = std::get_if<host_ir::Launch>(&node)) {
+          ++gemms;
+          gemm_streams.insert(l->stream);
+          EXPECT_EQ(p.segmentation.segments.at(l->segment).scheduler, target == Target::cuda ? "matmul" : "cpu_reference");
+        }
+        if (auto* sr = std::get_if<host_ir::SendRecv>(&node)) exchange_streams.insert(sr->stream);
+        if (auto* a = std::get_if<host_ir::Accumulate>(&node)) accumulate_streams.insert(a->stream);
+        if (auto* w = std::get_if<host_ir::Wait>(&node); w && w->previous_step) ++previous_step_waits;
+        EXPECT_FALSE(std::holds_alternative<host_ir::Allocate>(node)) << p.str();
+        EXPECT_FALSE(std::holds_alternative<host_ir::Communicate>(node)) << "a ring has no collective\n" << p.str();
+      }
+      EXPECT_EQ(gemms, 1) << "one GEMM a step\n" << p.str();
+      ASSERT_EQ(gemm_streams.size(), 1u);
+      ASSERT_EQ(exchange_streams.size(), 1u) << p.str();
+      EXPECT_GT(*gemm_streams.begin(), 0);
+      EXPECT_GT(*exchange_streams.begin(), 0);
+      EXPECT_NE(*gemm_streams.begin(), *exchange_streams.begin()) << p.str();
+      EXPECT_GE(previous_step_waits, 1) << p.str();
+      if (k == 1) EXPECT_EQ(accumulate_streams, gemm_streams) << p.str();
+      else EXPECT_TRUE(accumulate_streams.empty()) << p.str();
+    }
+    std::string text = p.str();
+    EXPECT_NE(text.find("Ring s in 0..2 over the team (all_gather -> linear h: ring, --pipeline ring)"), std::string::npos) << text;
+    EXPECT_NE(text.find("x__gathered (two scratch blocks; x at step 0)"), std::string::npos) << text;
+    EXPECT_NE(text.find("y__computed (two scratch blocks; y at the last step)"), std::string::npos) << text;
+    EXPECT_NE(text.find("SendRecv x__gathered of step s to rank + 1"), std::string::npos) << text;
+    EXPECT_NE(text.find("Accumulate y__computed += the running sum received"), std::string::npos) << text;
+  }
+}
+
+// A gathered value that something else reads too has no ring (the ring never holds it whole):
+// the pair stays as lowered and the dump says why; --pipeline ring with nothing to pipeline says so.
+TEST(PipelinedProgram, Ring_WhereItCannotRun_SaysWhyInTheDump) {
+  auto f = parse_fusion(R"(fusion f(x: f32[8, 16] @mesh[0, 1] shard(axis=0), w1: f32[32, 16] @mesh[0, 1] shard(axis=0)) {
+    h = linear(x, w1) @mesh[0, 1] shard(axis=1)
+    x_all = neg(x) @mesh[0, 1] replicated
+    return h, x_all
+  })", "ring.fusion");
+  CompiledFusion c = compile_fusion(*f, Target::cpu, {}, parse_pipeline_option("ring"));
+  std::string text = c.executable->program.str();
+  EXPECT_TRUE(loops_of(c.executable->program).empty()) << text;
+  EXPECT_NE(text.find("stays unpipelined: 'x__gathered' is read by another segment"), std::string::npos) << text;
+  auto megatron = parse_fusion_file(testing::source_path("examples/tp_mlp.fusion"));
+  std::string none = compile_fusion(*megatron, Target::cpu, {}, parse_pipeline_option("ring")).executable->program.str();
+  EXPECT_NE(none.find("# pipeline_collectives: nothing to pipeline"), std::string::npos) << none;
 }
 
 TEST(PipelinedProgram, MegatronMlp_HasNoPairToPipeline) {
@@ -209,7 +313,7 @@ TEST(PipelinedProgram, MegatronMlp_HasNoPairToPipeline) {
 }
 
 TEST(PipelinedProgram, BadPipelineOption_IsAUserErrorSayingWhatIsExpected) {
-  for (const char* bad : {"", "on", "chunks=", "chunks=0", "chunks=-2", "chunks=2x", "chunks=99999"}) {
+  for (const char* bad : {"", "on", "rings", "ring=2", "chunks=", "chunks=0", "chunks=-2", "chunks=2x", "chunks=99999"}) {
     std::string error = "no error";
     try {
       parse_pipeline_option(bad);
@@ -219,6 +323,7 @@ TEST(PipelinedProgram, BadPipelineOption_IsAUserErrorSayingWhatIsExpected) {
     EXPECT_NE(error.find("--pipeline"), std::string::npos) << bad << ": " << error;
   }
   EXPECT_EQ(parse_pipeline_option("chunks=8").chunks, 8);
+  EXPECT_EQ(parse_pipeline_option("ring").pipeline, host_ir::ProgramPassOptions::Pipeline::ring);
 }
 
 }  // namespace

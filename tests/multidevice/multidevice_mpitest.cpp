@@ -4,12 +4,18 @@
 // fusions with random input shardings, and the failures that must not hang the job.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "alloy/ir/parser.h"
 #include "alloy/multidevice/communicator.h"
 #include "alloy/multidevice/shards.h"
 #include "alloy/runtime/executor.h"
+#include "alloy/runtime/machine_costs.h"
 #include "alloy/runtime/run_inputs.h"
 #include "test_util.h"
 
@@ -116,6 +122,22 @@ TEST_P(Collectives, BroadcastAndSendRecv) {
   EXPECT_TRUE(testing::tensors_close(in, filled(GetParam(), {4}, [&](int64_t i) { return prev + i; })));
 }
 
+// A ring step: every rank sends to r + 1 and receives from r - 1 at once (MPI_Sendrecv), and the
+// default's parity order of send and recv, which any communicator without its own falls back to.
+TEST_P(Collectives, SendRecv_ShiftsARingByOneWithoutDeadlock) {
+  auto team = multidevice::communicator_for(world_mesh(), Device{});
+  int n = team->size(), r = team->rank();
+  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  Tensor mine = filled(GetParam(), {5}, [&](int64_t i) { return r * 7 + i; });
+  Tensor expected = filled(GetParam(), {5}, [&](int64_t i) { return prev * 7 + i; });
+  Tensor in = Tensor::empty(GetParam(), {5});
+  team->send_recv(mine, next, in, prev);
+  EXPECT_TRUE(testing::tensors_close(in, expected));
+  Tensor again = Tensor::empty(GetParam(), {5});
+  team->Communicator::send_recv(mine, next, again, prev);
+  EXPECT_TRUE(testing::tensors_close(again, expected));
+}
+
 // The same collectives on device tensors, through the communicator a GPU run uses.
 class DeviceCollectives : public ::testing::TestWithParam<DType> {
  protected:
@@ -156,6 +178,10 @@ TEST_P(DeviceCollectives, AllGatherReduceScatterAllReduceAndAllToAll) {
   Tensor received = on_device(Tensor::empty(t, {2 * n}));
   team->all_to_all(send, received);
   EXPECT_TRUE(testing::tensors_close(on_host(received), filled(t, {2 * n}, [&](int64_t i) { return (i / 2) * 100 + 2 * r + i % 2; })));
+  // a ring step (NCCL: send and recv in one group; staged: through MPI_Sendrecv)
+  Tensor ring_in = on_device(Tensor::empty(t, {5}));
+  team->send_recv(on_device(filled(t, {5}, [&](int64_t i) { return r * 7 + i; })), (r + 1) % n, ring_in, (r + n - 1) % n);
+  EXPECT_TRUE(testing::tensors_close(on_host(ring_in), filled(t, {5}, [&](int64_t i) { return ((r + n - 1) % n) * 7 + i; })));
 }
 #else
 TEST_P(DeviceCollectives, NeedTheCudaBackend) {}
@@ -284,10 +310,116 @@ TEST(PipelinedFusions, ChunkedGatherGemmAndGemmScatter_EqualTheUnshardedRun) {
     x_all = neg(x) )" + m + R"( replicated
     return y, x_all
   })";
-  for (const char* pipeline : {"off", "chunks=3"}) {
+  for (const char* pipeline : {"off", "chunks=3", "ring"}) {
     SCOPED_TRACE(pipeline);
     expect_sharded_matches_unsharded(chain, {}, 11, 4.0, pipeline);
   }
+}
+
+// The ring (send/recv between neighbours, one step a rank): the sequence-parallel MLP with 1 to
+// 10 rows a device, and the bf16 chain with a GELU between the GEMMs, equal the unsharded run.
+TEST(PipelinedFusions, RingGatherGemmAndGemmScatter_EqualTheUnshardedRun) {
+  std::string sp = example("tp_mlp_sequence_parallel");
+  int n = process().size;
+  for (int rows_per_device : {1, 3, 10}) {
+    std::string text = sp;
+    std::string t = std::to_string(rows_per_device * n);
+    for (size_t at = text.find("[T,"); at != std::string::npos; at = text.find("[T,", at + 1)) text.replace(at, 2, "[" + t);
+    SCOPED_TRACE("ring, rows per device " + std::to_string(rows_per_device));
+    expect_sharded_matches_unsharded(text, {}, 7, 1.0, "ring");
+  }
+}
+
+// Integer-valued inputs: every partial sum is exact in f32 whatever its order, so the ring's
+// reduce-scatter (a running sum passed around) equals the collective's to the bit.
+TEST(PipelinedFusions, Ring_OnIntegerValuedInputs_IsExact) {
+  int n = process().size;
+  std::string m = world_mesh_text();
+  std::string text = "fusion f(x: f32[" + std::to_string(4 * n) + ", 8] " + m + " shard(axis=0), w1: f32[" + std::to_string(4 * n) +
+                     ", 8] " + m + " shard(axis=0), w2: f32[8, " + std::to_string(4 * n) + "] " + m + R"( shard(axis=1)) {
+    h = linear(x, w1) )" + m + R"( shard(axis=1)
+    y = linear(h, w2) )" + m + R"( shard(axis=0)
+    return y
+  })";
+  auto fusion = parse_fusion(text, "ring.fusion");
+  std::vector<Tensor> inputs;
+  for (const Value* in : fusion->inputs()) {
+    std::vector<int64_t> sizes;
+    for (const Extent& e : in->shape()) sizes.push_back(*e.constant_value());
+    inputs.push_back(filled(DType::f32, sizes, [&](int64_t i) { return double((i * 7 + in->id) % 5) - 2; }));
+  }
+  std::vector<Tensor> results;
+  for (const char* pipeline : {"off", "ring"}) {
+    ExecutorOptions options{sharded_device()};
+    options.pipeline = pipeline;
+    FusionExecutor sharded(parse_fusion(text, "ring.fusion"), options);
+    auto in_shardings = sharded.input_shardings();
+    int team_rank = multidevice::team_rank_of(in_shardings[0]->mesh);
+    std::vector<Tensor> local;
+    for (size_t i = 0; i < inputs.size(); ++i) local.push_back(multidevice::local_part(inputs[i], *in_shardings[i], team_rank, "input"));
+    results.push_back(to_cpu(sharded.run(local).at(0)));
+  }
+  ASSERT_EQ(results[0].sizes(), results[1].sizes());
+  EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), size_t(results[0].numel()) * 4), 0);
+}
+
+// ---- the cost model of --pipeline auto: measured once, cached, the same on every rank --------
+
+// A folder every rank names alike (rank 0 makes it and broadcasts its name).
+void make_shared_temp_dir(multidevice::Communicator& team, char (&name)[256]) {
+  if (team.rank() == 0) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "alloy_costs_XXXXXX").string();
+    ASSERT_TRUE(mkdtemp(pattern.data()) != nullptr);
+    std::snprintf(name, sizeof name, "%s", pattern.c_str());
+  }
+}
+std::string shared_temp_dir(multidevice::Communicator& team) {
+  char name[256] = {};
+  make_shared_temp_dir(team, name);  // (a failed ASSERT there leaves the name empty: every rank still broadcasts)
+  team.broadcast(Tensor::borrow(name, Device{}, DType::boolean, {int64_t(sizeof name)}, {1}), 0);
+  return name;
+}
+
+// Every rank gets the numbers rank 0 got, so every rank takes the same choice: the choice and its
+// numbers, as text, all-gathered and compared.
+TEST(MachineCosts, MeasuredOnceCachedAndTheSameOnEveryRank) {
+  auto host = multidevice::communicator_for(world_mesh(), Device{});
+  std::string dir = shared_temp_dir(*host);
+  testing::ScopedEnv cache("ALLOY_CACHE_DIR", dir.c_str());
+  forget_machine_costs();
+  host_ir::MachineCosts measured = machine_costs(*host, *host, Device{});
+  EXPECT_EQ(measured.source.rfind("measured now", 0), 0u) << measured.source;
+  EXPECT_GT(measured.gemm_flops_per_us, 0);
+  EXPECT_GT(measured.hop_bytes_per_us, 0);
+  forget_machine_costs();
+  host_ir::MachineCosts cached = machine_costs(*host, *host, Device{});
+  EXPECT_EQ(cached.source, "read from " + dir + "/machine_costs.json");
+  EXPECT_EQ(cached.gemm_flops_per_us, measured.gemm_flops_per_us);
+  host_ir::PairShape shape;
+  shape.parts = host->size();
+  shape.rows = 512, shape.k = 1024, shape.n = 1024, shape.block_bytes = 512 * 1024 * 2;
+  cached.overlaps = true;  // as on a GPU: the choice depends on every number
+  std::string mine = host_ir::choose_pipeline(cached, shape).why;
+  mine.resize(1024, ' ');
+  std::vector<char> all(mine.size() * size_t(host->size()));
+  host->all_gather(Tensor::borrow(mine.data(), Device{}, DType::boolean, {int64_t(mine.size())}, {1}),
+                   Tensor::borrow(all.data(), Device{}, DType::boolean, {int64_t(all.size())}, {1}));
+  for (int r = 0; r < host->size(); ++r) EXPECT_EQ(std::string(all.data() + size_t(r) * mine.size(), mine.size()), mine) << "rank " << r;
+  forget_machine_costs();
+}
+
+// A cache file that does not parse is measured again and rewritten, on every rank at once.
+TEST(MachineCosts, ACorruptCacheFile_IsMeasuredAgainNotAnError) {
+  auto host = multidevice::communicator_for(world_mesh(), Device{});
+  std::string dir = shared_temp_dir(*host);
+  testing::ScopedEnv cache("ALLOY_CACHE_DIR", dir.c_str());
+  if (host->rank() == 0) std::ofstream(dir + "/machine_costs.json") << "{\"version\": 1, \"machines\": {\"cpu";
+  forget_machine_costs();
+  host_ir::MachineCosts c = machine_costs(*host, *host, Device{});
+  EXPECT_EQ(c.source.rfind("measured now", 0), 0u) << c.source;
+  forget_machine_costs();
+  EXPECT_EQ(machine_costs(*host, *host, Device{}).source.rfind("read from", 0), 0u);
+  forget_machine_costs();
 }
 
 // ---- a property: random fusions with random input shardings equal their unsharded runs ------

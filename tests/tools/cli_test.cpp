@@ -601,7 +601,7 @@ TEST_F(CliMpiTest, TensorParallelMlp_TwoRanks_SaveTheGlobalOutputsOfTheUnsharded
   }
 }
 
-TEST_F(CliMpiTest, Pipeline_ChunkedProgramIsPrintedAndGivesTheSameOutputs_GarbageIsAUsageError) {
+TEST_F(CliMpiTest, Pipeline_ChunkedAndRingProgramsArePrintedAndGiveTheSameOutputs_GarbageIsAUsageError) {
   CliResult off = mpirun(2, "run " + example("tp_mlp_sequence_parallel.fusion") + " --bind T=12 --device cpu --pipeline off --save-outputs " +
                                 path("off"));
   ASSERT_EQ(off.code, 0) << off.err;
@@ -610,7 +610,21 @@ TEST_F(CliMpiTest, Pipeline_ChunkedProgramIsPrintedAndGivesTheSameOutputs_Garbag
   ASSERT_EQ(on.code, 0) << on.err;
   EXPECT_TRUE(contains(on.out, "For i in 0..4 (all_gather -> linear h: 4 chunks (--pipeline chunks=4))")) << on.out;
   EXPECT_TRUE(testing::tensors_close(read_npy(path("on/y.npy")), read_npy(path("off/y.npy"))));
-  for (const char* bad : {"sometimes", "chunks=0", "chunks=x"}) {
+  // the ring, on 2 and 4 ranks: the same outputs, its steps printed
+  std::string four = testing::read_file(testing::source_path("examples/tp_mlp_sequence_parallel.fusion"));
+  for (size_t at = four.find("@mesh[0, 1]"); at != std::string::npos; at = four.find("@mesh[0, 1]", at + 1)) four.replace(at, 11, "@mesh[0, 1, 2, 3]");
+  std::ofstream(path("sp4.fusion")) << four;
+  for (int ranks : {2, 4}) {
+    std::string dir = "ring" + std::to_string(ranks);
+    std::string file = ranks == 2 ? example("tp_mlp_sequence_parallel.fusion") : path("sp4.fusion");
+    CliResult ring = mpirun(ranks, "run " + file + " --bind T=12 --device cpu --pipeline ring --dump program --save-outputs " + path(dir));
+    ASSERT_EQ(ring.code, 0) << ring.err;
+    EXPECT_TRUE(contains(ring.out, "Ring s in 0.." + std::to_string(ranks) + " over the team (all_gather -> linear h: ring, --pipeline ring)"))
+        << ring.out;
+    EXPECT_TRUE(contains(ring.out, "SendRecv x__gathered of step s to rank + 1")) << ring.out;
+    EXPECT_TRUE(testing::tensors_close(read_npy(path(dir + "/y.npy")), read_npy(path("off/y.npy"))));
+  }
+  for (const char* bad : {"sometimes", "chunks=0", "chunks=x", "ring=2"}) {
     CliResult r = alloy("run " + example("tp_mlp_sequence_parallel.fusion") + " --bind T=12 --pipeline " + bad);
     EXPECT_EQ(r.code, 2) << bad << "\n" << r.err;
     EXPECT_TRUE(contains(r.err, "--pipeline")) << r.err;

@@ -39,6 +39,8 @@ const std::vector<Setting> kSettings = {
     {"ALLOY_NO_SIDE_STREAM", K::flag, "0", 0, 0, "no side streams for memory-bound kernels beside GEMMs"},
     {"ALLOY_STAGED_COMMUNICATION", K::flag, "0", 0, 0, "device tensors communicate through host memory, not NCCL"},
     {"ALLOY_NCCL_LIBRARY", K::text, "", 0, 0, "the NCCL library to load (empty: libnccl.so.2)"},
+    {"ALLOY_PIPELINE_REMEASURE", K::flag, "0", 0, 0, "--pipeline auto measures the link and GEMM rates again (and rewrites their cache)"},
+    {"ALLOY_PIPELINE_NO_COST_CACHE", K::flag, "0", 0, 0, "--pipeline auto neither reads nor writes the measured rates' cache file"},
 };
 
 const Setting* find(std::string name) {

@@ -1,6 +1,7 @@
 #include "alloy/host_ir/evaluator.h"
 
 #include <algorithm>
+#include <array>
 
 #include "alloy/common/error.h"
 
@@ -28,13 +29,17 @@ std::vector<int64_t> RunState::concrete_shape(const Value* v) const {
 
 void SegmentExecutable::run_chunk(RunState&) { internal_error("this segment cannot run inside a chunked loop"); }
 
-// One iteration of a ForChunks loop: which chunk, of how many, and the whole buffers.
+// One iteration of a ForChunks loop: which chunk (or ring step), of how many, and the buffers.
 struct Executable::LoopFrame {
   const ForChunks* loop;
   int iteration;
   int count;                   // chunks this run (at most the loop's count, at most the rows)
-  std::vector<Tensor> whole;   // per loop.values entry
+  int rank = 0;                // this device's rank in the team (ring loops)
+  std::vector<Tensor> whole;   // per loop.values entry (undefined for a ring_buffer)
+  std::vector<std::array<Tensor, 2>> scratch;  // per loop.values entry: a ring_buffer's two blocks
+  std::array<Tensor, 2> sums;  // a reduce-scatter ring's running sums
 
+  bool ring() const { return loop->schedule == ForChunks::Schedule::ring; }
   int stream(int s) const { return s == kIterationStream ? loop->first_pool_stream + iteration % loop->pool_streams : s; }
 
   // Rows [begin, end) of block `part` (of `parts` blocks; parts = 1 for the rows layout).
@@ -42,15 +47,38 @@ struct Executable::LoopFrame {
     int64_t block = t.size(0) / parts;
     return {iteration * block / count, (iteration + 1) * block / count};
   }
+  static Tensor row_range(const Tensor& t, int64_t begin, int64_t end) {
+    std::vector<int64_t> sizes = t.sizes();
+    sizes[0] = end - begin;
+    return t.as_strided(sizes, t.strides(), t.offset() + begin * t.stride(0));
+  }
   Tensor chunk(size_t k, int part) const {
     const Tensor& t = whole[k];
     bool blocks = loop->values[k].layout == ChunkedValue::Layout::blocks;
     int parts = blocks ? loop->parts : 1;
     auto [begin, end] = rows(t, parts);
     int64_t base = (blocks ? part * (t.size(0) / parts) : 0) + begin;
-    std::vector<int64_t> sizes = t.sizes();
-    sizes[0] = end - begin;
-    return t.as_strided(sizes, t.strides(), t.offset() + base * t.stride(0));
+    return row_range(t, base, base + end - begin);
+  }
+  // What value k is bound to in ring step `step`.
+  Tensor ring_view(size_t k, int step, const RunState& state) const {
+    const ChunkedValue& v = loop->values[k];
+    int n = loop->parts;
+    if (v.layout == ChunkedValue::Layout::ring_block) {
+      int64_t block = whole[k].size(0) / n;
+      int64_t b = ((rank - step + v.shift) % n + n) % n;
+      return row_range(whole[k], b * block, (b + 1) * block);
+    }
+    if (step == 0 && v.first) return state.at(v.first);
+    if (step == n - 1 && v.last) return state.at(v.last);
+    return scratch[k][size_t(step % 2)];
+  }
+  // This iteration's binding of every value (block `part` of the blocked ones).
+  Tensor bound(size_t k, int part, const RunState& state) const { return ring() ? ring_view(k, iteration, state) : chunk(k, part); }
+  size_t index_of(const Value* v) const {
+    for (size_t k = 0; k < loop->values.size(); ++k)
+      if (loop->values[k].value == v) return k;
+    internal_error("value '", v->name, "' is not bound by its loop");
   }
   // [parts, chunk rows, ...]: chunk `iteration` of every block, at the block stride.
   Tensor parts_view(size_t k) const {
@@ -82,11 +110,36 @@ void Executable::run(RunState& state) const {
   }
 }
 
+namespace {
+
+int64_t numel_of(const std::vector<int64_t>& sizes) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+// A pair's sizes at this run, for the cost model.
+PairShape shape_of(const PairSizes& p, const RunState& state) {
+  PairShape s;
+  s.kind = p.kind == PairSizes::Kind::all_gather_gemm ? PairShape::Kind::all_gather_gemm : PairShape::Kind::gemm_reduce_scatter;
+  s.parts = p.parts;
+  std::vector<int64_t> a = state.concrete_shape(p.activation), o = state.concrete_shape(p.output), m = state.concrete_shape(p.moved);
+  s.k = a.empty() ? 1 : a.back();
+  int64_t gemm_rows = s.k > 0 ? numel_of(a) / s.k : 0;
+  s.rows = gemm_rows / std::max(1, p.parts);
+  s.n = gemm_rows > 0 ? numel_of(o) / gemm_rows : 0;
+  s.block_bytes = numel_of(m) * dtype_size(p.moved->dtype());
+  return s;
+}
+
+}  // namespace
+
 // Without RunStreams (the CPU runs every node in order) stream nodes are nothing to do.
 void Executable::run_nodes(const std::vector<Node>& nodes, RunState& state, RunStreams* streams, const LoopFrame* frame) const {
   auto on_stream = [&](int stream) {
     if (streams) streams->use(frame ? frame->stream(stream) : stream);
   };
+  const bool last_step = frame && frame->iteration == frame->count - 1;
   for (const Node& node : nodes) {
     if (auto* a = std::get_if<Allocate>(&node)) {
       ALLOY_CHECK(allocate != nullptr, "Allocate node without an allocator");
@@ -99,7 +152,7 @@ void Executable::run_nodes(const std::vector<Node>& nodes, RunState& state, RunS
         std::vector<std::pair<const Value*, Tensor>> bound;
         for (size_t k = 0; k < frame->loop->values.size(); ++k) {
           const Value* v = frame->loop->values[k].value;
-          Tensor view = frame->chunk(k, std::max(l->part, 0));
+          Tensor view = frame->bound(k, std::max(l->part, 0), state);
           state.values[v->id] = view;
           state.chunk_shapes[v->id] = view.sizes();
           if (std::find(s.outputs.begin(), s.outputs.end(), v) != s.outputs.end()) bound.emplace_back(v, view);
@@ -120,6 +173,7 @@ void Executable::run_nodes(const std::vector<Node>& nodes, RunState& state, RunS
     } else if (auto* r = std::get_if<Record>(&node)) {
       if (streams) streams->record(frame ? frame->stream(r->stream) : r->stream, r->event);
     } else if (auto* w = std::get_if<Wait>(&node)) {
+      if (w->previous_step && (!frame || frame->iteration == 0)) continue;
       if (streams) streams->wait(frame ? frame->stream(w->stream) : w->stream, w->event);
     } else if (auto* c = std::get_if<Communicate>(&node)) {
       if (c->stream != 0) on_stream(c->stream);
@@ -133,27 +187,108 @@ void Executable::run_nodes(const std::vector<Node>& nodes, RunState& state, RunS
         segments.at(size_t(c->segment))->run(state);
       }
       if (c->stream != 0) on_stream(0);
+    } else if (auto* sr = std::get_if<SendRecv>(&node)) {
+      ALLOY_CHECK(frame && frame->ring(), "SendRecv outside a ring loop");
+      if (last_step) continue;
+      ALLOY_CHECK(state.communicator && ring.send_recv, "a ring without a team");
+      if (sr->stream != 0) on_stream(sr->stream);
+      Tensor send = frame->ring_view(frame->index_of(sr->send), frame->iteration, state);
+      Tensor receive = sr->receive ? frame->ring_view(frame->index_of(sr->receive), frame->iteration + 1, state)
+                                   : frame->sums[size_t((frame->iteration + 1) % 2)];
+      if (!send.is_contiguous()) {  // the device's own rows, as the caller laid them out
+        Tensor packed = allocate(send.dtype(), send.sizes(), state);
+        copy(packed, send, state);
+        state.scratch.push_back(packed);  // used on this stream: kept to the run's end, as the ring's scratch
+        send = packed;
+      }
+      ALLOY_CHECK(receive.is_contiguous(), "a ring receives into ", receive.str());
+      int n = frame->loop->parts;
+      ring.send_recv(send, (frame->rank + 1) % n, receive, (frame->rank + n - 1) % n, state);
+      if (sr->stream != 0) on_stream(0);
+    } else if (auto* acc = std::get_if<Accumulate>(&node)) {
+      ALLOY_CHECK(frame && frame->ring(), "Accumulate outside a ring loop");
+      if (frame->iteration == 0) continue;
+      ALLOY_CHECK(accumulate != nullptr, "a ring's accumulate step without an accumulator");
+      if (acc->stream != 0) on_stream(acc->stream);
+      accumulate(frame->ring_view(frame->index_of(acc->into), frame->iteration, state), frame->sums[size_t(frame->iteration % 2)], state);
+      if (acc->stream != 0) on_stream(0);
     } else if (auto* f = std::get_if<ForChunks>(&node)) {
       ALLOY_CHECK(frame == nullptr, "a ForChunks loop inside another");
       run_loop(*f, state, streams);
+    } else if (auto* choose = std::get_if<Choose>(&node)) {
+      ALLOY_CHECK(frame == nullptr, "a Choose inside a loop");
+      size_t variant = 0;
+      state.chosen_chunks = 0;
+      if (state.choose) {
+        PairShape shape = shape_of(choose->sizes, state);
+        shape.ring_ok = std::find(choose->names.begin(), choose->names.end(), "ring") != choose->names.end();
+        PipelineChoice choice = state.choose(shape);
+        const char* name = choice.variant == PipelineChoice::Variant::chunks ? "chunks"
+                           : choice.variant == PipelineChoice::Variant::ring ? "ring"
+                                                                              : "off";
+        auto it = std::find(choose->names.begin(), choose->names.end(), name);
+        ALLOY_CHECK(it != choose->names.end(), "the cost model chose '", name, "', which the pair has no program for");
+        variant = size_t(it - choose->names.begin());
+        state.chosen_chunks = choice.chunks;
+        *choose->last = choice.why;
+      } else {
+        *choose->last = "off (no cost model in this run)";
+      }
+      run_nodes(choose->variants.at(variant), state, streams, nullptr);
+      state.chosen_chunks = 0;
     }
   }
 }
 
 void Executable::run_loop(const ForChunks& loop, RunState& state, RunStreams* streams) const {
-  LoopFrame frame{&loop, 0, loop.count, {}};
+  LoopFrame frame{&loop, 0, loop.count, 0, {}, {}, {}};
+  const bool ring = loop.schedule == ForChunks::Schedule::ring;
+  if (ring && state.communicator) {
+    ALLOY_CHECK(this->ring.rank != nullptr, "a ring without a team");
+    frame.rank = this->ring.rank(state);
+  }
   int64_t rows_per_block = -1;
-  for (const ChunkedValue& v : loop.values) {
-    const Tensor& t = state.at(v.value);
-    ALLOY_CHECK(t.dim() >= 1, "chunked value '", v.value->name, "' has no rows");
-    int64_t rows = v.layout == ChunkedValue::Layout::blocks ? t.size(0) / loop.parts : t.size(0);
+  frame.scratch.resize(loop.values.size());
+  for (size_t k = 0; k < loop.values.size(); ++k) {
+    const ChunkedValue& v = loop.values[k];
+    int64_t rows = 0;
+    if (v.layout == ChunkedValue::Layout::ring_buffer) {
+      // never whole: two scratch blocks (allocated here, on the run's stream, before any step)
+      std::vector<int64_t> sizes = state.concrete_shape(v.value);
+      ALLOY_CHECK(!sizes.empty(), "ring value '", v.value->name, "' has no rows");
+      if (sizes[0] % loop.parts != 0)
+        user_error_at("value '" + v.value->name + "'", "a ring over ", loop.parts, " ranks needs equal blocks, but its ", sizes[0],
+                      " rows do not divide by ", loop.parts, "; use --pipeline chunks=N or off");
+      sizes[0] /= loop.parts;
+      for (Tensor& t : frame.scratch[k]) state.scratch.push_back(t = allocate(v.value->dtype(), sizes, state));
+      frame.whole.emplace_back();
+      rows = sizes[0];
+    } else {
+      const Tensor& t = state.at(v.value);
+      ALLOY_CHECK(t.dim() >= 1, "chunked value '", v.value->name, "' has no rows");
+      bool blocks = v.layout == ChunkedValue::Layout::blocks || v.layout == ChunkedValue::Layout::ring_block;
+      if (blocks && t.size(0) % loop.parts != 0)
+        user_error_at("value '" + v.value->name + "'", "its ", t.size(0), " rows are not ", loop.parts, " equal blocks, one a rank",
+                      ring ? "; a ring needs equal blocks: use --pipeline chunks=N or off" : "");
+      rows = blocks ? t.size(0) / loop.parts : t.size(0);
+      frame.whole.push_back(t);
+    }
     ALLOY_CHECK(rows_per_block < 0 || rows == rows_per_block, "chunked values of one loop disagree on their rows: '", v.value->name,
                 "' has ", rows, ", expected ", rows_per_block);
     rows_per_block = rows;
-    frame.whole.push_back(t);
   }
-  // a device with fewer rows than chunks runs a chunk per row (and an empty part one chunk)
-  frame.count = int(std::max<int64_t>(1, std::min<int64_t>(loop.count, rows_per_block)));
+  if (ring) {
+    frame.count = loop.parts;
+    for (const Node& node : loop.body)
+      if (auto* sr = std::get_if<SendRecv>(&node); sr && !sr->receive) {
+        std::vector<int64_t> sizes = frame.scratch[frame.index_of(sr->send)][0].sizes();
+        for (Tensor& t : frame.sums) state.scratch.push_back(t = allocate(sr->send->dtype(), sizes, state));
+      }
+  } else {
+    // a device with fewer rows than chunks runs a chunk per row (and an empty part one chunk)
+    int count = state.chosen_chunks > 0 ? std::min(state.chosen_chunks, loop.count) : loop.count;
+    frame.count = int(std::max<int64_t>(1, std::min<int64_t>(count, rows_per_block)));
+  }
   for (frame.iteration = 0; frame.iteration < frame.count; ++frame.iteration) run_nodes(loop.body, state, streams, &frame);
   for (size_t k = 0; k < loop.values.size(); ++k) {
     state.values[loop.values[k].value->id] = frame.whole[k];

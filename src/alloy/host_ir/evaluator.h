@@ -2,10 +2,12 @@
 // executable per segment (made by the backend that owns the segment's scheduler).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
 
+#include "alloy/host_ir/cost_model.h"
 #include "alloy/host_ir/program.h"
 #include "alloy/runtime/tensor.h"
 
@@ -26,6 +28,14 @@ struct RunState {
   // Inside a ForChunks loop: the sizes of the values bound to a chunk (value id -> sizes), which
   // concrete_shape answers instead of the bound symbols.
   std::map<int, std::vector<int64_t>> chunk_shapes;
+  // --pipeline auto (Choose nodes): the cost model's choice for a pair at this run's sizes, the
+  // same on every rank of the team (runtime/machine_costs.h). Unset: a Choose runs "off".
+  std::function<PipelineChoice(const PairShape&)> choose;
+  // The chunk count a Choose picked for the loop it runs (0: the loop's own).
+  int chosen_chunks = 0;
+  // Buffers a loop allocated for itself (a ring's scratch blocks), kept to the end of the run:
+  // other streams use them, and the run's stream joins those before the run ends.
+  std::vector<Tensor> scratch;
 
   const Tensor& at(const Value* v) const;
   std::vector<int64_t> concrete_shape(const Value* v) const;  // evaluates the value's extents
@@ -48,6 +58,15 @@ using Allocator = Tensor (*)(DType dtype, const std::vector<int64_t>& sizes, Run
 // dst = src, for a segment inside a loop that returned its result in a buffer of its own instead
 // of the chunk view the loop bound (the CPU reference kernels, a fallback path).
 using Copier = void (*)(const Tensor& dst, const Tensor& src, RunState& state);
+// into += sum (same dtype and sizes; `into` at any strides, `sum` contiguous), on the current
+// stream: a reduce-scatter ring's accumulate step.
+using Accumulator = void (*)(const Tensor& into, const Tensor& sum, RunState& state);
+// A ring's step through the run's team (multidevice/communication_segment.h): sends `in` to team
+// rank `to` while receiving `out` from team rank `from`; and this device's rank in the team.
+struct RingExchange {
+  void (*send_recv)(const Tensor& in, int to, const Tensor& out, int from, RunState& state) = nullptr;
+  int (*rank)(const RunState& state) = nullptr;
+};
 
 // The streams and events of one run of a program with side streams (CUDA): stream 0 is the
 // caller's current stream.
@@ -69,6 +88,8 @@ struct Executable {
   std::vector<std::unique_ptr<SegmentExecutable>> segments;  // by segment id
   Allocator allocate = nullptr;
   Copier copy = nullptr;
+  Accumulator accumulate = nullptr;  // needed by a ring over a reduce-scatter
+  RingExchange ring;                 // needed by a ring
   StreamOpener open_streams = nullptr;  // needed when a CUDA program has program.streams > 1
 
   void run(RunState& state) const;

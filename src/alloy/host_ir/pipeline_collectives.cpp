@@ -10,7 +10,7 @@
 namespace alloy::host_ir {
 namespace {
 
-constexpr int kAutoChunksOnCuda = 4;
+constexpr int kMostAutoChunks = 16;  // the cost model's largest candidate (host_ir/cost_model.h)
 constexpr int kComputeStreams = 2;
 
 const Op* matmul_op(const Segment& s) {
@@ -58,103 +58,248 @@ bool read_elsewhere(const Program& p, const Value* v, std::set<int> allowed) {
   return false;
 }
 
+// A matched pair: nodes [first, last] of the program, the collective and the GEMM.
+struct Pair {
+  PairSizes::Kind kind;
+  size_t first, last;
+  int collective, gemm;
+  int parts;
+};
+
 class Rewriter {
  public:
-  Rewriter(Program& p, int chunks, std::string why) : p_(p), chunks_(chunks), why_(std::move(why)) {}
+  Rewriter(Program& p, const ProgramPassOptions& options, int chunks, std::string why)
+      : p_(p), options_(options), chunks_(chunks), why_(std::move(why)) {}
+
+  // How many pairs the program holds (nothing rewritten).
+  int count_pairs() const {
+    int pairs = 0;
+    const std::vector<Node>& nodes = p_.nodes;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      std::optional<Pair> pair = match_all_gather_gemm(nodes, i);
+      if (!pair) pair = match_gemm_reduce_scatter(nodes, i);
+      if (pair) {
+        ++pairs;
+        i = pair->last;
+      }
+    }
+    return pairs;
+  }
 
   void run() {
     std::vector<Node> out;
     const std::vector<Node>& nodes = p_.nodes;
+    using P = ProgramPassOptions::Pipeline;
     for (size_t i = 0; i < nodes.size();) {
-      if (size_t end = try_all_gather_gemm(nodes, i, out); end > i) { i = end; continue; }
-      if (size_t end = try_gemm_reduce_scatter(nodes, i, out); end > i) { i = end; continue; }
-      out.push_back(nodes[i++]);
+      std::optional<Pair> pair = match_all_gather_gemm(nodes, i);
+      if (!pair) pair = match_gemm_reduce_scatter(nodes, i);
+      if (!pair) {
+        out.push_back(nodes[i++]);
+        continue;
+      }
+      ++pairs_;
+      if (options_.pipeline == P::ring) {
+        if (std::string refusal = ring_refusal(*pair); !refusal.empty()) {
+          p_.notes.push_back("pipeline_collectives: " + describe_pair(*pair) + " stays unpipelined: " + refusal);
+          for (size_t n = pair->first; n <= pair->last; ++n) out.push_back(nodes[n]);
+        } else {
+          emit_ring(*pair, nodes, out, "--pipeline ring");
+        }
+      } else if (options_.pipeline == P::automatic) {
+        emit_choice(*pair, nodes, out);
+      } else {
+        emit_chunks(*pair, nodes, out, why_);
+      }
+      i = pair->last + 1;
     }
+    if (pairs_ == 0 && options_.pipeline != P::off)
+      p_.notes.push_back("pipeline_collectives: nothing to pipeline (no all_gather -> GEMM or GEMM -> reduce_scatter pair)");
     p_.nodes = std::move(out);
   }
 
  private:
   const Segment& segment(int id) const { return p_.segmentation.segments.at(size_t(id)); }
 
-  // Communicate all_gather(axis=0) x -> xg, [Allocate...], Launch GEMM(xg): returns the index
-  // after the pair when rewritten, else `i`.
-  size_t try_all_gather_gemm(const std::vector<Node>& nodes, size_t i, std::vector<Node>& out) {
+  // Communicate all_gather(axis=0) x -> xg, [Allocate...], Launch GEMM(xg).
+  std::optional<Pair> match_all_gather_gemm(const std::vector<Node>& nodes, size_t i) const {
     int c = segment_of(nodes[i]);
-    if (c < 0 || !std::holds_alternative<Communicate>(nodes[i]) || !is_collective(segment(c), OpKind::all_gather)) return i;
+    if (c < 0 || !std::holds_alternative<Communicate>(nodes[i]) || !is_collective(segment(c), OpKind::all_gather)) return std::nullopt;
     const Op& gather = *segment(c).ops[0];
     size_t j = next_work(nodes, i + 1);
-    if (j >= nodes.size() || !std::holds_alternative<Launch>(nodes[j])) return i;
+    if (j >= nodes.size() || !std::holds_alternative<Launch>(nodes[j])) return std::nullopt;
     int m = segment_of(nodes[j]);
-    if (m < 0 || !row_wise_gemm(segment(m), gather.outputs[0])) return i;
-    int parts = int(gather.outputs[0]->sharding->mesh.size());
-    std::vector<ChunkedValue> values{{gather.inputs[0], ChunkedValue::Layout::rows}, {gather.outputs[0], ChunkedValue::Layout::blocks}};
-    for (Value* v : segment(m).outputs) values.push_back({v, ChunkedValue::Layout::blocks});
-    ForChunks loop = open_loop(parts, std::move(values), "all_gather -> " + describe(m), nodes, i, j, out);
-    int comm = loop.first_pool_stream - 1, arrived = p_.events++;
-    loop.body.push_back(Communicate{c, comm});
-    loop.body.push_back(Record{comm, arrived});
-    loop.body.push_back(Wait{kIterationStream, arrived});
-    for (int r = 0; r < parts; ++r) loop.body.push_back(Launch{m, kIterationStream, r});
-    close_loop(std::move(loop), out);
-    return j + 1;
+    if (m < 0 || !row_wise_gemm(segment(m), gather.outputs[0])) return std::nullopt;
+    return Pair{PairSizes::Kind::all_gather_gemm, i, j, c, m, int(gather.outputs[0]->sharding->mesh.size())};
   }
 
   // [Allocate...] Launch GEMM -> P, [Allocate...], Communicate reduce_scatter(axis=0) P -> y,
   // P read by nothing else.
-  size_t try_gemm_reduce_scatter(const std::vector<Node>& nodes, size_t i, std::vector<Node>& out) {
+  std::optional<Pair> match_gemm_reduce_scatter(const std::vector<Node>& nodes, size_t i) const {
     size_t j = next_work(nodes, i);
-    if (j >= nodes.size() || !std::holds_alternative<Launch>(nodes[j])) return i;
+    if (j >= nodes.size() || !std::holds_alternative<Launch>(nodes[j])) return std::nullopt;
     int m = segment_of(nodes[j]);
     size_t k = next_work(nodes, j + 1);
-    if (m < 0 || k >= nodes.size() || !std::holds_alternative<Communicate>(nodes[k])) return i;
+    if (m < 0 || k >= nodes.size() || !std::holds_alternative<Communicate>(nodes[k])) return std::nullopt;
     int c = segment_of(nodes[k]);
-    if (c < 0 || !is_collective(segment(c), OpKind::reduce_scatter)) return i;
+    if (c < 0 || !is_collective(segment(c), OpKind::reduce_scatter)) return std::nullopt;
     const Op& scatter = *segment(c).ops[0];
     const Segment& gemm = segment(m);
     const Op* mm = matmul_op(gemm);
-    if (!mm || gemm.outputs.size() != 1 || gemm.outputs[0] != scatter.inputs[0] || !row_wise_gemm(gemm, mm->inputs[0])) return i;
-    if (read_elsewhere(p_, scatter.inputs[0], {c})) return i;
-    int parts = int(scatter.outputs[0]->sharding->mesh.size());
-    std::vector<ChunkedValue> values{{mm->inputs[0], ChunkedValue::Layout::blocks}, {scatter.inputs[0], ChunkedValue::Layout::blocks},
-                                     {scatter.outputs[0], ChunkedValue::Layout::rows}};
-    ForChunks loop = open_loop(parts, std::move(values), describe(m) + " -> reduce_scatter", nodes, i, k, out);
-    int comm = loop.first_pool_stream - 1, computed = p_.events++;
-    for (int r = 0; r < parts; ++r) loop.body.push_back(Launch{m, kIterationStream, r});
-    loop.body.push_back(Record{kIterationStream, computed});
-    loop.body.push_back(Wait{comm, computed});
-    loop.body.push_back(Communicate{c, comm});
-    close_loop(std::move(loop), out);
-    return k + 1;
+    if (!mm || gemm.outputs.size() != 1 || gemm.outputs[0] != scatter.inputs[0] || !row_wise_gemm(gemm, mm->inputs[0])) return std::nullopt;
+    if (read_elsewhere(p_, scatter.inputs[0], {c})) return std::nullopt;
+    return Pair{PairSizes::Kind::gemm_reduce_scatter, i, k, c, m, int(scatter.outputs[0]->sharding->mesh.size())};
   }
 
   std::string describe(int m) const {
     const Op* mm = matmul_op(segment(m));
     return std::string(op_name(mm->kind)) + " " + mm->outputs[0]->name;
   }
+  std::string describe_pair(const Pair& pair) const {
+    return pair.kind == PairSizes::Kind::all_gather_gemm ? "all_gather -> " + describe(pair.gemm) : describe(pair.gemm) + " -> reduce_scatter";
+  }
 
-  // Allocates every chunked value that is not an input of the pair (the Allocate nodes already
-  // between first and last, and those the CPU program has none of), forks the communication
-  // stream and the compute pool from the run's stream, and returns the loop to fill.
-  ForChunks open_loop(int parts, std::vector<ChunkedValue> values, const std::string& what, const std::vector<Node>& nodes,
-                      size_t first, size_t last, std::vector<Node>& out) {
+  // Why the pair has no ring (empty when it has one): the accumulate step adds, and a ring never
+  // holds the gathered value whole.
+  std::string ring_refusal(const Pair& pair) const {
+    const Op& op = *segment(pair.collective).ops[0];
+    if (pair.kind == PairSizes::Kind::all_gather_gemm) {
+      const Value* gathered = op.outputs[0];
+      bool returned = std::find(p_.fusion_outputs.begin(), p_.fusion_outputs.end(), gathered) != p_.fusion_outputs.end();
+      if (returned || read_elsewhere(p_, gathered, {pair.gemm}))
+        return "'" + gathered->name + "' is " + (returned ? "returned" : "read by another segment") +
+               ", and a ring never holds the gathered rows whole";
+    }
+    if (pair.kind == PairSizes::Kind::gemm_reduce_scatter && op.string_attr("reduce") != "sum")
+      return "its reduce_scatter reduces by " + op.string_attr("reduce") + ", and a ring's accumulate step adds";
+    return {};
+  }
+
+  PairSizes sizes_of(const Pair& pair) const {
+    const Op& op = *segment(pair.collective).ops[0];
+    const Op* mm = matmul_op(segment(pair.gemm));
+    if (pair.kind == PairSizes::Kind::all_gather_gemm) return {pair.kind, op.outputs[0], mm->outputs[0], op.inputs[0], pair.parts};
+    return {pair.kind, mm->inputs[0], op.inputs[0], op.outputs[0], pair.parts};
+  }
+
+  // Chunk i of the pair's collective on the communication stream, the GEMMs of chunk i on the
+  // compute pool, an event between them each iteration.
+  void emit_chunks(const Pair& pair, const std::vector<Node>& nodes, std::vector<Node>& out, const std::string& why) {
+    const Op& op = *segment(pair.collective).ops[0];
+    const Segment& gemm = segment(pair.gemm);
+    const int c = pair.collective, m = pair.gemm, parts = pair.parts;
+    std::vector<ChunkedValue> values;
+    if (pair.kind == PairSizes::Kind::all_gather_gemm) {
+      values = {{op.inputs[0], ChunkedValue::Layout::rows}, {op.outputs[0], ChunkedValue::Layout::blocks}};
+      for (Value* v : gemm.outputs) values.push_back({v, ChunkedValue::Layout::blocks});
+    } else {
+      values = {{matmul_op(gemm)->inputs[0], ChunkedValue::Layout::blocks}, {op.inputs[0], ChunkedValue::Layout::blocks},
+                {op.outputs[0], ChunkedValue::Layout::rows}};
+    }
+    ForChunks loop = open_loop(parts, std::move(values), {}, describe_pair(pair) + ": " + why, nodes, pair.first, pair.last, out);
+    loop.count = chunks_;
+    loop.pool_streams = kComputeStreams;
+    int comm = loop.first_pool_stream - 1, event = p_.events++;
+    if (pair.kind == PairSizes::Kind::all_gather_gemm) {
+      loop.body.push_back(Communicate{c, comm});
+      loop.body.push_back(Record{comm, event});
+      loop.body.push_back(Wait{kIterationStream, event});
+      for (int r = 0; r < parts; ++r) loop.body.push_back(Launch{m, kIterationStream, r});
+    } else {
+      for (int r = 0; r < parts; ++r) loop.body.push_back(Launch{m, kIterationStream, r});
+      loop.body.push_back(Record{kIterationStream, event});
+      loop.body.push_back(Wait{comm, event});
+      loop.body.push_back(Communicate{c, comm});
+    }
+    close_loop(std::move(loop), out);
+  }
+
+  // The ring: one step per rank, each step's GEMM on the compute stream while the communication
+  // stream passes a block to the next rank (all-gather: the block just multiplied; reduce-scatter:
+  // the running sum just added to).
+  //   all_gather -> GEMM, step s on rank r: out[block (r - s)] = GEMM(the block held: x at s = 0,
+  //     then the block received from r - 1), while that block goes on to r + 1.
+  //   GEMM -> reduce_scatter, step s: P = GEMM(x[block (r - s - 1)]) + the sum received from
+  //     r - 1 for that block; sent on to r + 1; the last step's block is this rank's own, into y.
+  void emit_ring(const Pair& pair, const std::vector<Node>& nodes, std::vector<Node>& out, const std::string& why) {
+    const Op& op = *segment(pair.collective).ops[0];
+    const Segment& gemm = segment(pair.gemm);
+    std::vector<ChunkedValue> values;
+    std::vector<Value*> allocated;
+    if (pair.kind == PairSizes::Kind::all_gather_gemm) {
+      values.push_back({op.outputs[0], ChunkedValue::Layout::ring_buffer, 0, op.inputs[0], nullptr});
+      for (Value* v : gemm.outputs) values.push_back({v, ChunkedValue::Layout::ring_block, 0});
+    } else {
+      values.push_back({matmul_op(gemm)->inputs[0], ChunkedValue::Layout::ring_block, -1});
+      values.push_back({op.inputs[0], ChunkedValue::Layout::ring_buffer, 0, nullptr, op.outputs[0]});
+      allocated.push_back(op.outputs[0]);
+    }
+    ForChunks loop = open_loop(pair.parts, std::move(values), allocated, describe_pair(pair) + ": ring, " + why, nodes, pair.first,
+                               pair.last, out);
+    loop.schedule = ForChunks::Schedule::ring;
+    loop.count = pair.parts;
+    loop.pool_streams = 1;
+    const int comm = loop.first_pool_stream - 1, compute = loop.first_pool_stream;
+    const int arrived = p_.events++, done = p_.events++;
+    if (pair.kind == PairSizes::Kind::all_gather_gemm) {
+      loop.body.push_back(Wait{compute, arrived, true});
+      loop.body.push_back(Launch{pair.gemm, compute});
+      loop.body.push_back(Record{compute, done});
+      // the block received now overwrites the one step s - 1 multiplied
+      loop.body.push_back(Wait{comm, done, true});
+      loop.body.push_back(SendRecv{comm, op.outputs[0], op.outputs[0]});
+      loop.body.push_back(Record{comm, arrived});
+    } else {
+      loop.body.push_back(Launch{pair.gemm, compute});
+      loop.body.push_back(Wait{compute, arrived, true});
+      loop.body.push_back(Accumulate{compute, op.inputs[0]});
+      loop.body.push_back(Record{compute, done});
+      loop.body.push_back(Wait{comm, done});
+      loop.body.push_back(SendRecv{comm, op.inputs[0], nullptr});
+      loop.body.push_back(Record{comm, arrived});
+    }
+    close_loop(std::move(loop), out);
+  }
+
+  // --pipeline auto where streams overlap: every way to run the pair, one picked per run.
+  void emit_choice(const Pair& pair, const std::vector<Node>& nodes, std::vector<Node>& out) {
+    Choose choose{sizes_of(pair), {"off"}, {}};
+    choose.variants.emplace_back(nodes.begin() + std::ptrdiff_t(pair.first), nodes.begin() + std::ptrdiff_t(pair.last) + 1);
+    choose.names.push_back("chunks");
+    choose.variants.emplace_back();
+    emit_chunks(pair, nodes, choose.variants.back(), "chunks chosen per run (--pipeline auto)");
+    if (ring_refusal(pair).empty() && pair.parts > 1) {
+      choose.names.push_back("ring");
+      choose.variants.emplace_back();
+      emit_ring(pair, nodes, choose.variants.back(), "chosen per run (--pipeline auto)");
+    }
+    out.push_back(std::move(choose));
+  }
+
+  // Allocates the pair's outputs that the loop writes whole (the Allocate nodes already between
+  // first and last, and those the CPU program has none of; never a ring's scratch-only values),
+  // forks the communication stream and the compute pool from the run's stream, and returns the
+  // loop to fill.
+  ForChunks open_loop(int parts, std::vector<ChunkedValue> values, const std::vector<Value*>& also_allocated, const std::string& what,
+                      const std::vector<Node>& nodes, size_t first, size_t last, std::vector<Node>& out) {
+    std::set<const Value*> scratch_only;
+    for (const ChunkedValue& v : values)
+      if (v.layout == ChunkedValue::Layout::ring_buffer) scratch_only.insert(v.value);
     std::set<const Value*> allocated;
     for (size_t n = first; n <= last; ++n)
-      if (auto* a = std::get_if<Allocate>(&nodes[n])) {
+      if (auto* a = std::get_if<Allocate>(&nodes[n]); a && !scratch_only.count(a->value)) {
         out.push_back(*a);
         allocated.insert(a->value);
       }
-    std::set<const Value*> pair_inputs;
-    for (size_t n = first; n <= last; ++n)
-      if (int s = segment_of(nodes[n]); s >= 0)
-        for (const Value* in : segment(s).inputs) pair_inputs.insert(in);
     std::set<const Value*> pair_outputs;
     for (size_t n = first; n <= last; ++n)
       if (int s = segment_of(nodes[n]); s >= 0)
         for (const Value* o : segment(s).outputs) pair_outputs.insert(o);
+    std::vector<Value*> wanted = also_allocated;
     for (const ChunkedValue& v : values)
-      if (pair_outputs.count(v.value) && !allocated.count(v.value)) out.push_back(Allocate{v.value});
+      if (pair_outputs.count(v.value) && !scratch_only.count(v.value)) wanted.push_back(v.value);
+    for (Value* v : wanted)
+      if (allocated.insert(v).second) out.push_back(Allocate{v});
     ForChunks loop;
-    loop.count = chunks_;
     loop.parts = parts;
     loop.values = std::move(values);
     // one communication stream and one compute pool serve every loop (each loop joins them)
@@ -162,13 +307,11 @@ class Rewriter {
       comm_ = p_.streams;
       p_.streams = comm_ + 1 + kComputeStreams;
     }
-    int comm = comm_;
-    loop.first_pool_stream = comm + 1;
-    loop.pool_streams = kComputeStreams;
-    loop.why = what + ": " + why_;
+    loop.first_pool_stream = comm_ + 1;
+    loop.why = what;
     int fork = p_.events++;
     out.push_back(Record{0, fork});
-    for (int s = comm; s < p_.streams; ++s) out.push_back(Wait{s, fork});
+    for (int s = comm_; s < p_.streams; ++s) out.push_back(Wait{s, fork});
     return loop;
   }
 
@@ -184,9 +327,11 @@ class Rewriter {
   }
 
   Program& p_;
+  const ProgramPassOptions& options_;
   int comm_ = -1;
   int chunks_;
   std::string why_;
+  int pairs_ = 0;
 };
 
 }  // namespace
@@ -195,15 +340,25 @@ Program pipeline_collectives(Program program, const ProgramPassOptions& options)
   using P = ProgramPassOptions::Pipeline;
   int chunks = 0;
   std::string why;
+  const bool cuda = program.segmentation.target == Target::cuda;
   if (options.pipeline == P::chunks) {
     chunks = options.chunks;
     why = std::to_string(chunks) + " chunks (--pipeline chunks=" + std::to_string(chunks) + ")";
-  } else if (options.pipeline == P::automatic && program.segmentation.target == Target::cuda) {
-    chunks = kAutoChunksOnCuda;
-    why = std::to_string(chunks) + " chunks (--pipeline auto: the default on CUDA, not yet measured per machine)";
+  } else if (options.pipeline == P::automatic && cuda) {
+    // the most chunks the model may choose; the loop is cut to the chosen count per run
+    chunks = kMostAutoChunks;
+  } else if (options.pipeline == P::automatic) {
+    // The CPU runs every node in order, one after another, so a pipelined pair costs its
+    // collective and its GEMMs plus the loop's overhead: by the cost model's own formula with
+    // nothing overlapping, off is never slower, whatever the measured rates; nothing to measure.
+    if (Rewriter(program, options, 0, "").count_pairs() > 0)
+      program.notes.push_back("pipeline_collectives: --pipeline auto is off on the CPU (nothing overlaps there: the nodes run in order)");
+    return program;
+  } else if (options.pipeline == P::ring) {
+    chunks = 1;
   }
   if (chunks < 1) return program;
-  Rewriter(program, chunks, why).run();
+  Rewriter(program, options, chunks, why).run();
   return program;
 }
 

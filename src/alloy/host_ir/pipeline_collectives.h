@@ -11,9 +11,18 @@
 // each chunk's GEMM. Whole buffers are allocated before the loop on the run's stream, the
 // communication stream and the compute streams (a pool of two, alternating) wait for it, and the
 // run's stream waits for every one of them after the loop: the host never blocks.
-// S comes from the options: off, chunks=N, or auto (CPU: off, nothing overlaps there; CUDA:
-// 4 chunks). A chunk count larger than a device's rows is cut to the rows at run time; rows that
-// S does not divide give chunks that differ by one row.
+// The ring variant (--pipeline ring) runs one step per rank instead, with a send/recv between
+// neighbours per step and no gathered buffer: all-gather -> GEMM multiplies the block a rank
+// holds while passing it on; GEMM -> reduce-scatter adds the running sum received from the
+// previous rank to its partial product of the same block and passes it on (SendRecv and
+// Accumulate nodes; see ForChunks::Schedule::ring in program.h). A pair whose gathered value
+// another segment reads (or the fusion returns), or whose reduce-scatter is by max or min, has no
+// ring: it stays as lowered, with a note in the dump.
+// The choice comes from the options: off, chunks=N, ring, or auto: on the CPU off (nothing
+// overlaps there); on CUDA a Choose node holding off, chunks (up to 16) and ring, one of which
+// the cost model (host_ir/cost_model.h) picks per run from the run's sizes and the machine's
+// measured rates. A chunk count larger than a device's rows is cut to the rows at run time; rows
+// that S does not divide give chunks that differ by one row.
 // Precondition: a lowered program (side_streams may have run). Postcondition: the same values
 // computed; Communicate and Launch nodes outside the rewritten pairs unchanged.
 #pragma once

@@ -57,6 +57,24 @@ std::string stream_str(int stream, const ForChunks* loop) {
   return "(" + std::to_string(loop->first_pool_stream) + " + i % " + std::to_string(loop->pool_streams) + ")";
 }
 
+std::string chunked_str(const ChunkedValue& v, const ForChunks& f) {
+  switch (v.layout) {
+    case ChunkedValue::Layout::rows: return v.value->name + " (rows)";
+    case ChunkedValue::Layout::blocks: return v.value->name + " (blocks of " + std::to_string(f.parts) + ")";
+    case ChunkedValue::Layout::ring_block: {
+      std::string shift = v.shift == 0 ? "" : v.shift > 0 ? " + " + std::to_string(v.shift) : " - " + std::to_string(-v.shift);
+      return v.value->name + " (block (rank - s" + shift + ") mod " + std::to_string(f.parts) + ")";
+    }
+    case ChunkedValue::Layout::ring_buffer: {
+      std::string text = v.value->name + " (two scratch blocks";
+      if (v.first) text += "; " + v.first->name + " at step 0";
+      if (v.last) text += "; " + v.last->name + " at the last step";
+      return text + ")";
+    }
+  }
+  return v.value->name;
+}
+
 void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& nodes, const std::string& indent, const ForChunks* loop) {
   for (const Node& node : nodes) {
     if (auto* a = std::get_if<Allocate>(&node)) {
@@ -74,18 +92,37 @@ void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& no
     } else if (auto* r = std::get_if<Record>(&node)) {
       os << indent << "Record event " << r->event << " on stream " << stream_str(r->stream, loop) << "\n";
     } else if (auto* w = std::get_if<Wait>(&node)) {
-      os << indent << "Stream " << stream_str(w->stream, loop) << " waits for event " << w->event << "\n";
+      os << indent << "Stream " << stream_str(w->stream, loop) << " waits for event " << w->event
+         << (w->previous_step ? " of step s - 1 (none in step 0)" : "") << "\n";
     } else if (auto* c = std::get_if<Communicate>(&node)) {
       os << indent << communication_str(p.segmentation.segments.at(c->segment));
       if (loop) os << " (chunk i)";
       if (c->stream != 0) os << " on stream " << stream_str(c->stream, loop);
       os << "\n";
+    } else if (auto* sr = std::get_if<SendRecv>(&node)) {
+      os << indent << "SendRecv " << sr->send->name << " of step s to rank + 1, receiving "
+         << (sr->receive ? sr->receive->name : std::string("the running sum")) << " of step s + 1 from rank - 1 (none in the last step)";
+      if (sr->stream != 0) os << " on stream " << stream_str(sr->stream, loop);
+      os << "\n";
+    } else if (auto* acc = std::get_if<Accumulate>(&node)) {
+      os << indent << "Accumulate " << acc->into->name << " += the running sum received (none in step 0)";
+      if (acc->stream != 0) os << " on stream " << stream_str(acc->stream, loop);
+      os << "\n";
     } else if (auto* f = std::get_if<ForChunks>(&node)) {
-      os << indent << "For i in 0.." << f->count << " (" << f->why << "); chunked:";
-      for (const ChunkedValue& v : f->values)
-        os << " " << v.value->name << (v.layout == ChunkedValue::Layout::rows ? " (rows)" : " (blocks of " + std::to_string(f->parts) + ")");
+      if (f->schedule == ForChunks::Schedule::ring)
+        os << indent << "Ring s in 0.." << f->parts << " over the team (" << f->why << "); bound:";
+      else
+        os << indent << "For i in 0.." << f->count << " (" << f->why << "); chunked:";
+      for (const ChunkedValue& v : f->values) os << " " << chunked_str(v, *f);
       os << "\n";
       print_nodes(os, p, f->body, indent + "  ", f);
+    } else if (auto* choose = std::get_if<Choose>(&node)) {
+      os << indent << "Choose per run (--pipeline auto: the cost model, from the run's sizes and the machine's measured rates)";
+      os << "; last run: " << (choose->last->empty() ? std::string("none yet") : *choose->last) << "\n";
+      for (size_t k = 0; k < choose->variants.size(); ++k) {
+        os << indent << "  " << choose->names[k] << ":\n";
+        print_nodes(os, p, choose->variants[k], indent + "    ", loop);
+      }
     }
   }
 }
@@ -97,6 +134,7 @@ std::string Program::str() const {
   os << "program (" << (segmentation.target == Target::cpu ? "cpu" : "cuda");
   if (streams > 1) os << ", " << streams << " streams";
   os << "):\n";
+  for (const std::string& note : notes) os << "  # " << note << "\n";
   print_nodes(os, *this, nodes, "  ", nullptr);
   return os.str();
 }

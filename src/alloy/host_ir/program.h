@@ -1,9 +1,11 @@
 // The host program: what the runtime executes, even on one device. A list of nodes (Allocate,
 // Launch of a segment's executable on a stream, Communicate, Record / Wait of events between
-// streams, and ForChunks loops of them) lowered from a segmentation, then rewritten by the
-// program passes (host_ir/side_streams.h, host_ir/pipeline_collectives.h).
+// streams, ForChunks loops of them, a ring's SendRecv and Accumulate steps, and the Choose of
+// --pipeline auto) lowered from a segmentation, then rewritten by the program passes
+// (host_ir/side_streams.h, host_ir/pipeline_collectives.h).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -37,10 +39,12 @@ struct Record {
   int event;
 };
 
-// Later work on `stream` waits for event `event` (recorded earlier in the program).
+// Later work on `stream` waits for event `event` (recorded earlier in the program). Inside a
+// ring loop, `previous_step` waits for what the previous step recorded (nothing in step 0).
 struct Wait {
   int stream;
   int event;
+  bool previous_step = false;
 };
 
 // Run communication segment `segment` (one resharding op: a collective over the mesh's team, or
@@ -51,8 +55,26 @@ struct Communicate {
   int stream = 0;
 };
 
+// One step of a ring loop (on `stream`): sends this step's `send` to the next rank of the team
+// (r + 1) while receiving the next step's `receive` from the previous one (r - 1); with no
+// `receive`, into the loop's running sum of the next step (a reduce-scatter ring). Nothing in
+// the last step. Through Communicator::send_recv, so no rank waits for its send to receive.
+struct SendRecv {
+  int stream;
+  Value* send;
+  Value* receive = nullptr;
+};
+
+// A reduce-scatter ring's accumulate step (on `stream`): this step's `into` += the running sum
+// received from the previous rank (nothing in step 0).
+struct Accumulate {
+  int stream;
+  Value* into;
+};
+
 struct ForChunks;
-using Node = std::variant<Allocate, Launch, Record, Wait, Communicate, ForChunks>;
+struct Choose;
+using Node = std::variant<Allocate, Launch, Record, Wait, Communicate, SendRecv, Accumulate, ForChunks, Choose>;
 
 // How a value is cut into a loop's chunks along its axis 0 (`count` chunks, as even as the rows
 // allow: chunk i is rows [i*L/count, (i+1)*L/count) of L):
@@ -61,16 +83,27 @@ using Node = std::variant<Allocate, Launch, Record, Wait, Communicate, ForChunks
 //   blocks: the value's rows are the team's `parts` blocks (rank r's rows first), each cut into
 //           chunks: a Launch with part r sees chunk i of block r, a Communicate sees the [parts,
 //           chunk rows, ...] view of chunk i of every block (no copy: parts at the block stride).
+// And in a ring loop (step s of `parts`, on team rank r):
+//   ring_block:  the value's rows are `parts` blocks; step s binds block (r - s + shift) mod parts;
+//   ring_buffer: a block-sized value that is never whole: step s binds one of two scratch blocks
+//                (s % 2), except step 0 binds `first` (the device's own rows) where there is one
+//                and the last step binds `last` (the finished block) where there is one.
 struct ChunkedValue {
   Value* value;
-  enum class Layout { rows, blocks } layout;
+  enum class Layout { rows, blocks, ring_block, ring_buffer } layout;
+  int shift = 0;
+  Value* first = nullptr;
+  Value* last = nullptr;
 };
 
 // A loop over chunks (issue 13): `body` runs `count` times; in iteration i the `values` are
 // bound to views of chunk i of their whole buffers (allocated before the loop), kIterationStream
 // is stream `first_pool_stream + i % pool_streams`, and the host never blocks. `why` says what
-// was chosen and why (printed by --dump program).
+// was chosen and why (printed by --dump program). A ring loop runs one step per rank of the team
+// (count = parts) with its values bound as the ring layouts say; its scratch blocks (two per
+// ring_buffer value, two for a running sum) are allocated before the first step.
 struct ForChunks {
+  enum class Schedule { chunks, ring } schedule = Schedule::chunks;
   int count = 1;
   int parts = 1;
   std::vector<ChunkedValue> values;
@@ -80,11 +113,37 @@ struct ForChunks {
   std::string why;
 };
 
+// The sizes the cost model reads of a pair (host_ir/cost_model.h), all at run time: `activation`
+// (the GEMM's operand cut into blocks: the gathered rows, or the rows whose products are
+// reduce-scattered), `output` (the GEMM's result, whole), `moved` (what one rank's link carries a
+// block of: the all-gather's input, the reduce-scatter's output).
+struct PairSizes {
+  enum class Kind { all_gather_gemm, gemm_reduce_scatter } kind;
+  Value* activation;
+  Value* output;
+  Value* moved;
+  int parts;
+};
+
+// --pipeline auto where streams overlap (CUDA): the ways to run one pair, of which the cost model
+// picks one per run from the run's sizes and the machine's measured rates (RunState::choose):
+// `variants[k]` is named `names[k]` ("off": the pair as lowered; "chunks": its chunked loop,
+// whose count the model picks, at most the loop's; "ring": its ring, in teams of several).
+// `last` holds the last run's choice and its numbers (printed by --dump program).
+struct Choose {
+  PairSizes sizes;
+  std::vector<std::string> names;
+  std::vector<std::vector<Node>> variants;
+  std::shared_ptr<std::string> last = std::make_shared<std::string>();
+};
+
 struct Program {
   Segmentation segmentation;
   std::vector<Node> nodes;
   int streams = 1;  // the run's own stream and the side streams
   int events = 0;
+  std::vector<std::string> notes;  // what the passes chose not to do, and why (--dump program)
+  std::vector<const Value*> fusion_outputs;  // what the run returns (a rewrite must leave them whole)
   std::string str() const;  // the `--dump program` text
 };
 
@@ -95,8 +154,8 @@ Program lower_to_program(Segmentation segmentation);
 
 // A Program -> Program rewrite, listed by name in the pipeline (pipeline/pipeline.cpp).
 struct ProgramPassOptions {
-  // The pipelining of collectives with GEMMs (--pipeline): off, auto, or a chunk count.
-  enum class Pipeline { off, automatic, chunks } pipeline = Pipeline::automatic;
+  // The pipelining of collectives with GEMMs (--pipeline): off, auto, a chunk count, or the ring.
+  enum class Pipeline { off, automatic, chunks, ring } pipeline = Pipeline::automatic;
   int chunks = 0;
 };
 

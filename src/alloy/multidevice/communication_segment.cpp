@@ -133,4 +133,11 @@ DeviceMemory host_memory() {
           [](const Tensor& t, host_ir::RunState&) { return packed_cpu(t); }};
 }
 
+host_ir::RingExchange ring_exchange() {
+  return {[](const Tensor& in, int to, const Tensor& out, int from, host_ir::RunState& state) {
+            state.communicator->send_recv(in, to, out, from);
+          },
+          [](const host_ir::RunState& state) { return state.communicator->rank(); }};
+}
+
 }  // namespace alloy::multidevice

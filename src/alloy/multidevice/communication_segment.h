@@ -24,4 +24,7 @@ std::unique_ptr<host_ir::SegmentExecutable> make_communication_segment(const Seg
 // The host backend's DeviceMemory (CPU tensors).
 DeviceMemory host_memory();
 
+// A ring's step and rank through the run's team (host_ir::Executable::ring), for every backend.
+host_ir::RingExchange ring_exchange();
+
 }  // namespace alloy::multidevice

@@ -29,6 +29,21 @@ void Communicator::all_gather_into_parts(const Tensor& in, const Tensor& parts) 
   }
 }
 
+void Communicator::send_recv(const Tensor& in, int to, const Tensor& out, int from) {
+  if (to == rank() && from == rank()) {  // a ring of one (nothing else can pair with itself)
+    ALLOY_CHECK(in.device().kind == DeviceKind::cpu && in.is_contiguous() && out.is_contiguous(), name(), ": send_recv to itself of ", in.str());
+    if (in.data() != out.data()) std::memcpy(out.data(), in.data(), size_t(in.numel()) * size_t(dtype_size(in.dtype())));
+    return;
+  }
+  if (rank() % 2 == 0) {
+    send(in, to);
+    recv(out, from);
+  } else {
+    recv(out, from);
+    send(in, to);
+  }
+}
+
 void Communicator::reduce_scatter_parts(const Tensor& parts, const Tensor& out, PartialReduce op) {
   ALLOY_CHECK(parts.device().kind == DeviceKind::cpu && out.is_contiguous(), name(), ": reduce_scatter_parts of device tensors");
   reduce_scatter(packed_cpu(parts), out, op);

@@ -76,6 +76,12 @@ class Communicator {
   virtual void broadcast(const Tensor& buffer, int root) = 0;
   virtual void send(const Tensor& in, int peer) = 0;
   virtual void recv(const Tensor& out, int peer) = 0;
+  // Sends `in` to team rank `to` while receiving `out` from team rank `from`, one step of a ring
+  // (host_ir/pipeline_collectives.h): every rank calls it at once, so it must not wait for its
+  // send before receiving. The default orders the two by rank parity (even ranks send first),
+  // which cannot deadlock on any ring but serializes the hops; MPI (MPI_Sendrecv), NCCL (one
+  // group) and the staged path override it.
+  virtual void send_recv(const Tensor& in, int to, const Tensor& out, int from);
 
   // The chunked forms a pipelined loop uses (host_ir/pipeline_collectives.h): `parts` is
   // [size(), ...], each part contiguous, the parts at any stride (chunk i of every rank's block

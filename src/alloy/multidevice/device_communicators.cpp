@@ -167,6 +167,14 @@ class NcclCommunicator final : public Communicator {
   void recv(const Tensor& out, int peer) override {
     nccl().check(nccl().recv(out.data(), bytes_of(out), nccl_uint8, peer, comm_, stream()), "ncclRecv");
   }
+  // Both in one group, so neither waits for the other (a ring step: every rank calls it at once).
+  void send_recv(const Tensor& in, int to, const Tensor& out, int from) override {
+    const Nccl& n = nccl();
+    n.check(n.group_start(), "ncclGroupStart");
+    n.check(n.send(in.data(), bytes_of(in), nccl_uint8, to, comm_, stream()), "ncclSend");
+    n.check(n.recv(out.data(), bytes_of(out), nccl_uint8, from, comm_, stream()), "ncclRecv");
+    n.check(n.group_end(), "ncclGroupEnd");
+  }
 
  private:
   cudaStream_t stream() const { return current_stream(device_); }
@@ -213,6 +221,10 @@ class StagedCommunicator final : public Communicator {
   void send(const Tensor& in, int peer) override { host_->send(down(in), peer); }
   void recv(const Tensor& out, int peer) override {
     through_host(out, [&](const Tensor& h) { host_->recv(h, peer); });
+  }
+  void send_recv(const Tensor& in, int to, const Tensor& out, int from) override {
+    Tensor sent = down(in);
+    through_host(out, [&](const Tensor& h) { host_->send_recv(sent, to, h, from); });
   }
 
  private:

@@ -118,6 +118,11 @@ class MpiCommunicator final : public Communicator {
   void recv(const Tensor& out, int peer) override {
     check(MPI_Recv(out.data(), count_of(int64_t(bytes_of(out)), "recv"), MPI_BYTE, peer, 0, comm_, MPI_STATUS_IGNORE), "recv");
   }
+  void send_recv(const Tensor& in, int to, const Tensor& out, int from) override {
+    check(MPI_Sendrecv(in.data(), count_of(int64_t(bytes_of(in)), "send_recv"), MPI_BYTE, to, 1, out.data(),
+                       count_of(int64_t(bytes_of(out)), "send_recv"), MPI_BYTE, from, 1, comm_, MPI_STATUS_IGNORE),
+          "send_recv");
+  }
 
  private:
   MPI_Comm comm_;
@@ -136,6 +141,10 @@ class SelfCommunicator final : public Communicator {
   void broadcast(const Tensor&, int) override {}
   void send(const Tensor&, int) override { internal_error("send in a team of one"); }
   void recv(const Tensor&, int) override { internal_error("recv in a team of one"); }
+  void send_recv(const Tensor& in, int to, const Tensor& out, int from) override {
+    ALLOY_CHECK(to == 0 && from == 0, "send_recv in a team of one with ranks ", to, " and ", from);
+    copy(in, out);
+  }
 
  private:
   static void copy(const Tensor& in, const Tensor& out) {

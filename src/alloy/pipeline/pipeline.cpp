@@ -101,6 +101,7 @@ host_ir::ProgramPassOptions parse_pipeline_option(std::string_view text) {
   host_ir::ProgramPassOptions o;
   if (text == "off") o.pipeline = P::off;
   else if (text == "auto") o.pipeline = P::automatic;
+  else if (text == "ring") o.pipeline = P::ring;
   else if (text.starts_with("chunks=")) {
     std::string digits(text.substr(7));
     bool ok = !digits.empty() && digits.size() <= 4 && digits.find_first_not_of("0123456789") == std::string::npos;
@@ -110,7 +111,7 @@ host_ir::ProgramPassOptions parse_pipeline_option(std::string_view text) {
     o.pipeline = P::chunks;
     o.chunks = n;
   } else {
-    user_error_at("--pipeline", "expected off, auto or chunks=N, found '", text, "'");
+    user_error_at("--pipeline", "expected off, auto, ring or chunks=N, found '", text, "'");
   }
   return o;
 }
@@ -141,6 +142,7 @@ CompiledFusion compile_fusion(const Fusion& fusion, Target target, const PassObs
   }
   out.local = current ? std::move(current) : fusion.clone();
   out.executable = target == Target::cpu ? build_cpu_plan(*out.local) : build_gpu_plan(*out.local);
+  out.executable->program.fusion_outputs.assign(out.local->outputs().begin(), out.local->outputs().end());
   // program passes keep every segment (the executables are made per segment already)
   for (const ProgramStep& step : program_steps()) {
     std::string before = out.executable->program.str();

@@ -37,7 +37,7 @@ CompiledFusion compile_fusion(const Fusion& fusion, Target target, const PassObs
 const std::vector<std::string_view>& pass_names();
 bool is_program_pass(std::string_view name);
 
-// `--pipeline off|auto|chunks=N` (N from 1 to 1024); anything else is a user error at "--pipeline".
+// `--pipeline off|auto|ring|chunks=N` (N from 1 to 1024); anything else is a user error at "--pipeline".
 host_ir::ProgramPassOptions parse_pipeline_option(std::string_view text);
 
 // A sharded value whose size along its sharded axis the mesh does not divide is a user error

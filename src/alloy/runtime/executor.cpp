@@ -16,6 +16,7 @@
 #include "alloy/passes/propagate_sharding.h"
 #include "alloy/pipeline/pipeline.h"
 #include "alloy/runtime/input_binding.h"
+#include "alloy/runtime/machine_costs.h"
 
 namespace alloy {
 
@@ -188,6 +189,13 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const CompiledFusion& plan,
   state.device = device;
   state.poison = options.poison_outputs;
   state.communicator = team.get();
+  if (team) {
+    // --pipeline auto (Choose nodes): every rank reaches a Choose at the same point of the same
+    // program, measures (or reads) the same numbers there, and so picks the same variant
+    state.choose = [this](const host_ir::PairShape& shape) {
+      return host_ir::choose_pipeline(machine_costs(*team, *host_team, device), shape);
+    };
+  }
   const Fusion& running = *plan.local;
   state.values.resize(running.values().size());
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -59,11 +59,27 @@ void copy_into_cpu(const Tensor& dst, const Tensor& src, host_ir::RunState&) {
   }
 }
 
+// into += sum for CPU tensors of one dtype and shape, `into` at any strides (a ring's block).
+void accumulate_cpu(const Tensor& into, const Tensor& sum, host_ir::RunState&) {
+  ALLOY_CHECK(into.sizes() == sum.sizes() && into.dtype() == sum.dtype(), "accumulate of ", sum.str(), " into ", into.str());
+  Tensor packed = packed_cpu(sum);
+  std::vector<int64_t> index(size_t(into.dim()), 0);
+  for (int64_t i = 0; i < into.numel(); ++i) {
+    int64_t at = 0;
+    for (int a = 0; a < into.dim(); ++a) at += index[size_t(a)] * into.stride(a);
+    void* base = into.data();
+    store_double(base, into.dtype(), at, load_as_double(base, into.dtype(), at) + load_as_double(packed.data(), packed.dtype(), i));
+    for (int a = into.dim() - 1; a >= 0 && ++index[size_t(a)] == into.size(a); --a) index[size_t(a)] = 0;
+  }
+}
+
 std::unique_ptr<host_ir::Executable> build_cpu_plan(const Fusion& fusion) {
   auto plan = std::make_unique<host_ir::Executable>();
   plan->program = host_ir::lower_to_program(segment_fusion(fusion, Target::cpu));
   plan->allocate = [](DType dtype, const std::vector<int64_t>& sizes, host_ir::RunState&) { return Tensor::empty(dtype, sizes); };
   plan->copy = copy_into_cpu;
+  plan->accumulate = accumulate_cpu;
+  plan->ring = multidevice::ring_exchange();
   for (const Segment& s : plan->program.segmentation.segments)
     plan->segments.push_back(s.scheduler == "communication"
                                  ? multidevice::make_communication_segment(s, multidevice::host_memory())

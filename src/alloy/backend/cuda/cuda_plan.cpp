@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "alloy/backend/cpu/cpu_executable.h"
+#include "alloy/backend/cuda/accumulate.h"
 #include "alloy/backend/cuda/bitmask_segment.h"
 #include "alloy/backend/cuda/cuda_api.h"
 #include "alloy/backend/cuda/generated_kernel.h"
@@ -125,6 +126,10 @@ std::unique_ptr<host_ir::Executable> build_cuda_plan(const Fusion& fusion) {
     copy_d2d(dst, contiguous(src, Stream::current(state.device.index)), Stream::current(state.device.index));
   };
   plan->open_streams = open_cuda_streams;
+  plan->accumulate = [](const Tensor& into, const Tensor& sum, host_ir::RunState& state) {
+    accumulate(into, sum, Stream::current(state.device.index));
+  };
+  plan->ring = multidevice::ring_exchange();
   for (const Segment& s : plan->program.segmentation.segments) {
     if (s.scheduler == "noop") {
       plan->segments.push_back(std::make_unique<NoopSegment>(s));

@@ -1,0 +1,80 @@
+#include "alloy/host_ir/cost_model.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace alloy::host_ir {
+namespace {
+
+std::string number(double v, const char* unit) {
+  char text[64];
+  std::snprintf(text, sizeof text, v >= 100 ? "%.0f %s" : "%.3g %s", v, unit);
+  return text;
+}
+
+double collective_us(const MachineCosts& c, double bytes) { return c.gather_latency_us + bytes / c.gather_bytes_per_us; }
+double hop_us(const MachineCosts& c, double bytes) { return c.hop_latency_us + bytes / c.hop_bytes_per_us; }
+
+// a then b: overlapped steps cost the slower one, or both where nothing overlaps
+double step(const MachineCosts& c, double a, double b) { return c.overlaps ? std::max(a, b) : a + b; }
+
+}  // namespace
+
+std::string MachineCosts::str() const {
+  // bytes/us is MB/s; flops/us is MFLOP/s
+  return "link hop " + number(hop_latency_us, "us") + " + bytes at " + number(hop_bytes_per_us / 1e3, "GB/s") + ", collective " +
+         number(gather_latency_us, "us") + " + bytes at " + number(gather_bytes_per_us / 1e3, "GB/s") + ", GEMM " +
+         number(gemm_flops_per_us / 1e6, "TFLOP/s") + " (half rate at " + number(gemm_half_rows, "rows") + ", " +
+         number(launch_us, "us") + " a launch)" + (overlaps ? "" : ", nothing overlaps") + "; " + key + ", " + source;
+}
+
+double gemm_us(const MachineCosts& c, double rows, const PairShape& s) {
+  return c.launch_us + 2.0 * (rows + c.gemm_half_rows) * double(s.k) * double(s.n) / c.gemm_flops_per_us;
+}
+
+double off_us(const MachineCosts& c, const PairShape& s) {
+  return collective_us(c, double(s.block_bytes)) + gemm_us(c, double(s.rows) * s.parts, s);
+}
+
+double chunks_us(const MachineCosts& c, const PairShape& s, int chunks) {
+  double comm = collective_us(c, double(s.block_bytes) / chunks);
+  double gemms = s.parts * gemm_us(c, double(s.rows) / chunks, s);
+  if (!c.overlaps) return chunks * (comm + gemms);
+  return comm + gemms + (chunks - 1) * std::max(comm, gemms);
+}
+
+double ring_us(const MachineCosts& c, const PairShape& s) {
+  double gemm = gemm_us(c, double(s.rows), s);
+  return gemm + (s.parts - 1) * step(c, hop_us(c, double(s.block_bytes)), gemm);
+}
+
+PipelineChoice choose_pipeline(const MachineCosts& c, const PairShape& s) {
+  PipelineChoice best;
+  double best_us = off_us(c, s);
+  std::string times = "off " + number(best_us, "us");
+  for (int chunks = 2; chunks <= 16 && chunks <= s.rows; chunks *= 2) {
+    double t = chunks_us(c, s, chunks);
+    times += ", chunks=" + std::to_string(chunks) + " " + number(t, "us");
+    if (t < best_us) {
+      best_us = t;
+      best = {PipelineChoice::Variant::chunks, chunks, ""};
+    }
+  }
+  if (s.ring_ok && s.parts > 1) {
+    double t = ring_us(c, s);
+    times += ", ring " + number(t, "us");
+    if (t < best_us) {
+      best_us = t;
+      best = {PipelineChoice::Variant::ring, 0, ""};
+    }
+  }
+  std::string chosen = best.variant == PipelineChoice::Variant::off      ? "off"
+                       : best.variant == PipelineChoice::Variant::ring ? "ring"
+                                                                       : "chunks=" + std::to_string(best.chunks);
+  best.why = chosen + " (model: " + times + "; " + std::to_string(s.rows) + " rows a block, K " + std::to_string(s.k) + ", N " +
+             std::to_string(s.n) + ", " + std::to_string(s.block_bytes) + " bytes a block, " + std::to_string(s.parts) +
+             " ranks; machine: " + c.str() + ")";
+  return best;
+}
+
+}  // namespace alloy::host_ir

@@ -1,0 +1,69 @@
+// cost_model: how `--pipeline auto` runs a pipelinable pair (host_ir/pipeline_collectives.h),
+// from the machine's measured rates (runtime/machine_costs.h measures and caches them) and the
+// run's sizes. The model, per pair, with m the GEMM rows of one block (one rank's rows), K and N
+// the GEMM's other sizes, B the bytes of one block on the link, n the team's ranks:
+//   gemm(rows)  = launch + 2 * (rows + half_rows) * K * N / rate
+//                 (a GEMM of `rows` rows runs at rate * rows / (rows + half_rows): small chunks
+//                 lose efficiency; `launch` is the fixed cost of one GEMM);
+//   coll(bytes) = gather_latency + bytes / gather_rate   (the collective, by each rank's bytes;
+//                 a reduce-scatter is costed as the all-gather of the same bytes);
+//   hop(bytes)  = hop_latency + bytes / hop_rate         (one send_recv between neighbours);
+//   off         = coll(B) + gemm(n * m);
+//   chunks S    = c + g + (S - 1) * max(c, g),  c = coll(B / S),  g = n * gemm(m / S)
+//                 (chunk i's collective overlaps chunk i-1's GEMMs: the first collective and the
+//                 last GEMMs are exposed), for S in 2, 4, 8, 16 up to m;
+//   ring        = g + (n - 1) * max(h, g),  g = gemm(m),  h = hop(B)
+//                 (step s's hop overlaps step s's GEMM; the reduce-scatter ring's add is a read
+//                 of two blocks and a write, neglected against its GEMM).
+// Where nothing overlaps (`overlaps` false: the CPU runs every node in order) the max becomes a
+// sum, so off is never slower. The cheapest wins; ties go to the simpler program (off, then
+// fewer chunks, then the ring).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace alloy::host_ir {
+
+// The measured rates of one machine, team and communicator (microseconds and bytes).
+struct MachineCosts {
+  std::string key;                   // what they were measured for: device name, communicator, team size
+  bool overlaps = true;              // whether communication and GEMMs run at once (CUDA streams)
+  double hop_latency_us = 0, hop_bytes_per_us = 1;
+  double gather_latency_us = 0, gather_bytes_per_us = 1;
+  double gemm_flops_per_us = 1;      // a large GEMM's rate
+  double gemm_half_rows = 0;         // the rows at which a GEMM reaches half that rate
+  double launch_us = 0;              // a GEMM's fixed cost
+  std::string source;                // "measured" or "cache FILE" (for --dump program)
+
+  std::string str() const;           // the numbers, in the units a reader thinks in
+};
+
+// One pair at one run's sizes.
+struct PairShape {
+  enum class Kind { all_gather_gemm, gemm_reduce_scatter } kind = Kind::all_gather_gemm;
+  int parts = 1;             // ranks of the team
+  int64_t rows = 0;          // GEMM rows of one block (one rank's rows, times any batch axes)
+  int64_t k = 0, n = 0;      // the GEMM's contraction and output widths (this device's)
+  int64_t block_bytes = 0;   // bytes of one block on the link
+  bool ring_ok = true;       // whether the pair has a ring (not a reduce-scatter by max or min)
+};
+
+struct PipelineChoice {
+  enum class Variant { off, chunks, ring } variant = Variant::off;
+  int chunks = 0;            // for Variant::chunks
+  std::string why;           // the choice, every candidate's time, and the machine's numbers
+};
+
+// The model's time in microseconds of each candidate, cheapest choice first in `choose_pipeline`.
+double gemm_us(const MachineCosts& costs, double rows, const PairShape& shape);
+double off_us(const MachineCosts& costs, const PairShape& shape);
+double chunks_us(const MachineCosts& costs, const PairShape& shape, int chunks);
+double ring_us(const MachineCosts& costs, const PairShape& shape);
+
+// The cheapest of off, chunks=2..16 (at most the rows) and the ring (teams of several, where the
+// pair has one).
+PipelineChoice choose_pipeline(const MachineCosts& costs, const PairShape& shape);
+
+}  // namespace alloy::host_ir

@@ -1,0 +1,94 @@
+// Issue 13's pipelined pairs on one GPU: the sequence-parallel MLP on a mesh of one device with
+// --pipeline ring, chunks and auto (whose cost model measures this GPU, into a temporary cache)
+// against off, on the streams of a real device; and the ring's accumulate kernel for every dtype.
+// The rings of several ranks run on GPUs in alloy_mpi_tests (ALLOY_MPI_TEST_DEVICE=cuda).
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+#if !ALLOY_HAVE_CUDA
+TEST(PipelinedGpu, NeedsTheCudaToolkit) { ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT(); }
+#else
+
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "alloy/backend/cuda/accumulate.h"
+#include "alloy/backend/cuda/nvrtc_compiler.h"
+#include "alloy/ir/parser.h"
+#include "alloy/runtime/executor.h"
+#include "alloy/runtime/machine_costs.h"
+#include "alloy/runtime/run_inputs.h"
+
+namespace alloy {
+namespace {
+
+std::string sequence_parallel_on_one_gpu() {
+  std::string text = testing::read_file(testing::source_path("examples/tp_mlp_sequence_parallel.fusion"));
+  const std::string two = "@mesh[0, 1]";
+  for (size_t at = text.find(two); at != std::string::npos; at = text.find(two, at + 1)) text.replace(at, two.size(), "@mesh[0]");
+  return text;
+}
+
+TEST(PipelinedGpu, RingChunksAndAuto_OnAMeshOfOne_EqualOff) {
+  ALLOY_REQUIRE_GPU();
+  std::string pattern = (std::filesystem::temp_directory_path() / "alloy_gpu_costs_XXXXXX").string();
+  ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+  testing::ScopedEnv cache("ALLOY_CACHE_DIR", pattern.c_str());
+  forget_machine_costs();
+  std::string text = sequence_parallel_on_one_gpu();
+  auto fusion = parse_fusion(text, "sp1.fusion");
+  std::vector<SizeRequest> sizes{{"T", 64}};
+  std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()),
+                                               resolve_input_sizes(*fusion, std::vector<Tensor>(fusion->inputs().size()), sizes), 5);
+  ExecutorOptions off_options{DeviceChoice::cuda};
+  off_options.pipeline = "off";
+  FusionExecutor off(parse_fusion(text, "sp1.fusion"), off_options);
+  Tensor expected = to_cpu(off.run(inputs).at(0));
+  for (const char* pipeline : {"ring", "chunks=3", "auto"}) {
+    SCOPED_TRACE(pipeline);
+    ExecutorOptions options{DeviceChoice::cuda};
+    options.pipeline = pipeline;
+    options.poison_outputs = true;
+    FusionExecutor pipelined(parse_fusion(text, "sp1.fusion"), options);
+    for (int run = 0; run < 2; ++run) EXPECT_TRUE(testing::tensors_close(to_cpu(pipelined.run(inputs).at(0)), expected));
+    std::string program = pipelined.dump("program");
+    if (std::string(pipeline) == "auto") {
+      EXPECT_NE(program.find("last run: "), std::string::npos) << program;
+      EXPECT_EQ(program.find("last run: none yet"), std::string::npos) << program;
+      EXPECT_NE(program.find("(model: off "), std::string::npos) << program;
+    }
+  }
+  forget_machine_costs();
+  std::error_code ec;
+  std::filesystem::remove_all(pattern, ec);
+}
+
+TEST(PipelinedGpu, AccumulateKernel_CompilesWithoutAGpu) {
+  cuda::CompileOptions no_disk;
+  no_disk.use_disk_cache = false;
+  for (int arch : {80, 90}) EXPECT_TRUE(cuda::compile_cuda(cuda::accumulate_source(), cuda::kAccumulateKernel, arch / 10, 0, no_disk)) << arch;
+}
+
+TEST(PipelinedGpu, AccumulateKernel_AddsEveryDtype) {
+  ALLOY_REQUIRE_GPU();
+  cuda::Stream stream = cuda::Stream::current(0);
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
+    SCOPED_TRACE(dtype_name(t));
+    Tensor a = Tensor::empty(t, {3, 37}), b = Tensor::empty(t, {3, 37}), sum = Tensor::empty(t, {3, 37});
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      store_double(a.data(), t, i, double(i % 9) - 4);
+      store_double(b.data(), t, i, double(i % 5));
+      store_double(sum.data(), t, i, double(i % 9) - 4 + double(i % 5));
+    }
+    Tensor into = cuda::to_device(a, stream);
+    cuda::accumulate(into, cuda::to_device(b, stream), stream);
+    EXPECT_TRUE(testing::tensors_close(cuda::to_host(into, stream), sum));
+  }
+}
+
+}  // namespace
+}  // namespace alloy
+
+#endif  // ALLOY_HAVE_CUDA

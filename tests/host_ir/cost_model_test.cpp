@@ -1,0 +1,98 @@
+// The cost model of --pipeline auto (host_ir/cost_model.h): its formula's times and choices for
+// given machine numbers.
+#include "alloy/host_ir/cost_model.h"
+
+#include <gtest/gtest.h>
+
+namespace alloy::host_ir {
+namespace {
+
+// A round machine: 10 us a hop or collective plus 1000 bytes/us (1 GB/s); GEMMs at 1e6 flops/us
+// (1 TFLOP/s) with no ramp and no launch cost, overlapping.
+MachineCosts round_machine() {
+  MachineCosts c;
+  c.key = "test machine";
+  c.source = "given";
+  c.hop_latency_us = 10, c.hop_bytes_per_us = 1000;
+  c.gather_latency_us = 10, c.gather_bytes_per_us = 1000;
+  c.gemm_flops_per_us = 1e6, c.gemm_half_rows = 0, c.launch_us = 0;
+  return c;
+}
+
+PairShape shape(int parts, int64_t rows, int64_t k, int64_t n, int64_t bytes) {
+  PairShape s;
+  s.parts = parts, s.rows = rows, s.k = k, s.n = n, s.block_bytes = bytes;
+  return s;
+}
+
+TEST(CostModel, Formula_TimesOfEachCandidate) {
+  MachineCosts c = round_machine();
+  // a block: 1000 rows, K = N = 500: a GEMM of one block is 2*1000*500*500/1e6 = 500 us; 490000
+  // bytes on the link: 10 + 490 = 500 us
+  PairShape s = shape(2, 1000, 500, 500, 490000);
+  EXPECT_DOUBLE_EQ(gemm_us(c, 1000, s), 500);
+  EXPECT_DOUBLE_EQ(off_us(c, s), 500 + 1000);                        // collective, then the GEMM over both blocks
+  EXPECT_DOUBLE_EQ(chunks_us(c, s, 2), 255 + 500 + 1 * 500);         // c = 10 + 245, g = 2 * 250
+  EXPECT_DOUBLE_EQ(ring_us(c, s), 500 + 1 * std::max(500.0, 500.0)); // g + (n - 1) * max(h, g)
+  c.overlaps = false;
+  EXPECT_DOUBLE_EQ(chunks_us(c, s, 2), 2 * (255 + 500));
+  EXPECT_DOUBLE_EQ(ring_us(c, s), 500 + 500 + 500);
+}
+
+TEST(CostModel, BalancedLinkAndGemm_PipelinesAndSaysWhyWithTheNumbers) {
+  MachineCosts c = round_machine();
+  PipelineChoice choice = choose_pipeline(c, shape(2, 1000, 500, 500, 490000));
+  EXPECT_NE(choice.variant, PipelineChoice::Variant::off) << choice.why;
+  EXPECT_NE(choice.why.find("off 1500 us"), std::string::npos) << choice.why;
+  EXPECT_NE(choice.why.find("ring 1000 us"), std::string::npos) << choice.why;
+  EXPECT_NE(choice.why.find("1000 rows a block, K 500, N 500"), std::string::npos) << choice.why;
+  EXPECT_NE(choice.why.find("test machine, given"), std::string::npos) << choice.why;
+}
+
+TEST(CostModel, ExpensiveLaunches_SmallChunksLose) {
+  MachineCosts c = round_machine();
+  c.launch_us = 400;  // each GEMM launch costs almost a block's GEMM
+  PairShape s = shape(2, 1000, 500, 500, 490000);
+  PipelineChoice choice = choose_pipeline(c, s);
+  // chunks=S runs 2 * S GEMMs: only few chunks can pay for their launches; 16 never
+  EXPECT_TRUE(choice.variant == PipelineChoice::Variant::ring || choice.chunks <= 2) << choice.why;
+  EXPECT_GT(chunks_us(c, s, 16), chunks_us(c, s, 2));
+}
+
+TEST(CostModel, ALatencyBoundCollective_AndAFreeHop_PicksTheRing) {
+  MachineCosts c = round_machine();
+  c.gather_latency_us = 2000;  // every collective pays 2 ms; a neighbour hop does not
+  PipelineChoice choice = choose_pipeline(c, shape(4, 1000, 500, 500, 490000));
+  EXPECT_EQ(choice.variant, PipelineChoice::Variant::ring) << choice.why;
+  EXPECT_EQ(choice.why.rfind("ring (model: ", 0), 0u) << choice.why;
+}
+
+TEST(CostModel, ASlowLinkAndTinyGemms_OrNothingOverlapping_StaysOff) {
+  MachineCosts c = round_machine();
+  c.gather_latency_us = 1000, c.hop_latency_us = 1500;  // latency dominates: more messages only cost more
+  EXPECT_EQ(choose_pipeline(c, shape(2, 8, 16, 16, 256)).variant, PipelineChoice::Variant::off);
+  MachineCosts serial = round_machine();
+  serial.overlaps = false;
+  for (int64_t rows : {8, 1000, 100000}) {
+    PipelineChoice choice = choose_pipeline(serial, shape(4, rows, 500, 500, rows * 1000));
+    EXPECT_EQ(choice.variant, PipelineChoice::Variant::off) << choice.why;
+    EXPECT_NE(choice.why.find("nothing overlaps"), std::string::npos) << choice.why;
+  }
+}
+
+TEST(CostModel, ChunksNeverExceedTheRows_AndAPairWithoutARingNeverGetsOne) {
+  MachineCosts c = round_machine();
+  c.gather_latency_us = 0;
+  PairShape s = shape(2, 3, 500, 500, 3000);
+  s.ring_ok = false;
+  PipelineChoice choice = choose_pipeline(c, s);
+  EXPECT_NE(choice.variant, PipelineChoice::Variant::ring) << choice.why;
+  EXPECT_LE(choice.chunks, 3) << choice.why;
+  EXPECT_EQ(choice.why.find("chunks=4"), std::string::npos) << choice.why;
+  EXPECT_EQ(choice.why.find("ring"), std::string::npos) << choice.why;
+  PairShape one = shape(1, 1000, 500, 500, 490000);  // a team of one has no ring
+  EXPECT_NE(choose_pipeline(c, one).variant, PipelineChoice::Variant::ring);
+}
+
+}  // namespace
+}  // namespace alloy::host_ir
