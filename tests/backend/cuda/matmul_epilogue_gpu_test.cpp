@@ -324,14 +324,15 @@ TEST(MatmulEpilogueGpu, DreluAndDreluBgrad_ReadTheMask) {
   }
 }
 
-// A mask read through a view: rows 12 words apart (cuBLASLt reads it with aux_ld = 384 bits), and
+// A mask read through a view: rows 12 words apart, from the 16-byte aligned word 4 (cuBLASLt reads
+// it with aux_ld = 384 bits; its aux pointer must be 16-byte aligned), and
 // a transposed one that no aux_ld describes: cuBLASLt refuses and the fallback (the plain GEMM,
 // then a bitmask kernel on a packed copy) runs.
 TEST(MatmulEpilogueGpu, DreluOfAMaskView_StridedOrFallingBack) {
   ALLOY_REQUIRE_GPU();
   testing::GpuRun strided, transposed;
   expect_gpu_matches_cpu(R"(fusion f(dy: bf16[40, 48], w: bf16[48, 256], big: i32[40, 12]) {
-  m = slice(big, starts=[0, 2], ends=[40, 10])
+  m = slice(big, starts=[0, 4], ends=[40, 12])
   dg = matmul(dy, w)
   dh = relu_backward_mask(dg, m)
   return dh
