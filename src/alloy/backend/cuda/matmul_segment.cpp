@@ -280,11 +280,15 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
                      kind_ == EpilogueKind::relu_aux_bias;
       const Tensor& t = written ? buffer_for(state, aux, stream) : state.at(aux);
       if (epilogue_aux_is_mask(e)) {
-        // relu_mask's [m, ceil(n / 32)] i32 words: rows aux_ld bits apart; no bits pad a row only
-        // when n is a multiple of 32 (the pass takes multiples of 128, which cuBLASLt's aux_ld needs)
+        // relu_mask's [m, ceil(n / 32)] i32 words, rows packed one after another; no bits pad a
+        // row only when n is a multiple of 32 (the pass takes multiples of 128, which cuBLASLt's
+        // aux_ld needs). Rows further apart (a view of a wider mask) are refused: on an H100,
+        // cuBLASLt's dReLU read such a mask with aux_ld = 384 bits for n = 256 wrongly from its
+        // second word on, so only aux_ld = n is trusted.
         int64_t words = (desc.n + 31) / 32;
         auto ld = row_stride(t, desc.m, words);
-        if (!ld || desc.n % 32 != 0) return MatmulRefusal{"the bit mask " + aux->name + " is not a packed row-major matrix"};
+        if (!ld || desc.n % 32 != 0 || (desc.m > 1 && *ld != words))
+          return MatmulRefusal{"the bit mask " + aux->name + " is not one packed row-major matrix"};
         desc.aux_ld = *ld * 32;
       } else {
         auto ld = row_stride(t, desc.m, desc.n);
