@@ -518,6 +518,36 @@ TEST(ShardedFailures, ABadInputOnOneRank_FailsEveryRankAndTheNextRunWorks) {
                                      filled(DType::f32, {4}, [](int64_t) { return 8.0; })));
 }
 
+// A local step that throws on one rank (as a cost measurement's allocation or probe GEMM can):
+// that rank gets its own error, every other one a PeerError naming it, and the team still
+// communicates afterwards (no rank is left inside a collective).
+TEST(ShardedFailures, AStepFailingOnOneRank_FailsEveryRankWithoutAHang) {
+  if (process().size < 2) GTEST_SKIP() << "needs two ranks";
+  auto team = multidevice::communicator_for(world_mesh(), Device{});
+  const int failing = process().size - 1;
+  bool peer = false, mine = false;
+  try {
+    multidevice::agree_on_step(*team, [&] {
+      if (team->rank() == failing) throw UserError("the probe does not fit");
+    }, "measuring");
+  } catch (const PeerError& e) {
+    peer = true;
+    EXPECT_EQ(std::string(e.what()), "measuring: rank " + std::to_string(failing) + " of the team failed before communicating");
+  } catch (const UserError& e) {
+    mine = true;
+    EXPECT_EQ(std::string(e.what()), "the probe does not fit");
+  }
+  EXPECT_EQ(mine, team->rank() == failing);
+  EXPECT_EQ(peer, team->rank() != failing);
+  bool ran = false;
+  multidevice::agree_on_step(*team, [&] { ran = true; }, "measuring");
+  EXPECT_TRUE(ran);
+  int32_t one = 1, sum = 0;
+  team->all_reduce(Tensor::borrow(&one, Device{}, DType::i32, {1}, {1}), Tensor::borrow(&sum, Device{}, DType::i32, {1}, {1}),
+                   PartialReduce::sum);
+  EXPECT_EQ(sum, team->size());
+}
+
 TEST(ShardedFailures, RanksOutsideTheMesh_RunNothing) {
   if (process().size < 3) GTEST_SKIP() << "needs a rank outside a mesh of two";
   FusionExecutor executor(parse_fusion(with_sizes(testing::read_file(testing::source_path("examples/tp_mlp.fusion"))), "t"),

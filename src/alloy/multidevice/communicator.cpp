@@ -16,6 +16,24 @@ Tensor part_of(const Tensor& parts, int r) {
   return parts.as_strided(sizes, strides, parts.offset() + r * parts.stride(0));
 }
 
+void agree_on_step(Communicator& team, const std::function<void()>& step, const std::string& what,
+                   const std::function<std::string(int)>& name_rank) {
+  std::exception_ptr failure;
+  try {
+    step();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  int32_t mine = failure ? team.rank() : team.size(), lowest = team.size();
+  if (team.size() > 1)
+    team.all_reduce(Tensor::borrow(&mine, Device{}, DType::i32, {1}, {1}), Tensor::borrow(&lowest, Device{}, DType::i32, {1}, {1}),
+                    PartialReduce::min);
+  if (failure) std::rethrow_exception(failure);
+  if (lowest < team.size())
+    throw PeerError(what + ": " + (name_rank ? name_rank(lowest) : "rank " + std::to_string(lowest) + " of the team") +
+                    " failed before communicating");
+}
+
 void Communicator::all_gather_into_parts(const Tensor& in, const Tensor& parts) {
   ALLOY_CHECK(parts.device().kind == DeviceKind::cpu, name(), ": all_gather_into_parts of device tensors");
   if (parts.is_contiguous()) return all_gather(packed_cpu(in), parts);

@@ -99,6 +99,13 @@ class Communicator {
 // Part r of a [parts, ...] tensor.
 Tensor part_of(const Tensor& parts, int r);
 
+// Runs `step`, which must not communicate, on every rank of the host team `team` and agrees on
+// its outcome before any rank goes on to a collective: a rank whose step threw rethrows its own
+// error, and every other rank throws PeerError with `what` and the lowest failing team rank (as
+// `name_rank` names it). Where no rank failed it returns on every rank.
+void agree_on_step(Communicator& team, const std::function<void()>& step, const std::string& what,
+                   const std::function<std::string(int)>& name_rank = {});
+
 // The communicator of `mesh` (device ids, which are ranks) for tensors on `device`'s kind, made
 // on first use and kept. Every rank of the job calls it together (making one is collective);
 // a rank outside the mesh gets nullptr. A mesh larger than the job is a user error.

@@ -153,20 +153,15 @@ Bindings FusionExecutor::Impl::bind(const std::vector<Tensor>& inputs) {
     return b;
   }
   Bindings b;
-  std::exception_ptr failure;
-  try {
-    b = bind_inputs(*plan.local, inputs);
-    check_shardable(*plan.global, &b);
-    check_sizes(plan, b);
-  } catch (const UserError&) {
-    failure = std::current_exception();
-  }
-  int32_t mine = failure ? team->rank() : team->size(), lowest = 0;
-  host_team->all_reduce(Tensor::borrow(&mine, Device{}, DType::i32, {1}, {1}), Tensor::borrow(&lowest, Device{}, DType::i32, {1}, {1}),
-                        PartialReduce::min);
-  if (failure) std::rethrow_exception(failure);
-  if (lowest < team->size())
-    throw PeerError("rank " + std::to_string(fusion_mesh(*fusion)->at(size_t(lowest))) + " of the mesh failed before communicating");
+  multidevice::agree_on_step(
+      *host_team,
+      [&] {
+        b = bind_inputs(*plan.local, inputs);
+        check_shardable(*plan.global, &b);
+        check_sizes(plan, b);
+      },
+      "fusion '" + fusion->name() + "'",
+      [&](int lowest) { return "rank " + std::to_string(fusion_mesh(*fusion)->at(size_t(lowest))) + " of the mesh"; });
   return b;
 }
 

@@ -141,6 +141,13 @@ std::pair<double, double> fit(double small_bytes, double small_us, double large_
   return {std::max(0.0, small_us - slope * small_bytes), 1.0 / slope};
 }
 
+// What the measurement runs on, made and warmed up on each rank before any rank times anything.
+struct Probes {
+  Tensor send_small, recv_small, send_large, recv_large, all_small, all_large;
+  std::unique_ptr<FusionExecutor> gemm;
+  std::map<int64_t, std::vector<Tensor>> gemm_inputs;  // by rows
+};
+
 MachineCosts measure(Communicator& team, Communicator& host_team, Device device, MachineCosts c) {
   Timer timer(host_team, device);
   const bool gpu = device.kind == DeviceKind::cuda;
@@ -148,34 +155,44 @@ MachineCosts measure(Communicator& team, Communicator& host_team, Device device,
   // numbers only serve tests: auto is off there).
   const int64_t small = 16 << 10, large = gpu ? 16 << 20 : 1 << 20;
   int n = team.size(), r = team.rank();
-  {
-    Tensor send_small = zeros_on(device, DType::boolean, {small}), recv_small = zeros_on(device, DType::boolean, {small});
-    Tensor send_large = zeros_on(device, DType::boolean, {large}), recv_large = zeros_on(device, DType::boolean, {large});
-    auto hop = [&](const Tensor& in, const Tensor& out) { return [&, in, out] { team.send_recv(in, (r + 1) % n, out, (r + n - 1) % n); }; };
-    double t_small = timer.us(hop(send_small, recv_small)), t_large = timer.us(hop(send_large, recv_large));
-    std::tie(c.hop_latency_us, c.hop_bytes_per_us) = fit(double(small), t_small, double(large), t_large);
-    Tensor all_small = zeros_on(device, DType::boolean, {small * n}), all_large = zeros_on(device, DType::boolean, {large * n});
-    double g_small = timer.us([&] { team.all_gather(send_small, all_small); });
-    double g_large = timer.us([&] { team.all_gather(send_large, all_large); });
-    std::tie(c.gather_latency_us, c.gather_bytes_per_us) = fit(double(small), g_small, double(large), g_large);
-  }
   // The GEMM: a probe linear at the rows where launch, ramp and rate each dominate.
   const int64_t width = gpu ? 4096 : 64;
   const int64_t tiny = 8, mid = gpu ? 256 : 16, big = gpu ? 4096 : 256;
-  const DType dtype = gpu ? DType::bf16 : DType::f32;
-  std::string type = gpu ? "bf16" : "f32";
-  std::string text = "fusion gemm_probe(x: " + type + "[M, " + std::to_string(width) + "], w: " + type + "[" + std::to_string(width) +
-                     ", " + std::to_string(width) + "]) {\n  y = linear(x, w)\n  return y\n}\n";
-  ExecutorOptions options;
-  options.device = gpu ? DeviceChoice::cuda : DeviceChoice::cpu;
-  options.device_index = gpu ? device.index : -1;
-  options.pipeline = "off";
-  FusionExecutor probe(parse_fusion(text, "<gemm probe>"), options);
-  Tensor w = zeros_on(device, dtype, {width, width});
-  auto gemm_us = [&](int64_t rows) {
-    std::vector<Tensor> inputs{zeros_on(device, dtype, {rows, width}), w};
-    return timer.us([&] { probe.run(inputs); });
-  };
+  // Buffers, the probe and its first runs are local and can fail on one rank alone (memory, the
+  // GEMM): the ranks agree on that before the first collective, so none waits for a failed one.
+  Probes p;
+  agree_on_step(host_team, [&] {
+    p.send_small = zeros_on(device, DType::boolean, {small});
+    p.recv_small = zeros_on(device, DType::boolean, {small});
+    p.send_large = zeros_on(device, DType::boolean, {large});
+    p.recv_large = zeros_on(device, DType::boolean, {large});
+    p.all_small = zeros_on(device, DType::boolean, {small * n});
+    p.all_large = zeros_on(device, DType::boolean, {large * n});
+    const DType dtype = gpu ? DType::bf16 : DType::f32;
+    std::string type = gpu ? "bf16" : "f32";
+    std::string text = "fusion gemm_probe(x: " + type + "[M, " + std::to_string(width) + "], w: " + type + "[" +
+                       std::to_string(width) + ", " + std::to_string(width) + "]) {\n  y = linear(x, w)\n  return y\n}\n";
+    ExecutorOptions options;
+    options.device = gpu ? DeviceChoice::cuda : DeviceChoice::cpu;
+    options.device_index = gpu ? device.index : -1;
+    options.pipeline = "off";
+    p.gemm = std::make_unique<FusionExecutor>(parse_fusion(text, "<gemm probe>"), options);
+    Tensor w = zeros_on(device, dtype, {width, width});
+    for (int64_t rows : {tiny, mid, big}) {
+      p.gemm_inputs[rows] = {zeros_on(device, dtype, {rows, width}), w};
+      p.gemm->run(p.gemm_inputs[rows]);
+    }
+    if (gpu) synchronize_device(device);
+  }, "measuring the pipeline's costs");
+
+  auto hop = [&](const Tensor& in, const Tensor& out) { return [&, in, out] { team.send_recv(in, (r + 1) % n, out, (r + n - 1) % n); }; };
+  double t_small = timer.us(hop(p.send_small, p.recv_small)), t_large = timer.us(hop(p.send_large, p.recv_large));
+  std::tie(c.hop_latency_us, c.hop_bytes_per_us) = fit(double(small), t_small, double(large), t_large);
+  double g_small = timer.us([&] { team.all_gather(p.send_small, p.all_small); });
+  double g_large = timer.us([&] { team.all_gather(p.send_large, p.all_large); });
+  std::tie(c.gather_latency_us, c.gather_bytes_per_us) = fit(double(small), g_small, double(large), g_large);
+
+  auto gemm_us = [&](int64_t rows) { return timer.us([&] { p.gemm->run(p.gemm_inputs[rows]); }); };
   double t_tiny = gemm_us(tiny), t_mid = gemm_us(mid), t_big = gemm_us(big);
   double us_a_row = std::max(t_big - t_mid, 1e-3) / double(big - mid);
   c.gemm_flops_per_us = 2.0 * double(width) * double(width) / us_a_row;
