@@ -40,12 +40,6 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The line a dump starts with when settings differ from their defaults (empty otherwise).
-std::string settings_note() {
-  std::string changed = settings::non_default();
-  return changed.empty() ? "" : "# settings: " + changed + "\n";
-}
-
 
 struct RunOptions {
   std::string file;
@@ -301,10 +295,10 @@ void print_dumps(FusionExecutor& executor, const std::vector<std::string>& dumps
     if (stage == "program" && after_run) {
       std::string now = executor.dump(stage, inputs);
       if (now != program_before)
-        std::cout << "== dump program after the run: what --pipeline auto chose, and why\n" << settings_note() << now;
+        std::cout << "== dump program after the run: what --pipeline auto chose, and why\n" << now;
       continue;
     }
-    if ((stage == "cuda") == after_run) std::cout << dump_title(stage) << settings_note() << executor.dump(stage, inputs);
+    if ((stage == "cuda") == after_run) std::cout << dump_title(stage) << executor.dump(stage, inputs);
   }
 }
 

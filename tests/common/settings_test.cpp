@@ -37,7 +37,10 @@ TEST(Settings, SwitchesMeanOneThingAtOneAndAtZero) {
 TEST(Settings, ValuesOutsideTheirKindOrRangeAreUserErrorsNamingTheSetting) {
   EXPECT_NE(error_of_set("NO_COLUMN_KERNELS", "maybe").find("ALLOY_NO_COLUMN_KERNELS='maybe': expected 0 or 1"), std::string::npos);
   EXPECT_NE(error_of_set("MATMUL_AUTOTUNE", "0").find("ALLOY_MATMUL_AUTOTUNE='0': expected an integer from 1 to 32"), std::string::npos);
-  EXPECT_NE(error_of_set("ROW_THREADS", "256x").find("expected an integer from 32 to 1024"), std::string::npos);
+  EXPECT_NE(error_of_set("ROW_THREADS", "256x").find("expected a multiple of 32 from 32 to 1024"), std::string::npos);
+  // thread counts are whole warps: 33 is refused, not rounded down
+  std::string odd = error_of_set("STREAMING_THREADS", "33");
+  EXPECT_NE(odd.find("ALLOY_STREAMING_THREADS='33': expected a multiple of 32 from 32 to 1024"), std::string::npos) << odd;
   std::string unknown = error_of_set("NO_SUCH_THING", "1");
   EXPECT_NE(unknown.find("no setting 'NO_SUCH_THING'"), std::string::npos) << unknown;
   EXPECT_NE(unknown.find("MATMUL_AUTOTUNE"), std::string::npos) << unknown;  // the list of settings

@@ -144,7 +144,7 @@ CompiledFusion compile_sequence_parallel(Target target, const std::string& pipel
 TEST(PipelinedProgram, SequenceParallelMlp_GathersAndScattersChunksOnTheirOwnStreamBesideTheGemms) {
   for (Target target : {Target::cpu, Target::cuda}) {
 #if !ALLOY_HAVE_CUDA
-    if (target == Target::cuda) continue;
+    if (target == Target::cuda) ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();  // the CPU half ran; this one is reported skipped
 #endif
     CompiledFusion c = compile_sequence_parallel(target, "chunks=4");
     const Program& p = c.executable->program;
@@ -211,7 +211,7 @@ std::vector<const host_ir::Choose*> choices_of(const Program& p) {
 // per run: the program holds them all, each a complete program of its own.
 TEST(PipelinedProgram, AutoOnCuda_HoldsOffChunksAndRingForTheCostModelToPickPerRun) {
 #if !ALLOY_HAVE_CUDA
-  GTEST_SKIP() << "compiling for the CUDA target needs the CUDA backend";
+  ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();
 #else
   CompiledFusion c = compile_sequence_parallel(Target::cuda, "auto");
   const Program& p = c.executable->program;
@@ -244,7 +244,7 @@ TEST(PipelinedProgram, AutoOnCuda_HoldsOffChunksAndRingForTheCostModelToPickPerR
 TEST(PipelinedProgram, Ring_SendRecvAndGemmsOnDifferentStreams_NoGatheredBuffer) {
   for (Target target : {Target::cpu, Target::cuda}) {
 #if !ALLOY_HAVE_CUDA
-    if (target == Target::cuda) continue;
+    if (target == Target::cuda) ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();  // the CPU half ran; this one is reported skipped
 #endif
     CompiledFusion c = compile_sequence_parallel(target, "ring");
     const Program& p = c.executable->program;

@@ -3,6 +3,7 @@
 #include "alloy/runtime/npy.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -187,6 +188,39 @@ TEST(Npy, Read_MissingFile_IsAUserErrorNamingIt) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/dir/x.npy: cannot open"), std::string::npos) << e.what();
   }
+}
+
+// The header is read and checked against the file's size before the data: a file far larger
+// than its header says is refused naming both sizes, and a header that claims to be huge is
+// refused before it is read.
+TEST(Npy, Read_HeaderIsCheckedBeforeTheData) {
+  auto dir = std::filesystem::temp_directory_path() / ("alloy_npy_header_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string good = encode_npy(filled(DType::f32, {6}, {1, 2, 3, 4, 5, 6}));
+  auto write_file = [&](const std::string& name, const std::string& bytes, size_t extra_zeros) {
+    std::string path = (dir / name).string();
+    std::ofstream(path, std::ios::binary) << bytes;
+    if (extra_zeros) std::filesystem::resize_file(path, bytes.size() + extra_zeros);  // sparse: no disk used
+    return path;
+  };
+  auto error_of = [](const std::string& path) {
+    try {
+      read_npy(path);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string e = error_of(write_file("long.npy", good, size_t(1) << 34));  // 16 GiB of data for 6 floats
+  EXPECT_NE(e.find("the data is 17179869208 bytes; expected 24 for <f4 of shape (6,)"), std::string::npos) << e;
+  std::string huge_header = good.substr(0, 8) + std::string("\xff\xff\xff\x7f", 4);
+  huge_header[6] = 2;
+  e = error_of(write_file("header.npy", huge_header, size_t(1) << 31));
+  EXPECT_NE(e.find("the .npy header declares 2147483647 bytes; at most 1048576 are read"), std::string::npos) << e;
+  Tensor back = read_npy(write_file("good.npy", good, 0));
+  EXPECT_EQ(back.sizes(), (std::vector<int64_t>{6}));
+  EXPECT_EQ(back.data_as<float>()[5], 6.0f);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Npy, ConvertForInput_F32ForBf16_RoundsToNearestEven) {

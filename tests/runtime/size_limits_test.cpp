@@ -1,5 +1,8 @@
 // Hostile and careless sizes and literals (issue 16): each is a located user error, at check time
 // where the sizes are known and at run time once they are bound; nothing wraps or overflows.
+#include <cmath>
+#include <limits>
+
 #include <gtest/gtest.h>
 
 #include "alloy/ir/parser.h"
@@ -51,11 +54,75 @@ TEST(SizeLimits, BoundSizesTooLargeToRun_AreUserErrorsAtTheStatementNotCrashes) 
                       {{"N", 1024}});
   EXPECT_TRUE(has(e, "r.fusion:2:")) << e;
   EXPECT_TRUE(has(e, "at most 2^48")) << e;
-  // fewer elements, but more bytes than the machine has: a materialized result is refused
-  e = run("fusion f(x: f32[N]) {\n  b = broadcast_in_dim(x, shape=[1048576, 1048576, N], broadcast_dims=[2])\n  c = exp(b)\n  return c\n}",
-          {{"N", 4}});
+  // fewer elements, but more bytes than the machine has: on the CPU, whose reference kernels load
+  // every operand as doubles, the broadcast view itself is refused
+  const std::string text =
+      "fusion f(x: f32[N]) {\n  b = broadcast_in_dim(x, shape=[1048576, 1048576, N], broadcast_dims=[2])\n  c = exp(b)\n  return c\n}";
+  e = run(text, {{"N", 4}});
+  EXPECT_TRUE(has(e, "r.fusion:2:")) << e;
+  EXPECT_TRUE(has(e, "'b' (f32[1048576, 1048576, N]) needs 35184372088832 bytes for the bound sizes (the CPU reference holds each element as a double)")) << e;
+  // where views are free (a GPU's kernels read them in place), the materialized result is refused
+  auto fusion = parse_fusion(text, "r.fusion");
+  try {
+    check_run_sizes(*fusion, {{"N", 4}}, int64_t(1) << 40, "cuda:0");
+    e = "no error";
+  } catch (const UserError& error) {
+    e = error.what();
+  }
   EXPECT_TRUE(has(e, "r.fusion:3:")) << e;
-  EXPECT_TRUE(has(e, "'c' (f32[1048576, 1048576, N]) needs 17592186044416 bytes")) << e;
+  EXPECT_TRUE(has(e, "'c' (f32[1048576, 1048576, N]) needs 17592186044416 bytes for the bound sizes; cuda:0 has 1099511627776")) << e;
+}
+
+// A sum over an expand of 2^32 elements: a view, but the CPU reference would hold it as 32 GiB of
+// doubles; refused at its statement before anything is allocated.
+TEST(SizeLimits, ABroadcastViewTheCpuWouldMaterialize_IsRefusedAtItsStatement) {
+  auto fusion = parse_fusion("fusion f(x: f32[N]) {\n  b = expand(x, shape=[65536, N])\n  s = sum(b)\n  return s\n}", "v.fusion");
+  std::string e = "no error";
+  try {
+    check_run_sizes(*fusion, {{"N", 65536}}, int64_t(16) << 30, "cpu", true);
+  } catch (const UserError& error) {
+    e = error.what();
+  }
+  EXPECT_TRUE(has(e, "v.fusion:2:")) << e;
+  EXPECT_TRUE(has(e, "'b' (f32[65536, N]) needs 34359738368 bytes")) << e;
+  EXPECT_NO_THROW(check_run_sizes(*fusion, {{"N", 64}}, int64_t(16) << 30, "cpu", true));
+}
+
+// --bind past 2^48, and random inputs larger than this machine's memory: user errors naming the
+// bind or the input, before anything is drawn (no internal error, no allocation failure).
+TEST(SizeLimits, HugeBindsAndInputsLargerThanMemory_AreUserErrorsBeforeDrawing) {
+  auto fusion = parse_fusion("fusion f(x: f32[N]) {\n  e = exp(x)\n  return e\n}", "b.fusion");
+  std::vector<Tensor> none(1);
+  std::string e = "no error";
+  try {
+    resolve_input_sizes(*fusion, none, {{"N", std::numeric_limits<int64_t>::max()}});
+  } catch (const UserError& error) {
+    e = error.what();
+  }
+  EXPECT_TRUE(has(e, "--bind N=9223372036854775807: expected a size of at most 2^48 (281474976710656)")) << e;
+  e = "no error";
+  try {
+    complete_inputs(*fusion, none, {{"N", int64_t(1) << 40}}, 1);  // 4 TiB: under the 16 TiB cap, over any test machine
+  } catch (const UserError& error) {
+    e = error.what();
+  }
+  EXPECT_TRUE(has(e, "input 'x': declared f32[N], needs 4398046511104 bytes to draw for the bound sizes; this machine has")) << e;
+}
+
+// A derived size that does not come out whole for the bound sizes (reshape's -1) is an error at
+// the statement that makes it.
+TEST(SizeLimits, AReshapeWhoseDerivedSizeIsNotWhole_IsALocatedError) {
+  auto fusion = parse_fusion("fusion f(y: f32[N]) {\n  r = reshape(y, shape=[-1, 4])\n  return r\n}", "r.fusion");
+  FusionExecutor executor(std::move(fusion), {DeviceChoice::cpu});
+  std::string e = "no error";
+  try {
+    executor.run({Tensor::empty(DType::f32, {6})});
+  } catch (const UserError& error) {
+    e = error.what();
+  }
+  EXPECT_TRUE(has(e, "r.fusion:2:")) << e;
+  EXPECT_TRUE(has(e, "'r' (f32[N/4, 4]) has axis 0 of size N/4 = 1.5 for the bound sizes (N = 6), not a whole number")) << e;
+  EXPECT_EQ(executor.run({Tensor::empty(DType::f32, {8})}).at(0).sizes(), (std::vector<int64_t>{2, 4}));
 }
 
 TEST(Literals, AnIntegerLiteralThatDoesNotFitTheTensorsDtype_IsALocatedError) {
@@ -68,6 +135,35 @@ TEST(Literals, AnIntegerLiteralThatDoesNotFitTheTensorsDtype_IsALocatedError) {
   EXPECT_TRUE(has(e, "does not fit i32")) << e;
   // what fits is fine, and a float literal promotes instead (PyTorch's rule)
   EXPECT_EQ(check_error("fusion f(a: i32[4]) {\n  c = add(a, 2147483647)\n  d = mul(a, 1.0e12)\n  return c, d\n}"), "no error");
+}
+
+// A scalar computed from literals alone is checked as the literal it amounts to.
+TEST(Literals, ScalarsComputedFromLiterals_AreCheckedLikeLiterals) {
+  std::string e = check_error("fusion f(a: i32[4]) {\n  n = sub(0, 3000000000)\n  c = add(a, n)\n  return c\n}");
+  EXPECT_TRUE(has(e, "t.fusion:3:")) << e;
+  EXPECT_TRUE(has(e, "'n' (-3000000000, computed from literals) does not fit i32")) << e;
+  e = check_error("fusion f(a: i32[4]) {\n  n = neg(2)\n  c = pow(a, n)\n  return c\n}");
+  EXPECT_TRUE(has(e, "t.fusion:3:")) << e;
+  EXPECT_TRUE(has(e, "negative power -2")) << e;
+  EXPECT_EQ(check_error("fusion f(a: i32[4]) {\n  n = sub(0, 3)\n  m = mul(n, n)\n  c = pow(a, m)\n  d = add(a, n)\n  return c, d\n}"),
+            "no error");
+}
+
+// A float literal past a floating dtype's range is no error: it rounds to inf as NumPy's and
+// PyTorch's binary ops round it (the masking idiom `where(m, x, -1e300)`).
+TEST(Literals, AFloatLiteralPastTheTensorsRange_RoundsToInfinity) {
+  auto fusion = parse_fusion("fusion f(h: f16[2], m: bool[2]) {\n  a = mul(h, 1.0e10)\n  b = where(m, h, -1.0e300)\n  return a, b\n}", "t.fusion");
+  Tensor h = Tensor::empty(DType::f16, {2}), m = Tensor::empty(DType::boolean, {2});
+  store_double(h.data(), DType::f16, 0, 1.0);
+  store_double(h.data(), DType::f16, 1, -2.0);
+  m.data_as<bool>()[0] = true;
+  m.data_as<bool>()[1] = false;
+  FusionExecutor executor(std::move(fusion), {DeviceChoice::cpu});
+  std::vector<Tensor> out = executor.run({h, m});
+  EXPECT_EQ(load_as_double(out[0].data(), DType::f16, 0), INFINITY);
+  EXPECT_EQ(load_as_double(out[0].data(), DType::f16, 1), -INFINITY);
+  EXPECT_EQ(load_as_double(out[1].data(), DType::f16, 0), 1.0);
+  EXPECT_EQ(load_as_double(out[1].data(), DType::f16, 1), -INFINITY);
 }
 
 TEST(Literals, AnIntegerToANegativeLiteralPower_IsALocatedError) {

@@ -406,6 +406,11 @@ TEST_F(CliTest, Compile_BuildsEveryKernelForTheArchitectureWithoutAGpu) {
   CliResult dump = alloy("compile " + example("softmax.fusion") + " --arch sm_80 --dump cuda");
   EXPECT_EQ(dump.code, 0) << dump.err;
   EXPECT_TRUE(contains(dump.out, "__global__")) << dump.out;
+  // a setting that differs from its default heads the compile's dump too
+  CliResult set = alloy("--set NO_TILE_TRANSPOSES=1 compile " + example("softmax.fusion") + " --arch sm_80 --dump cuda");
+  EXPECT_EQ(set.code, 0) << set.err;
+  EXPECT_TRUE(set.out.starts_with("# settings: ALLOY_NO_TILE_TRANSPOSES=1\n")) << set.out;
+  EXPECT_FALSE(contains(dump.out, "# settings:")) << dump.out;
   CliResult bad = alloy("compile " + example("mlp.fusion") + " --arch vulkan");
   EXPECT_EQ(bad.code, 1);
   EXPECT_TRUE(contains(bad.err, "--arch vulkan")) << bad.err;
@@ -524,6 +529,12 @@ TEST_F(CliTest, FilesThatAreNotRegular_AreRefusedWithoutReadingThem) {
   r = alloy("run '" + file + "' --input x=/dev/zero");
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_TRUE(contains(r.err, "/dev/zero")) << r.err;
+  // a .fusion file past 64 MiB is refused by its size, unread (a sparse file: no disk used)
+  std::string huge = write("huge.fusion", "fusion f(x: f32[4]) {\n  return x\n}\n");
+  fs::resize_file(huge, (uintmax_t(64) << 20) + 1);
+  r = alloy("check '" + huge + "'");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "is 67108865 bytes; at most 67108864 bytes are read")) << r.err;
 }
 
 TEST_F(CliTest, Run_EmptyNpyOfShape2x0_IsAValidInput) {

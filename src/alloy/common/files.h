@@ -9,6 +9,27 @@
 
 namespace alloy {
 
+// A regular file opened for reading: a user error (located at the path, `what` naming the kind
+// of file) when it is missing, not a regular file (checked on the open file, which a FIFO does
+// not block), or larger than `max_bytes`. Reads past what the file holds are user errors too (it
+// changed while being read).
+class RegularFile {
+ public:
+  RegularFile(const std::string& path, size_t max_bytes, std::string_view what);
+  ~RegularFile();
+  RegularFile(const RegularFile&) = delete;
+  RegularFile& operator=(const RegularFile&) = delete;
+
+  size_t size() const { return size_; }
+  std::string read_at(size_t offset, size_t count) const;
+  void read_into(size_t offset, char* out, size_t count) const;
+
+ private:
+  std::string path_, what_;
+  int fd_ = -1;
+  size_t size_ = 0;
+};
+
 // The whole contents of `path`; a user error (located at the path) when it is missing, not a
 // regular file, or larger than `max_bytes` (`what` names the kind of file in the message).
 std::string read_regular_file(const std::string& path, size_t max_bytes, std::string_view what);

@@ -22,14 +22,14 @@ const std::vector<Setting> kSettings = {
     {"ALLOY_LEAN_KERNELS", K::flag, "1", 0, 0, "lean row and pointwise arithmetic (0: the plain forms)"},
     {"ALLOY_CHEAP_MERGES", K::flag, "1", 0, 0, "plain block reductions where exact enough (0: Welford and online merges)"},
     {"ALLOY_RECOMPUTE_VALUES", K::flag, "0", 0, 0, "row kernels recompute costly values instead of holding them"},
-    {"ALLOY_ROW_THREADS", K::integer, "256", 32, 1024, "row kernels: the block-size cap (a multiple of 32)"},
+    {"ALLOY_ROW_THREADS", K::integer, "256", 32, 1024, "row kernels: the block-size cap (a multiple of 32)", 32},
     {"ALLOY_ROW_MIN_BLOCKS", K::integer, "0", 0, 16, "row kernels: __launch_bounds__ minimum blocks an SM (0: none)"},
     {"ALLOY_NO_WARP_ROWS", K::flag, "0", 0, 0, "no warp-per-row variant for short rows"},
     {"ALLOY_TRANSPOSED_ROWS", K::flag, "0", 0, 0, "reductions over a non-contiguous axis: a row a lane, 32 rows a block"},
     {"ALLOY_NO_TILE_TRANSPOSES", K::flag, "0", 0, 0, "pointwise kernels read permuted operands directly, not through shared-memory tiles"},
     {"ALLOY_NO_EDGE_ELEMENTS", K::flag, "0", 0, 0, "odd widths and totals fall back to scalar bodies instead of edge elements"},
     {"ALLOY_NO_STREAMING_ONLINE", K::flag, "0", 0, 0, "log-sum-exp over long rows holds them in registers instead of one streaming pass"},
-    {"ALLOY_STREAMING_THREADS", K::integer, "256", 32, 1024, "streaming log-sum-exp kernels: threads a block (a multiple of 32)"},
+    {"ALLOY_STREAMING_THREADS", K::integer, "256", 32, 1024, "streaming log-sum-exp kernels: threads a block (a multiple of 32)", 32},
     {"ALLOY_NO_COLUMN_KERNELS", K::flag, "0", 0, 0, "single-pass reductions over outer axes run as row kernels"},
     {"ALLOY_COLUMN_MIN_STEPS", K::integer, "16", 1, int64_t(1) << 20, "column kernels: at least this many reduced indices a thread"},
     {"ALLOY_COLUMN_BLOCKS_PER_SM", K::integer, "0", 0, 32, "column kernels: size the split for N blocks an SM (0: the occupancy)"},
@@ -68,8 +68,9 @@ std::string checked(const Setting& s, const std::string& value, const std::strin
   if (s.kind == K::integer) {
     int64_t n = 0;
     auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (ec != std::errc() || end != value.data() + value.size() || n < s.lo || n > s.hi)
-      user_error_at(where, s.name, "='", value, "': expected an integer from ", s.lo, " to ", s.hi, " (", s.help, ")");
+    if (ec != std::errc() || end != value.data() + value.size() || n < s.lo || n > s.hi || n % s.step != 0)
+      user_error_at(where, s.name, "='", value, "': expected ", s.step == 1 ? "an integer" : "a multiple of " + std::to_string(s.step),
+                    " from ", s.lo, " to ", s.hi, " (", s.help, ")");
     return std::to_string(n);
   }
   return value;
@@ -152,6 +153,11 @@ std::string non_default() {
   for (const Setting& s : kSettings)
     if (st.values[s.name] != s.fallback) out += (out.empty() ? "" : ", ") + std::string(s.name) + "=" + st.values[s.name];
   return out;
+}
+
+std::string dump_note() {
+  std::string changed = non_default();
+  return changed.empty() ? "" : "# settings: " + changed + "\n";
 }
 
 std::string help_text() {

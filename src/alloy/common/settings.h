@@ -21,6 +21,7 @@ struct Setting {
   const char* fallback;  // the default, as text
   int64_t lo = 0, hi = 0;  // integers: the accepted range
   const char* help;
+  int64_t step = 1;        // integers: a multiple of this (thread counts: of a warp)
 };
 
 // Every setting, in the order `alloy --help` lists them.
@@ -41,6 +42,10 @@ std::string current(const std::string& name);
 
 // "ALLOY_A=1, ALLOY_B=3" for every setting whose value differs from its default; empty when none.
 std::string non_default();
+
+// The line every dump starts with when settings differ from their defaults, a comment of the
+// .fusion format ("# settings: ALLOY_A=1\n"); empty when none does.
+std::string dump_note();
 
 // The `alloy --help` footer: one line or two per setting.
 std::string help_text();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
+#include <cmath>
 #include <limits>
 #include <set>
 
@@ -183,22 +185,68 @@ bool is_comparison(OpKind k) {
   return k == OpKind::eq || k == OpKind::ne || k == OpKind::lt || k == OpKind::le || k == OpKind::gt || k == OpKind::ge;
 }
 
-// An integer literal meets integer tensors in their dtype: one the dtype cannot hold would wrap,
-// so it is refused (as PyTorch refuses `int32_tensor + 99999999999`); so is an integer raised to a
-// negative literal power, which has no integer result.
+// A scalar computed from literals alone (neg, abs, add, sub, mul of literals and of such
+// scalars): `sub(0, 3000000000)` is the literal -3000000000 in effect. Integers are held in a
+// long double (exact through 2^64, past any dtype's range where it is not).
+struct Constant {
+  bool integer = false;
+  long double value = 0;
+};
+
+std::optional<Constant> constant_of(const Value* v, int depth = 0) {
+  if (v->literal) {
+    if (v->literal->kind == Literal::Kind::boolean) return std::nullopt;
+    bool integer = v->literal->kind == Literal::Kind::integer;
+    return Constant{integer, integer ? (long double)v->literal->i : (long double)v->literal->f};
+  }
+  const Op* op = v->producer;
+  if (!op || !v->is_scalar() || depth > 64) return std::nullopt;
+  std::vector<Constant> in;
+  for (const Value* x : op->inputs) {
+    auto c = constant_of(x, depth + 1);
+    if (!c) return std::nullopt;
+    in.push_back(*c);
+  }
+  bool integer = std::all_of(in.begin(), in.end(), [](const Constant& c) { return c.integer; });
+  long double value;
+  switch (op->kind) {
+    case OpKind::neg: value = -in[0].value; break;
+    case OpKind::abs: value = std::fabs(in[0].value); break;
+    case OpKind::add: value = in[0].value + in[1].value; break;
+    case OpKind::sub: value = in[0].value - in[1].value; break;
+    case OpKind::mul: value = in[0].value * in[1].value; break;
+    default: return std::nullopt;
+  }
+  return Constant{integer, integer ? value : (long double)double(value)};  // reals computed as doubles, as the run does
+}
+
+std::string constant_text(const Constant& c) {
+  if (c.integer && std::fabs(c.value) < 9e18L) return std::to_string((long long)c.value);  // exact: as written
+  char text[32];
+  auto [end, ec] = std::to_chars(text, text + sizeof text, double(c.value));  // the shortest form that reads back
+  return ec == std::errc() ? std::string(text, end) : "a number";
+}
+
+// A literal (or a scalar computed from literals alone) meets integer tensors in their dtype: one
+// the dtype cannot hold would wrap, so it is refused (as PyTorch refuses `int32_tensor +
+// 99999999999` and NumPy `uint8(1) + 300`); so is an integer raised to a negative power, which has
+// no integer result. A float literal past a floating dtype's range is not refused: it rounds to
+// inf as NumPy and PyTorch's binary ops round it (`where(mask, x, -1e300)` masks with -inf).
 void check_literals_fit(const InferContext& ctx, size_t first, size_t last, DType operand_dtype) {
   if (!is_integral(operand_dtype) || operand_dtype == DType::boolean) return;
-  int64_t lo = operand_dtype == DType::i32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
-  int64_t hi = operand_dtype == DType::i32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
+  long double lo = operand_dtype == DType::i32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
+  long double hi = operand_dtype == DType::i32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
   for (size_t i = first; i < last && i < ctx.inputs.size(); ++i) {
     const Value* v = ctx.inputs[i];
-    if (!v->literal || v->literal->kind != Literal::Kind::integer) continue;
-    int64_t value = v->literal->i;
-    if (value < lo || value > hi)
-      ctx.fail("the literal " + std::to_string(value) + " does not fit " + std::string(dtype_name(operand_dtype)) +
-               ", the dtype of the other operand (expected " + std::to_string(lo) + " to " + std::to_string(hi) + ")");
-    if (ctx.kind == OpKind::pow && i == 1 && value < 0)
-      ctx.fail("an integer (" + std::string(dtype_name(operand_dtype)) + ") raised to the negative power " + std::to_string(value) +
+    auto c = constant_of(v);
+    if (!c || !c->integer) continue;  // a float literal promotes the result instead (PyTorch's rule)
+    std::string what = v->literal ? "the literal " + constant_text(*c) : "'" + v->name + "' (" + constant_text(*c) + ", computed from literals)";
+    std::string dtype(dtype_name(operand_dtype));
+    if (c->value < lo || c->value > hi)
+      ctx.fail(what + " does not fit " + dtype + ", the dtype of the other operand (expected " + std::to_string((long long)lo) +
+               " to " + std::to_string((long long)hi) + ")");
+    if (ctx.kind == OpKind::pow && i == 1 && c->value < 0)
+      ctx.fail("an integer (" + dtype + ") raised to the negative power " + constant_text(*c) +
                " has no integer result; cast the base to a floating dtype first");
   }
 }

@@ -11,6 +11,7 @@
 
 #include "alloy/backend/cuda/cuda_api.h"
 #include "alloy/backend/gpu_plan.h"
+#include "alloy/common/settings.h"
 #include "alloy/ir/printer.h"
 #include "alloy/multidevice/communicator.h"
 #include "alloy/passes/propagate_sharding.h"
@@ -139,7 +140,7 @@ void FusionExecutor::Impl::check_sizes(const CompiledFusion& plan, const Binding
   int64_t memory = 0;
   if (device.kind == DeviceKind::cuda) memory = cuda::device_props(device.index).total_memory;
   else if (long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE); pages > 0 && page > 0) memory = int64_t(pages) * page;
-  check_run_sizes(*plan.local, b, memory, device.str());
+  check_run_sizes(*plan.local, b, memory, device.str(), device.kind == DeviceKind::cpu);
   std::lock_guard<std::mutex> lock(sizes_mutex);
   sizes_checked = b;
 }
@@ -281,7 +282,11 @@ std::vector<std::optional<Sharding>> FusionExecutor::output_shardings() {
 
 Device FusionExecutor::device() const { return impl_->device; }
 
-std::string FusionExecutor::dump(std::string_view stage, const std::vector<Tensor>*) {
+std::string FusionExecutor::dump(std::string_view stage, const std::vector<Tensor>* inputs) {
+  return settings::dump_note() + dump_stage(stage, inputs);
+}
+
+std::string FusionExecutor::dump_stage(std::string_view stage, const std::vector<Tensor>*) {
   if (stage == "ir") return print_fusion(*impl_->fusion);
   if (stage.starts_with("after=")) {
     std::string_view pass = stage.substr(6);

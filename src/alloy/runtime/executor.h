@@ -78,12 +78,14 @@ class FusionExecutor {
   std::vector<std::optional<Sharding>> output_shardings();
 
   // Printable stages: "ir", "segments", "program", "cuda". The later stages describe the plan
-  // of the last run (or of `inputs` when given).
+  // of the last run (or of `inputs` when given). Each starts with the settings that differ from
+  // their defaults (settings::dump_note), where any do.
   std::string dump(std::string_view stage, const std::vector<Tensor>* inputs = nullptr);
 
   struct Impl;
 
  private:
+  std::string dump_stage(std::string_view stage, const std::vector<Tensor>* inputs);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -2,6 +2,7 @@
 
 #include "alloy/ir/op_table.h"
 
+#include <algorithm>
 #include <cmath>
 
 
@@ -73,32 +74,47 @@ Bindings bind_inputs(const Fusion& fusion, const std::vector<Tensor>& inputs) {
   return bindings;
 }
 
-void check_run_sizes(const Fusion& fusion, const Bindings& bindings, int64_t memory_bytes, const std::string& device) {
+void check_run_sizes(const Fusion& fusion, const Bindings& bindings, int64_t memory_bytes, const std::string& device,
+                     bool in_doubles) {
   for (auto& v : fusion.values()) {
     if (v->is_scalar()) continue;
     auto where = [&] { return v->producer && v->producer->loc.known() ? v->producer->loc.str() : "value '" + v->name + "'"; };
     std::vector<int64_t> sizes;
     double approximate = 1;  // the size as a double, to tell a size too large from one not whole
     bool bound = true;
-    for (const Extent& e : v->shape()) {
+    for (size_t axis = 0; axis < v->shape().size(); ++axis) {
+      const Extent& e = v->shape()[axis];
       double d = double(e.numerator()) / double(e.denominator());
+      bool axis_bound = true;
+      std::string symbols;  // "N = 6, S = 4"
       for (auto& [name, p] : e.powers()) {
         auto it = bindings.find(name);
-        if (it == bindings.end()) bound = false;
-        else d *= std::pow(double(it->second), p);
+        if (it == bindings.end()) {
+          axis_bound = false;
+        } else {
+          d *= std::pow(double(it->second), p);
+          symbols += (symbols.empty() ? "" : ", ") + name + " = " + std::to_string(it->second);
+        }
       }
+      bound = bound && axis_bound;
       approximate *= d;
       auto n = e.evaluate(bindings);
+      // a derived size such as reshape's N/4 must come out whole (a size too large is told below)
+      if (axis_bound && !n && std::fabs(d) < 0x1p61 && d != std::floor(d))
+        user_error_at(where(), "'", v->name, "' (", v->type_str(), ") has axis ", axis, " of size ", e.str(true), " = ", d,
+                      " for the bound sizes (", symbols, "), not a whole number");
       sizes.push_back(n.value_or(0));
     }
     if (!bound) continue;  // reported where the sizes are evaluated
     auto count = checked_elements(sizes);
     if (!count || approximate > double(kMaxTensorElements))
       user_error_at(where(), "'", v->name, "' (", v->type_str(), ") has about ", approximate, " elements for the bound sizes; a tensor has at most 2^48");
-    int64_t bytes = *count * dtype_size(v->dtype());
-    bool view = v->producer && is_view(v->producer->kind);  // shares its input's memory
-    if (memory_bytes > 0 && bytes > memory_bytes && !view)
-      user_error_at(where(), "'", v->name, "' (", v->type_str(), ") needs ", bytes, " bytes for the bound sizes; ", device, " has ", memory_bytes);
+    // A view shares its input's memory, unless every element is loaded as a double anyway.
+    bool view = v->producer && is_view(v->producer->kind);
+    int64_t bytes = *count * (in_doubles ? std::max<int64_t>(8, dtype_size(v->dtype())) : dtype_size(v->dtype()));
+    if (memory_bytes > 0 && bytes > memory_bytes && (in_doubles || !view))
+      user_error_at(where(), "'", v->name, "' (", v->type_str(), ") needs ", bytes, " bytes for the bound sizes",
+                    in_doubles ? " (the CPU reference holds each element as a double)" : "", "; ", device, " has ", memory_bytes);
   }
 }
 

@@ -16,6 +16,9 @@ Bindings bind_inputs(const Fusion& fusion, const std::vector<Tensor>& inputs);
 // With the sizes bound, every value of the fusion must be a size that can run: at most
 // kMaxTensorElements elements and at most `memory_bytes` bytes (the device's memory; 0: no
 // bound). Otherwise a user error at the value's statement naming its size and the limit.
-void check_run_sizes(const Fusion& fusion, const Bindings& bindings, int64_t memory_bytes, const std::string& device);
+// `in_doubles`: the run holds every value, views included, as 8-byte doubles (the CPU reference
+// kernels load their operands so); otherwise views are free.
+void check_run_sizes(const Fusion& fusion, const Bindings& bindings, int64_t memory_bytes, const std::string& device,
+                     bool in_doubles = false);
 
 }  // namespace alloy

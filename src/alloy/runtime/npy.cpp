@@ -1,5 +1,7 @@
 #include "alloy/runtime/npy.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -195,29 +197,47 @@ std::string_view descr_of(DType dtype) {
 }  // namespace
 
 namespace {
-constexpr size_t kMaxNpyBytes = size_t(1) << 40;  // 1 TiB: larger than any input, smaller than a runaway size
-}  // namespace
 
-Tensor parse_npy(std::string_view bytes, const std::string& name) {
-  if (bytes.size() < 10 || bytes.substr(0, kMagic.size()) != kMagic)
+constexpr size_t kMaxNpyBytes = size_t(1) << 40;    // 1 TiB: larger than any input, smaller than a runaway size
+constexpr size_t kMaxHeaderBytes = size_t(1) << 20;  // 1 MiB: a rank-64 header takes under 2 KiB
+
+// Where a .npy file's data is and what it holds, read from its header alone.
+struct NpyLayout {
+  DType dtype;
+  std::vector<int64_t> shape;
+  size_t data_start = 0;  // bytes before the data
+  size_t elements = 0;
+  size_t data_bytes = 0;
+};
+
+// The magic and the header length: how many bytes of the file the header takes (magic included).
+size_t header_end(std::string_view prefix, size_t file_size, const std::string& name) {
+  if (prefix.size() < 10 || prefix.substr(0, kMagic.size()) != kMagic)
     user_error_at(name, "not a .npy file (it does not start with \\x93NUMPY)");
-  int major = uint8_t(bytes[6]), minor = uint8_t(bytes[7]);
+  int major = uint8_t(prefix[6]), minor = uint8_t(prefix[7]);
   if (major < 1 || major > 3)
     user_error_at(name, "unsupported .npy format version ", major, ".", minor, "; expected 1.0, 2.0 or 3.0");
   int length_width = major == 1 ? 2 : 4;
   size_t header_start = 8 + length_width;
-  if (bytes.size() < header_start) user_error_at(name, "truncated .npy header");
-  size_t header_length = read_le(bytes, 8, length_width);
-  if (bytes.size() < header_start + header_length)
-    user_error_at(name, "truncated .npy header: it declares ", header_length, " bytes, the file has ",
-                  bytes.size() - header_start);
-  Header header = HeaderReader(bytes.substr(header_start, header_length), name).read();
-  DType dtype = dtype_of_descr(header.descr, name);
+  if (prefix.size() < header_start) user_error_at(name, "truncated .npy header");
+  size_t header_length = read_le(prefix, 8, length_width);
+  if (file_size < header_start + header_length)
+    user_error_at(name, "truncated .npy header: it declares ", header_length, " bytes, the file has ", file_size - header_start);
+  if (header_length > kMaxHeaderBytes)
+    user_error_at(name, "the .npy header declares ", header_length, " bytes; at most ", kMaxHeaderBytes, " are read");
+  return header_start + header_length;
+}
+
+// The layout from the file's first header_end() bytes, checked against the file's size: the data
+// must be exactly what the header's dtype and shape need.
+NpyLayout read_layout(std::string_view head, size_t file_size, const std::string& name) {
+  size_t end = header_end(head, file_size, name);
+  size_t header_start = uint8_t(head[6]) == 1 ? 10 : 12;
+  Header header = HeaderReader(head.substr(header_start, end - header_start), name).read();
+  NpyLayout layout{dtype_of_descr(header.descr, name), header.shape, end};
   if (header.fortran_order && header.shape.size() > 1)
     user_error_at(name, "the array is in Fortran order; expected C order (save np.ascontiguousarray(arr))");
-
-  size_t data_start = header_start + header_length;
-  size_t available = bytes.size() - data_start;
+  size_t available = file_size - end;
   size_t elements = 1;
   bool empty = std::find(header.shape.begin(), header.shape.end(), int64_t(0)) != header.shape.end();
   for (int64_t s : header.shape) {
@@ -230,22 +250,46 @@ Tensor parse_npy(std::string_view bytes, const std::string& name) {
                     " bytes the file holds");
     elements *= size_t(s);
   }
-  size_t needed = elements * size_t(dtype_size(dtype));
-  if (available != needed)
-    user_error_at(name, "the data is ", available, " bytes; expected ", needed, " for ", header.descr, " of shape ",
+  layout.elements = elements;
+  layout.data_bytes = elements * size_t(dtype_size(layout.dtype));
+  if (available != layout.data_bytes)
+    user_error_at(name, "the data is ", available, " bytes; expected ", layout.data_bytes, " for ", header.descr, " of shape ",
                   shape_text(header.shape));
-  Tensor t = Tensor::empty(dtype, header.shape);
-  if (needed > 0) std::memcpy(t.data(), bytes.data() + data_start, needed);
-  if (dtype == DType::boolean) {  // NumPy bools are 0 or 1; keep any other byte from meaning "true" twice over
-    auto* b = t.data_as<uint8_t>();
-    for (size_t i = 0; i < elements; ++i) b[i] = b[i] != 0;
-  }
+  return layout;
+}
+
+// NumPy bools are 0 or 1; keep any other byte from meaning "true" twice over.
+void normalize_bools(Tensor& t, size_t elements) {
+  if (t.dtype() != DType::boolean) return;
+  auto* b = t.data_as<uint8_t>();
+  for (size_t i = 0; i < elements; ++i) b[i] = b[i] != 0;
+}
+
+}  // namespace
+
+Tensor parse_npy(std::string_view bytes, const std::string& name) {
+  NpyLayout layout = read_layout(bytes, bytes.size(), name);
+  Tensor t = Tensor::empty(layout.dtype, layout.shape);
+  if (layout.data_bytes > 0) std::memcpy(t.data(), bytes.data() + layout.data_start, layout.data_bytes);
+  normalize_bools(t, layout.elements);
   return t;
 }
 
 Tensor read_npy(const std::string& path) {
-  // the size is the regular file's, known before reading: a device or FIFO is refused
-  return parse_npy(read_regular_file(path, kMaxNpyBytes, ".npy file"), path);
+  // A regular file (a device or FIFO is refused), its header read and checked against the file's
+  // size before any data is: a wrong or huge file fails without being read.
+  RegularFile file(path, kMaxNpyBytes, ".npy file");
+  std::string head = file.read_at(0, std::min<size_t>(file.size(), 12));
+  size_t end = header_end(head, file.size(), path);
+  head += file.read_at(head.size(), end - head.size());
+  NpyLayout layout = read_layout(head, file.size(), path);
+  if (long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+      pages > 0 && page > 0 && layout.data_bytes > size_t(pages) * size_t(page))
+    user_error_at(path, "the array is ", layout.data_bytes, " bytes; this machine has ", size_t(pages) * size_t(page));
+  Tensor t = Tensor::empty(layout.dtype, layout.shape);
+  if (layout.data_bytes > 0) file.read_into(layout.data_start, static_cast<char*>(t.data()), layout.data_bytes);
+  normalize_bools(t, layout.elements);
+  return t;
 }
 
 std::string encode_npy(const Tensor& tensor) {

@@ -1,5 +1,7 @@
 #include "alloy/runtime/run_inputs.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -67,14 +69,16 @@ std::string element_text(const void* data, DType dtype, int64_t element) {
 }
 
 // Element indexes (from data()) of a strided tensor in C order.
-std::vector<int64_t> element_offsets(const Tensor& t) {
-  std::vector<int64_t> out;
-  int64_t n = t.numel();
-  out.reserve(size_t(n));
+// Calls fn(offset) for each of the first `count` elements of t (all where count < 0) in row-major
+// order, the offset in elements whatever the strides: a broadcast view of billions of elements is
+// walked, never listed.
+template <class Fn>
+void for_each_offset(const Tensor& t, Fn&& fn, int64_t count = -1) {
+  int64_t n = count < 0 ? t.numel() : std::min(count, t.numel());
   std::vector<int64_t> index(t.dim(), 0);
   int64_t element = 0;
   for (int64_t k = 0; k < n; ++k) {
-    out.push_back(element);
+    fn(element);
     for (int axis = t.dim() - 1; axis >= 0; --axis) {
       element += t.stride(axis);
       if (++index[axis] < t.size(axis)) break;
@@ -82,7 +86,12 @@ std::vector<int64_t> element_offsets(const Tensor& t) {
       index[axis] = 0;
     }
   }
-  return out;
+}
+
+// This machine's memory in bytes (0 when unknown).
+int64_t host_memory() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? int64_t(pages) * page : 0;
 }
 
 }  // namespace
@@ -112,6 +121,7 @@ Bindings resolve_input_sizes(const Fusion& fusion, const std::vector<Tensor>& gi
     std::string where = "--bind " + key + "=" + std::to_string(value);
     std::string symbol = requested_symbol(fusion, key, where);
     if (value < 0) user_error_at(where, "expected a size of 0 or more, found ", value);
+    if (value > kMaxTensorElements) user_error_at(where, "expected a size of at most 2^48 (", kMaxTensorElements, "), found ", value);
     auto it = bindings.find(symbol);
     if (it != bindings.end() && it->second != value)
       user_error_at(where, "contradicts ", bound_by[symbol], ", which has size ", it->second);
@@ -165,6 +175,8 @@ Tensor random_tensor(DType dtype, const std::vector<int64_t>& sizes, uint64_t se
 std::vector<Tensor> complete_inputs(const Fusion& fusion, std::vector<Tensor> given, const Bindings& bindings,
                                     uint64_t seed) {
   const auto& inputs = fusion.inputs();
+  const int64_t memory = host_memory();
+  int64_t drawn = 0;  // bytes of the random inputs so far
   ALLOY_CHECK(given.size() == inputs.size(), "complete_inputs: ", given.size(), " tensors for ", inputs.size(), " inputs");
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (given[i].defined()) continue;
@@ -182,12 +194,17 @@ std::vector<Tensor> complete_inputs(const Fusion& fusion, std::vector<Tensor> gi
     int64_t bytes = dtype_size(decl->dtype());
     for (const Extent& e : decl->shape()) {
       auto n = e.evaluate(bindings);
-      ALLOY_CHECK(n.has_value(), "size ", e.str(), " of input '", decl->name, "' is unbound");
+      // resolve_input_sizes bound every symbol: no value is a size past 2^62
+      if (!n) user_error_at("input '" + decl->name + "'", "declared ", decl->type_str(), ", has an axis ", e.str(), " past 2^62 for the bound sizes");
       sizes.push_back(*n);
       if (__builtin_mul_overflow(bytes, *n, &bytes) || bytes > kMaxDrawnBytes)
         user_error_at("input '" + decl->name + "'", "declared ", decl->type_str(),
                       ", is too large to draw for the bound sizes (more than 2^44 bytes)");
     }
+    drawn += bytes;
+    if (memory > 0 && drawn > memory)
+      user_error_at("input '" + decl->name + "'", "declared ", decl->type_str(), ", needs ", bytes, " bytes to draw for the bound sizes",
+                    drawn > bytes ? " (" + std::to_string(drawn) + " with the inputs before it)" : std::string(), "; this machine has ", memory);
     given[i] = random_tensor(decl->dtype(), sizes, input_seed);
   }
   return given;
@@ -199,27 +216,28 @@ std::string summarize_tensor(const Tensor& tensor) {
   if (n == 0) return "empty";
   DType dtype = tensor.dtype();
   const void* data = tensor.data();
-  std::vector<int64_t> offsets = element_offsets(tensor);
   int64_t nans = 0, infs = 0, finite = 0;
   double sum = 0, lo = INFINITY, hi = -INFINITY;
-  for (int64_t e : offsets) {
+  for_each_offset(tensor, [&](int64_t e) {
     double v = load_as_double(data, dtype, e);
-    if (std::isnan(v)) { ++nans; continue; }
-    if (std::isinf(v)) { ++infs; continue; }
-    ++finite;
-    sum += v;
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
-  }
+    if (std::isnan(v)) ++nans;
+    else if (std::isinf(v)) ++infs;
+    else {
+      ++finite;
+      sum += v;
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  });
   std::string out;
   if (dtype == DType::boolean) {
     out = "true=" + std::to_string(int64_t(sum)) + "/" + std::to_string(n);
   } else if (finite > 0) {
     double mean = sum / double(finite), squares = 0;
-    for (int64_t e : offsets) {
+    for_each_offset(tensor, [&](int64_t e) {
       double v = load_as_double(data, dtype, e);
       if (std::isfinite(v)) squares += (v - mean) * (v - mean);
-    }
+    });
     out = "mean=" + number(mean) + " std=" + number(std::sqrt(squares / double(finite)));
     if (is_integral(dtype)) out += " min=" + std::to_string(int64_t(lo)) + " max=" + std::to_string(int64_t(hi));
     else out += " min=" + number(lo) + " max=" + number(hi);
@@ -228,7 +246,8 @@ std::string summarize_tensor(const Tensor& tensor) {
   if (infs) out += std::string(out.empty() ? "" : " ") + "inf=" + std::to_string(infs);
   out += " first=[";
   int64_t shown = std::min<int64_t>(n, 4);
-  for (int64_t k = 0; k < shown; ++k) out += (k ? ", " : "") + element_text(data, dtype, offsets[size_t(k)]);
+  int64_t k = 0;
+  for_each_offset(tensor, [&](int64_t e) { out += (k++ ? ", " : "") + element_text(data, dtype, e); }, shown);
   return out + (n > shown ? ", ...]" : "]");
 }
 

@@ -13,11 +13,14 @@
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
 #include "backend/cuda/kernel_cases.h"
+#include "test_util.h"
 
 namespace alloy {
 namespace {
 
-#ifdef ALLOY_HAVE_CUDA
+#ifndef ALLOY_HAVE_CUDA
+TEST(LaunchPlan, NeedsTheCudaToolkit) { ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT(); }
+#else
 
 // The plan of the fusion's only generated kernel for contiguous inputs of `sizes` at a fake address
 // aligned like a fresh allocation (moved by `misalign` elements of the first input where given).

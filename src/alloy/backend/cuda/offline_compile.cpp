@@ -9,6 +9,7 @@
 #include "alloy/backend/cuda/launch_plan.h"
 #include "alloy/backend/cuda/nvrtc_compiler.h"
 #include "alloy/backend/gpu_plan.h"
+#include "alloy/common/settings.h"
 #include "alloy/ir/op_table.h"
 #include "alloy/passes/decompose_composites.h"
 #include "alloy/runtime/views.h"
@@ -149,6 +150,7 @@ std::string compile_offline(const Fusion& fusion, const std::string& arch_text, 
   auto lowered = decompose_composites(fusion);
   Segmentation segmentation = segment_for_cuda(*lowered);
   std::ostringstream report;
+  report << settings::dump_note();
   int kernels = 0;
   std::optional<SizedValues> values;
   Bindings bound;
