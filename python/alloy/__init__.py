@@ -209,9 +209,11 @@ def _make_op(row):
 
 
 class Operators:
-    """fd.ops: every op of the .fusion format, with the format's attribute names.
+    """fd.ops: every op of the .fusion format that a fusion states, with the format's attribute
+    names. The collectives (all_gather, reduce_scatter, all_reduce, all_to_all, shard_slice) are
+    not here: Alloy inserts them where placements differ (define_tensor's mesh and placement).
 
-    Inputs come first (values of the definition, or Python numbers as literals), then the
+    Inputs come first (values of the definition, or Python and NumPy numbers as literals), then the
     attributes, positionally in the format's order or by keyword: ``fd.ops.sum(x, dims=[1])``,
     ``fd.ops.cast(x, alloy.float32)``. Ops with several results return a tuple.
     """
@@ -220,6 +222,8 @@ class Operators:
         self._impl = impl
 
 
+# The communication rows are the resharding steps the sharding passes insert (in the table so that
+# a dump after insert_resharding parses again); stated in a fusion with a mesh they are an error.
 _OP_ROWS = [row for row in _alloy.op_table() if row["op_class"] != "communication"]
 for _row in _OP_ROWS:
     setattr(Operators, _row["name"], _make_op(_row))
@@ -378,7 +382,9 @@ class FusionDefinition:
         returns the outputs as a list of the first tensor input's kind (torch in, torch out;
         NumPy in, NumPy out), viewing Alloy's memory. Runs where the tensors are (``device``:
         "cpu", "cuda", "cuda:N" to choose); on CUDA it enqueues on torch's current stream (or
-        ``stream``: a handle or a stream object) and returns without waiting.
+        ``stream``: a handle or a stream object; an error for a CPU run) and returns without
+        waiting. Outputs that view a read-only input (NumPy ``writeable=False``) are read-only;
+        an in-place output into one is an ``alloy.Error``.
 
         A fusion with a mesh runs one process per device (``alloy.distributed``): each takes its
         part of every input and returns its part of every output; DTensor inputs are accepted
