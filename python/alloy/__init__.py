@@ -127,8 +127,23 @@ def _caller():
 
 # ---- fd.ops: one method per op row -----------------------------------------------------
 
+def _numpy_scalar_types():
+    numpy = _sys.modules.get("numpy")  # never imported here: without it there are no NumPy scalars
+    return (numpy.bool_, numpy.integer, numpy.floating) if numpy is not None else ()
+
+
+def _is_number(a):
+    """A Python bool, int or float, or a NumPy scalar of those kinds (np.float32(2.0))."""
+    return isinstance(a, (int, float)) or isinstance(a, _numpy_scalar_types())
+
+
+def _is_int(a):
+    numpy = _sys.modules.get("numpy")
+    return (isinstance(a, int) and not isinstance(a, _builtin_bool)) or (numpy is not None and isinstance(a, numpy.integer))
+
+
 def _is_operand(a):
-    return isinstance(a, Value) or (isinstance(a, (int, float)) and not isinstance(a, str))
+    return isinstance(a, Value) or _is_number(a)
 
 
 def _attr_value(spec_type, value):
@@ -136,7 +151,7 @@ def _attr_value(spec_type, value):
         return None
     if spec_type == "dtype":
         return _dtype(value)
-    if spec_type in ("ints", "ints?") and isinstance(value, int) and not isinstance(value, _builtin_bool):
+    if spec_type in ("ints", "ints?") and _is_int(value):
         return [value]
     if spec_type in ("ints", "ints?", "sizes") and isinstance(value, tuple):
         return list(value)
@@ -194,9 +209,11 @@ def _make_op(row):
 
 
 class Operators:
-    """fd.ops: every op of the .fusion format, with the format's attribute names.
+    """fd.ops: every op of the .fusion format that a fusion states, with the format's attribute
+    names. The collectives (all_gather, reduce_scatter, all_reduce, all_to_all, shard_slice) are
+    not here: Alloy inserts them where placements differ (define_tensor's mesh and placement).
 
-    Inputs come first (values of the definition, or Python numbers as literals), then the
+    Inputs come first (values of the definition, or Python and NumPy numbers as literals), then the
     attributes, positionally in the format's order or by keyword: ``fd.ops.sum(x, dims=[1])``,
     ``fd.ops.cast(x, alloy.float32)``. Ops with several results return a tuple.
     """
@@ -205,6 +222,8 @@ class Operators:
         self._impl = impl
 
 
+# The communication rows are the resharding steps the sharding passes insert (in the table so that
+# a dump after insert_resharding parses again); stated in a fusion with a mesh they are an error.
 _OP_ROWS = [row for row in _alloy.op_table() if row["op_class"] != "communication"]
 for _row in _OP_ROWS:
     setattr(Operators, _row["name"], _make_op(_row))
@@ -237,16 +256,51 @@ del _op, _dunder
 
 # ---- definitions -------------------------------------------------------------------------
 
+def _check_layout_hints(rank, contiguity, stride_order, where):
+    """nvFuser's define_tensor hints: contiguity is one True/False/None per axis, stride_order a
+    permutation of range(rank)."""
+    for what, hint in (("contiguity", contiguity), ("stride_order", stride_order)):
+        if hint is None:
+            continue
+        if not isinstance(hint, (list, tuple)):
+            hint = hint.tolist() if hasattr(hint, "tolist") else hint
+            if not isinstance(hint, (list, tuple)):
+                raise Error(f"{where}: {what} must be a list with one entry per axis, found {type(hint).__name__}")
+        if len(hint) != rank:
+            raise Error(f"{where}: {what} has {len(hint)} entries for a tensor of rank {rank}")
+    if contiguity is not None:
+        numpy_bool = _numpy_scalar_types()[:1]
+        for axis, c in enumerate(contiguity):
+            if c is not None and not isinstance(c, (_builtin_bool,) + numpy_bool):
+                raise Error(f"{where}: contiguity[{axis}] must be True, False or None, found {c!r}")
+    if stride_order is not None:
+        order = list(stride_order)
+        if not all(_is_int(i) for i in order) or sorted(int(i) for i in order) != list(range(rank)):
+            raise Error(f"{where}: stride_order must be a permutation of 0..{rank - 1} (stride_order[i] ranks axis i's "
+                        f"stride, {rank - 1} the largest), found {order}")
+
+
 class FusionDefinition:
     """A fusion defined op by op inside a ``with`` block, then executed.
 
     Every op is checked when it is defined: a shape or dtype mistake raises ``alloy.Error`` at
     that line. An error that ends the ``with`` block leaves the definition unusable (using it
     again raises ``alloy.Error`` saying why).
+
+    ``options`` (a dict, named as the C++ ``ExecutorOptions`` fields) sets how every run of this
+    definition is planned: ``"pipeline"``: ``"off"``, ``"auto"`` (the default), ``"ring"`` or
+    ``"chunks=N"``, how a sharded fusion's collectives overlap the GEMMs next to them (the
+    command line's ``--pipeline``); ``"poison_outputs"``: ``True`` fills every buffer a run
+    allocates with NaN first (a test sees any element a kernel failed to write). A bad name or
+    value raises ``alloy.Error``; ``fd.options`` reads them back.
     """
 
-    def __init__(self, name="fusion", *, _impl=None):
+    def __init__(self, name="fusion", *, options=None, _impl=None):
         self._impl = _impl if _impl is not None else _alloy._Definition(name)
+        if options is not None:
+            if not isinstance(options, dict):
+                raise Error(f"options: expected a dict such as {{'pipeline': 'ring'}}, found {type(options).__name__}")
+            self._impl.set_options(options)
         self.ops = Operators(self._impl)
         self._layout = None  # (input shardings, output shardings) once finished, None entries without a mesh
 
@@ -271,8 +325,13 @@ class FusionDefinition:
         as the first argument: its dtype, and its sizes as dynamic ones (1 stays 1, a broadcast
         axis) unless ``static_sizes=True``.
 
-        ``contiguity`` and ``stride_order`` are accepted as nvFuser takes them and checked for
-        length; Alloy reads any strides at run time, so they do not restrict the inputs.
+        ``contiguity`` (one True, False or None per axis) and ``stride_order`` (a permutation of
+        ``range(rank)``; ``stride_order[i]`` ranks axis i's stride, ``rank - 1`` the largest, so
+        ``[rank - 1, ..., 0]`` is row-major) are nvFuser's layout hints. They are checked here (a
+        wrong length, entry or a stride_order that is no permutation raises ``alloy.Error``), and
+        then have nothing left to do: Alloy reads every input's strides at run time and builds a
+        plan per layout (contiguity is part of the plan cache's key), so inputs of any layout
+        run, the declared one included, and none is refused for not matching the hint.
 
         ``mesh`` (device ids, which are ranks) with ``placement`` (``alloy.Shard(k)``,
         ``alloy.Replicate()`` (the default), torch's own, or the text's "shard(axis=K)") lays the
@@ -290,11 +349,8 @@ class FusionDefinition:
         if dtype is None:
             dtype = float32
         shape = list(shape)
-        for what, hint in (("contiguity", contiguity), ("stride_order", stride_order)):
-            if hint is not None and len(hint) != len(shape):
-                file, line, col = _caller()
-                raise Error(f"{file}:{line}:{col}: define_tensor: {what} has {len(hint)} entries for a tensor of rank {len(shape)}")
         file, line, col = _caller()
+        _check_layout_hints(len(shape), contiguity, stride_order, f"{file}:{line}:{col}: define_tensor")
         axis = None
         if mesh is None:
             if placement is not None:
@@ -326,7 +382,9 @@ class FusionDefinition:
         returns the outputs as a list of the first tensor input's kind (torch in, torch out;
         NumPy in, NumPy out), viewing Alloy's memory. Runs where the tensors are (``device``:
         "cpu", "cuda", "cuda:N" to choose); on CUDA it enqueues on torch's current stream (or
-        ``stream``: a handle or a stream object) and returns without waiting.
+        ``stream``: a handle or a stream object; an error for a CPU run) and returns without
+        waiting. Outputs that view a read-only input (NumPy ``writeable=False``) are read-only;
+        an in-place output into one is an ``alloy.Error``.
 
         A fusion with a mesh runs one process per device (``alloy.distributed``): each takes its
         part of every input and returns its part of every output; DTensor inputs are accepted
@@ -420,6 +478,11 @@ class FusionDefinition:
         return self._impl.outputs
 
     @property
+    def options(self):
+        """The executor options every run uses: {"pipeline": ..., "poison_outputs": ...}."""
+        return dict(self._impl.options)
+
+    @property
     def compile_count(self):
         """How many plans were built for this definition (one per device it ran on); repeated
         runs, new sizes and new strides reuse the plan."""
@@ -432,11 +495,13 @@ class FusionDefinition:
         return f"<alloy.FusionDefinition {self._impl.name}>\n{self._impl.text()}"
 
 
-def parse(text, name=None):
-    """The fusion in ``.fusion`` text (the first, or the one called ``name``), ready to execute."""
-    return FusionDefinition(_impl=_alloy.parse(text, name))
+def parse(text, name=None, *, options=None):
+    """The fusion in ``.fusion`` text (the first, or the one called ``name``), ready to execute;
+    ``options`` as for ``FusionDefinition``."""
+    return FusionDefinition(_impl=_alloy.parse(text, name), options=options)
 
 
-def load(path, name=None):
-    """The fusion in a ``.fusion`` file (the first, or the one called ``name``), ready to execute."""
-    return FusionDefinition(_impl=_alloy.load(_os.fspath(path), name))
+def load(path, name=None, *, options=None):
+    """The fusion in a ``.fusion`` file (the first, or the one called ``name``), ready to execute;
+    ``options`` as for ``FusionDefinition``."""
+    return FusionDefinition(_impl=_alloy.load(_os.fspath(path), name), options=options)

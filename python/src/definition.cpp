@@ -11,6 +11,7 @@
 #include "alloy/ir/parser.h"
 #include "alloy/ir/printer.h"
 #include "alloy/passes/propagate_sharding.h"
+#include "alloy/pipeline/pipeline.h"
 #include "exchange.h"
 
 namespace alloy::python {
@@ -19,6 +20,7 @@ namespace {
 // ---- Python values as IR pieces -----------------------------------------------------------
 
 Literal literal_of(nb::handle number, const std::string& place) {
+  if (auto value = numpy_scalar_value(number)) return literal_of(*value, place);  // np.float32(2.0): a float
   PyObject* o = number.ptr();
   if (PyBool_Check(o)) return Literal{Literal::Kind::boolean, 0, 0, o == Py_True};
   if (PyLong_Check(o) || (!PyFloat_Check(o) && PyIndex_Check(o))) {
@@ -34,9 +36,12 @@ Literal literal_of(nb::handle number, const std::string& place) {
   return Literal{Literal::Kind::real, 0, value, false};
 }
 
+// A Python bool, int or float, a NumPy scalar of those kinds (np.float32(2.0), np.int64(3),
+// np.bool_), or another number-like object; not a tensor, which may also define
+// __index__/__float__ for one element.
 bool is_number(nb::handle o) {
   if (PyBool_Check(o.ptr()) || PyLong_Check(o.ptr()) || PyFloat_Check(o.ptr())) return true;
-  // NumPy scalars; not tensors, which also define __index__/__float__ for one element
+  if (numpy_scalar_value(o)) return true;
   return !nb::hasattr(o, "__dlpack__") && !nb::hasattr(o, "shape") && (PyIndex_Check(o.ptr()) || PyNumber_Check(o.ptr()));
 }
 
@@ -51,7 +56,11 @@ Attr attr_of(nb::handle value, const AttrSpec* spec, const std::string& place, b
   if (nb::try_cast(value, dtype, false)) return Attr::dtype(dtype);
   if (PyLong_Check(o) || PyFloat_Check(o) || (is_number(value) && !PyUnicode_Check(o))) {
     Literal lit = literal_of(value, place);
-    return lit.kind == Literal::Kind::integer ? Attr::integer(lit.i) : Attr::real(lit.f);
+    switch (lit.kind) {
+      case Literal::Kind::boolean: return Attr::boolean(lit.b);  // np.bool_
+      case Literal::Kind::integer: return Attr::integer(lit.i);
+      default: return Attr::real(lit.f);
+    }
   }
   if (PyUnicode_Check(o)) {
     std::string text = nb::cast<std::string>(value);
@@ -83,6 +92,7 @@ Extent extent_of(nb::handle dim, Fusion& fusion, const std::string& place) {
   }
   if (PyBool_Check(dim.ptr()) || !is_number(dim)) user_error_at(place, "a size must be an int, -1, None or a symbol name, found ", python_type_name(dim));
   Literal lit = literal_of(dim, place);
+  if (lit.kind == Literal::Kind::boolean) user_error_at(place, "a size must be an int, -1, None or a symbol name, found a bool");
   if (lit.kind != Literal::Kind::integer) user_error_at(place, "a size must be an integer, found ", lit.f);
   if (lit.i == -1) return Extent::dynamic(fusion.next_dynamic_id());
   if (lit.i < 0) user_error_at(place, "a size must be >= 0 (or -1 for a dynamic size), found ", lit.i);
@@ -292,6 +302,8 @@ void Definition::finish() {
 
 struct Definition::Prepared {
   std::vector<Tensor> tensors;
+  std::vector<char> read_only;  // per input: the caller's memory is read-only
+  bool any_read_only = false;
   CallerKind kind;
   Device device;
 };
@@ -313,10 +325,17 @@ Definition::Prepared Definition::prepare(const nb::sequence& inputs, nb::handle 
   }
   Prepared p;
   p.tensors.reserve(n);
+  p.read_only.assign(n, 0);
   std::optional<Device> gpu;
   size_t gpu_input = 0;
   for (size_t i = 0; i < n; ++i) {
-    Tensor t = import_input(objects[i], *declared[i], i, p.kind);
+    bool read_only = false;
+    Tensor t = import_input(objects[i], *declared[i], i, p.kind, &read_only);
+    if (read_only) {
+      p.read_only[i] = 1;
+      p.any_read_only = true;
+      check_writable(i);
+    }
     if (t.device().kind == DeviceKind::cuda) {
       if (gpu && *gpu != t.device())
         user_error_at("input '" + declared[i]->name + "'", "is on ", t.device().str(), " but input '", declared[gpu_input]->name,
@@ -338,16 +357,72 @@ Definition::Prepared Definition::prepare(const nb::sequence& inputs, nb::handle 
   return p;
 }
 
+// An input the run writes into (an output's alias_input) must not be read-only memory: the
+// write would change a buffer its owner promised no one changes (bytes, a read-only memmap,
+// writeable=False), or fault.
+void Definition::check_writable(size_t input) const {
+  const std::vector<Value*>& aliases = fusion->output_aliases();
+  for (size_t k = 0; k < aliases.size(); ++k) {
+    if (aliases[k] != fusion->inputs()[input]) continue;
+    const std::string& name = fusion->inputs()[input]->name;
+    user_error_at("input '" + name + "' (argument " + std::to_string(input) + ")",
+                  "is read-only memory (a NumPy array with writeable=False, np.frombuffer of bytes, a read-only memmap, "
+                  "or a DLPack tensor flagged read-only), but fusion '", fusion->name(), "' updates it in place (output ", k,
+                  ", '", fusion->outputs()[k]->name, "', is written into it: `return ", fusion->outputs()[k]->name, " -> ", name,
+                  "`); expected writable memory, e.g. a copy");
+  }
+}
+
 FusionExecutor& Definition::executor_for(Device device) {
   std::lock_guard<std::mutex> lock(executors_mutex_);
   auto& slot = executors_[{int(device.kind), device.index}];
   if (!slot) {
-    ExecutorOptions options;
+    ExecutorOptions options = options_;
     options.device = device.kind == DeviceKind::cpu ? DeviceChoice::cpu : DeviceChoice::cuda;
     options.device_index = device.index;
     slot = std::make_unique<FusionExecutor>(fusion->clone(), options);
   }
   return *slot;
+}
+
+void Definition::set_options(const nb::dict& options) {
+  const char* place = "options";
+  ExecutorOptions updated = options_;
+  for (auto [key, value] : options) {
+    if (!PyUnicode_Check(key.ptr())) user_error_at(place, "expected option names (str), found ", python_type_name(key));
+    std::string name = nb::cast<std::string>(key);
+    if (name == "pipeline") {
+      if (!PyUnicode_Check(value.ptr()))
+        user_error_at(place, "pipeline: expected \"off\", \"auto\", \"ring\" or \"chunks=N\", found ", python_type_name(value));
+      std::string text = nb::cast<std::string>(value);
+      try {
+        parse_pipeline_option(text);
+      } catch (const UserError& e) {
+        user_error_at(place, "pipeline: ", std::string(e.what()).substr(std::string("--pipeline: ").size()));
+      }
+      updated.pipeline = text;
+    } else if (name == "poison_outputs") {
+      Literal flag = is_number(value) ? literal_of(value, place) : Literal{};
+      if (!is_number(value) || flag.kind != Literal::Kind::boolean)
+        user_error_at(place, "poison_outputs: expected True or False, found ", nb::cast<std::string>(nb::repr(value)));
+      updated.poison_outputs = flag.b;
+    } else {
+      user_error_at(place, "unknown option '", name, "'; expected pipeline (\"off\", \"auto\", \"ring\" or \"chunks=N\") or "
+                    "poison_outputs (a bool)");
+    }
+  }
+  std::lock_guard<std::mutex> lock(executors_mutex_);
+  if (!executors_.empty())
+    user_error_at(place, "fusion '", fusion->name(), "' has already run; options are set before its first run");
+  options_ = updated;
+}
+
+nb::dict Definition::options() {
+  std::lock_guard<std::mutex> lock(executors_mutex_);
+  nb::dict out;
+  out["pipeline"] = options_.pipeline;
+  out["poison_outputs"] = options_.poison_outputs;
+  return out;
 }
 
 static std::vector<Tensor> run_released(FusionExecutor& executor, const std::vector<Tensor>& inputs, const RunOptions& options) {
@@ -357,7 +432,12 @@ static std::vector<Tensor> run_released(FusionExecutor& executor, const std::vec
 
 static RunOptions run_options(const Device& device, const CallerKind& kind, nb::handle stream) {
   RunOptions options;
-  if (device.kind != DeviceKind::cuda) return options;
+  if (device.kind != DeviceKind::cuda) {
+    if (!stream.is_none())
+      user_error_at("stream", "a CUDA stream was given, but the run is on the cpu (where the inputs are, or device=\"cpu\"); "
+                    "expected stream=None for a CPU run");
+    return options;
+  }
   if (!stream.is_none()) options.stream = stream_handle(stream);
   else if (kind.kind == Kind::torch) options.stream = torch_current_stream(device.index);
   return options;
@@ -368,8 +448,22 @@ nb::list Definition::execute(const nb::sequence& inputs, nb::handle device, nb::
   FusionExecutor& executor = executor_for(p.device);
   std::vector<Tensor> outputs = run_released(executor, p.tensors, run_options(p.device, p.kind, stream));
   nb::list result;
-  for (const Tensor& t : outputs) result.append(export_output(t, p.kind));
+  for (const Tensor& t : outputs) result.append(export_output(t, p.kind, p.any_read_only && views_read_only_input(t, p)));
   return result;
+}
+
+// Whether `output` lies in the memory of an input that is read-only (a view of it).
+bool Definition::views_read_only_input(const Tensor& output, const Prepared& p) {
+  if (!output.defined() || !output.buffer()) return false;
+  auto* data = static_cast<const char*>(output.data());
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    if (!p.read_only[i]) continue;
+    const Buffer& in = *p.tensors[i].buffer();
+    if (output.buffer() == p.tensors[i].buffer()) return true;
+    auto* begin = static_cast<const char*>(in.data);
+    if (in.device == output.device() && data >= begin && data < begin + std::max<size_t>(in.bytes, 1)) return true;
+  }
+  return false;
 }
 
 nb::list Definition::join_outside_mesh() {
@@ -412,8 +506,11 @@ std::vector<std::string> Definition::validate(const nb::sequence& inputs, nb::ha
       user_error_at("validate", "fusion '", fusion->name(), "' has ", fusion->outputs().size(), " outputs, but ", n,
                     " reference outputs were given");
     CallerKind kind;
-    for (size_t i = 0; i < n; ++i)
-      expected.push_back(import_input(PySequence_Fast_GET_ITEM(items.ptr(), Py_ssize_t(i)), *fusion->outputs()[i], i, kind));
+    for (size_t i = 0; i < n; ++i) {
+      std::string place = "reference output '" + fusion->outputs()[i]->name + "' (reference_outputs[" + std::to_string(i) + "])";
+      expected.push_back(
+          import_input(PySequence_Fast_GET_ITEM(items.ptr(), Py_ssize_t(i)), *fusion->outputs()[i], i, kind, nullptr, &place));
+    }
   }
   std::vector<std::string> mismatches;
   for (size_t i = 0; i < actual.size(); ++i) {

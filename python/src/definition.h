@@ -59,6 +59,10 @@ struct Definition : std::enable_shared_from_this<Definition> {
   // the CPU reference on the same inputs), one line each; empty when every output matches.
   std::vector<std::string> validate(const nb::sequence& inputs, nb::handle reference, nb::handle device);
   int plans_built();
+  // The executor options (pipeline, poison_outputs) every run of this definition uses, by
+  // ExecutorOptions' field names; set before the first run (a bad name or value is a UserError).
+  void set_options(const nb::dict& options);
+  nb::dict options();
   // How each input and output is laid over the mesh after propagation: per value None or
   // (mesh, placement) with placement "replicated", "shard(axis=K)" or "partial(OP)"; both lists
   // are all None for a fusion without a mesh.
@@ -71,7 +75,10 @@ struct Definition : std::enable_shared_from_this<Definition> {
   FusionExecutor& executor_for(Device device);
   struct Prepared;
   Prepared prepare(const nb::sequence& inputs, nb::handle device);
+  void check_writable(size_t input) const;
+  static bool views_read_only_input(const Tensor& output, const Prepared& p);
 
+  ExecutorOptions options_;  // device and device_index aside, which each executor sets
   std::mutex executors_mutex_;
   std::map<std::pair<int, int>, std::unique_ptr<FusionExecutor>> executors_;  // by (device kind, index)
 };

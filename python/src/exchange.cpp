@@ -65,6 +65,7 @@ LoadedAttr torch_from_dlpack{"torch", "_C._from_dlpack", "utils.dlpack.from_dlpa
 LoadedAttr torch_raw_stream{"torch", "_C._cuda_getCurrentRawStream", nullptr};
 LoadedAttr torch_current_stream_fn{"torch", "cuda.current_stream", nullptr};
 LoadedAttr numpy_array_type{"numpy", "ndarray", nullptr};
+LoadedAttr numpy_scalar_type{"numpy", "generic", nullptr};
 
 nb::object call(PyObject* fn, nb::handle arg) {
   PyObject* result = PyObject_CallOneArg(fn, arg.ptr());
@@ -161,7 +162,7 @@ Tensor wrap_array(Array array, DType dtype, Device device) {
   return Tensor(std::move(buffer), dtype, std::move(sizes), std::move(strides), 0);
 }
 
-Tensor from_number(nb::handle object, const Value& declared, size_t position) {
+Tensor from_number(nb::handle object, const Value& declared, const std::string& place) {
   DType dtype = declared.dtype();
   Tensor t = Tensor::empty(dtype, {});
   if (PyBool_Check(object.ptr())) {
@@ -169,14 +170,14 @@ Tensor from_number(nb::handle object, const Value& declared, size_t position) {
   } else if (PyLong_Check(object.ptr())) {
     int overflow = 0;
     long long value = PyLong_AsLongLongAndOverflow(object.ptr(), &overflow);
-    if (overflow) user_error_at(input_place(declared, position), "the integer does not fit in 64 bits");
+    if (overflow) user_error_at(place, "the integer does not fit in 64 bits");
     if (is_floating(dtype)) store_double(t.data(), dtype, 0, double(value));
     else store_int(t.data(), dtype, 0, value);
   } else {
     double value = PyFloat_AsDouble(object.ptr());
     if (value == -1.0 && PyErr_Occurred()) nb::raise_python_error();
     if (!is_floating(dtype))
-      user_error_at(input_place(declared, position), "expected ", expected_str(declared), ", found the float ", value);
+      user_error_at(place, "expected ", expected_str(declared), ", found the float ", value);
     store_double(t.data(), dtype, 0, value);
   }
   return t;
@@ -186,8 +187,10 @@ bool is_number(nb::handle object) {
   return PyBool_Check(object.ptr()) || PyLong_Check(object.ptr()) || PyFloat_Check(object.ptr());
 }
 
-// NumPy scalars (np.float32(2.0), np.int64(3)) and other numbers with __index__ or __float__.
+// NumPy scalars (np.float32(2.0), np.int64(3), np.bool_) and other numbers with __index__ or
+// __float__.
 std::optional<nb::object> as_python_number(nb::handle object) {
+  if (auto value = numpy_scalar_value(object)) return value;
   if (PyIndex_Check(object.ptr())) {
     PyObject* index = PyNumber_Index(object.ptr());
     if (index) return nb::steal(index);
@@ -225,20 +228,52 @@ bool is_torch_tensor(nb::handle object) {
   return type && PyObject_TypeCheck(object.ptr(), reinterpret_cast<PyTypeObject*>(type));
 }
 
-Tensor import_input(nb::handle object, const Value& declared, size_t position, CallerKind& caller) {
-  if (object.is_none())
-    user_error_at(input_place(declared, position), "expected ", expected_str(declared), ", found None");
+std::optional<nb::object> numpy_scalar_value(nb::handle object) {
+  PyObject* generic = numpy_scalar_type.get();
+  if (!generic || !PyObject_TypeCheck(object.ptr(), reinterpret_cast<PyTypeObject*>(generic))) return std::nullopt;
+  PyObject* item = PyObject_CallMethod(object.ptr(), "item", nullptr);
+  if (!item) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  nb::object value = nb::steal(item);
+  if (!PyBool_Check(item) && !PyLong_Check(item) && !PyFloat_Check(item)) return std::nullopt;  // complex, str, datetime
+  return value;
+}
+
+namespace {
+
+// `source` as an array, writable where the producer allows it: a writable import first (a DLPack
+// 1.x tensor flagged read-only, or a read-only buffer, refuses it), then a read-only one.
+bool import_array(nb::handle source, nb::ndarray<nb::ro>& array, bool& read_only) {
+  nb::ndarray<> writable;
+  if (nb::try_cast(source, writable, false)) {
+    array = nb::ndarray<nb::ro>(writable);
+    read_only = false;
+    return true;
+  }
+  if (PyErr_Occurred()) PyErr_Clear();
+  read_only = true;
+  return nb::try_cast(source, array, false);
+}
+
+}  // namespace
+
+Tensor import_input(nb::handle object, const Value& declared, size_t position, CallerKind& caller, bool* read_only,
+                    const std::string* place_given) {
+  const std::string place = place_given ? *place_given : input_place(declared, position);
+  if (read_only) *read_only = false;
+  if (object.is_none()) user_error_at(place, "expected ", expected_str(declared), ", found None");
   if (is_number(object) || (declared.is_scalar() && !nb::hasattr(object, "__dlpack__"))) {
     if (declared.rank() > 0)
-      user_error_at(input_place(declared, position), "expected ", expected_str(declared), ", found the number ",
-                    nb::cast<std::string>(nb::repr(object)));
-    if (is_number(object)) return from_number(object, declared, position);
-    if (auto number = as_python_number(object)) return from_number(*number, declared, position);
-    user_error_at(input_place(declared, position), "expected ", expected_str(declared), ", found ", python_type_name(object));
+      user_error_at(place, "expected ", expected_str(declared), ", found the number ", nb::cast<std::string>(nb::repr(object)));
+    if (is_number(object)) return from_number(object, declared, place);
+    if (auto number = as_python_number(object)) return from_number(*number, declared, place);
+    user_error_at(place, "expected ", expected_str(declared), ", found ", python_type_name(object));
   }
   Kind kind = kind_of(object, caller);
   nb::ndarray<nb::ro> array;
-  bool imported = false;
+  bool imported = false, array_read_only = false;
   nb::object source = nb::borrow(object);
   if (kind == Kind::torch) {
     // torch's own exporters, called directly: Tensor.__dlpack__ refuses tensors that require grad
@@ -251,19 +286,19 @@ Tensor import_input(nb::handle object, const Value& declared, size_t position, C
         PyErr_Clear();  // an exporter this torch does not have in that form: try the next
         continue;
       }
-      imported = nb::try_cast(nb::steal(capsule), array, false);
+      imported = import_array(nb::steal(capsule), array, array_read_only);
     }
     if (!imported) source = object.attr("detach")();  // then through __dlpack__
   }
-  if (!imported) imported = nb::try_cast(source, array, false);
+  if (!imported) imported = import_array(source, array, array_read_only);
   if (!imported) {
     if (PyErr_Occurred()) PyErr_Clear();
-    user_error_at(input_place(declared, position), "expected ", expected_str(declared), ", found ", python_type_name(object),
+    user_error_at(place, "expected ", expected_str(declared), ", found ", python_type_name(object),
                   " (not a tensor: no __dlpack__ or buffer protocol, or a layout DLPack cannot describe)");
   }
   std::optional<DType> dtype = dtype_of(array.dtype());
   if (!dtype)
-    user_error_at(input_place(declared, position), "dtype ", describe(array.dtype()), " is not supported; expected ",
+    user_error_at(place, "dtype ", describe(array.dtype()), " is not supported; expected ",
                   expected_str(declared));
   Device device;
   switch (array.device_type()) {
@@ -272,10 +307,11 @@ Tensor import_input(nb::handle object, const Value& declared, size_t position, C
     case nb::device::cuda::value:
     case nb::device::cuda_managed::value: device = Device{DeviceKind::cuda, array.device_id()}; break;
     default:
-      user_error_at(input_place(declared, position), "is on a device of DLPack type ", array.device_type(),
+      user_error_at(place, "is on a device of DLPack type ", array.device_type(),
                     "; expected a CPU or CUDA tensor");
   }
   if (caller.kind == Kind::none) caller.kind = kind;
+  if (read_only) *read_only = array_read_only;
   Tensor t = wrap_array(std::move(array), *dtype, device);
   // NumPy has no bf16: an f32 or f64 array feeds a bf16 input, rounded (a copy)
   if (kind == Kind::numpy && declared.dtype() == DType::bf16 && (*dtype == DType::f32 || *dtype == DType::f64))
@@ -285,7 +321,7 @@ Tensor import_input(nb::handle object, const Value& declared, size_t position, C
   return t;
 }
 
-nb::object export_output(const Tensor& result, const CallerKind& caller) {
+nb::object export_output(const Tensor& result, const CallerKind& caller, bool read_only) {
   Tensor t = result;
   if (caller.kind == Kind::numpy || caller.kind == Kind::none) {
     t = to_cpu(t);
@@ -304,6 +340,9 @@ nb::object export_output(const Tensor& result, const CallerKind& caller) {
   switch (caller.kind) {
     case Kind::none:
     case Kind::numpy:
+      if (read_only)
+        return nb::cast(nb::ndarray<nb::numpy, nb::ro>(data, shape.size(), shape.data(), owner, t.strides().data(),
+                                                       dl_dtype(t.dtype()), device_type, device.index));
       return nb::cast(nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), owner, t.strides().data(), dl_dtype(t.dtype()),
                                              device_type, device.index));
     case Kind::torch: {
@@ -315,8 +354,12 @@ nb::object export_output(const Tensor& result, const CallerKind& caller) {
       return call(from_dlpack, capsule);
     }
     case Kind::other: {
-      nb::object array = nb::cast(nb::ndarray<nb::array_api>(data, shape.size(), shape.data(), owner, t.strides().data(),
-                                                              dl_dtype(t.dtype()), device_type, device.index));
+      nb::object array = read_only ? nb::cast(nb::ndarray<nb::array_api, nb::ro>(data, shape.size(), shape.data(), owner,
+                                                                                 t.strides().data(), dl_dtype(t.dtype()),
+                                                                                 device_type, device.index))
+                                   : nb::cast(nb::ndarray<nb::array_api>(data, shape.size(), shape.data(), owner,
+                                                                         t.strides().data(), dl_dtype(t.dtype()), device_type,
+                                                                         device.index));
       if (caller.module.is_valid() && !caller.module.is_none()) return caller.module.attr("from_dlpack")(array);
       return array;
     }

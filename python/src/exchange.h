@@ -30,12 +30,23 @@ struct CallerKind {
 // a tensor input in `kind` when none is recorded yet. A mismatch the run would report later is
 // left to it (dtype, rank and sizes are checked against the declaration there); what only this
 // layer sees (None, an unsupported dtype or device, an object that is no tensor) is a UserError
-// naming the input.
-Tensor import_input(nb::handle object, const Value& declared, size_t position, CallerKind& kind);
+// naming the input. `place` names it in those errors (default: "input 'x' (argument 0)").
+// `read_only` (when given) says whether the caller's memory is read-only (a NumPy array with
+// writeable=False, np.frombuffer(bytes), a read-only np.memmap, a DLPack 1.x tensor flagged
+// read-only): Alloy must not write into it.
+Tensor import_input(nb::handle object, const Value& declared, size_t position, CallerKind& kind, bool* read_only = nullptr,
+                    const std::string* place = nullptr);
 
 // `tensor` (a result) as the caller's kind of tensor, viewing the same memory. NumPy gets a CPU
 // array (a device result is copied to the host, a bf16 result is widened to f32, exactly).
-nb::object export_output(const Tensor& tensor, const CallerKind& kind);
+// `read_only`: the result views read-only memory (an input's), and comes back read-only where the
+// kind can say so (NumPy: writeable=False; DLPack 1.x: the read-only flag; torch has no such tensors).
+nb::object export_output(const Tensor& tensor, const CallerKind& kind, bool read_only = false);
+
+// The Python bool, int or float a NumPy scalar holds (numpy.bool_, numpy.integer,
+// numpy.floating, e.g. np.float32(2.0)); nullopt for anything else (complex scalars included).
+// Never imports NumPy: without it loaded there are no NumPy scalars.
+std::optional<nb::object> numpy_scalar_value(nb::handle object);
 
 // torch.cuda.current_stream(device).cuda_stream, read without building a Stream object; nullopt
 // when torch is not imported.

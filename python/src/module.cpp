@@ -188,6 +188,8 @@ NB_MODULE(_alloy, m) {
       .def("dump", &Definition::dump, "stage"_a, "inputs"_a.none() = nb::none(), "device"_a.none() = nb::none())
       .def("validate", &Definition::validate, "inputs"_a, "reference"_a.none() = nb::none(), "device"_a.none() = nb::none())
       .def_prop_ro("plans_built", &Definition::plans_built)
+      .def("set_options", &Definition::set_options, "options"_a)
+      .def_prop_ro("options", &Definition::options)
       .def("shardings", &Definition::shardings)
       .def("join_outside_mesh", &Definition::join_outside_mesh)
       .def("text", [](const Definition& d) { return print_fusion(*d.fusion); });

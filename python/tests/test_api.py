@@ -203,3 +203,113 @@ def test_settings_are_listed_set_and_checked():
         alloy.set_setting("ROW_THREADS", 5)
     with pytest.raises(alloy.Error, match="no setting 'NOPE'"):
         alloy.set_setting("NOPE", 1)
+
+
+# ---- NumPy scalars are numbers wherever a Python number is ----------------------------------
+
+def definition_text(number, make):
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[2, 3], dtype=alloy.float32, name="x")
+        i = fd.define_tensor(shape=[2, 3], dtype=alloy.int64, name="i")
+        for out in make(fd, x, i, number):
+            fd.add_output(out)
+    return str(fd)
+
+
+@pytest.mark.parametrize("python_number, numpy_number", [
+    (2.0, np.float32(2.0)), (2.5, np.float64(2.5)), (0.5, np.float16(0.5)),
+    (3, np.int64(3)), (3, np.int32(3)), (True, np.bool_(True)),
+])
+def test_numpy_scalars_are_literals_of_their_kind(python_number, numpy_number):
+    def make(fd, x, i, n):
+        return fd.ops.mul(x, n), fd.ops.add(i, n), fd.ops.where(fd.ops.gt(x, 0), n, x), x * n, n - i, fd.define_scalar(n) + x
+    assert definition_text(numpy_number, make) == definition_text(python_number, make)
+
+
+@pytest.mark.parametrize("make", [
+    lambda fd, x, i, n: [fd.ops.sum(x, dims=n)],
+    lambda fd, x, i, n: [fd.ops.sum(x, dims=[n], keepdim=np.bool_(True))],
+    lambda fd, x, i, n: [fd.ops.permute(x, dims=[n, np.int32(0)])],
+    lambda fd, x, i, n: [fd.ops.reshape(x, shape=[np.int64(3), n + 1])],
+    lambda fd, x, i, n: [fd.ops.unsqueeze(x, n)],
+])
+def test_numpy_integers_in_attributes_and_lists(make):
+    assert definition_text(np.int64(1), make) == definition_text(1, make)
+
+
+def test_numpy_scalars_run_as_literals_and_as_scalar_inputs():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[3], dtype=alloy.int64)
+        flag = fd.define_scalar(dtype=alloy.bool)
+        scale = fd.define_scalar(dtype=alloy.float32)
+        fd.add_output(fd.ops.where(flag, fd.ops.mul(x, np.int64(3)), x))
+        fd.add_output(fd.ops.mul(x, scale))
+        fd.add_output(fd.ops.mul(x, np.float32(0.5)))
+    a = np.arange(3)
+    tripled, doubled, halved = fd.execute([a, np.bool_(True), np.float32(2.0)])
+    np.testing.assert_array_equal(tripled, a * 3)
+    assert tripled.dtype == np.int64
+    np.testing.assert_allclose(doubled, a * 2.0)
+    np.testing.assert_allclose(halved, a * 0.5)
+    np.testing.assert_array_equal(fd.execute([a, np.bool_(False), np.float32(2.0)])[0], a)
+
+
+def test_complex_numpy_scalars_are_not_numbers():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[3], dtype=alloy.float32)
+        with pytest.raises(alloy.Error, match="expected a value of this definition or a number"):
+            fd.ops.add(x, np.complex64(1j))
+
+
+# ---- define_tensor's layout hints ------------------------------------------------------------
+
+def test_layout_hints_as_nvfuser_writes_them_are_accepted_and_any_layout_runs():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1, 1], dtype=alloy.float32, contiguity=[True, False, None], stride_order=[1, 2, 0])
+        fd.add_output(fd.ops.neg(x))
+    a = np.arange(6.0, dtype=np.float32).reshape(2, 3, 1)
+    np.testing.assert_array_equal(fd.execute([a])[0], -a)  # row-major, not the hinted layout: it runs
+    np.testing.assert_array_equal(fd.execute([np.asfortranarray(a)])[0], -a)
+
+
+@pytest.mark.parametrize("hints, message", [
+    (dict(stride_order=[5, 7]), r"stride_order must be a permutation of 0\.\.1"),
+    (dict(stride_order=[0, 0]), "stride_order must be a permutation"),
+    (dict(stride_order=[1.0, 0.0]), "stride_order must be a permutation"),
+    (dict(stride_order=[True, False]), "stride_order must be a permutation"),
+    (dict(stride_order=[0]), "stride_order has 1 entries for a tensor of rank 2"),
+    (dict(contiguity=[True, 1]), r"contiguity\[1\] must be True, False or None, found 1"),
+    (dict(contiguity=["yes", True]), r"contiguity\[0\] must be True, False or None"),
+    (dict(contiguity=True), "contiguity must be a list with one entry per axis"),
+])
+def test_bad_layout_hints_are_located_errors_at_definition(hints, message):
+    with pytest.raises(alloy.Error, match=message) as error:
+        alloy.FusionDefinition().define_tensor(shape=[2, 3], dtype=alloy.float32, **hints)
+    assert str(error.value).startswith(f"{__file__}:")
+
+
+# ---- executor options per definition ---------------------------------------------------------
+
+def test_options_are_set_per_definition_and_read_back():
+    assert alloy.FusionDefinition().options == {"pipeline": "auto", "poison_outputs": False}
+    fd = alloy.FusionDefinition(options={"pipeline": "chunks=4", "poison_outputs": True})
+    assert fd.options == {"pipeline": "chunks=4", "poison_outputs": True}
+    text = "fusion f(x: f32[3]) {\n  y = exp(x)\n  return y\n}"
+    assert alloy.parse(text, options={"pipeline": "ring"}).options["pipeline"] == "ring"
+
+
+def test_load_takes_options(tmp_path):
+    path = tmp_path / "f.fusion"
+    path.write_text("fusion f(x: f32[3]) {\n  y = exp(x)\n  return y\n}\n")
+    fd = alloy.load(path, options={"pipeline": "off", "poison_outputs": np.bool_(True)})
+    assert fd.options == {"pipeline": "off", "poison_outputs": True}
+    np.testing.assert_allclose(fd.execute([np.zeros(3, np.float32)])[0], np.ones(3))
+
+
+def test_poisoned_outputs_still_hold_every_result():
+    with alloy.FusionDefinition(options={"poison_outputs": True}) as fd:
+        x = fd.define_tensor(shape=[4, 8], dtype=alloy.float32)
+        fd.add_output(fd.ops.sum(fd.ops.exp(x), dims=[1]))
+    a = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
+    np.testing.assert_allclose(fd.execute([a])[0], np.exp(a).sum(axis=1), rtol=1e-5)
+    fd.validate([a])

@@ -182,3 +182,43 @@ def test_parse_errors_are_located():
         alloy.load("/nonexistent/file.fusion")
     with pytest.raises(alloy.Error, match="no fusion|not found|nope"):
         alloy.parse("fusion f(x: f32[2]) {\n  return x\n}", name="nope")
+
+
+def test_a_stream_for_a_cpu_run_is_an_error():
+    fd = linear_fusion()
+    with pytest.raises(alloy.Error, match=r"^stream: a CUDA stream was given, but the run is on the cpu"):
+        fd.execute([X, W], stream=0)
+    with pytest.raises(alloy.Error, match="^stream: "):
+        fd.execute([X, W], device="cpu", stream=12345)
+    fd.execute([X, W], stream=None)
+
+
+def test_a_bad_reference_output_is_named_as_one():
+    fd = linear_fusion()
+    with pytest.raises(alloy.Error, match=r"^reference output 't0' \(reference_outputs\[0\]\): expected a tensor f32\[B, 5\], found None"):
+        fd.validate([X, W], reference_outputs=[None])
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"pipline": "ring"}, r"^options: unknown option 'pipline'; expected pipeline .* or poison_outputs"),
+    ({"pipeline": "sometimes"}, r"^options: pipeline: expected off, auto, ring or chunks=N, found 'sometimes'"),
+    ({"pipeline": "chunks=0"}, r"^options: pipeline: chunks must be a whole number from 1 to 1024"),
+    ({"pipeline": 4}, r"^options: pipeline: expected .* found int"),
+    ({"poison_outputs": 1}, r"^options: poison_outputs: expected True or False, found 1"),
+    ({"poison_outputs": "yes"}, "poison_outputs: expected True or False"),
+    ([("pipeline", "ring")], "options: expected a dict"),
+])
+def test_bad_options_are_errors(options, message):
+    with pytest.raises(alloy.Error, match=message):
+        alloy.FusionDefinition(options=options)
+    with pytest.raises(alloy.Error, match=message):
+        alloy.parse("fusion f(x: f32[3]) {\n  y = exp(x)\n  return y\n}", options=options)
+
+
+def test_collectives_are_not_ops_a_user_writes():
+    # the sharding passes insert them where placements differ; fd.ops leaves them out
+    for name in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "shard_slice"):
+        assert not hasattr(alloy.FusionDefinition().ops, name) and name not in alloy.op_names()
+    fd = alloy.parse("fusion f(x: f32[4, 2] @mesh[0] shard(axis=0)) {\n  y = all_gather(x, axis=0)\n  return y\n}")
+    with pytest.raises(alloy.Error, match=r"^<string>:2:\d+: all_gather is a resharding step that Alloy inserts itself"):
+        fd.execute([np.ones((4, 2), np.float32)])

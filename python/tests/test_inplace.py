@@ -1,5 +1,9 @@
 """In-place updates: fd.add_output(new, alias_input=x) writes the result into x's memory (an
 optimizer step, running statistics), spelled `return new -> x` in the .fusion text."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -79,3 +83,72 @@ def test_alias_from_python_checks_at_definition_time():
         with alloy.FusionDefinition() as fd:
             x = fd.define_tensor(shape=[3], dtype=alloy.float32)
             fd.add_output(fd.ops.sum(x), alias_input=x)
+
+
+# ---- read-only memory: never written, and views of it stay read-only ----------------------
+
+def read_only_arrays(tmp_path):
+    frozen = np.ones(5, np.float32)
+    frozen.flags.writeable = False
+    path = tmp_path / "param.bin"
+    np.ones(5, np.float32).tofile(path)
+    return {
+        "writeable=False": frozen,
+        "frombuffer(bytes)": np.frombuffer(np.ones(5, np.float32).tobytes(), np.float32),
+        "memmap(mode='r')": np.memmap(path, dtype=np.float32, mode="r"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["writeable=False", "frombuffer(bytes)"])
+def test_an_in_place_update_of_read_only_memory_is_refused_naming_the_input(tmp_path, kind):
+    param = read_only_arrays(tmp_path)[kind]
+    with pytest.raises(alloy.Error, match=r"^input 'param' \(argument 0\): is read-only memory.*`return t2 -> param`"):
+        sgd_step().execute([param, np.ones(5, np.float32)])
+    np.testing.assert_array_equal(param, np.ones(5, np.float32))  # untouched
+
+
+def test_an_in_place_update_of_a_read_only_memmap_is_an_error_not_a_crash(tmp_path):
+    # a write into read-only pages kills the interpreter: run it in a child to see the crash as one
+    code = (
+        "import numpy as np, alloy, sys\n"
+        "sys.path.insert(0, sys.argv[2])\n"
+        "from test_inplace import sgd_step\n"
+        "param = np.memmap(sys.argv[1], dtype=np.float32, mode='r')\n"
+        "try:\n"
+        "    sgd_step().execute([param, np.ones(5, np.float32)])\n"
+        "except alloy.Error as e:\n"
+        "    print('alloy.Error:', e)\n"
+    )
+    path = tmp_path / "param.bin"
+    np.ones(5, np.float32).tofile(path)
+    here = os.path.dirname(os.path.abspath(__file__))
+    child = subprocess.run([sys.executable, "-c", code, str(path), here], capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, f"the interpreter died ({child.returncode}): {child.stderr}"
+    assert "alloy.Error: input 'param' (argument 0): is read-only memory" in child.stdout
+    np.testing.assert_array_equal(np.fromfile(path, np.float32), np.ones(5, np.float32))
+
+
+def test_read_only_inputs_that_are_only_read_run(tmp_path):
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=alloy.float32)
+        fd.add_output(fd.ops.neg(x))
+    for kind, array in read_only_arrays(tmp_path).items():
+        (out,) = fd.execute([array])
+        np.testing.assert_array_equal(out, -np.ones(5, np.float32), err_msg=kind)
+        assert out.flags.writeable, kind  # a new buffer: Alloy's, the caller's to change
+
+
+def test_an_output_viewing_a_read_only_input_comes_back_read_only(tmp_path):
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[5], dtype=alloy.float32)
+        fd.add_output(fd.ops.reshape(x, shape=[1, 5]))  # a view of x
+        fd.add_output(fd.ops.slice(x, starts=[1], ends=[4]))  # a view of x, inside it
+        fd.add_output(fd.ops.exp(x))  # new memory
+    for kind, array in read_only_arrays(tmp_path).items():
+        view, part, computed = fd.execute([array])
+        assert np.shares_memory(view, array) and np.shares_memory(part, array), kind
+        assert not view.flags.writeable and not part.flags.writeable, kind
+        assert computed.flags.writeable, kind
+    writable = np.ones(5, np.float32)
+    view, part, _ = fd.execute([writable])
+    assert view.flags.writeable and part.flags.writeable  # views of writable memory stay writable

@@ -229,6 +229,16 @@ TEST(ShardingErrors, MeshesThatDiffer_AreRejectedAtTheSecond) {
   EXPECT_TRUE(has(e, "'b' is on @mesh[0, 1, 2] but 'a' is on @mesh[0, 1]")) << e;
 }
 
+TEST(ShardingErrors, ACollectiveWrittenInAFusionWithAMesh_IsRejectedAtItsLine) {
+  std::string e = error_of([] {
+    compile_fusion(*parse_fusion("fusion f(x: f32[4, 2] @mesh[0, 1] shard(axis=0)) {\n  y = all_gather(x, axis=0)\n  return y\n}",
+                                 "g.fusion"),
+                   Target::cpu);
+  });
+  EXPECT_TRUE(has(e, "g.fusion:2:")) << e;
+  EXPECT_TRUE(has(e, "all_gather is a resharding step that Alloy inserts itself")) << e;
+}
+
 TEST(ShardingErrors, AConstantSizeTheMeshDoesNotDivide_NamesValueAxisSizeAndMesh) {
   std::string e = error_of([] {
     compile_fusion(*parse_fusion("fusion f(x: f32[7, 4] @mesh[0, 1] shard(axis=0)) {\n  y = exp(x)\n  return y\n}", "d.fusion"),

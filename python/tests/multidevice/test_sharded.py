@@ -98,6 +98,30 @@ def test_wrong_local_part_on_one_rank_fails_every_rank_without_a_hang():
     np.testing.assert_allclose(y, mlp_reference(*whole), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("pipeline, program_says", [
+    ("off", None),
+    ("chunks=2", "all_gather -> linear t0: 2 chunks (--pipeline chunks=2)"),
+    ("ring", "all_gather -> linear t0: ring, --pipeline ring"),
+])
+def test_the_pipeline_option_of_a_definition_shapes_its_program(pipeline, program_says):
+    # tokens split over the mesh, gathered in front of a column-parallel linear: a pair to pipeline
+    with alloy.FusionDefinition("gathered_linear", options={"pipeline": pipeline}) as fd:
+        x = fd.define_tensor(name="x", shape=[4 * SIZE, 64], dtype=alloy.float32, mesh=MESH, placement=alloy.Shard(0))
+        w = fd.define_tensor(name="w", shape=[256 * SIZE, 64], dtype=alloy.float32, mesh=MESH, placement=alloy.Shard(0))
+        fd.add_output(fd.ops.linear(x, w))
+    rng = np.random.default_rng(13)
+    whole = [rng.standard_normal((4 * SIZE, 64)).astype(np.float32), rng.standard_normal((256 * SIZE, 64)).astype(np.float32)]
+    parts = fd.local_inputs(whole)
+    program = fd.dump("program", parts)
+    if program_says is None:
+        assert "Communicate segment 0: all_gather(axis=0) x" in program, program
+        assert "For i in" not in program and "Ring s in" not in program, program
+    else:
+        assert program_says in program, program
+    (y,) = fd.execute(parts)
+    np.testing.assert_allclose(y, distributed.local_part(whole[0] @ whole[1].T, MESH, 1), rtol=1e-4, atol=1e-4)
+
+
 def test_a_mesh_larger_than_the_job_names_the_launch_that_would_hold_it():
     with alloy.FusionDefinition("too_big") as fd:
         x = fd.define_tensor([4 * (SIZE + 1)], alloy.float32, mesh=list(range(SIZE + 1)), placement=alloy.Shard(0))

@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "alloy/ir/op_table.h"
 #include "alloy/ir/printer.h"
 #include "alloy/multidevice/sharding_rules.h"
 
@@ -119,6 +120,14 @@ std::unique_ptr<Fusion> propagate_sharding(const Fusion& fusion) {
   auto mesh = fusion_mesh(fusion);
   std::unique_ptr<Fusion> out = fusion.clone();
   if (!mesh) return out;
+  // A collective written in the text would be read as an op that needs its input whole (the
+  // rules block every axis of it), so a gather would be inserted in front and the written one
+  // would gather again: the user states placements, insert_resharding writes the collectives.
+  for (auto& op : fusion.ops())
+    if (is_communication(op->kind))
+      user_error(op->loc, op_name(op->kind), " is a resharding step that Alloy inserts itself (--dump after=insert_resharding "
+                 "shows them), not an op a fusion with a mesh may state; expected placements instead: annotate the value "
+                 "`", op->outputs[0]->name, " = ... @mesh[...] shard(axis=K)` or `replicated`, and the collective follows");
   Propagation(*out, *mesh).run();
   return out;
 }
