@@ -4,10 +4,13 @@
 // plus, for the matmul cases (issue 4: GEMMs with their epilogue, forward and backward), "flops"
 // and "isolated_us": the median of N single calls, each after the GPU idled (see isolated_samples).
 // bench/run_benchmarks.py times PyTorch on the same cases in the same job and prints the tables.
+// Before timing, each case checks its plan (plan_problem) and its outputs against the CPU
+// reference (output_problem); a case that fails either exits 1.
 // usage: alloy_bench [RUNS] [CASES]   (CASES: comma-separated substrings of case names; default all)
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -43,6 +46,69 @@ std::string plan_problem(const Case& c, FusionExecutor& exec) {
     return "the plan has a cpu_fallback segment:\n" + segments;
   std::string launched = exec.dump("cuda");  // after a run: what it launched
   if (launched.find("cuBLASLt refused") != std::string::npos) return "a matmul fell back at run time:\n" + launched;
+  return "";
+}
+
+// The elements of a fusion's inputs at `sizes`.
+int64_t input_elements(const Fusion& f, const Bindings& sizes) {
+  int64_t total = 0;
+  for (const Value* in : f.inputs()) {
+    int64_t n = 1;
+    for (const Extent& e : in->shape()) n *= e.evaluate(sizes).value_or(1);
+    total += n;
+  }
+  return total;
+}
+
+// Inputs up to this many elements are checked at the timed sizes (the host reference computes in
+// doubles, one thread: a few seconds).
+constexpr int64_t kCheckedElements = int64_t(1) << 25;
+
+// Before timing, a case checks its outputs against the CPU reference: at the timed sizes where the
+// inputs are small enough, else with each symbol cut to 512 plus its remainder by 128 (an odd
+// total stays odd, a multiple of 128 stays one). Each output's relative L2 error must be within a
+// few times its dtype's rounding, and NaN where the reference has NaN. Returns why not, or "" (also where a
+// case cannot be checked: fixed sizes too large for the host, said on stderr).
+std::string output_problem(const Case& c) {
+  auto fusion = parse_fusion(c.fusion, c.name + ".fusion", std::nullopt);
+  Bindings sizes = c.sizes;
+  if (input_elements(*fusion, sizes) > kCheckedElements) {
+    if (sizes.empty()) {
+      std::fprintf(stderr, "alloy_bench: case %s: outputs not checked (fixed sizes too large for the host reference)\n", c.name.c_str());
+      return "";
+    }
+    for (auto& [name, value] : sizes)
+      if (value > 512) value = 512 + value % 128;
+  }
+  std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), sizes, 99);
+  FusionExecutor cpu(parse_fusion(c.fusion, c.name + ".fusion", std::nullopt), {DeviceChoice::cpu});
+  FusionExecutor gpu(std::move(fusion), {DeviceChoice::cuda});
+  std::vector<Tensor> expected = cpu.run(inputs);
+  std::vector<Tensor> actual = gpu.run(inputs);
+  gpu.synchronize();
+  for (size_t i = 0; i < expected.size(); ++i) {
+    Tensor a = to_cpu(actual[i]), e = to_cpu(expected[i]);
+    if (a.sizes() != e.sizes() || a.dtype() != e.dtype()) return "output " + std::to_string(i) + ": a different shape or dtype";
+    Tensor ac = packed_cpu(a), ec = packed_cpu(e);
+    double diff2 = 0, ref2 = 0;
+    for (int64_t k = 0; k < a.numel(); ++k) {
+      double x = load_as_double(ac.data(), ac.dtype(), k), y = load_as_double(ec.data(), ec.dtype(), k);
+      if (std::isnan(y) != std::isnan(x)) return "output " + std::to_string(i) + ": NaN where the reference has none, or the reverse";
+      if (std::isfinite(x) && std::isfinite(y)) {
+        diff2 += (x - y) * (x - y);
+        ref2 += y * y;
+      }
+    }
+    // a check of what is timed, not of precision (the tests do that): a wrong layout or garbage
+    // is off by about 1, a chain of bf16 GEMMs rounded at other points by about 1e-2
+    double tol = a.dtype() == DType::bf16 ? 5e-2 : a.dtype() == DType::f16 ? 1e-2 : a.dtype() == DType::f32 ? 1e-3 : 0;
+    if (std::sqrt(diff2) > tol * std::sqrt(ref2)) {
+      char why[160];
+      std::snprintf(why, sizeof why, "output %zu differs from the CPU reference: relative L2 error %.3g, allowed %.3g", i,
+                    std::sqrt(diff2 / std::max(ref2, 1e-300)), tol);
+      return why;
+    }
+  }
   return "";
 }
 
@@ -99,6 +165,10 @@ std::vector<double> isolated_samples(const cuda::Stream& stream, int samples, Ca
 }
 
 void time_case(const Case& c, int runs) {
+  if (std::string problem = output_problem(c); !problem.empty()) {
+    std::fprintf(stderr, "alloy_bench: case %s: %s\n", c.name.c_str(), problem.c_str());
+    std::exit(1);
+  }
   auto fusion = parse_fusion(c.fusion, c.name + ".fusion", std::nullopt);
   std::vector<Tensor> given(fusion->inputs().size());
   auto inputs = complete_inputs(*fusion, given, c.sizes, 1234);
