@@ -134,110 +134,145 @@ PairShape shape_of(const PairSizes& p, const RunState& state) {
 
 }  // namespace
 
-// Without RunStreams (the CPU runs every node in order) stream nodes are nothing to do.
-void Executable::run_nodes(const std::vector<Node>& nodes, RunState& state, RunStreams* streams, const LoopFrame* frame) const {
-  auto on_stream = [&](int stream) {
+// One node at a time, each kind by its own overload. Without RunStreams (the CPU runs every node
+// in order) stream nodes are nothing to do; inside a loop (`frame`) stream indices are the
+// iteration's and chunked values are bound to this iteration's views.
+struct Executable::NodeRunner {
+  const Executable& x;
+  RunState& state;
+  RunStreams* streams;
+  const LoopFrame* frame;
+
+  void on_stream(int stream) const {
     if (streams) streams->use(frame ? frame->stream(stream) : stream);
-  };
-  const bool last_step = frame && frame->iteration == frame->count - 1;
-  for (const Node& node : nodes) {
-    if (auto* a = std::get_if<Allocate>(&node)) {
-      ALLOY_CHECK(allocate != nullptr, "Allocate node without an allocator");
-      state.values[a->value->id] = allocate(a->value->dtype(), state.concrete_shape(a->value), state);
-    } else if (auto* l = std::get_if<Launch>(&node)) {
-      if (l->stream != 0) on_stream(l->stream);
-      if (frame) {
-        // this iteration's chunk of every chunked value, block l->part of the blocked ones
-        const Segment& s = program.segmentation.segments.at(size_t(l->segment));
-        std::vector<std::pair<const Value*, Tensor>> bound;
-        for (size_t k = 0; k < frame->loop->values.size(); ++k) {
-          const Value* v = frame->loop->values[k].value;
-          Tensor view = frame->bound(k, std::max(l->part, 0), state);
-          state.values[v->id] = view;
-          state.chunk_shapes[v->id] = view.sizes();
-          if (std::find(s.outputs.begin(), s.outputs.end(), v) != s.outputs.end()) bound.emplace_back(v, view);
-        }
-        segments.at(size_t(l->segment))->run(state);
-        for (auto& [v, view] : bound) {
-          const Tensor& made = state.values[v->id];
-          if (made.data() != view.data()) {
-            ALLOY_CHECK(copy != nullptr, "segment ", l->segment, " made '", v->name, "' outside its chunk and nothing copies it");
-            copy(view, made, state);
-            state.values[v->id] = view;
-          }
-        }
-      } else {
-        segments.at(size_t(l->segment))->run(state);
+  }
+  // Runs `body` with `stream` current (the run's stream again after it).
+  template <class Body>
+  void with_stream(int stream, Body&& body) const {
+    if (stream != 0) on_stream(stream);
+    body();
+    if (stream != 0) on_stream(0);
+  }
+  bool last_step() const { return frame && frame->iteration == frame->count - 1; }
+
+  void operator()(const Allocate& a) const {
+    ALLOY_CHECK(x.allocate != nullptr, "Allocate node without an allocator");
+    state.values[a.value->id] = x.allocate(a.value->dtype(), state.concrete_shape(a.value), state);
+  }
+
+  void operator()(const Launch& l) const {
+    with_stream(l.stream, [&] {
+      if (frame) launch_chunk(l);
+      else x.segments.at(size_t(l.segment))->run(state);
+    });
+  }
+
+  // A launch inside a loop: this iteration's chunk of every chunked value (block l.part of the
+  // blocked ones); what the segment made elsewhere is copied into its chunk.
+  void launch_chunk(const Launch& l) const {
+    const Segment& s = x.program.segmentation.segments.at(size_t(l.segment));
+    std::vector<std::pair<const Value*, Tensor>> bound;
+    for (size_t k = 0; k < frame->loop->values.size(); ++k) {
+      const Value* v = frame->loop->values[k].value;
+      Tensor view = frame->bound(k, std::max(l.part, 0), state);
+      state.values[v->id] = view;
+      state.chunk_shapes[v->id] = view.sizes();
+      if (std::find(s.outputs.begin(), s.outputs.end(), v) != s.outputs.end()) bound.emplace_back(v, view);
+    }
+    x.segments.at(size_t(l.segment))->run(state);
+    for (auto& [v, view] : bound) {
+      const Tensor& made = state.values[v->id];
+      if (made.data() == view.data()) continue;
+      ALLOY_CHECK(x.copy != nullptr, "segment ", l.segment, " made '", v->name, "' outside its chunk and nothing copies it");
+      x.copy(view, made, state);
+      state.values[v->id] = view;
+    }
+  }
+
+  void operator()(const Record& r) const {
+    if (streams) streams->record(frame ? frame->stream(r.stream) : r.stream, r.event);
+  }
+
+  void operator()(const Wait& w) const {
+    if (w.previous_step && (!frame || frame->iteration == 0)) return;
+    if (streams) streams->wait(frame ? frame->stream(w.stream) : w.stream, w.event);
+  }
+
+  void operator()(const Communicate& c) const {
+    with_stream(c.stream, [&] {
+      if (!frame) return x.segments.at(size_t(c.segment))->run(state);
+      for (size_t k = 0; k < frame->loop->values.size(); ++k) {
+        const ChunkedValue& v = frame->loop->values[k];
+        state.values[v.value->id] = v.layout == ChunkedValue::Layout::blocks ? frame->parts_view(k) : frame->chunk(k, 0);
       }
-      if (l->stream != 0) on_stream(0);
-    } else if (auto* r = std::get_if<Record>(&node)) {
-      if (streams) streams->record(frame ? frame->stream(r->stream) : r->stream, r->event);
-    } else if (auto* w = std::get_if<Wait>(&node)) {
-      if (w->previous_step && (!frame || frame->iteration == 0)) continue;
-      if (streams) streams->wait(frame ? frame->stream(w->stream) : w->stream, w->event);
-    } else if (auto* c = std::get_if<Communicate>(&node)) {
-      if (c->stream != 0) on_stream(c->stream);
-      if (frame) {
-        for (size_t k = 0; k < frame->loop->values.size(); ++k) {
-          const ChunkedValue& v = frame->loop->values[k];
-          state.values[v.value->id] = v.layout == ChunkedValue::Layout::blocks ? frame->parts_view(k) : frame->chunk(k, 0);
-        }
-        segments.at(size_t(c->segment))->run_chunk(state);
-      } else {
-        segments.at(size_t(c->segment))->run(state);
-      }
-      if (c->stream != 0) on_stream(0);
-    } else if (auto* sr = std::get_if<SendRecv>(&node)) {
-      ALLOY_CHECK(frame && frame->ring(), "SendRecv outside a ring loop");
-      if (last_step) continue;
-      ALLOY_CHECK(state.communicator && ring.send_recv, "a ring without a team");
-      if (sr->stream != 0) on_stream(sr->stream);
-      Tensor send = frame->ring_view(frame->index_of(sr->send), frame->iteration, state);
-      Tensor receive = sr->receive ? frame->ring_view(frame->index_of(sr->receive), frame->iteration + 1, state)
-                                   : frame->sums[size_t((frame->iteration + 1) % 2)];
+      x.segments.at(size_t(c.segment))->run_chunk(state);
+    });
+  }
+
+  // One ring step's exchange: this rank's block to the next rank, the previous rank's into the
+  // next step's buffer (none after the last step).
+  void operator()(const SendRecv& sr) const {
+    ALLOY_CHECK(frame && frame->ring(), "SendRecv outside a ring loop");
+    if (last_step()) return;
+    ALLOY_CHECK(state.communicator && x.ring.send_recv, "a ring without a team");
+    with_stream(sr.stream, [&] {
+      Tensor send = frame->ring_view(frame->index_of(sr.send), frame->iteration, state);
+      Tensor receive = sr.receive ? frame->ring_view(frame->index_of(sr.receive), frame->iteration + 1, state)
+                                  : frame->sums[size_t((frame->iteration + 1) % 2)];
       if (!send.is_contiguous()) {  // the device's own rows, as the caller laid them out
-        Tensor packed = allocate(send.dtype(), send.sizes(), state);
-        copy(packed, send, state);
+        Tensor packed = x.allocate(send.dtype(), send.sizes(), state);
+        x.copy(packed, send, state);
         state.scratch.push_back(packed);  // used on this stream: kept to the run's end, as the ring's scratch
         send = packed;
       }
       ALLOY_CHECK(receive.is_contiguous(), "a ring receives into ", receive.str());
       int n = frame->loop->parts;
-      ring.send_recv(send, (frame->rank + 1) % n, receive, (frame->rank + n - 1) % n, state);
-      if (sr->stream != 0) on_stream(0);
-    } else if (auto* acc = std::get_if<Accumulate>(&node)) {
-      ALLOY_CHECK(frame && frame->ring(), "Accumulate outside a ring loop");
-      if (frame->iteration == 0) continue;
-      ALLOY_CHECK(accumulate != nullptr, "a ring's accumulate step without an accumulator");
-      if (acc->stream != 0) on_stream(acc->stream);
-      accumulate(frame->ring_view(frame->index_of(acc->into), frame->iteration, state), frame->sums[size_t(frame->iteration % 2)], state);
-      if (acc->stream != 0) on_stream(0);
-    } else if (auto* f = std::get_if<ForChunks>(&node)) {
-      ALLOY_CHECK(frame == nullptr, "a ForChunks loop inside another");
-      run_loop(*f, state, streams);
-    } else if (auto* choose = std::get_if<Choose>(&node)) {
-      ALLOY_CHECK(frame == nullptr, "a Choose inside a loop");
-      size_t variant = 0;
-      state.chosen_chunks = 0;
-      if (state.choose) {
-        PairShape shape = shape_of(choose->sizes, state);
-        shape.ring_ok = std::find(choose->names.begin(), choose->names.end(), "ring") != choose->names.end();
-        PipelineChoice choice = state.choose(shape);
-        const char* name = choice.variant == PipelineChoice::Variant::chunks ? "chunks"
-                           : choice.variant == PipelineChoice::Variant::ring ? "ring"
-                                                                              : "off";
-        auto it = std::find(choose->names.begin(), choose->names.end(), name);
-        ALLOY_CHECK(it != choose->names.end(), "the cost model chose '", name, "', which the pair has no program for");
-        variant = size_t(it - choose->names.begin());
-        state.chosen_chunks = choice.chunks;
-        *choose->last = choice.why;
-      } else {
-        *choose->last = "off (no cost model in this run)";
-      }
-      run_nodes(choose->variants.at(variant), state, streams, nullptr);
-      state.chosen_chunks = 0;
-    }
+      x.ring.send_recv(send, (frame->rank + 1) % n, receive, (frame->rank + n - 1) % n, state);
+    });
   }
+
+  void operator()(const Accumulate& acc) const {
+    ALLOY_CHECK(frame && frame->ring(), "Accumulate outside a ring loop");
+    if (frame->iteration == 0) return;
+    ALLOY_CHECK(x.accumulate != nullptr, "a ring's accumulate step without an accumulator");
+    with_stream(acc.stream, [&] {
+      x.accumulate(frame->ring_view(frame->index_of(acc.into), frame->iteration, state), frame->sums[size_t(frame->iteration % 2)], state);
+    });
+  }
+
+  void operator()(const ForChunks& f) const {
+    ALLOY_CHECK(frame == nullptr, "a ForChunks loop inside another");
+    x.run_loop(f, state, streams);
+  }
+
+  // The variant the cost model picks for this run's sizes (off where the run has none).
+  void operator()(const Choose& choose) const {
+    ALLOY_CHECK(frame == nullptr, "a Choose inside a loop");
+    size_t variant = 0;
+    state.chosen_chunks = 0;
+    if (state.choose) {
+      PairShape shape = shape_of(choose.sizes, state);
+      shape.ring_ok = std::find(choose.names.begin(), choose.names.end(), "ring") != choose.names.end();
+      PipelineChoice choice = state.choose(shape);
+      const char* name = choice.variant == PipelineChoice::Variant::chunks ? "chunks"
+                         : choice.variant == PipelineChoice::Variant::ring ? "ring"
+                                                                            : "off";
+      auto it = std::find(choose.names.begin(), choose.names.end(), name);
+      ALLOY_CHECK(it != choose.names.end(), "the cost model chose '", name, "', which the pair has no program for");
+      variant = size_t(it - choose.names.begin());
+      state.chosen_chunks = choice.chunks;
+      *choose.last = choice.why;
+    } else {
+      *choose.last = "off (no cost model in this run)";
+    }
+    x.run_nodes(choose.variants.at(variant), state, streams, nullptr);
+    state.chosen_chunks = 0;
+  }
+};
+
+void Executable::run_nodes(const std::vector<Node>& nodes, RunState& state, RunStreams* streams, const LoopFrame* frame) const {
+  NodeRunner runner{*this, state, streams, frame};
+  for (const Node& node : nodes) std::visit(runner, node);
 }
 
 void Executable::run_loop(const ForChunks& loop, RunState& state, RunStreams* streams) const {

@@ -96,6 +96,7 @@ struct Executable {
 
  private:
   struct LoopFrame;
+  struct NodeRunner;
   void run_nodes(const std::vector<Node>& nodes, RunState& state, RunStreams* streams, const LoopFrame* frame) const;
   void run_loop(const ForChunks& loop, RunState& state, RunStreams* streams) const;
 };
