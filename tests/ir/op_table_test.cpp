@@ -181,6 +181,31 @@ TEST_F(InferTest, WhereNeedsBoolCondition) {
   EXPECT_NE(error_of(OpKind::where, {x, x, x}).find("condition must be bool"), std::string::npos);
 }
 
+// Two number branches make a tensor of PyTorch's default dtypes: torch.where(c, 1.5, 0) is f32,
+// torch.where(c, 1, 0) i64; a 0-dim f64 tensor branch keeps f64.
+TEST_F(InferTest, WhereOfTwoNumbers_HasTorchsDefaultDtype) {
+  Value* m = in("m", DType::boolean, {c(4)});
+  Value* half = f.add_literal({Literal::Kind::real, 0, 1.5});
+  Value* zero = f.add_literal({Literal::Kind::integer, 0});
+  Value* one = f.add_literal({Literal::Kind::integer, 1});
+  EXPECT_EQ(shape_of(op(OpKind::where, {m, half, zero})), "f32[4]");
+  EXPECT_EQ(shape_of(op(OpKind::where, {m, one, zero})), "i64[4]");
+  Value* t = in("t", DType::f64, {});
+  EXPECT_EQ(shape_of(op(OpKind::where, {m, t, zero})), "f64[4]");
+}
+
+// A 0-dim tensor's reductions and squeeze take dims=[0] or [-1] as PyTorch does (the value kept);
+// other axes are out of range, said so.
+TEST_F(InferTest, ZeroDimReductions_TakeAxis0OrMinus1) {
+  Value* s = in("s", DType::f32, {});
+  for (OpKind k : {OpKind::sum, OpKind::max, OpKind::min, OpKind::mean, OpKind::squeeze})
+    for (int64_t d : {0, -1}) EXPECT_EQ(shape_of(op(k, {s}, {{"dims", Attr::ints({d})}})), "f32[]") << op_name(k) << " " << d;
+  auto both = f.add_op(OpKind::var_mean, {s}, {{"dims", Attr::ints({0})}}, SourceLoc{});
+  EXPECT_EQ(shape_of(both.at(0)), "f32[]");
+  std::string e = error_of(OpKind::sum, {s}, {{"dims", Attr::ints({1})}});
+  EXPECT_NE(e.find("axis 1 is out of range for rank 0 (a 0-dim tensor has none"), std::string::npos) << e;
+}
+
 TEST(OpTable, EveryKindHasARowAndAName) {
   for (std::string_view name : all_op_names()) {
     const OpRow* row = find_op(name);

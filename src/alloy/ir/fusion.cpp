@@ -167,6 +167,23 @@ static void check_attr_type(const AttrSpec& spec, const Attr& value, const Sourc
   }
 }
 
+namespace {
+
+// PyTorch wraps a 0-dim tensor's dims as for rank 1, so `sum(s, dims=[0])` and `dims=[-1]` name
+// the scalar's one "axis" and keep it; the canonical form of that names no axis (dims=[]), which
+// every pass and backend already reads as "all the axes there are".
+void canonicalize_scalar_dims(OpKind kind, const std::vector<Value*>& inputs, std::vector<NamedAttr>& attrs) {
+  bool takes_dims = kind == OpKind::sum || kind == OpKind::max || kind == OpKind::min || kind == OpKind::mean ||
+                    kind == OpKind::var_mean || kind == OpKind::squeeze;
+  if (!takes_dims || inputs.empty() || !inputs[0] || inputs[0]->is_scalar() || inputs[0]->rank() != 0) return;
+  for (NamedAttr& a : attrs)
+    if (a.name == "dims" && a.value.kind == Attr::Kind::list && a.value.list.size() == 1 &&
+        a.value.list[0].kind == Attr::Kind::integer && (a.value.list[0].i == 0 || a.value.list[0].i == -1))
+      a.value = Attr::ints({});
+}
+
+}  // namespace
+
 std::vector<Value*> Fusion::add_op(OpKind kind, std::vector<Value*> inputs, std::vector<NamedAttr> attrs,
                                    const SourceLoc& loc, std::vector<std::string> output_names) {
   const OpRow& row = op_row(kind);
@@ -209,6 +226,7 @@ std::vector<Value*> Fusion::add_op(OpKind kind, std::vector<Value*> inputs, std:
     }
   }
 
+  canonicalize_scalar_dims(kind, inputs, canonical);
   InferContext ctx{kind, inputs, canonical, loc, *this};
   std::vector<ValueType> types = row.infer(ctx);
   ALLOY_CHECK(int(types.size()) == row.num_outputs, row.name, " inferred ", types.size(), " outputs");

@@ -266,6 +266,9 @@ std::vector<ValueType> infer_where(const InferContext& ctx) {
     ctx.fail("condition must be bool, found " + shape_str(type_of(ctx, 0)));
   DType t = promoted(ctx, 1, 3);
   check_literals_fit(ctx, 1, 3, t);
+  // Two scalar branches with a tensor condition make a tensor of PyTorch's default dtype for
+  // Python numbers: torch.where(c, 1.5, 0) is f32 (integers stay i64, bools bool).
+  if (type_of(ctx, 1).is_scalar && type_of(ctx, 2).is_scalar && !type_of(ctx, 0).is_scalar && t == DType::f64) t = DType::f32;
   return {make(t, broadcast_all(ctx, 0, 3), all_scalar(ctx))};
 }
 
@@ -759,7 +762,8 @@ std::vector<std::string_view> all_op_names() {
 int normalize_axis(int64_t axis, int rank, const InferContext& ctx, std::string_view what) {
   if (axis < -rank || axis >= rank)
     ctx.fail(std::string(what) + ": axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank) +
-             " (expected " + std::to_string(-rank) + " to " + std::to_string(rank - 1) + ")");
+             (rank == 0 ? " (a 0-dim tensor has none; reductions and squeeze take 0 or -1 as PyTorch does)"
+                        : " (expected " + std::to_string(-rank) + " to " + std::to_string(rank - 1) + ")"));
   return int(axis < 0 ? axis + rank : axis);
 }
 
