@@ -281,7 +281,7 @@ Tensor read_npy(const std::string& path) {
   RegularFile file(path, kMaxNpyBytes, ".npy file");
   std::string head = file.read_at(0, std::min<size_t>(file.size(), 12));
   size_t end = header_end(head, file.size(), path);
-  head += file.read_at(head.size(), end - head.size());
+  if (end > head.size()) head += file.read_at(head.size(), end - head.size());
   NpyLayout layout = read_layout(head, file.size(), path);
   if (long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
       pages > 0 && page > 0 && layout.data_bytes > size_t(pages) * size_t(page))
