@@ -68,7 +68,6 @@ std::string element_text(const void* data, DType dtype, int64_t element) {
   return number(load_as_double(data, dtype, element));
 }
 
-// Element indexes (from data()) of a strided tensor in C order.
 // Calls fn(offset) for each of the first `count` elements of t (all where count < 0) in row-major
 // order, the offset in elements whatever the strides: a broadcast view of billions of elements is
 // walked, never listed.
