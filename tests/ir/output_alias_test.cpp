@@ -1,5 +1,7 @@
 // In-place outputs in the text format: `return y -> x` writes output y into input x's buffer.
 // Parsing, printing (round trip), the static checks, and the run (CPU) that updates the input.
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "alloy/ir/parser.h"
@@ -64,6 +66,28 @@ TEST(OutputAlias, RunWritesTheInputAndReturnsIt) {
   EXPECT_FLOAT_EQ(load_as_double(out[1].data(), DType::f32, 0), 6.0);
   executor.run({pt, gt});
   EXPECT_FLOAT_EQ(p[3], -2.0f);
+}
+
+// Outputs are the fusion's values before any in-place write: a view of the updated input, the
+// input itself, and a swap of two inputs all see the old values.
+TEST(OutputAlias, OtherOutputsViewingTheUpdatedInputKeepItsOldValues) {
+  FusionExecutor executor(parse_fusion("fusion f(x: f32[2, 2]) {\n  y = exp(x)\n  t = permute(x, dims=[1, 0])\n  return y -> x, t, x\n}",
+                                       "alias.fusion"),
+                          {DeviceChoice::cpu});
+  float x[4] = {0, 1, 2, 3};
+  std::vector<Tensor> out = executor.run({Tensor::borrow(x, Device{}, DType::f32, {2, 2}, {2, 1})});
+  EXPECT_FLOAT_EQ(x[1], std::exp(1.0f));  // updated in place
+  Tensor t = out.at(1), old = out.at(2);
+  EXPECT_NE(t.data(), static_cast<void*>(x));
+  EXPECT_FLOAT_EQ(load_as_double(t.data(), DType::f32, t.stride(0) * 0 + t.stride(1) * 1), 2.0);  // t[0][1] = old x[1][0]
+  EXPECT_FLOAT_EQ(load_as_double(t.data(), DType::f32, t.stride(0) * 1 + t.stride(1) * 0), 1.0);  // t[1][0] = old x[0][1]
+  EXPECT_FLOAT_EQ(load_as_double(old.data(), DType::f32, 3), 3.0);
+
+  FusionExecutor swap(parse_fusion("fusion s(a: f32[2], b: f32[2]) {\n  return b -> a, a -> b\n}", "swap.fusion"), {DeviceChoice::cpu});
+  float a[2] = {1, 2}, b[2] = {3, 4};
+  swap.run({Tensor::borrow(a, Device{}, DType::f32, {2}, {1}), Tensor::borrow(b, Device{}, DType::f32, {2}, {1})});
+  EXPECT_EQ(std::vector<float>(a, a + 2), (std::vector<float>{3, 4}));
+  EXPECT_EQ(std::vector<float>(b, b + 2), (std::vector<float>{1, 2}));
 }
 
 TEST(OutputAlias, SizesOfDifferentSymbolsMustAgreeAtRunTime) {

@@ -100,6 +100,16 @@ Tensor write_in_place(const Tensor& result, const Tensor& target, const Value& o
   return target;
 }
 
+// A copy of `t` in memory of its own, on t's device (a device tensor goes through the host: this
+// is for the rare output that views an input about to be overwritten).
+Tensor own_copy(const Tensor& t) {
+  if (t.device().kind != DeviceKind::cpu) return cuda::to_device(to_cpu(t), cuda::Stream::current(t.device().index));
+  Tensor packed = packed_cpu(t);
+  Tensor copy = Tensor::empty(t.dtype(), t.sizes());
+  if (copy.numel() > 0) std::memcpy(copy.data(), packed.data(), size_t(copy.numel()) * size_t(dtype_size(t.dtype())));
+  return copy;
+}
+
 }  // namespace
 
 const CompiledFusion& FusionExecutor::Impl::plan_for() {
@@ -211,11 +221,26 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const CompiledFusion& plan,
   std::vector<Tensor> outputs;
   for (Value* out : running.outputs()) outputs.push_back(state.at(out));
   const std::vector<Value*>& aliases = fusion->output_aliases();
-  for (size_t i = 0; i < aliases.size() && i < outputs.size(); ++i) {
-    if (!aliases[i]) continue;
+  auto target_of = [&](size_t i) -> const Tensor* {
+    if (i >= aliases.size() || !aliases[i]) return nullptr;
     size_t input = size_t(std::find(fusion->inputs().begin(), fusion->inputs().end(), aliases[i]) - fusion->inputs().begin());
-    outputs[i] = write_in_place(outputs[i], inputs.at(input), *fusion->outputs()[i], *aliases[i]);
+    return &inputs.at(input);
+  };
+  // Every output is its value before any in-place write: one that shares memory with an input
+  // about to be overwritten (`permute(x)` or `x` itself beside `return y -> x`, or the other
+  // half of a swap) is copied first. An in-place result that is its target already writes nothing.
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor* own = target_of(i);
+    if (own && outputs[i].buffer() == own->buffer() && outputs[i].data() == own->data() && outputs[i].strides() == own->strides())
+      continue;
+    for (size_t j = 0; j < outputs.size(); ++j)
+      if (const Tensor* target = target_of(j); target && target->buffer() && outputs[i].buffer() == target->buffer()) {
+        outputs[i] = own_copy(outputs[i]);
+        break;
+      }
   }
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (const Tensor* target = target_of(i)) outputs[i] = write_in_place(outputs[i], *target, *fusion->outputs()[i], *aliases[i]);
   return outputs;
 }
 
