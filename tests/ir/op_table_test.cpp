@@ -206,6 +206,25 @@ TEST_F(InferTest, ZeroDimReductions_TakeAxis0OrMinus1) {
   EXPECT_NE(e.find("axis 1 is out of range for rank 0 (a 0-dim tensor has none"), std::string::npos) << e;
 }
 
+// A slice of a symbolic axis is a size derived from it as Python slicing gives it (negative
+// indices from the end, clamped ends): N = 6 gives 5, 5, 3 and 3 here.
+TEST_F(InferTest, SliceOfASymbolicAxis_IsAPythonSliceOfTheBoundSize) {
+  Value* x = in("x", DType::f32, {sym("N")});
+  auto slice = [&](int64_t start, int64_t end, int64_t step) {
+    return op(OpKind::slice, {x}, {{"starts", Attr::ints({start})}, {"ends", Attr::ints({end})}, {"steps", Attr::ints({step})}});
+  };
+  std::vector<Value*> cut = {slice(1, 2147483647, 1), slice(0, -1, 1), slice(-3, 100, 1), slice(0, 10, 2)};
+  Bindings b{{"N", 6}};
+  f.complete_bindings(b);
+  std::vector<int64_t> sizes;
+  for (Value* v : cut) sizes.push_back(*v->shape()[0].evaluate(b));
+  EXPECT_EQ(sizes, (std::vector<int64_t>{5, 5, 3, 3}));
+  b = {{"N", 2}};
+  f.complete_bindings(b);
+  EXPECT_EQ(*cut[2]->shape()[0].evaluate(b), 2);  // -3 clamps to 0
+  EXPECT_EQ(*cut[3]->shape()[0].evaluate(b), 1);
+}
+
 TEST(OpTable, EveryKindHasARowAndAName) {
   for (std::string_view name : all_op_names()) {
     const OpRow* row = find_op(name);

@@ -345,8 +345,22 @@ Extent Fusion::define_ceil_div(const Extent& size, int64_t divisor) {
   return Extent::symbol(name);
 }
 
+Extent Fusion::define_slice(const Extent& size, int64_t start, int64_t end, int64_t step) {
+  std::string name = "?slice" + std::to_string(derived_.size());
+  derived_.push_back({name, {size}, 1, DerivedSymbol::Slice{start, end, step}});
+  return Extent::symbol(name);
+}
+
 void Fusion::complete_bindings(Bindings& bindings) const {
   for (const DerivedSymbol& d : derived_) {
+    if (d.slice) {
+      auto n = d.terms.at(0).evaluate(bindings);
+      if (!n) internal_error("derived size ", d.name, " has an unbound term ", d.terms[0].str());
+      auto clamp = [n = *n](int64_t i) { return std::clamp(i < 0 ? i + n : i, int64_t(0), n); };
+      int64_t b = clamp(d.slice->start), e = clamp(d.slice->end);
+      bindings[d.name] = e > b ? (e - b - 1) / d.slice->step + 1 : 0;
+      continue;
+    }
     int64_t total = 0;
     for (const Extent& t : d.terms) {
       auto v = t.evaluate(bindings);
@@ -361,10 +375,8 @@ void Fusion::complete_bindings(Bindings& bindings) const {
       const Extent& bad = a ? c.b : c.a;
       user_error_at(c.what, "size ", bad.str(true), " is not a whole number for the bound sizes");
     }
-    if (c.kind == Constraint::Kind::equal && *a != *b)
+    if (*a != *b)
       user_error_at(c.what, "sizes must match at run time: ", c.a.str(true), " = ", *a, " but ", c.b.str(true), " = ", *b);
-    if (c.kind == Constraint::Kind::at_least && *a < *b)
-      user_error_at(c.what, "size ", c.a.str(true), " = ", *a, " is smaller than ", *b);
   }
 }
 

@@ -160,7 +160,6 @@ class Fusion {
   struct Constraint {
     Extent a, b;
     std::string what;  // "add at mlp.fusion:3:7: axis 1"
-    enum class Kind { equal, at_least } kind = Kind::equal;  // a == b, or a >= b
   };
   const std::vector<Constraint>& constraints() const { return constraints_; }
   void add_constraint(Constraint c) { constraints_.push_back(std::move(c)); }
@@ -168,13 +167,28 @@ class Fusion {
   // A size that is a sum of extents (cat along axes of different symbols), or a symbolic size
   // divided by a constant and rounded up (the i32 words of a ReLU bit mask, relu_mask), is a fresh
   // symbol, computed from its terms once the inputs' sizes are bound.
+  // A slice of a symbolic axis is one too: the length Python slicing gives (negative indices
+  // count from the end, out-of-range ones clamp), computed from the axis's bound size.
   struct DerivedSymbol {
     std::string name;
     std::vector<Extent> terms;   // summed
     int64_t ceil_divisor = 1;    // then divided by this, rounded up
+    struct Slice {
+      int64_t start, end, step;
+    };
+    std::optional<Slice> slice;  // or, of the one term, this slice's length
   };
   Extent define_sum(std::vector<Extent> terms);
   Extent define_ceil_div(const Extent& size, int64_t divisor);
+  Extent define_slice(const Extent& size, int64_t start, int64_t end, int64_t step);
+  // `name` bound to `value` (a symbol a rewrite no longer lets any input carry: unify_extents).
+  void define_alias(const std::string& name, const Extent& value) { derived_.push_back({name, {value}}); }
+  // Rewrites the terms of every derived size (unify_extents).
+  template <class Fn>
+  void rewrite_derived_terms(Fn&& fn) {
+    for (DerivedSymbol& d : derived_)
+      for (Extent& t : d.terms) t = fn(t);
+  }
   const std::vector<DerivedSymbol>& derived_symbols() const { return derived_; }
 
   // Takes `other`'s constraints and derived symbols (a pass that rebuilds a fusion without shape

@@ -457,14 +457,9 @@ std::vector<ValueType> infer_slice(const InferContext& ctx) {
       shape[k] = Extent::constant(e > b ? (e - b - 1) / step + 1 : 0);
     } else if (starts[k] == 0 && ends[k] >= std::numeric_limits<int32_t>::max() && step == 1) {
       // the whole of a symbolic axis
-    } else if (starts[k] >= 0 && ends[k] >= starts[k]) {
-      shape[k] = Extent::constant(ends[k] > starts[k] ? (ends[k] - starts[k] - 1) / step + 1 : 0);
-      ctx.fusion.add_constraint({x.shape[k], Extent::constant(ends[k]),
-                                 "slice" + (ctx.loc.known() ? " at " + ctx.loc.str() : std::string()) + ": axis " + std::to_string(k),
-                                 Fusion::Constraint::Kind::at_least});
     } else {
-      ctx.fail("axis " + std::to_string(k) + " has the symbolic size " + x.shape[k].str(true) +
-               "; slicing it needs non-negative starts and ends");
+      // Python slicing of a size known when the inputs are bound: a derived size
+      shape[k] = ctx.fusion.define_slice(x.shape[k], starts[k], ends[k], step);
     }
   }
   return {make(x.dtype, shape)};

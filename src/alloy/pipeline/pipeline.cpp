@@ -10,6 +10,7 @@
 #include "alloy/passes/localize_shards.h"
 #include "alloy/passes/propagate_sharding.h"
 #include "alloy/passes/split_var_mean.h"
+#include "alloy/passes/unify_extents.h"
 
 namespace alloy {
 namespace {
@@ -29,8 +30,9 @@ struct Step {
 //  2. split_var_mean: a variance becomes two means, so one over a sharded axis is partial sums.
 //  3. propagate_sharding: every value gets a sharding, over the whole finished fusion.
 //  4. insert_resharding: collectives where a consumer needs another sharding than it gets.
-//  5. localize_shards: each device's fusion, with local shapes; last, so the passes above reason
-//     in global shapes only.
+//  5. localize_shards: each device's fusion, with local shapes; after the passes above, so they
+//     reason in global shapes only.
+//  6. unify_extents (CUDA): sizes known to be equal become one extent, so kernels see one per axis.
 // Then the target segments (the CUDA segmenter matches matmul epilogues per segment), lowers to
 // the host program and makes the executables.
 const std::vector<Step>& steps() {
@@ -40,6 +42,7 @@ const std::vector<Step>& steps() {
       {"propagate_sharding", propagate_sharding, [](Target, bool sharded) { return sharded; }},
       {"insert_resharding", insert_resharding, [](Target, bool sharded) { return sharded; }},
       {"localize_shards", localize_shards, [](Target, bool sharded) { return sharded; }},
+      {"unify_extents", unify_extents, [](Target t, bool) { return t == Target::cuda; }},
   };
   return list;
 }

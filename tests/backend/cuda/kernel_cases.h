@@ -268,6 +268,25 @@ inline const std::vector<KernelCase>& kernel_cases() {
   mz = relu_mask(p)
   return mx, my, dy, mz
 })", "", {}},
+      // different symbols meeting in a broadcast and a contraction-free chain: one extent per axis
+      // for the kernel (unify_extents), not a CPU fallback
+      {"DifferentSymbolsKnownEqual", R"(fusion f(x: f32[N, 4], y: f32[M, 4], z: bf16[K, 1]) {
+  s = add(x, y)
+  t = mul(s, z)
+  u = sum(t, dims=[0])
+  return t, u
+})", "", {{"N", 37}, {"M", 37}, {"K", 37}}},
+      // Python slicing of symbolic axes: from 1, to -1, from -3 past the end (clamped), a step
+      // (each a size derived once N is bound; a shift difference feeds a kernel)
+      {"SlicesOfASymbolicAxisAsPythonSlices", R"(fusion f(x: f32[B, N]) {
+  a = slice(x, starts=[0, 1], ends=[2147483647, 2147483647])
+  b = slice(x, starts=[0, 0], ends=[2147483647, -1])
+  c = sub(a, b)
+  d = slice(x, starts=[0, -3], ends=[2147483647, 100])
+  e = slice(x, starts=[0, 0], ends=[2147483647, 10], steps=[1, 2])
+  g = exp(e)
+  return c, d, g
+})", "", {{"B", 3}, {"N", 37}}},
       // a saved mask read through a slice of a wider one: rows 12 words apart, from word 4 (the
       // view the matmul epilogue's GPU test found read wrongly: this is the bitmask kernel alone)
       {"ReluBackwardOfASlicedMask", R"(fusion f(dy: bf16[40, 256], big: i32[40, 12]) {

@@ -12,6 +12,7 @@
 #include "alloy/common/settings.h"
 #include "alloy/ir/op_table.h"
 #include "alloy/passes/decompose_composites.h"
+#include "alloy/passes/unify_extents.h"
 #include "alloy/runtime/views.h"
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 
@@ -147,7 +148,7 @@ std::string resource_usage(const std::string& log) {
 std::string compile_offline(const Fusion& fusion, const std::string& arch_text, bool dump_source, const Bindings* sizes) {
   cuda::CudaArch arch = cuda::parse_cuda_arch(arch_text);
   if (!arch.valid()) user_error_at("--arch " + arch_text, "expected an architecture such as sm_90 or sm_80");
-  auto lowered = decompose_composites(fusion);
+  auto lowered = unify_extents(*decompose_composites(fusion));  // the CUDA target's fusion passes (one device)
   Segmentation segmentation = segment_for_cuda(*lowered);
   std::ostringstream report;
   report << settings::dump_note();
