@@ -364,10 +364,16 @@ class FusionDefinition:
 
     def define_scalar(self, value=None, dtype=None, *, name=None):
         """A literal constant (``define_scalar(1e-5)``), or, without a value, a scalar input of
-        ``dtype`` given at execute time as a Python number."""
-        if value is not None:
-            return self._impl.add_literal(value)
+        ``dtype`` given at execute time as a number (Python or NumPy) or a 0-dim tensor.
+
+        A literal with a ``dtype`` is a scalar of that dtype, as in nvFuser: the literal cast to it
+        (``cast(3, dtype=f32)`` in the text), so ``define_scalar(3, dtype=alloy.float32)`` makes an
+        int tensor's sum f32, ``define_scalar(2.7, dtype=alloy.int32)`` is 2 and
+        ``define_scalar(0.1, dtype=alloy.float32)`` is 0.1 rounded to f32. A value an integer
+        dtype cannot hold is an ``alloy.Error``."""
         file, line, col = _caller()
+        if value is not None:
+            return self._impl.add_literal(value, None if dtype is None else _dtype(dtype), file, line, col)
         return self._impl.add_input(name, _dtype(dtype if dtype is not None else float64), None, file, line, col)
 
     def add_output(self, value, alias_input=None):

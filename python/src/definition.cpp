@@ -237,11 +237,31 @@ ValueHandle Definition::add_input(std::optional<std::string> name, DType dtype, 
   });
 }
 
-ValueHandle Definition::add_literal(nb::handle number) {
+// With a dtype, the literal cast to it (a scalar of that dtype, as nvFuser's define_scalar makes
+// one): the cast truncates a float towards zero (2.7 -> 2) and rounds to a narrower float (0.1 in
+// f32). A value an integer dtype cannot hold (past its range, NaN or inf) is refused rather than
+// wrapped, as torch.tensor(value, dtype=...) refuses it.
+ValueHandle Definition::add_literal(nb::handle number, std::optional<DType> dtype, const SourceLoc& loc) {
   check_building("define_scalar");
   return guarded(*this, [&] {
-    if (!is_number(number)) user_error_at("define_scalar", "expected a bool, int or float, found ", python_type_name(number));
-    return ValueHandle{shared_from_this(), fusion->add_literal(literal_of(number, "define_scalar"))};
+    const std::string place = loc.known() ? loc.str() + ": define_scalar" : "define_scalar";
+    if (!is_number(number)) user_error_at(place, "expected a bool, int or float, found ", python_type_name(number));
+    Literal literal = literal_of(number, place);
+    Value* value = fusion->add_literal(literal);
+    if (!dtype) return ValueHandle{shared_from_this(), value};
+    if (*dtype == DType::i32 || *dtype == DType::i64) {
+      const bool i32 = *dtype == DType::i32;
+      const double low = i32 ? -2147483648.0 : -9223372036854775808.0, high = i32 ? 2147483648.0 : 9223372036854775808.0;
+      bool fits = literal.kind == Literal::Kind::boolean ||
+                  (literal.kind == Literal::Kind::integer && (!i32 || (literal.i >= -2147483648LL && literal.i <= 2147483647LL))) ||
+                  (literal.kind == Literal::Kind::real && std::isfinite(literal.f) && std::trunc(literal.f) >= low &&
+                   std::trunc(literal.f) < high);
+      if (!fits)
+        user_error_at(place, nb::cast<std::string>(nb::repr(number)), " does not fit ", dtype_name(*dtype), " (",
+                      i32 ? "-2147483648 to 2147483647" : "-9223372036854775808 to 9223372036854775807", ")");
+    }
+    value = fusion->add_op1(OpKind::cast, {value}, {{"dtype", Attr::dtype(*dtype)}}, loc);
+    return ValueHandle{shared_from_this(), value};
   });
 }
 
