@@ -99,6 +99,15 @@ Extent extent_of(nb::handle dim, Fusion& fusion, const std::string& place) {
   return Extent::constant(lit.i);
 }
 
+// `sequence`'s items as a tuple: references the call owns, so that code the call runs while it
+// reads them (an input's __dlpack__) cannot free an item by changing the caller's list.
+nb::tuple owned_items(nb::handle sequence, const char* not_a_sequence) {
+  if (!PySequence_Check(sequence.ptr()) || PyUnicode_Check(sequence.ptr())) throw nb::type_error(not_a_sequence);
+  PyObject* items = PySequence_Tuple(sequence.ptr());
+  if (!items) nb::raise_python_error();
+  return nb::steal<nb::tuple>(items);
+}
+
 // ---- devices and comparisons ---------------------------------------------------------------
 
 Device parse_device(nb::handle device, std::optional<Device> inputs_gpu) {
@@ -333,10 +342,8 @@ Definition::Prepared Definition::prepare(const nb::sequence& inputs, nb::handle 
   if (!finished)
     user_error_at("execute", "fusion '", fusion->name(), "' is still being defined: execute it after its `with` block");
   const std::vector<Value*>& declared = fusion->inputs();
-  nb::object items = nb::steal(PySequence_Fast(inputs.ptr(), "execute: inputs must be a sequence (a list or tuple)"));
-  if (!items.is_valid()) nb::raise_python_error();
-  size_t n = size_t(PySequence_Fast_GET_SIZE(items.ptr()));
-  PyObject** objects = PySequence_Fast_ITEMS(items.ptr());
+  nb::tuple items = owned_items(inputs, "execute: inputs must be a sequence (a list or tuple)");
+  size_t n = items.size();
   if (n != declared.size()) {
     std::string names;
     for (const Value* v : declared) names += (names.empty() ? "" : ", ") + v->name;
@@ -350,7 +357,7 @@ Definition::Prepared Definition::prepare(const nb::sequence& inputs, nb::handle 
   size_t gpu_input = 0;
   for (size_t i = 0; i < n; ++i) {
     bool read_only = false;
-    Tensor t = import_input(objects[i], *declared[i], i, p.kind, &read_only);
+    Tensor t = import_input(items[i], *declared[i], i, p.kind, &read_only);
     if (read_only) {
       p.read_only[i] = 1;
       p.any_read_only = true;
@@ -519,9 +526,8 @@ std::vector<std::string> Definition::validate(const nb::sequence& inputs, nb::ha
     for (const Tensor& t : p.tensors) host.push_back(to_cpu(t));
     expected = run_released(executor_for(Device{DeviceKind::cpu, 0}), host, {});
   } else {
-    nb::object items = nb::steal(PySequence_Fast(reference.ptr(), "validate: reference_outputs must be a sequence"));
-    if (!items.is_valid()) nb::raise_python_error();
-    size_t n = size_t(PySequence_Fast_GET_SIZE(items.ptr()));
+    nb::tuple items = owned_items(reference, "validate: reference_outputs must be a sequence");
+    size_t n = items.size();
     if (n != fusion->outputs().size())
       user_error_at("validate", "fusion '", fusion->name(), "' has ", fusion->outputs().size(), " outputs, but ", n,
                     " reference outputs were given");
@@ -529,7 +535,7 @@ std::vector<std::string> Definition::validate(const nb::sequence& inputs, nb::ha
     for (size_t i = 0; i < n; ++i) {
       std::string place = "reference output '" + fusion->outputs()[i]->name + "' (reference_outputs[" + std::to_string(i) + "])";
       expected.push_back(
-          import_input(PySequence_Fast_GET_ITEM(items.ptr(), Py_ssize_t(i)), *fusion->outputs()[i], i, kind, nullptr, &place));
+          import_input(items[i], *fusion->outputs()[i], i, kind, nullptr, &place));
     }
   }
   std::vector<std::string> mismatches;
