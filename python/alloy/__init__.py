@@ -67,6 +67,8 @@ def settings():
 def set_setting(name, value):
     """Sets one setting for this process ("NO_SIDE_STREAM" or "ALLOY_NO_SIDE_STREAM"; switches take
     0 or 1). Plans already built keep what they were built with."""
+    if value is None:  # str(None) would be taken for a value ('None' as a directory name, say)
+        raise Error(f"set_setting: {name}: expected a value (a str, a number, or a bool for a switch), found None")
     _alloy.set_setting(str(name), str(int(value)) if isinstance(value, _builtin_bool) else str(value))
 
 
@@ -306,6 +308,9 @@ class FusionDefinition:
 
     # -- the with block --
     def __enter__(self):
+        if self._impl.finished:  # refused before the block runs, so nothing in it can mark the definition failed
+            raise Error(f"FusionDefinition: the definition is complete; fusion '{self._impl.name}' cannot be defined "
+                        "further (its ops are stated in one `with` block; make a new FusionDefinition for another fusion)")
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -346,6 +351,10 @@ class FusionDefinition:
                 dtype = tensor.dtype
         if shape is None:
             raise Error("define_tensor: give a shape (a list of sizes; [] for a 0-dim tensor) or a tensor")
+        if isinstance(shape, (str, bytes, dict, set, frozenset)) or not hasattr(shape, "__iter__"):
+            # a string would be one symbol per character, a dict or set its keys in no stated order
+            raise Error(f"define_tensor: shape must be a list of sizes (ints, -1, None or symbol names such as 'B'), "
+                        f"found {type(shape).__name__} {shape!r}")
         if dtype is None:
             dtype = float32
         shape = list(shape)

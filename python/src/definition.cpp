@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "alloy/backend/cuda/cuda_api.h"
@@ -112,7 +113,14 @@ nb::tuple owned_items(nb::handle sequence, const char* not_a_sequence) {
 
 Device parse_device(nb::handle device, std::optional<Device> inputs_gpu) {
   if (device.is_none()) return inputs_gpu.value_or(Device{DeviceKind::cpu, 0});
-  if (PyLong_Check(device.ptr())) return Device{DeviceKind::cuda, nb::cast<int>(device)};
+  if (PyBool_Check(device.ptr())) user_error_at("device", "expected None, \"cpu\", \"cuda\", \"cuda:N\" or an int, found a bool");
+  if (PyLong_Check(device.ptr())) {
+    int overflow = 0;
+    long long index = PyLong_AsLongLongAndOverflow(device.ptr(), &overflow);
+    if (overflow || index < 0 || index > std::numeric_limits<int>::max())
+      user_error_at("device", "expected a CUDA device index (an int from 0), found ", nb::cast<std::string>(nb::str(device)));
+    return Device{DeviceKind::cuda, int(index)};
+  }
   std::string text = nb::cast<std::string>(nb::str(device));  // also torch.device("cuda:1")
   if (text == "cpu") return Device{DeviceKind::cpu, 0};
   if (text == "cuda") return inputs_gpu.value_or(Device{DeviceKind::cuda, 0});

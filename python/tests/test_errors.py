@@ -290,3 +290,43 @@ def test_a_scalar_input_given_as_a_0dim_array_comes_back_in_its_declared_dtype()
         (out,) = scalar_fusion(alloy.float32).execute([value])
         assert out.shape == () and out.dtype == np.float32 and out == 1.5
 
+
+# ---- lifecycle and argument mistakes ----------------------------------------------------------
+
+def test_entering_a_finished_definition_again_is_refused_and_leaves_it_usable():
+    with alloy.FusionDefinition() as fd:
+        fd.add_output(fd.ops.exp(fd.define_tensor(shape=[2], dtype=alloy.float32)))
+    a = np.ones(2, np.float32)
+    expected = fd.execute([a])[0]
+    with pytest.raises(alloy.Error, match="^FusionDefinition: the definition is complete; fusion 'fusion' cannot be defined further"):
+        with fd:
+            raise KeyError("never reached")
+    np.testing.assert_array_equal(fd.execute([a])[0], expected)
+    parsed = alloy.parse(str(fd))
+    with pytest.raises(alloy.Error, match="the definition is complete"):
+        with parsed:
+            pass
+    np.testing.assert_array_equal(parsed.execute([a])[0], expected)
+
+
+@pytest.mark.parametrize("device, message", [
+    (2**70, r"^device: expected a CUDA device index \(an int from 0\), found 1180591620717411303424"),
+    (-1, r"^device: expected a CUDA device index \(an int from 0\), found -1"),
+    (True, r"^device: expected None, .* or an int, found a bool"),
+])
+def test_bad_device_indices_are_errors(device, message):
+    with pytest.raises(alloy.Error, match=message):
+        linear_fusion().execute([X, W], device=device)
+
+
+@pytest.mark.parametrize("shape", ["abc", b"ab", {5: 1}, {2}, 5])
+def test_a_shape_that_is_no_list_is_an_error(shape):
+    with pytest.raises(alloy.Error, match=r"^define_tensor: shape must be a list of sizes"):
+        alloy.FusionDefinition().define_tensor(shape=shape)
+
+
+def test_a_setting_set_to_none_is_an_error():
+    before = alloy.settings()["ALLOY_CACHE_DIR"]
+    with pytest.raises(alloy.Error, match="^set_setting: ALLOY_CACHE_DIR: expected a value .* found None"):
+        alloy.set_setting("ALLOY_CACHE_DIR", None)
+    assert alloy.settings()["ALLOY_CACHE_DIR"] == before
