@@ -334,10 +334,14 @@ nb::object dlpack_capsule(nb::handle source, CallerKind& caller, const std::stri
       PyErr_Clear();
       return {};
     }
-    nb::object no_args = nb::steal(PyTuple_New(0));
-    nb::dict versioned;
-    versioned["max_version"] = nb::make_tuple(1, 0);
-    PyObject* result = PyObject_Call(dlpack.ptr(), no_args.ptr(), versioned.ptr());
+    // made once and kept for the process (leaked on purpose, as the looked-up attributes above are)
+    static PyObject* no_args = PyTuple_New(0);
+    static PyObject* versioned = [] {
+      nb::dict kwargs;
+      kwargs["max_version"] = nb::make_tuple(1, 0);
+      return kwargs.release().ptr();
+    }();
+    PyObject* result = PyObject_Call(dlpack.ptr(), no_args, versioned);
     // producers before DLPack 1.0 take no max_version; some refuse an unversioned read-only export
     if (!result && (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_BufferError))) {
       PyErr_Clear();
