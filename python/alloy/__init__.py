@@ -67,6 +67,8 @@ def settings():
 def set_setting(name, value):
     """Sets one setting for this process ("NO_SIDE_STREAM" or "ALLOY_NO_SIDE_STREAM"; switches take
     0 or 1). Plans already built keep what they were built with."""
+    if value is None:  # str(None) would be taken for a value ('None' as a directory name, say)
+        raise Error(f"set_setting: {name}: expected a value (a str, a number, or a bool for a switch), found None")
     _alloy.set_setting(str(name), str(int(value)) if isinstance(value, _builtin_bool) else str(value))
 
 
@@ -306,6 +308,9 @@ class FusionDefinition:
 
     # -- the with block --
     def __enter__(self):
+        if self._impl.finished:  # refused before the block runs, so nothing in it can mark the definition failed
+            raise Error(f"FusionDefinition: the definition is complete; fusion '{self._impl.name}' cannot be defined "
+                        "further (its ops are stated in one `with` block; make a new FusionDefinition for another fusion)")
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -346,6 +351,10 @@ class FusionDefinition:
                 dtype = tensor.dtype
         if shape is None:
             raise Error("define_tensor: give a shape (a list of sizes; [] for a 0-dim tensor) or a tensor")
+        if isinstance(shape, (str, bytes, dict, set, frozenset)) or not hasattr(shape, "__iter__"):
+            # a string would be one symbol per character, a dict or set its keys in no stated order
+            raise Error(f"define_tensor: shape must be a list of sizes (ints, -1, None or symbol names such as 'B'), "
+                        f"found {type(shape).__name__} {shape!r}")
         if dtype is None:
             dtype = float32
         shape = list(shape)
@@ -364,10 +373,16 @@ class FusionDefinition:
 
     def define_scalar(self, value=None, dtype=None, *, name=None):
         """A literal constant (``define_scalar(1e-5)``), or, without a value, a scalar input of
-        ``dtype`` given at execute time as a Python number."""
-        if value is not None:
-            return self._impl.add_literal(value)
+        ``dtype`` given at execute time as a number (Python or NumPy) or a 0-dim tensor.
+
+        A literal with a ``dtype`` is a scalar of that dtype, as in nvFuser: the literal cast to it
+        (``cast(3, dtype=f32)`` in the text), so ``define_scalar(3, dtype=alloy.float32)`` makes an
+        int tensor's sum f32, ``define_scalar(2.7, dtype=alloy.int32)`` is 2 and
+        ``define_scalar(0.1, dtype=alloy.float32)`` is 0.1 rounded to f32. A value an integer
+        dtype cannot hold is an ``alloy.Error``."""
         file, line, col = _caller()
+        if value is not None:
+            return self._impl.add_literal(value, None if dtype is None else _dtype(dtype), file, line, col)
         return self._impl.add_input(name, _dtype(dtype if dtype is not None else float64), None, file, line, col)
 
     def add_output(self, value, alias_input=None):

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "alloy/backend/cuda/cuda_api.h"
@@ -99,11 +100,27 @@ Extent extent_of(nb::handle dim, Fusion& fusion, const std::string& place) {
   return Extent::constant(lit.i);
 }
 
+// `sequence`'s items as a tuple: references the call owns, so that code the call runs while it
+// reads them (an input's __dlpack__) cannot free an item by changing the caller's list.
+nb::tuple owned_items(nb::handle sequence, const char* not_a_sequence) {
+  if (!PySequence_Check(sequence.ptr()) || PyUnicode_Check(sequence.ptr())) throw nb::type_error(not_a_sequence);
+  PyObject* items = PySequence_Tuple(sequence.ptr());
+  if (!items) nb::raise_python_error();
+  return nb::steal<nb::tuple>(items);
+}
+
 // ---- devices and comparisons ---------------------------------------------------------------
 
 Device parse_device(nb::handle device, std::optional<Device> inputs_gpu) {
   if (device.is_none()) return inputs_gpu.value_or(Device{DeviceKind::cpu, 0});
-  if (PyLong_Check(device.ptr())) return Device{DeviceKind::cuda, nb::cast<int>(device)};
+  if (PyBool_Check(device.ptr())) user_error_at("device", "expected None, \"cpu\", \"cuda\", \"cuda:N\" or an int, found a bool");
+  if (PyLong_Check(device.ptr())) {
+    int overflow = 0;
+    long long index = PyLong_AsLongLongAndOverflow(device.ptr(), &overflow);
+    if (overflow || index < 0 || index > std::numeric_limits<int>::max())
+      user_error_at("device", "expected a CUDA device index (an int from 0), found ", nb::cast<std::string>(nb::str(device)));
+    return Device{DeviceKind::cuda, int(index)};
+  }
   std::string text = nb::cast<std::string>(nb::str(device));  // also torch.device("cuda:1")
   if (text == "cpu") return Device{DeviceKind::cpu, 0};
   if (text == "cuda") return inputs_gpu.value_or(Device{DeviceKind::cuda, 0});
@@ -237,11 +254,31 @@ ValueHandle Definition::add_input(std::optional<std::string> name, DType dtype, 
   });
 }
 
-ValueHandle Definition::add_literal(nb::handle number) {
+// With a dtype, the literal cast to it (a scalar of that dtype, as nvFuser's define_scalar makes
+// one): the cast truncates a float towards zero (2.7 -> 2) and rounds to a narrower float (0.1 in
+// f32). A value an integer dtype cannot hold (past its range, NaN or inf) is refused rather than
+// wrapped, as torch.tensor(value, dtype=...) refuses it.
+ValueHandle Definition::add_literal(nb::handle number, std::optional<DType> dtype, const SourceLoc& loc) {
   check_building("define_scalar");
   return guarded(*this, [&] {
-    if (!is_number(number)) user_error_at("define_scalar", "expected a bool, int or float, found ", python_type_name(number));
-    return ValueHandle{shared_from_this(), fusion->add_literal(literal_of(number, "define_scalar"))};
+    const std::string place = loc.known() ? loc.str() + ": define_scalar" : "define_scalar";
+    if (!is_number(number)) user_error_at(place, "expected a bool, int or float, found ", python_type_name(number));
+    Literal literal = literal_of(number, place);
+    Value* value = fusion->add_literal(literal);
+    if (!dtype) return ValueHandle{shared_from_this(), value};
+    if (*dtype == DType::i32 || *dtype == DType::i64) {
+      const bool i32 = *dtype == DType::i32;
+      const double low = i32 ? -2147483648.0 : -9223372036854775808.0, high = i32 ? 2147483648.0 : 9223372036854775808.0;
+      bool fits = literal.kind == Literal::Kind::boolean ||
+                  (literal.kind == Literal::Kind::integer && (!i32 || (literal.i >= -2147483648LL && literal.i <= 2147483647LL))) ||
+                  (literal.kind == Literal::Kind::real && std::isfinite(literal.f) && std::trunc(literal.f) >= low &&
+                   std::trunc(literal.f) < high);
+      if (!fits)
+        user_error_at(place, nb::cast<std::string>(nb::repr(number)), " does not fit ", dtype_name(*dtype), " (",
+                      i32 ? "-2147483648 to 2147483647" : "-9223372036854775808 to 9223372036854775807", ")");
+    }
+    value = fusion->add_op1(OpKind::cast, {value}, {{"dtype", Attr::dtype(*dtype)}}, loc);
+    return ValueHandle{shared_from_this(), value};
   });
 }
 
@@ -313,10 +350,8 @@ Definition::Prepared Definition::prepare(const nb::sequence& inputs, nb::handle 
   if (!finished)
     user_error_at("execute", "fusion '", fusion->name(), "' is still being defined: execute it after its `with` block");
   const std::vector<Value*>& declared = fusion->inputs();
-  nb::object items = nb::steal(PySequence_Fast(inputs.ptr(), "execute: inputs must be a sequence (a list or tuple)"));
-  if (!items.is_valid()) nb::raise_python_error();
-  size_t n = size_t(PySequence_Fast_GET_SIZE(items.ptr()));
-  PyObject** objects = PySequence_Fast_ITEMS(items.ptr());
+  nb::tuple items = owned_items(inputs, "execute: inputs must be a sequence (a list or tuple)");
+  size_t n = items.size();
   if (n != declared.size()) {
     std::string names;
     for (const Value* v : declared) names += (names.empty() ? "" : ", ") + v->name;
@@ -330,7 +365,7 @@ Definition::Prepared Definition::prepare(const nb::sequence& inputs, nb::handle 
   size_t gpu_input = 0;
   for (size_t i = 0; i < n; ++i) {
     bool read_only = false;
-    Tensor t = import_input(objects[i], *declared[i], i, p.kind, &read_only);
+    Tensor t = import_input(items[i], *declared[i], i, p.kind, &read_only);
     if (read_only) {
       p.read_only[i] = 1;
       p.any_read_only = true;
@@ -499,9 +534,8 @@ std::vector<std::string> Definition::validate(const nb::sequence& inputs, nb::ha
     for (const Tensor& t : p.tensors) host.push_back(to_cpu(t));
     expected = run_released(executor_for(Device{DeviceKind::cpu, 0}), host, {});
   } else {
-    nb::object items = nb::steal(PySequence_Fast(reference.ptr(), "validate: reference_outputs must be a sequence"));
-    if (!items.is_valid()) nb::raise_python_error();
-    size_t n = size_t(PySequence_Fast_GET_SIZE(items.ptr()));
+    nb::tuple items = owned_items(reference, "validate: reference_outputs must be a sequence");
+    size_t n = items.size();
     if (n != fusion->outputs().size())
       user_error_at("validate", "fusion '", fusion->name(), "' has ", fusion->outputs().size(), " outputs, but ", n,
                     " reference outputs were given");
@@ -509,7 +543,7 @@ std::vector<std::string> Definition::validate(const nb::sequence& inputs, nb::ha
     for (size_t i = 0; i < n; ++i) {
       std::string place = "reference output '" + fusion->outputs()[i]->name + "' (reference_outputs[" + std::to_string(i) + "])";
       expected.push_back(
-          import_input(PySequence_Fast_GET_ITEM(items.ptr(), Py_ssize_t(i)), *fusion->outputs()[i], i, kind, nullptr, &place));
+          import_input(items[i], *fusion->outputs()[i], i, kind, nullptr, &place));
     }
   }
   std::vector<std::string> mismatches;

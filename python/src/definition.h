@@ -38,7 +38,8 @@ struct Definition : std::enable_shared_from_this<Definition> {
   // `mesh` (device ids) with `shard_axis` (nullopt: replicated) lays the input over a mesh.
   ValueHandle add_input(std::optional<std::string> name, DType dtype, std::optional<std::vector<nb::object>> shape,
                         const SourceLoc& loc, std::optional<std::vector<int64_t>> mesh = {}, std::optional<int> shard_axis = {});
-  ValueHandle add_literal(nb::handle number);
+  // A literal (define_scalar(value)); with `dtype`, a scalar of that dtype (the literal cast to it).
+  ValueHandle add_literal(nb::handle number, std::optional<DType> dtype, const SourceLoc& loc);
   // `inputs`: values of this definition or Python numbers (literals); `attrs`: name -> value
   // (int, float, bool, str, DType, or a list of ints and symbol names).
   std::vector<ValueHandle> add_op(const std::string& op, const std::vector<nb::object>& inputs, const nb::dict& attrs,

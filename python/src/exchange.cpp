@@ -3,6 +3,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -135,10 +136,12 @@ std::string python_type_name(nb::handle object) {
 
 // ---- imports -------------------------------------------------------------------------------
 
-// Keeps the imported array alive as long as any Alloy view of it; its last release needs the GIL
+// Keeps the imported array, and the object it came from, alive as long as any Alloy view of it
+// (a capsule's tensor is owned by its DLPack deleter; the object is kept too, so that nothing the
+// caller made for the call goes before the outputs that view it). Its last release needs the GIL
 // (it may drop Python references), which a run on another thread does not hold.
 template <class Array>
-Tensor wrap_array(Array array, DType dtype, Device device) {
+Tensor wrap_array(Array array, nb::object source, DType dtype, Device device) {
   size_t rank = array.ndim();
   std::vector<int64_t> sizes(rank), strides(rank);
   int64_t reach = 0;
@@ -153,7 +156,7 @@ Tensor wrap_array(Array array, DType dtype, Device device) {
   buffer->device = device;
   buffer->data = const_cast<void*>(static_cast<const void*>(array.data()));
   buffer->bytes = empty ? 0 : size_t(reach + 1) * size_t(dtype_size(dtype));
-  auto* holder = new Array(std::move(array));
+  auto* holder = new std::pair<Array, nb::object>(std::move(array), std::move(source));
   buffer->deleter = [holder](void*) {
     if (!nb::is_alive()) return;  // the interpreter is gone: nothing may be released any more
     nb::gil_scoped_acquire gil;
@@ -162,25 +165,79 @@ Tensor wrap_array(Array array, DType dtype, Device device) {
   return Tensor(std::move(buffer), dtype, std::move(sizes), std::move(strides), 0);
 }
 
-Tensor from_number(nb::handle object, const Value& declared, const std::string& place) {
+// ---- scalars -------------------------------------------------------------------------------
+// A scalar input is given as a number (a Python or NumPy one) or a 0-dim tensor, and is copied
+// into a 0-dim tensor of its declared dtype by value. What the dtype cannot hold is refused, as
+// PyTorch refuses it: a float for an integer or a bool, an integer outside the dtype's range (it
+// would wrap), an integer other than 0 or 1 for a bool.
+
+[[noreturn]] void integer_out_of_range(const std::string& integer, const Value& declared, const std::string& place) {
+  DType dtype = declared.dtype();
+  if (dtype == DType::boolean)
+    user_error_at(place, "expected ", expected_str(declared), " (True, False, 0 or 1), found the integer ", integer);
+  const bool i32 = dtype == DType::i32;
+  user_error_at(place, "expected ", expected_str(declared), ", found the integer ", integer, ", which does not fit ",
+                dtype_name(dtype), " (", i32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min(), " to ",
+                i32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max(), ")");
+}
+
+// A float as Python writes it (2.0, 0.1, 1e+100, inf, nan).
+std::string python_float_text(double value) {
+  char text[32];
+  auto [end, error] = std::to_chars(text, text + sizeof(text), value);
+  std::string out(text, end);
+  if (out.find_first_of(".en") == std::string::npos) out += ".0";
+  return out;
+}
+
+Tensor scalar_of(const Literal& number, const Value& declared, const std::string& place) {
   DType dtype = declared.dtype();
   Tensor t = Tensor::empty(dtype, {});
-  if (PyBool_Check(object.ptr())) {
-    store_int(t.data(), dtype, 0, object.ptr() == Py_True ? 1 : 0);
-  } else if (PyLong_Check(object.ptr())) {
-    int overflow = 0;
-    long long value = PyLong_AsLongLongAndOverflow(object.ptr(), &overflow);
-    if (overflow) user_error_at(place, "the integer does not fit in 64 bits");
-    if (is_floating(dtype)) store_double(t.data(), dtype, 0, double(value));
-    else store_int(t.data(), dtype, 0, value);
-  } else {
-    double value = PyFloat_AsDouble(object.ptr());
-    if (value == -1.0 && PyErr_Occurred()) nb::raise_python_error();
-    if (!is_floating(dtype))
-      user_error_at(place, "expected ", expected_str(declared), ", found the float ", value);
-    store_double(t.data(), dtype, 0, value);
+  if (is_floating(dtype)) {
+    store_double(t.data(), dtype, 0, number.as_double());
+    return t;
   }
+  if (number.kind == Literal::Kind::real)
+    user_error_at(place, "expected ", expected_str(declared), ", found the float ", python_float_text(number.f));
+  int64_t value = number.kind == Literal::Kind::boolean ? int64_t(number.b) : number.i;
+  bool fits = dtype == DType::boolean ? (number.kind == Literal::Kind::boolean || value == 0 || value == 1)
+              : dtype == DType::i32   ? value >= std::numeric_limits<int32_t>::min() && value <= std::numeric_limits<int32_t>::max()
+                                      : true;
+  if (!fits) integer_out_of_range(std::to_string(value), declared, place);
+  store_int(t.data(), dtype, 0, value);
   return t;
+}
+
+// A Python bool, int or float as the declared scalar (or 0-dim tensor).
+Tensor from_number(nb::handle object, const Value& declared, const std::string& place) {
+  PyObject* o = object.ptr();
+  if (PyBool_Check(o)) return scalar_of(Literal{Literal::Kind::boolean, 0, 0, o == Py_True}, declared, place);
+  if (PyLong_Check(o)) {
+    int overflow = 0;
+    long long value = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (!overflow) return scalar_of(Literal{Literal::Kind::integer, value, 0, false}, declared, place);
+    if (!is_floating(declared.dtype())) integer_out_of_range(nb::cast<std::string>(nb::str(object)), declared, place);
+    double real = PyLong_AsDouble(o);  // past 64 bits, for a float input: rounded, as torch.tensor(2**70.) is
+    if (real == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      user_error_at(place, "the integer ", nb::cast<std::string>(nb::str(object)), " is too large for a float");
+    }
+    return scalar_of(Literal{Literal::Kind::real, 0, real, false}, declared, place);
+  }
+  double value = PyFloat_AsDouble(o);
+  if (value == -1.0 && PyErr_Occurred()) nb::raise_python_error();
+  return scalar_of(Literal{Literal::Kind::real, 0, value, false}, declared, place);
+}
+
+// A 0-dim tensor as the declared scalar, by the value it holds (read on the host).
+Tensor from_zero_dim(const Tensor& tensor, const Value& declared, const std::string& place) {
+  Tensor host = to_cpu(tensor);
+  DType dtype = host.dtype();
+  Literal number;
+  if (dtype == DType::boolean) number = Literal{Literal::Kind::boolean, 0, 0, load_as_int(host.data(), dtype, 0) != 0};
+  else if (is_floating(dtype)) number = Literal{Literal::Kind::real, 0, load_as_double(host.data(), dtype, 0), false};
+  else number = Literal{Literal::Kind::integer, load_as_int(host.data(), dtype, 0), 0, false};
+  return scalar_of(number, declared, place);
 }
 
 bool is_number(nb::handle object) {
@@ -188,9 +245,12 @@ bool is_number(nb::handle object) {
 }
 
 // NumPy scalars (np.float32(2.0), np.int64(3), np.bool_) and other numbers with __index__ or
-// __float__.
+// __float__. NumPy's complex scalars are no numbers: their __float__ would drop the imaginary
+// part (with a warning only), as would a NumPy str or datetime scalar's conversion.
 std::optional<nb::object> as_python_number(nb::handle object) {
-  if (auto value = numpy_scalar_value(object)) return value;
+  PyObject* numpy_generic = numpy_scalar_type.get();
+  if (numpy_generic && PyObject_TypeCheck(object.ptr(), reinterpret_cast<PyTypeObject*>(numpy_generic)))
+    return numpy_scalar_value(object);
   if (PyIndex_Check(object.ptr())) {
     PyObject* index = PyNumber_Index(object.ptr());
     if (index) return nb::steal(index);
@@ -257,6 +317,56 @@ bool import_array(nb::handle source, nb::ndarray<nb::ro>& array, bool& read_only
   return nb::try_cast(source, array, false);
 }
 
+// The DLPack capsule that `source` hands over: itself when it is one, else what its __dlpack__
+// returns (a versioned capsule asked for first, as nanobind asks); an invalid object when it has
+// no __dlpack__ or that fails (nanobind then tries the buffer protocol). Alloy takes the capsule
+// itself, rather than letting nanobind call __dlpack__, so that one consumed before is refused:
+// by its name ("used_dltensor", which an importer gives the capsules it consumes) or because this
+// call took the same one for another input (an object may hand back a capsule it keeps). The
+// tensor of a capsule is freed by whoever consumed it: taking it twice frees it twice.
+nb::object dlpack_capsule(nb::handle source, CallerKind& caller, const std::string& place) {
+  nb::object capsule;
+  if (PyCapsule_CheckExact(source.ptr())) {
+    capsule = nb::borrow(source);
+  } else {
+    nb::object dlpack = nb::steal(PyObject_GetAttrString(source.ptr(), "__dlpack__"));
+    if (!dlpack.is_valid()) {
+      PyErr_Clear();
+      return {};
+    }
+    // made once and kept for the process (leaked on purpose, as the looked-up attributes above are)
+    static PyObject* no_args = PyTuple_New(0);
+    static PyObject* versioned = [] {
+      nb::dict kwargs;
+      kwargs["max_version"] = nb::make_tuple(1, 0);
+      return kwargs.release().ptr();
+    }();
+    PyObject* result = PyObject_Call(dlpack.ptr(), no_args, versioned);
+    // producers before DLPack 1.0 take no max_version; some refuse an unversioned read-only export
+    if (!result && (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_BufferError))) {
+      PyErr_Clear();
+      result = PyObject_CallNoArgs(dlpack.ptr());
+    }
+    if (!result) {
+      PyErr_Clear();
+      return {};
+    }
+    capsule = nb::steal(result);
+    if (!PyCapsule_CheckExact(result))
+      user_error_at(place, "its __dlpack__() returned ", python_type_name(capsule), ", not a DLPack capsule");
+  }
+  for (const auto& [seen, seen_place] : caller.capsules)
+    if (seen.is(capsule))
+      user_error_at(place, "its DLPack capsule is the one ", seen_place, " consumed in this call; a capsule can be consumed once "
+                    "(hand out a new capsule from each __dlpack__() call)");
+  const char* name = PyCapsule_GetName(capsule.ptr());
+  if (!name) PyErr_Clear();
+  if (name && std::string_view(name).starts_with("used_"))
+    user_error_at(place, "its DLPack capsule was already consumed (it is named '", name, "'); a capsule can be consumed once: "
+                  "pass the tensor itself, or a new capsule from its __dlpack__()");
+  return capsule;
+}
+
 }  // namespace
 
 Tensor import_input(nb::handle object, const Value& declared, size_t position, CallerKind& caller, bool* read_only,
@@ -290,7 +400,11 @@ Tensor import_input(nb::handle object, const Value& declared, size_t position, C
     }
     if (!imported) source = object.attr("detach")();  // then through __dlpack__
   }
-  if (!imported) imported = import_array(source, array, array_read_only);
+  if (!imported) {
+    nb::object capsule = dlpack_capsule(source, caller, place);
+    imported = import_array(capsule.is_valid() ? capsule : source, array, array_read_only);
+    if (imported && capsule.is_valid()) caller.capsules.emplace_back(capsule, place);  // kept: its address stays its own
+  }
   if (!imported) {
     if (PyErr_Occurred()) PyErr_Clear();
     user_error_at(place, "expected ", expected_str(declared), ", found ", python_type_name(object),
@@ -310,14 +424,20 @@ Tensor import_input(nb::handle object, const Value& declared, size_t position, C
       user_error_at(place, "is on a device of DLPack type ", array.device_type(),
                     "; expected a CPU or CUDA tensor");
   }
+  if (declared.is_scalar() && array.ndim() != 0) {
+    std::string found = std::string(dtype_name(*dtype)) + "[";
+    for (size_t i = 0; i < array.ndim(); ++i) found += (i ? ", " : "") + std::to_string(array.shape(i));
+    user_error_at(place, "expected ", expected_str(declared), ", found a tensor ", found,
+                  "] (a scalar input takes a number or a 0-dim tensor)");
+  }
   if (caller.kind == Kind::none) caller.kind = kind;
+  Tensor t = wrap_array(std::move(array), nb::borrow(object), *dtype, device);
+  // a scalar is the value it holds, in its declared dtype (a copy, so never read-only)
+  if (declared.is_scalar()) return from_zero_dim(t, declared, place);
   if (read_only) *read_only = array_read_only;
-  Tensor t = wrap_array(std::move(array), *dtype, device);
   // NumPy has no bf16: an f32 or f64 array feeds a bf16 input, rounded (a copy)
   if (kind == Kind::numpy && declared.dtype() == DType::bf16 && (*dtype == DType::f32 || *dtype == DType::f64))
     return convert_for_input(t, DType::bf16, declared.name);
-  // a scalar is read on the host
-  if (declared.is_scalar() && device.kind != DeviceKind::cpu) return to_cpu(t);
   return t;
 }
 

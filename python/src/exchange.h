@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "alloy/ir/fusion.h"
 #include "alloy/runtime/tensor.h"
@@ -22,12 +24,18 @@ enum class Kind { none, numpy, torch, other };
 struct CallerKind {
   Kind kind = Kind::none;
   nb::object module;  // Kind::other: the module whose from_dlpack makes results (may be None)
+  // The DLPack capsules this call consumed, with the input that did (a capsule is consumed once).
+  std::vector<std::pair<nb::object, std::string>> capsules;
 };
 
 // `object` as the input `declared` (the fusion's input at `position`), without a copy: a tensor on
-// the CPU or a GPU, or a Python number for a scalar or 0-dim input. A NumPy array of f32 or f64 may
-// feed a bf16 input (NumPy has no bf16; it is rounded to nearest even, a copy). Records the kind of
-// a tensor input in `kind` when none is recorded yet. A mismatch the run would report later is
+// the CPU or a GPU, or a Python number for a scalar or 0-dim input. A scalar input takes a number
+// (Python or NumPy) or a 0-dim tensor only, copied by value into its declared dtype, which must
+// hold it (no float for an integer, no integer out of range, only 0 or 1 for a bool). A NumPy
+// array of f32 or f64 may feed a bf16 input (NumPy has no bf16; it is rounded to nearest even, a
+// copy). A DLPack capsule is consumed once: one already consumed, or one this call consumed for
+// another input (recorded in `kind`), is a UserError. Records the kind of a tensor input in
+// `kind` when none is recorded yet. A mismatch the run would report later is
 // left to it (dtype, rank and sizes are checked against the declaration there); what only this
 // layer sees (None, an unsupported dtype or device, an object that is no tensor) is a UserError
 // naming the input. `place` names it in those errors (default: "input 'x' (argument 0)").

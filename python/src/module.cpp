@@ -173,7 +173,11 @@ NB_MODULE(_alloy, m) {
            },
            "name"_a.none(), "dtype"_a, "shape"_a.none(), "file"_a.none() = nb::none(), "line"_a = 0, "col"_a = 0,
            "mesh"_a.none() = nb::none(), "shard_axis"_a.none() = nb::none())
-      .def("add_literal", &Definition::add_literal, "value"_a)
+      .def("add_literal",
+           [](Definition& d, nb::handle value, std::optional<DType> dtype, std::optional<std::string> file, int line, int col) {
+             return d.add_literal(value, dtype, loc_of(file, line, col));
+           },
+           "value"_a, "dtype"_a.none() = nb::none(), "file"_a.none() = nb::none(), "line"_a = 0, "col"_a = 0)
       .def("add_op",
            [](Definition& d, const std::string& op, const std::vector<nb::object>& inputs, const nb::dict& attrs,
               std::optional<std::string> file, int line, int col) { return d.add_op(op, inputs, attrs, loc_of(file, line, col)); },

@@ -1,6 +1,8 @@
 """Defining fusions from Python: define_tensor and define_scalar, fd.ops with the format's names
 (positional and keyword), tuples for several results, operators on values, dtypes named as
 torch names them, the .fusion text (str(fd), alloy.parse, alloy.load) and introspection."""
+import re
+
 import numpy as np
 import pytest
 
@@ -66,6 +68,36 @@ def test_define_scalar_with_a_value_is_a_literal():
     (out,) = fd.execute([np.zeros(3, np.float32)])
     assert out.dtype == np.float32
     np.testing.assert_allclose(out, np.float32(1e-5))
+
+
+def test_define_scalar_with_a_value_and_a_dtype_is_a_scalar_of_that_dtype():
+    # as nvFuser's define_scalar(3, dtype=Float): the literal cast to the dtype, which then promotes
+    # as a bare scalar of its category does
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[2], dtype=alloy.int32)
+        three = fd.define_scalar(3, dtype=alloy.float32)
+        truncated = fd.define_scalar(2.7, dtype=alloy.int32)
+        rounded = fd.define_scalar(0.1, dtype=alloy.float32)
+        assert (three.dtype, truncated.dtype, rounded.dtype) == (alloy.float32, alloy.int32, alloy.float32)
+        assert three.is_scalar and truncated.is_scalar and rounded.is_scalar
+        fd.add_output(fd.ops.add(x, three))
+        fd.add_output(fd.ops.add(x, truncated))
+        fd.add_output(rounded)
+        fd.add_output(fd.ops.mul(fd.define_tensor(shape=[2], dtype=alloy.float16), fd.define_scalar(2, dtype="float64")))
+    assert "cast(3, dtype=f32)" in str(fd) and "cast(2.7, dtype=i32)" in str(fd)
+    inputs = [np.array([1, 2], np.int32), np.array([1, 2], np.float16)]
+    for definition in (fd, alloy.parse(str(fd))):
+        assert str(definition) == str(fd)
+        float_sum, int_sum, tenth, half_product = definition.execute(inputs)
+        assert float_sum.dtype == np.float32 and float_sum.tolist() == [4.0, 5.0]
+        assert int_sum.dtype == np.int32 and int_sum.tolist() == [3, 4]
+        assert tenth.dtype == np.float32 and tenth.shape == () and tenth == np.float32(0.1)
+        assert half_product.dtype == np.float16 and half_product.tolist() == [2.0, 4.0]  # a scalar does not widen a tensor
+    for value, dtype in [(3000000000, alloy.int32), (float("nan"), alloy.int64), (1e19, alloy.int64), (2.0**31, alloy.int32)]:
+        with pytest.raises(alloy.Error, match=rf"define_scalar: {re.escape(repr(value))} does not fit"):
+            alloy.FusionDefinition().define_scalar(value, dtype=dtype)
+    with pytest.raises(alloy.Error, match="unsupported dtype"):
+        alloy.FusionDefinition().define_scalar(1, dtype="complex64")
 
 
 def test_several_results_come_back_as_a_tuple():

@@ -1,6 +1,7 @@
 """Every user mistake is an alloy.Error (a ValueError) with a located message, never a crash:
 shape mistakes at the line that defines the op, wrong inputs at execute naming the input and the
 axis, and a definition that failed is never run."""
+import re
 import sys
 
 import numpy as np
@@ -222,3 +223,110 @@ def test_collectives_are_not_ops_a_user_writes():
     fd = alloy.parse("fusion f(x: f32[4, 2] @mesh[0] shard(axis=0)) {\n  y = all_gather(x, axis=0)\n  return y\n}")
     with pytest.raises(alloy.Error, match=r"^<string>:2:\d+: all_gather is a resharding step that Alloy inserts itself"):
         fd.execute([np.ones((4, 2), np.float32)])
+
+
+# ---- scalar inputs: a number or a 0-dim tensor that the declared dtype can hold ----------------
+
+def scalar_fusion(dtype):
+    with alloy.FusionDefinition() as fd:
+        s = fd.define_scalar(dtype=dtype, name="s")
+        fd.add_output(s)
+    return fd
+
+
+@pytest.mark.parametrize("dtype, value, message", [
+    (alloy.int32, 2**31, "found the integer 2147483648, which does not fit i32 (-2147483648 to 2147483647)"),
+    (alloy.int32, -2**31 - 1, "found the integer -2147483649, which does not fit i32"),
+    (alloy.int32, 2**40 + 7, "does not fit i32"),
+    (alloy.int32, np.uint32(2**32 - 1), "found the integer 4294967295, which does not fit i32"),
+    (alloy.int32, np.array(2**31), "found the integer 2147483648, which does not fit i32"),
+    (alloy.int64, 2**63, "does not fit i64 (-9223372036854775808 to 9223372036854775807)"),
+    (alloy.int64, np.uint64(2**64 - 1), "found the integer 18446744073709551615, which does not fit i64"),
+    (alloy.bool, 2, "expected a scalar bool (True, False, 0 or 1), found the integer 2"),
+    (alloy.bool, np.int64(-1), "found the integer -1"),
+    (alloy.int32, 2.5, "found the float 2.5"),
+    (alloy.int64, np.array(2.0), "found the float 2.0"),
+])
+def test_a_scalar_input_the_dtype_cannot_hold_is_refused_not_wrapped(dtype, value, message):
+    with pytest.raises(alloy.Error) as error:
+        scalar_fusion(dtype).execute([value])
+    assert str(error.value).startswith("input 's' (argument 0): ") and message in str(error.value)
+
+
+@pytest.mark.parametrize("dtype, value, expected", [
+    (alloy.int32, 2**31 - 1, 2**31 - 1), (alloy.int32, -2**31, -2**31), (alloy.int32, np.int64(-5), -5),
+    (alloy.int64, -2**63, -2**63), (alloy.bool, 1, True), (alloy.bool, 0, False), (alloy.bool, np.bool_(True), True),
+    (alloy.float32, 2**70, 2.0**70), (alloy.float32, np.array(3), 3.0), (alloy.int32, np.array(True), 1),
+])
+def test_a_scalar_input_takes_what_its_dtype_holds(dtype, value, expected):
+    (out,) = scalar_fusion(dtype).execute([value])
+    numpy_dtype = {alloy.int32: np.int32, alloy.int64: np.int64, alloy.bool: np.bool_, alloy.float32: np.float32}[dtype]
+    assert out.shape == () and out.dtype == numpy_dtype
+    assert out.item() == expected
+
+
+@pytest.mark.parametrize("value", [np.complex128(2 + 5j), np.complex64(1), 2 + 5j, np.array(2 + 5j)])
+def test_a_complex_scalar_input_is_refused(value):
+    # NumPy's complex scalars convert to float with a warning only: the imaginary part would be lost
+    with pytest.raises(alloy.Error, match=r"^input 's' \(argument 0\): .*(expected a scalar f64, found (numpy\.)?complex"
+                                          r"|dtype complex128 is not supported)"):
+        scalar_fusion(alloy.float64).execute([value])
+
+
+@pytest.mark.parametrize("value, found", [
+    (np.array([1.0]), "f64[1]"), (np.array([[1.0]], np.float32), "f32[1, 1]"), (np.ones(2, np.int32), "i32[2]"),
+])
+def test_a_scalar_input_is_not_an_array_of_one_element(value, found):
+    with pytest.raises(alloy.Error, match=rf"^input 's' \(argument 0\): expected a scalar f32, found a tensor {re.escape(found)}"):
+        scalar_fusion(alloy.float32).execute([value])
+    with alloy.FusionDefinition() as fd:
+        fd.add_output(fd.ops.mul(fd.define_scalar(dtype=alloy.float32, name="s"), 2.0))
+    with pytest.raises(alloy.Error, match=r"^input 's' \(argument 0\): expected a scalar f32"):  # not the op's error
+        fd.execute([value])
+
+
+def test_a_scalar_input_given_as_a_0dim_array_comes_back_in_its_declared_dtype():
+    for value in [np.array(1.5), np.array(1.5, np.float16), np.float64(1.5), 1.5]:
+        (out,) = scalar_fusion(alloy.float32).execute([value])
+        assert out.shape == () and out.dtype == np.float32 and out == 1.5
+
+
+# ---- lifecycle and argument mistakes ----------------------------------------------------------
+
+def test_entering_a_finished_definition_again_is_refused_and_leaves_it_usable():
+    with alloy.FusionDefinition() as fd:
+        fd.add_output(fd.ops.exp(fd.define_tensor(shape=[2], dtype=alloy.float32)))
+    a = np.ones(2, np.float32)
+    expected = fd.execute([a])[0]
+    with pytest.raises(alloy.Error, match="^FusionDefinition: the definition is complete; fusion 'fusion' cannot be defined further"):
+        with fd:
+            raise KeyError("never reached")
+    np.testing.assert_array_equal(fd.execute([a])[0], expected)
+    parsed = alloy.parse(str(fd))
+    with pytest.raises(alloy.Error, match="the definition is complete"):
+        with parsed:
+            pass
+    np.testing.assert_array_equal(parsed.execute([a])[0], expected)
+
+
+@pytest.mark.parametrize("device, message", [
+    (2**70, r"^device: expected a CUDA device index \(an int from 0\), found 1180591620717411303424"),
+    (-1, r"^device: expected a CUDA device index \(an int from 0\), found -1"),
+    (True, r"^device: expected None, .* or an int, found a bool"),
+])
+def test_bad_device_indices_are_errors(device, message):
+    with pytest.raises(alloy.Error, match=message):
+        linear_fusion().execute([X, W], device=device)
+
+
+@pytest.mark.parametrize("shape", ["abc", b"ab", {5: 1}, {2}, 5])
+def test_a_shape_that_is_no_list_is_an_error(shape):
+    with pytest.raises(alloy.Error, match=r"^define_tensor: shape must be a list of sizes"):
+        alloy.FusionDefinition().define_tensor(shape=shape)
+
+
+def test_a_setting_set_to_none_is_an_error():
+    before = alloy.settings()["ALLOY_CACHE_DIR"]
+    with pytest.raises(alloy.Error, match="^set_setting: ALLOY_CACHE_DIR: expected a value .* found None"):
+        alloy.set_setting("ALLOY_CACHE_DIR", None)
+    assert alloy.settings()["ALLOY_CACHE_DIR"] == before
