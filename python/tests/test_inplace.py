@@ -152,3 +152,23 @@ def test_an_output_viewing_a_read_only_input_comes_back_read_only(tmp_path):
     writable = np.ones(5, np.float32)
     view, part, _ = fd.execute([writable])
     assert view.flags.writeable and part.flags.writeable  # views of writable memory stay writable
+
+
+def test_outputs_are_the_values_before_the_in_place_write():
+    # permute(x) and x itself beside `return exp(x) -> x`: both are x as it was (copied before the
+    # write, not views of the updated memory), and validate's reference reads the inputs as given
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[2, 3], dtype=alloy.float32)
+        fd.add_output(fd.ops.exp(x), alias_input=x)
+        fd.add_output(fd.ops.permute(x, dims=[1, 0]))
+        fd.add_output(x)
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    old = a.copy()
+    updated, transposed, same = fd.execute([a])
+    np.testing.assert_allclose(a, np.exp(old), rtol=1e-6)
+    np.testing.assert_array_equal(transposed, old.T)
+    np.testing.assert_array_equal(same, old)
+    assert not np.shares_memory(transposed, a) and not np.shares_memory(same, a)
+    b = np.arange(6, dtype=np.float32).reshape(2, 3)
+    fd.validate([b])  # raises alloy.ValidationError where a reference output differs
+    np.testing.assert_allclose(b, np.exp(old), rtol=1e-6)  # validate ran the update once on b
