@@ -236,6 +236,14 @@ void expect_sharded_matches_unsharded(const std::string& text, const Bindings& s
   }
 }
 
+// The sequence-parallel MLP in f32: its second GEMM sums 1024 products into outputs of RMS about
+// 360, which a GPU's blocked accumulation and the reference's double sum round differently by a
+// few ulps of that RMS, more than the 4 tensors_close allows where cuBLASLt's autotuned candidate
+// sums in another order (on an H100 with two ranks sharing it, about one run in three had 10 of
+// 5120 elements 1.3e-4 apart: 4e-7 of the RMS). Four times the allowance; a wrong row or element
+// is still off by far more.
+constexpr double kDeepF32GemmScale = 4.0;
+
 std::string example(const std::string& name) {
   return on_world_mesh(testing::read_file(testing::source_path("examples/" + name + ".fusion")));
 }
@@ -297,7 +305,7 @@ TEST(PipelinedFusions, ChunkedGatherGemmAndGemmScatter_EqualTheUnshardedRun) {
     for (size_t at = text.find("[T,"); at != std::string::npos; at = text.find("[T,", at + 1)) text.replace(at, 2, "[" + t);
     for (const char* pipeline : {"off", "chunks=1", "chunks=2", "chunks=3", "chunks=5"}) {
       SCOPED_TRACE(std::string(pipeline) + ", rows per device " + std::to_string(rows_per_device));
-      expect_sharded_matches_unsharded(text, {}, 7, 1.0, pipeline);
+      expect_sharded_matches_unsharded(text, {}, 7, kDeepF32GemmScale, pipeline);
     }
   }
   std::string m = world_mesh_text();
@@ -326,7 +334,7 @@ TEST(PipelinedFusions, RingGatherGemmAndGemmScatter_EqualTheUnshardedRun) {
     std::string t = std::to_string(rows_per_device * n);
     for (size_t at = text.find("[T,"); at != std::string::npos; at = text.find("[T,", at + 1)) text.replace(at, 2, "[" + t);
     SCOPED_TRACE("ring, rows per device " + std::to_string(rows_per_device));
-    expect_sharded_matches_unsharded(text, {}, 7, 1.0, "ring");
+    expect_sharded_matches_unsharded(text, {}, 7, kDeepF32GemmScale, "ring");
   }
 }
 
