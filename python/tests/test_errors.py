@@ -330,3 +330,12 @@ def test_a_setting_set_to_none_is_an_error():
     with pytest.raises(alloy.Error, match="^set_setting: ALLOY_CACHE_DIR: expected a value .* found None"):
         alloy.set_setting("ALLOY_CACHE_DIR", None)
     assert alloy.settings()["ALLOY_CACHE_DIR"] == before
+
+
+def test_dump_checks_the_inputs_it_is_given():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, 4], dtype=alloy.float32)
+        fd.add_output(fd.ops.sum(x, dims=[1]))
+    with pytest.raises(alloy.Error, match="input 'T0': expected dtype f32"):
+        fd.dump("segments", [np.ones(7, np.int64)])
+    assert "segment" in fd.dump("segments", [np.ones((3, 4), np.float32)])

@@ -308,6 +308,8 @@ std::vector<std::optional<Sharding>> FusionExecutor::output_shardings() {
 Device FusionExecutor::device() const { return impl_->device; }
 
 std::string FusionExecutor::dump(std::string_view stage, const std::vector<Tensor>* inputs) {
+  // inputs given: the plan is for them, so they are checked as a run checks them (no collective)
+  if (inputs && stage != "ir") bind_inputs(*impl_->plan_for().local, *inputs);
   return settings::dump_note() + dump_stage(stage, inputs);
 }
 
