@@ -11,8 +11,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <map>
 
@@ -29,6 +31,7 @@
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
 #include "backend/cuda/kernel_cases.h"
+#include "backend/cuda/random_fusions.h"
 #include "test_util.h"
 
 namespace alloy {
@@ -378,6 +381,57 @@ TEST(EmulatedKernels, ColumnGridFitsTheKernelsOccupancy) {
   EXPECT_EQ(plan.workspace_bytes, 6 * plan.workspace_bytes_per_split);
   cuda::fit_column_grid(plan, 64, target);  // never more splits than 16 rows a thread allow
   EXPECT_EQ(plan.grid_y, 32u);
+}
+
+// Why `text` is not all generated kernels and views on CUDA ("" when it is): the segments the
+// segmenter gave other schedulers, with their notes.
+std::string why_not_kernels(const std::string& text) {
+  auto lowered = unify_extents(*decompose_composites(*parse_fusion(text, "random.fusion", std::nullopt)));
+  Segmentation segmentation = segment_for_cuda(*lowered);
+  std::string why;
+  for (const Segment& s : segmentation.segments)
+    if (s.scheduler != "noop" && s.scheduler != "bitmask" && s.scheduler != "pointwise" && s.scheduler != "reduction" &&
+        s.scheduler != "normalization")
+      why += s.scheduler + " " + s.note + "\n";
+  return why.empty() ? why : why + segmentation.str();
+}
+
+// Fusions nobody wrote (random_fusions.h), every flavour. ALLOY_RANDOM_FUSIONS=COUNT[:SEED] runs
+// a longer campaign (and logs each fusion to stdout); by default a few fixed ones, for CI.
+TEST(EmulatedKernels, RandomFusionsMatchTheCpu) {
+  int count = 4;  // ~20 s alone, ~55 s beside other tests under ctest -j2
+  uint64_t seed = 1;
+  const char* campaign = std::getenv("ALLOY_RANDOM_FUSIONS");
+  if (campaign) {
+    std::string c = campaign;
+    count = std::stoi(c);
+    if (auto colon = c.find(':'); colon != std::string::npos) seed = std::stoull(c.substr(colon + 1));
+  }
+  int fallbacks = 0, failed = 0;
+  for (int i = 0; i < count; ++i) {
+    testing::RandomFusion f = testing::RandomFusionWriter(seed * 1000003 + uint64_t(i)).write();
+    std::string trace = "random fusion " + std::to_string(seed) + "/" + std::to_string(i) + " sm_count " +
+                        std::to_string(f.sm_count) + (f.transposed_rows ? " transposed_rows" : "") + " sizes:";
+    for (const auto& [name, size] : f.sizes) trace += " " + name + "=" + std::to_string(size);
+    SCOPED_TRACE(trace + "\n" + f.text);
+    if (campaign) std::cout << "=== " << trace << "\n" << f.text << std::flush;
+    int parts = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+    try {
+      if (std::string why = why_not_kernels(f.text); !why.empty()) {
+        ++fallbacks;
+        std::cout << "=== not kernels: " << why << std::flush;
+        continue;
+      }
+      for (Flavour flavour : kFlavours) expect_emulation_matches_cpu(f.text, f.sizes, flavour, f.sm_count, {}, f.transposed_rows);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+    }
+    if (::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count() != parts) {
+      ++failed;
+      if (campaign) std::cout << "=== FAILED " << trace << "\n" << std::flush;
+    }
+  }
+  std::cout << "random fusions: " << count << " run, " << fallbacks << " not all kernels, " << failed << " failed\n";
 }
 
 #endif  // ALLOY_HAVE_CUDA
