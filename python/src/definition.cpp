@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <sstream>
 
@@ -526,14 +525,6 @@ std::string Definition::dump(const std::string& stage, nb::handle inputs, nb::ha
   return executor.dump(stage, &tensors);
 }
 
-// A CPU copy of t in memory of its own (packed).
-static Tensor packed_copy(const Tensor& t) {
-  Tensor packed = packed_cpu(t);
-  Tensor copy = Tensor::empty(t.dtype(), t.sizes());
-  if (copy.numel() > 0) std::memcpy(copy.data(), packed.data(), size_t(copy.numel()) * size_t(dtype_size(t.dtype())));
-  return copy;
-}
-
 std::vector<std::string> Definition::validate(const nb::sequence& inputs, nb::handle reference, nb::handle device) {
   Prepared p = prepare(inputs, device);
   // The reference reads the inputs as they are before the run, which may update some in place:
@@ -542,7 +533,7 @@ std::vector<std::string> Definition::validate(const nb::sequence& inputs, nb::ha
   if (reference.is_none()) {
     const auto& aliases = fusion->output_aliases();
     bool updates = std::any_of(aliases.begin(), aliases.end(), [](const Value* v) { return v != nullptr; });
-    for (const Tensor& t : p.tensors) host.push_back(updates && t.device().kind == DeviceKind::cpu ? packed_copy(t) : to_cpu(t));
+    for (const Tensor& t : p.tensors) host.push_back(updates && t.device().kind == DeviceKind::cpu ? cpu_copy(t) : to_cpu(t));
   }
   std::vector<Tensor> actual = run_released(executor_for(p.device), p.tensors, run_options(p.device, p.kind, nb::none()));
   std::vector<Tensor> expected;

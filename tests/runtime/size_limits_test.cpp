@@ -14,13 +14,19 @@
 namespace alloy {
 namespace {
 
-std::string check_error(const std::string& text) {
+// The message of the UserError `work` throws, or "no error".
+template <class Work>
+std::string user_error_of(Work&& work) {
   try {
-    parse_fusion(text, "t.fusion");
+    work();
   } catch (const UserError& e) {
     return e.what();
   }
   return "no error";
+}
+
+std::string check_error(const std::string& text) {
+  return user_error_of([&] { parse_fusion(text, "t.fusion"); });
 }
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -42,12 +48,7 @@ TEST(SizeLimits, BoundSizesTooLargeToRun_AreUserErrorsAtTheStatementNotCrashes) 
     auto fusion = parse_fusion(text, "r.fusion");
     std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), sizes, 1);
     FusionExecutor executor(std::move(fusion), {DeviceChoice::cpu});
-    try {
-      executor.run(inputs);
-    } catch (const UserError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return user_error_of([&] { executor.run(inputs); });
   };
   // elements past 2^48 through a bound symbol: the statement that makes them
   std::string e = run("fusion f(x: f32[N]) {\n  b = broadcast_in_dim(x, shape=[1048576, 1048576, N], broadcast_dims=[2])\n  c = exp(b)\n  return c\n}",
@@ -63,12 +64,7 @@ TEST(SizeLimits, BoundSizesTooLargeToRun_AreUserErrorsAtTheStatementNotCrashes) 
   EXPECT_TRUE(has(e, "'b' (f32[1048576, 1048576, N]) needs 35184372088832 bytes for the bound sizes (the CPU reference holds each element as a double)")) << e;
   // where views are free (a GPU's kernels read them in place), the materialized result is refused
   auto fusion = parse_fusion(text, "r.fusion");
-  try {
-    check_run_sizes(*fusion, {{"N", 4}}, int64_t(1) << 40, "cuda:0");
-    e = "no error";
-  } catch (const UserError& error) {
-    e = error.what();
-  }
+  e = user_error_of([&] { check_run_sizes(*fusion, {{"N", 4}}, int64_t(1) << 40, "cuda:0"); });
   EXPECT_TRUE(has(e, "r.fusion:3:")) << e;
   EXPECT_TRUE(has(e, "'c' (f32[1048576, 1048576, N]) needs 17592186044416 bytes for the bound sizes; cuda:0 has 1099511627776")) << e;
 }
@@ -77,12 +73,7 @@ TEST(SizeLimits, BoundSizesTooLargeToRun_AreUserErrorsAtTheStatementNotCrashes) 
 // doubles; refused at its statement before anything is allocated.
 TEST(SizeLimits, ABroadcastViewTheCpuWouldMaterialize_IsRefusedAtItsStatement) {
   auto fusion = parse_fusion("fusion f(x: f32[N]) {\n  b = expand(x, shape=[65536, N])\n  s = sum(b)\n  return s\n}", "v.fusion");
-  std::string e = "no error";
-  try {
-    check_run_sizes(*fusion, {{"N", 65536}}, int64_t(16) << 30, "cpu", true);
-  } catch (const UserError& error) {
-    e = error.what();
-  }
+  std::string e = user_error_of([&] { check_run_sizes(*fusion, {{"N", 65536}}, int64_t(16) << 30, "cpu", true); });
   EXPECT_TRUE(has(e, "v.fusion:2:")) << e;
   EXPECT_TRUE(has(e, "'b' (f32[65536, N]) needs 34359738368 bytes")) << e;
   EXPECT_NO_THROW(check_run_sizes(*fusion, {{"N", 64}}, int64_t(16) << 30, "cpu", true));
@@ -93,19 +84,10 @@ TEST(SizeLimits, ABroadcastViewTheCpuWouldMaterialize_IsRefusedAtItsStatement) {
 TEST(SizeLimits, HugeBindsAndInputsLargerThanMemory_AreUserErrorsBeforeDrawing) {
   auto fusion = parse_fusion("fusion f(x: f32[N]) {\n  e = exp(x)\n  return e\n}", "b.fusion");
   std::vector<Tensor> none(1);
-  std::string e = "no error";
-  try {
-    resolve_input_sizes(*fusion, none, {{"N", std::numeric_limits<int64_t>::max()}});
-  } catch (const UserError& error) {
-    e = error.what();
-  }
+  std::string e = user_error_of([&] { resolve_input_sizes(*fusion, none, {{"N", std::numeric_limits<int64_t>::max()}}); });
   EXPECT_TRUE(has(e, "--bind N=9223372036854775807: expected a size of at most 2^48 (281474976710656)")) << e;
-  e = "no error";
-  try {
-    complete_inputs(*fusion, none, {{"N", int64_t(1) << 40}}, 1);  // 4 TiB: under the 16 TiB cap, over any test machine
-  } catch (const UserError& error) {
-    e = error.what();
-  }
+  // 4 TiB: under the 16 TiB cap, over any test machine
+  e = user_error_of([&] { complete_inputs(*fusion, none, {{"N", int64_t(1) << 40}}, 1); });
   EXPECT_TRUE(has(e, "input 'x': declared f32[N], needs 4398046511104 bytes to draw for the bound sizes; this machine has")) << e;
 }
 
@@ -114,12 +96,7 @@ TEST(SizeLimits, HugeBindsAndInputsLargerThanMemory_AreUserErrorsBeforeDrawing) 
 TEST(SizeLimits, AReshapeWhoseDerivedSizeIsNotWhole_IsALocatedError) {
   auto fusion = parse_fusion("fusion f(y: f32[N]) {\n  r = reshape(y, shape=[-1, 4])\n  return r\n}", "r.fusion");
   FusionExecutor executor(std::move(fusion), {DeviceChoice::cpu});
-  std::string e = "no error";
-  try {
-    executor.run({Tensor::empty(DType::f32, {6})});
-  } catch (const UserError& error) {
-    e = error.what();
-  }
+  std::string e = user_error_of([&] { executor.run({Tensor::empty(DType::f32, {6})}); });
   EXPECT_TRUE(has(e, "r.fusion:2:")) << e;
   EXPECT_TRUE(has(e, "'r' (f32[N/4, 4]) has axis 0 of size N/4 = 1.5 for the bound sizes (N = 6), not a whole number")) << e;
   EXPECT_EQ(executor.run({Tensor::empty(DType::f32, {8})}).at(0).sizes(), (std::vector<int64_t>{2, 4}));

@@ -2,13 +2,9 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 
 namespace alloy {
 namespace {
-
-// A size a class can hold: a single symbol (to the first power, coefficient 1) or a constant.
-std::optional<std::string> symbol_of(const Extent& e) { return e.as_symbol(); }
 
 // Union-find over symbol names; a class may also hold one constant.
 class Classes {
@@ -59,7 +55,7 @@ std::unique_ptr<Fusion> unify_extents(const Fusion& fusion) {
   auto out = fusion.clone();
   Classes classes;
   for (const Fusion::Constraint& c : out->constraints()) {
-    auto a = symbol_of(c.a), b = symbol_of(c.b);
+    auto a = c.a.as_symbol(), b = c.b.as_symbol();  // a class holds single symbols and one constant
     if (a && b) {
       classes.join(*a, *b);
     } else if (a && c.b.constant_value()) {
@@ -75,7 +71,8 @@ std::unique_ptr<Fusion> unify_extents(const Fusion& fusion) {
 
   // Each class's representative: its constant, else its first input symbol, else its first
   // derived size (derived sizes are defined in order, so an earlier one never names a later one).
-  std::vector<std::string> order = out->input_symbols();
+  const std::vector<std::string> inputs = out->input_symbols();
+  std::vector<std::string> order = inputs;
   for (const auto& d : out->derived_symbols()) order.push_back(d.name);
   std::map<std::string, Extent> to;
   std::map<std::string, std::string> chosen;  // class root -> representative symbol
@@ -93,16 +90,13 @@ std::unique_ptr<Fusion> unify_extents(const Fusion& fusion) {
   }
   if (to.empty()) return out;
 
+  for (auto& v : out->values())
+    for (Extent& e : v->type.shape) e = substitute(e, to);
+  out->rewrite_derived_terms([&](const Extent& e) { return substitute(e, to); });
   // Input symbols no input carries after the rewrite: bound as derived sizes equal to their
   // representative (the representative is an input symbol or a constant, bound before them).
-  std::set<std::string> input_symbols(order.begin(), order.begin() + std::ptrdiff_t(out->input_symbols().size()));
-  for (auto& v : out->values()) {
-    std::vector<Extent>& shape = v->type.shape;
-    for (Extent& e : shape) e = substitute(e, to);
-  }
-  out->rewrite_derived_terms([&](const Extent& e) { return substitute(e, to); });
   for (auto& [name, extent] : to)
-    if (input_symbols.count(name)) out->define_alias(name, extent);
+    if (std::find(inputs.begin(), inputs.end(), name) != inputs.end()) out->define_alias(name, extent);
   return out;
 }
 

@@ -1,7 +1,5 @@
 #include "alloy/runtime/executor.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -82,11 +80,7 @@ Tensor write_in_place(const Tensor& result, const Tensor& target, const Value& o
   if (result.buffer() == target.buffer() && result.data() == target.data() && result.strides() == target.strides()) return target;
   if (target.device().kind == DeviceKind::cpu) {
     Tensor source = packed_cpu(to_cpu(result));
-    if (source.buffer() == target.buffer()) {  // a view of the input itself: read it all before writing
-      Tensor copy = Tensor::empty(source.dtype(), source.sizes());
-      std::memcpy(copy.data(), source.data(), size_t(source.numel()) * size_t(dtype_size(source.dtype())));
-      source = copy;
-    }
+    if (source.buffer() == target.buffer()) source = cpu_copy(source);  // a view of the input itself: read it all before writing
     scatter_cpu(source, target);
     return target;
   }
@@ -104,10 +98,7 @@ Tensor write_in_place(const Tensor& result, const Tensor& target, const Value& o
 // is for the rare output that views an input about to be overwritten).
 Tensor own_copy(const Tensor& t) {
   if (t.device().kind != DeviceKind::cpu) return cuda::to_device(to_cpu(t), cuda::Stream::current(t.device().index));
-  Tensor packed = packed_cpu(t);
-  Tensor copy = Tensor::empty(t.dtype(), t.sizes());
-  if (copy.numel() > 0) std::memcpy(copy.data(), packed.data(), size_t(copy.numel()) * size_t(dtype_size(t.dtype())));
-  return copy;
+  return cpu_copy(t);
 }
 
 }  // namespace
@@ -147,9 +138,7 @@ void FusionExecutor::Impl::check_sizes(const CompiledFusion& plan, const Binding
     std::lock_guard<std::mutex> lock(sizes_mutex);
     if (sizes_checked && *sizes_checked == b) return;
   }
-  int64_t memory = 0;
-  if (device.kind == DeviceKind::cuda) memory = cuda::device_props(device.index).total_memory;
-  else if (long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE); pages > 0 && page > 0) memory = int64_t(pages) * page;
+  int64_t memory = device.kind == DeviceKind::cuda ? cuda::device_props(device.index).total_memory : host_memory_bytes();
   check_run_sizes(*plan.local, b, memory, device.str(), device.kind == DeviceKind::cpu);
   std::lock_guard<std::mutex> lock(sizes_mutex);
   sizes_checked = b;
@@ -221,6 +210,7 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const CompiledFusion& plan,
   std::vector<Tensor> outputs;
   for (Value* out : running.outputs()) outputs.push_back(state.at(out));
   const std::vector<Value*>& aliases = fusion->output_aliases();
+  if (std::none_of(aliases.begin(), aliases.end(), [](const Value* v) { return v != nullptr; })) return outputs;
   auto target_of = [&](size_t i) -> const Tensor* {
     if (i >= aliases.size() || !aliases[i]) return nullptr;
     size_t input = size_t(std::find(fusion->inputs().begin(), fusion->inputs().end(), aliases[i]) - fusion->inputs().begin());

@@ -1,7 +1,5 @@
 #include "alloy/runtime/npy.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -283,9 +281,8 @@ Tensor read_npy(const std::string& path) {
   size_t end = header_end(head, file.size(), path);
   if (end > head.size()) head += file.read_at(head.size(), end - head.size());
   NpyLayout layout = read_layout(head, file.size(), path);
-  if (long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-      pages > 0 && page > 0 && layout.data_bytes > size_t(pages) * size_t(page))
-    user_error_at(path, "the array is ", layout.data_bytes, " bytes; this machine has ", size_t(pages) * size_t(page));
+  if (int64_t memory = host_memory_bytes(); memory > 0 && layout.data_bytes > size_t(memory))
+    user_error_at(path, "the array is ", layout.data_bytes, " bytes; this machine has ", memory);
   Tensor t = Tensor::empty(layout.dtype, layout.shape);
   if (layout.data_bytes > 0) file.read_into(layout.data_start, static_cast<char*>(t.data()), layout.data_bytes);
   normalize_bools(t, layout.elements);

@@ -1,7 +1,5 @@
 #include "alloy/runtime/run_inputs.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -87,12 +85,6 @@ void for_each_offset(const Tensor& t, Fn&& fn, int64_t count = -1) {
   }
 }
 
-// This machine's memory in bytes (0 when unknown).
-int64_t host_memory() {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? int64_t(pages) * page : 0;
-}
-
 }  // namespace
 
 Bindings resolve_input_sizes(const Fusion& fusion, const std::vector<Tensor>& given,
@@ -174,7 +166,7 @@ Tensor random_tensor(DType dtype, const std::vector<int64_t>& sizes, uint64_t se
 std::vector<Tensor> complete_inputs(const Fusion& fusion, std::vector<Tensor> given, const Bindings& bindings,
                                     uint64_t seed) {
   const auto& inputs = fusion.inputs();
-  const int64_t memory = host_memory();
+  const int64_t memory = host_memory_bytes();
   int64_t drawn = 0;  // bytes of the random inputs so far
   ALLOY_CHECK(given.size() == inputs.size(), "complete_inputs: ", given.size(), " tensors for ", inputs.size(), " inputs");
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -1,5 +1,7 @@
 #include "alloy/runtime/tensor.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -205,6 +207,19 @@ Tensor packed_cpu(const Tensor& t) {
     for (int a = t.dim() - 1; a >= 0 && ++index[size_t(a)] == t.size(a); --a) index[size_t(a)] = 0;
   }
   return out;
+}
+
+Tensor cpu_copy(const Tensor& t) {
+  Tensor packed = packed_cpu(t);
+  if (packed.buffer() != t.buffer()) return packed;
+  Tensor copy = Tensor::empty(t.dtype(), t.sizes());
+  if (copy.numel() > 0) std::memcpy(copy.data(), packed.data(), size_t(copy.numel()) * size_t(dtype_size(t.dtype())));
+  return copy;
+}
+
+int64_t host_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? int64_t(pages) * page : 0;
 }
 
 }  // namespace alloy

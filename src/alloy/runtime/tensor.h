@@ -83,6 +83,11 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
 
 // A CPU tensor's elements packed row-major: `t` itself when already contiguous, else a copy.
 Tensor packed_cpu(const Tensor& t);
+// A CPU tensor's elements packed row-major in memory of their own (always a copy).
+Tensor cpu_copy(const Tensor& t);
+
+// This machine's memory in bytes (0 where the system does not say).
+int64_t host_memory_bytes();
 
 // Element access on CPU tensors, converting through double (int64 kept exact separately).
 double load_as_double(const void* base, DType dtype, int64_t index);
