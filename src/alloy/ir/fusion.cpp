@@ -356,9 +356,7 @@ void Fusion::complete_bindings(Bindings& bindings) const {
     if (d.slice) {
       auto n = d.terms.at(0).evaluate(bindings);
       if (!n) internal_error("derived size ", d.name, " has an unbound term ", d.terms[0].str());
-      auto clamp = [n = *n](int64_t i) { return std::clamp(i < 0 ? i + n : i, int64_t(0), n); };
-      int64_t b = clamp(d.slice->start), e = clamp(d.slice->end);
-      bindings[d.name] = e > b ? (e - b - 1) / d.slice->step + 1 : 0;
+      bindings[d.name] = slice_length(*n, d.slice->start, d.slice->end, d.slice->step);
       continue;
     }
     int64_t total = 0;

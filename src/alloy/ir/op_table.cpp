@@ -451,10 +451,7 @@ std::vector<ValueType> infer_slice(const InferContext& ctx) {
     int64_t step = steps.empty() ? 1 : steps[k];
     if (step <= 0) ctx.fail("steps[" + std::to_string(k) + "] = " + std::to_string(step) + "; expected a positive step");
     if (auto n = x.shape[k].constant_value()) {
-      // Python slicing: negative indices count from the end, out-of-range ones clamp.
-      auto clamp = [&](int64_t i) { return std::clamp(i < 0 ? i + *n : i, int64_t(0), *n); };
-      int64_t b = clamp(starts[k]), e = clamp(ends[k]);
-      shape[k] = Extent::constant(e > b ? (e - b - 1) / step + 1 : 0);
+      shape[k] = Extent::constant(slice_length(*n, starts[k], ends[k], step));
     } else if (starts[k] == 0 && ends[k] >= std::numeric_limits<int32_t>::max() && step == 1) {
       // the whole of a symbolic axis
     } else {
@@ -776,6 +773,12 @@ std::vector<int> reduced_axes(const Op& op) {
     for (int i = 0; i < rank; ++i) axes.push_back(i);
   std::sort(axes.begin(), axes.end());
   return axes;
+}
+
+int64_t slice_length(int64_t n, int64_t start, int64_t end, int64_t step) {
+  auto clamp = [n](int64_t i) { return std::clamp(i < 0 ? i + n : i, int64_t(0), n); };
+  int64_t b = clamp(start), e = clamp(end);
+  return e > b ? (e - b - 1) / step + 1 : 0;
 }
 
 bool is_communication(OpKind kind) { return op_row(kind).op_class == OpClass::communication; }

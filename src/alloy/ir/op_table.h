@@ -56,6 +56,10 @@ std::vector<std::string_view> all_op_names();
 int normalize_axis(int64_t axis, int rank, const InferContext& ctx, std::string_view what);
 bool is_pointwise(OpKind kind);
 bool is_view(OpKind kind);  // shape ops that never move data on their own
+
+// The length Python slicing gives an axis of size n (negative indices count from the end,
+// out-of-range ones clamp; step > 0): shape inference, derived sizes and the reference share it.
+int64_t slice_length(int64_t n, int64_t start, int64_t end, int64_t step);
 // The axes a reduction op reduces, sorted and non-negative: its `dims`, or every axis where
 // `dims` is absent or empty (torch.sum(x, dim=[]) reduces every axis too).
 std::vector<int> reduced_axes(const Op& op);

@@ -28,12 +28,7 @@ Shape sliced_sizes(const Op& op, const Tensor& x) {
   std::vector<int64_t> steps = op.attr("steps") ? op.ints_attr("steps") : std::vector<int64_t>(starts.size(), 1);
   if (steps.empty()) steps.assign(starts.size(), 1);  // `steps=[]` means step 1, as in infer_slice
   Shape sizes = x.sizes();
-  for (size_t k = 0; k < starts.size() && k < sizes.size(); ++k) {
-    int64_t n = sizes[k];
-    auto clamp = [n](int64_t i) { return std::clamp(i < 0 ? i + n : i, int64_t(0), n); };
-    int64_t b = clamp(starts[k]), e = clamp(ends[k]);
-    sizes[k] = e > b ? (e - b - 1) / steps[k] + 1 : 0;
-  }
+  for (size_t k = 0; k < starts.size() && k < sizes.size(); ++k) sizes[k] = slice_length(sizes[k], starts[k], ends[k], steps[k]);
   return sizes;
 }
 
