@@ -182,7 +182,7 @@ class Fusion {
   Extent define_ceil_div(const Extent& size, int64_t divisor);
   Extent define_slice(const Extent& size, int64_t start, int64_t end, int64_t step);
   // `name` bound to `value` (a symbol a rewrite no longer lets any input carry: unify_extents).
-  void define_alias(const std::string& name, const Extent& value) { derived_.push_back({name, {value}}); }
+  void define_alias(const std::string& name, const Extent& value) { derived_.push_back({name, {value}, 1, std::nullopt}); }
   // Rewrites the terms of every derived size (unify_extents).
   template <class Fn>
   void rewrite_derived_terms(Fn&& fn) {

@@ -287,10 +287,16 @@ inline const std::vector<KernelCase>& kernel_cases() {
   g = exp(e)
   return c, d, g
 })", "", {{"B", 3}, {"N", 37}}},
-      // a saved mask read through a slice of a wider one: rows 12 words apart, from word 4 (the
-      // view the matmul epilogue's GPU test found read wrongly: this is the bitmask kernel alone)
+      // a saved mask read through a slice of a wider one: rows 12 words apart, from word 4
       {"ReluBackwardOfASlicedMask", R"(fusion f(dy: bf16[40, 256], big: i32[40, 12]) {
   m = slice(big, starts=[0, 4], ends=[40, 12])
+  d = relu_backward_mask(dy, m)
+  return d
+})", "", {}},
+      // a saved mask read through a transpose: its words 40 apart along a row (the kernel once
+      // assumed packed words and read word k of row r at r + k)
+      {"ReluBackwardOfATransposedMask", R"(fusion f(dy: bf16[40, 256], mt: i32[8, 40]) {
+  m = permute(mt, dims=[1, 0])
   d = relu_backward_mask(dy, m)
   return d
 })", "", {}},

@@ -12,7 +12,7 @@ namespace {
 
 std::string relu_mask_kernel(DType dtype, const std::string& name) {
   std::string T = storage_type(dtype);
-  return "struct Params {\n  const " + T + "* x; long long x_rows, x_cols;\n  int* mask; long long mask_rows;\n" +
+  return "struct Params {\n  const " + T + "* x; long long x_rows, x_cols;\n  int* mask; long long mask_rows, mask_cols;\n" +
          "  long long rows, n, words;\n};\n"
          "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBitmaskThreads) + ") " + name + "(const Params p) {\n"
          "  const unsigned lane = threadIdx.x & 31u;\n"
@@ -24,19 +24,19 @@ std::string relu_mask_kernel(DType dtype, const std::string& name) {
          "    bool bit = false;\n"
          "    if (c < p.n) bit = " + load_convert(dtype, "p.x[r * p.x_rows + c * p.x_cols]") + " > 0;\n"
          "    const unsigned word = __ballot_sync(0xffffffffu, bit);\n"
-         "    if (lane == 0) p.mask[r * p.mask_rows + k] = (int)word;\n"
+         "    if (lane == 0) p.mask[r * p.mask_rows + k * p.mask_cols] = (int)word;\n"
          "  }\n}\n";
 }
 
 std::string relu_backward_mask_kernel(DType dtype, const std::string& name) {
   std::string T = storage_type(dtype);
-  return "struct Params {\n  const " + T + "* grad; long long grad_rows, grad_cols;\n  const int* mask; long long mask_rows;\n" +
+  return "struct Params {\n  const " + T + "* grad; long long grad_rows, grad_cols;\n  const int* mask; long long mask_rows, mask_cols;\n" +
          "  " + T + "* out; long long out_rows, out_cols;\n  long long rows, n;\n};\n"
          "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kBitmaskThreads) + ") " + name + "(const Params p) {\n"
          "  const long long total = p.rows * p.n, step = (long long)gridDim.x * blockDim.x;\n"
          "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {\n"
          "    const long long r = i / p.n, c = i - r * p.n;\n"
-         "    const unsigned word = (unsigned)p.mask[r * p.mask_rows + (c >> 5)];\n"
+         "    const unsigned word = (unsigned)p.mask[r * p.mask_rows + (c >> 5) * p.mask_cols];\n"
          "    p.out[r * p.out_rows + c * p.out_cols] = ((word >> (c & 31)) & 1u) ? p.grad[r * p.grad_rows + c * p.grad_cols] : (" +
          T + ")0;\n"
          "  }\n}\n";
@@ -64,7 +64,7 @@ BitmaskLaunch plan_bitmask_launch(OpKind kind, const std::vector<const Tensor*>&
   if (kind == OpKind::relu_mask) {
     const Tensor &x = *tensors[0], &mask = *tensors[1];
     ALLOY_CHECK(mask.size(0) == rows && mask.size(1) == words, "relu_mask: a mask of ", mask.size(1), " words for ", n, " columns");
-    plan.words = {address(&x), word(x.stride(0)), word(x.stride(1)), address(&mask), word(mask.stride(0)), word(rows), word(n),
+    plan.words = {address(&x), word(x.stride(0)), word(x.stride(1)), address(&mask), word(mask.stride(0)), word(mask.stride(1)), word(rows), word(n),
                   word(words)};
     int64_t warps_per_block = kBitmaskThreads / 32;
     plan.grid = unsigned(std::min(cap, (rows * words + warps_per_block - 1) / warps_per_block));
@@ -73,7 +73,7 @@ BitmaskLaunch plan_bitmask_launch(OpKind kind, const std::vector<const Tensor*>&
     const Tensor &grad = *tensors[0], &mask = *tensors[1], &out = *tensors[2];
     ALLOY_CHECK(mask.size(0) == rows && mask.size(1) == words && out.size(0) == rows && out.size(1) == n,
                 "relu_backward_mask: tensors of different rows or widths");
-    plan.words = {address(&grad), word(grad.stride(0)), word(grad.stride(1)), address(&mask), word(mask.stride(0)),
+    plan.words = {address(&grad), word(grad.stride(0)), word(grad.stride(1)), address(&mask), word(mask.stride(0)), word(mask.stride(1)),
                   address(&out), word(out.stride(0)), word(out.stride(1)), word(rows), word(n)};
     plan.grid = unsigned(std::min(cap, (rows * n + kBitmaskThreads - 1) / kBitmaskThreads));
   }
