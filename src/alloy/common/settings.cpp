@@ -27,6 +27,7 @@ const std::vector<Setting> kSettings = {
     {"ALLOY_NO_WARP_ROWS", K::flag, "0", 0, 0, "no warp-per-row variant for short rows"},
     {"ALLOY_TRANSPOSED_ROWS", K::flag, "0", 0, 0, "reductions over a non-contiguous axis: a row a lane, 32 rows a block"},
     {"ALLOY_NO_TILE_TRANSPOSES", K::flag, "0", 0, 0, "pointwise kernels read permuted operands directly, not through shared-memory tiles"},
+    {"ALLOY_NO_SPLIT_STAGES", K::flag, "0", 0, 0, "normalizations over a strided axis run as one row kernel, not a kernel a pass"},
     {"ALLOY_NO_EDGE_ELEMENTS", K::flag, "0", 0, 0, "odd widths and totals fall back to scalar bodies instead of edge elements"},
     {"ALLOY_NO_STREAMING_ONLINE", K::flag, "0", 0, 0, "log-sum-exp over long rows holds them in registers instead of one streaming pass"},
     {"ALLOY_STREAMING_THREADS", K::integer, "256", 32, 1024, "streaming log-sum-exp kernels: threads a block (a multiple of 32)", 32},

@@ -30,6 +30,7 @@
 #include "alloy/runtime/views.h"
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
+#include "alloy/segment/schedulers/stage_split.h"
 #include "backend/cuda/kernel_cases.h"
 #include "backend/cuda/random_fusions.h"
 #include "test_util.h"
@@ -106,6 +107,61 @@ void emulate_bitmask_segment(const Op& op, const Bindings& bound, int sm_count, 
   run(plan.grid, 1, plan.block, plan.words.data());
 }
 
+// One generated kernel as the runtime launches it: host views made, outputs poisoned, the launch
+// planned, the kernel generated, compiled for the host and run. Where the plan asks for a kernel a
+// pass (split_stages), the passes run instead, as GeneratedKernel runs them, each counted in
+// `split_passes`.
+void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, const std::vector<Value*>& inputs,
+                    const Bindings& bound, const cuda::LaunchTarget& target, std::map<const Value*, Tensor>& values,
+                    int& split_passes) {
+  for (const Op* view : a.host_views) {
+    Tensor t = apply_view(*view, values.at(view->inputs[0]), concrete(view->outputs[0], bound));
+    ASSERT_TRUE(t.defined()) << "a view the test cannot make on the host";
+    values[view->outputs[0]] = t;
+  }
+  for (Value* out : a.outputs) {
+    Tensor t = Tensor::empty(out->dtype(), concrete(out, bound));
+    std::memset(t.data(), 0xFF, size_t(t.numel()) * dtype_size(t.dtype()));  // poison: NaN, -1
+    values[out] = t;
+  }
+  std::vector<const Tensor*> tensors;  // each leaf (a cat leaf: its sources), then each output
+  for (Value* v : a.launch_values()) tensors.push_back(&values.at(v));
+  std::vector<int64_t> domain;
+  for (const Extent& e : a.domain) domain.push_back(*e.evaluate(bound));
+  std::vector<uint64_t> scalars = cuda::scalar_words(a, [&](const Value* v) -> const Tensor& { return values.at(v); });
+  cuda::LaunchPlan plan = cuda::plan_launch(a, domain, tensors, scalars, target);
+  if (!plan.launch) return;
+  if (plan.split_stages) {
+    if (auto split = split_by_stage(a, ops, inputs)) {
+      for (const Value* v : split->intermediates) {
+        Tensor t = Tensor::empty(v->dtype(), concrete(v, bound));
+        std::memset(t.data(), 0xFF, size_t(t.numel()) * dtype_size(t.dtype()));
+        values[v] = t;
+      }
+      for (const KernelAnalysis& pass : split->kernels) {
+        ++split_passes;
+        emulate_kernel(pass, {}, {}, bound, target, values, split_passes);
+      }
+      return;
+    }
+  }
+  EXPECT_EQ(plan.variant.lean, target.lean);
+  ASSERT_EQ(int(plan.words.size()), cuda::param_words(a, plan.variant));
+  // as the runtime does once the kernel is compiled: one wave at its occupancy (here assumed 3)
+  cuda::fit_column_grid(plan, 3, target);
+  std::vector<uint64_t> workspace(plan.workspace_bytes / 8 + 1);
+  std::vector<unsigned> counters(plan.counter_bytes / 4 + 1, 0);
+  if (plan.workspace_word >= 0) {
+    plan.words[plan.workspace_word] = uint64_t(reinterpret_cast<uintptr_t>(workspace.data()));
+    plan.words[plan.counters_word] = uint64_t(reinterpret_cast<uintptr_t>(counters.data()));
+  }
+  EmulateFn run = compile_for_host(cuda::generate_kernel(a, plan.variant, "alloy_kernel"));
+  ASSERT_NE(run, nullptr);
+  SCOPED_TRACE("variant " + plan.variant.key());
+  run(plan.grid_x, plan.grid_y, plan.block, plan.words.data());
+  for (unsigned c : counters) EXPECT_EQ(c, 0u) << "a column kernel left its arrival counter set";
+}
+
 // The kernel flavours a run can choose (LaunchTarget): plain arithmetic, lean with Welford and
 // online merges, lean recomputing values, and the default (lean, cheap merges, values held).
 enum class Flavour { plain, lean_merges, lean_recompute, default_choice };
@@ -115,9 +171,10 @@ constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean_merges, Flavour::
 // kernel or views) and compares with the CPU reference. sm_count shapes the column kernels' splits.
 // `given`: inputs by position (undefined ones are drawn at random).
 
-// `transposed_rows`: normalizations over a non-contiguous axis with a row a lane (opt-in).
+// `transposed_rows`: normalizations over a non-contiguous axis with a row a lane (opt-in);
+// `split_passes`, where given, gets the count of kernels run as passes of split normalizations.
 void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
-                                  std::vector<Tensor> given = {}, bool transposed_rows = false) {
+                                  std::vector<Tensor> given = {}, bool transposed_rows = false, int* split_passes = nullptr) {
   bool lean = flavour != Flavour::plain;
   const char* names[] = {"plain kernels", "lean kernels, Welford and online merges", "lean kernels, values recomputed",
                          "default kernels"};
@@ -140,6 +197,7 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   target.recompute = flavour == Flavour::lean_recompute;
   target.cheap_merges = flavour != Flavour::lean_merges;
   target.transposed_rows = transposed_rows;
+  int passes = 0;
   for (const Segment& s : segmentation.segments) {
     if (s.scheduler == "noop") {  // views only, made on the host as the runtime makes them
       for (const Op* view : s.ops) {
@@ -156,40 +214,9 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
     ASSERT_TRUE(s.scheduler == "pointwise" || s.scheduler == "reduction" || s.scheduler == "normalization") << segmentation.str();
     auto analyzed = analyze_kernel(s.ops, s.inputs, s.outputs);
     ASSERT_TRUE(std::holds_alternative<KernelAnalysis>(analyzed)) << std::get<std::string>(analyzed);
-    const KernelAnalysis& a = std::get<KernelAnalysis>(analyzed);
-    for (const Op* view : a.host_views) {
-      Tensor t = apply_view(*view, values.at(view->inputs[0]), concrete(view->outputs[0], bound));
-      ASSERT_TRUE(t.defined()) << "a view the test cannot make on the host";
-      values[view->outputs[0]] = t;
-    }
-    for (Value* out : a.outputs) {
-      Tensor t = Tensor::empty(out->dtype(), concrete(out, bound));
-      std::memset(t.data(), 0xFF, size_t(t.numel()) * dtype_size(t.dtype()));  // poison: NaN, -1
-      values[out] = t;
-    }
-    std::vector<const Tensor*> tensors;  // each leaf (a cat leaf: its sources), then each output
-    for (Value* v : a.launch_values()) tensors.push_back(&values.at(v));
-    std::vector<int64_t> domain;
-    for (const Extent& e : a.domain) domain.push_back(*e.evaluate(bound));
-    std::vector<uint64_t> scalars = cuda::scalar_words(a, [&](const Value* v) -> const Tensor& { return values.at(v); });
-    cuda::LaunchPlan plan = cuda::plan_launch(a, domain, tensors, scalars, target);
-    if (!plan.launch) continue;
-    EXPECT_EQ(plan.variant.lean, lean);
-    ASSERT_EQ(int(plan.words.size()), cuda::param_words(a, plan.variant));
-    // as the runtime does once the kernel is compiled: one wave at its occupancy (here assumed 3)
-    cuda::fit_column_grid(plan, 3, target);
-    std::vector<uint64_t> workspace(plan.workspace_bytes / 8 + 1);
-    std::vector<unsigned> counters(plan.counter_bytes / 4 + 1, 0);
-    if (plan.workspace_word >= 0) {
-      plan.words[plan.workspace_word] = uint64_t(reinterpret_cast<uintptr_t>(workspace.data()));
-      plan.words[plan.counters_word] = uint64_t(reinterpret_cast<uintptr_t>(counters.data()));
-    }
-    EmulateFn run = compile_for_host(cuda::generate_kernel(a, plan.variant, "alloy_kernel"));
-    ASSERT_NE(run, nullptr);
-    SCOPED_TRACE("variant " + plan.variant.key());
-    run(plan.grid_x, plan.grid_y, plan.block, plan.words.data());
-    for (unsigned c : counters) EXPECT_EQ(c, 0u) << "a column kernel left its arrival counter set";
+    emulate_kernel(std::get<KernelAnalysis>(analyzed), s.ops, s.inputs, bound, target, values, passes);
   }
+  if (split_passes) *split_passes = passes;
   ASSERT_EQ(expected.size(), lowered->outputs().size());
   for (size_t i = 0; i < expected.size(); ++i)
     EXPECT_TRUE(testing::tensors_close(values.at(lowered->outputs()[i]), expected[i])) << "output " << lowered->outputs()[i]->name;
@@ -296,6 +323,23 @@ TEST(EmulatedKernels, NormalizationsOverANonContiguousAxisWithARowALane) {
     const testing::KernelCase& c = *cases.at(name);
     for (Flavour f : kFlavours)
       expect_emulation_matches_cpu(c.text, c.emulated_sizes.empty() ? c.sizes : c.emulated_sizes, f, 4, {}, true);
+  }
+}
+
+// The same normalizations as a kernel a pass (the default, LaunchTarget::split_stages): column
+// kernels for the row statistics (softmax: its max, then its sum of exps), then a pointwise kernel
+// (a tile transpose where the per-element outputs are contiguous along the rows).
+TEST(EmulatedKernels, NormalizationsOverANonContiguousAxisAsAKernelAPass) {
+  std::map<std::string, const testing::KernelCase*> cases;
+  for (const testing::KernelCase& c : testing::kernel_cases()) cases[c.name] = &c;
+  for (const char* name : {"LayerNormOverANonContiguousAxis", "SoftmaxOverTheOuterAxis"}) {
+    SCOPED_TRACE(name);
+    const testing::KernelCase& c = *cases.at(name);
+    for (Flavour f : kFlavours) {
+      int passes = 0;
+      expect_emulation_matches_cpu(c.text, c.emulated_sizes.empty() ? c.sizes : c.emulated_sizes, f, 4, {}, false, &passes);
+      EXPECT_GE(passes, 2) << "not run as a kernel a pass";
+    }
   }
 }
 

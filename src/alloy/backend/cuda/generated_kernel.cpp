@@ -12,13 +12,15 @@
 #include "alloy/backend/cuda/launch_plan.h"
 #include "alloy/backend/cuda/strided_copy.h"
 #include "alloy/runtime/views.h"
+#include "alloy/segment/schedulers/stage_split.h"
 
 namespace alloy::cuda {
 namespace {
 
 class GeneratedKernel final : public host_ir::SegmentExecutable {
  public:
-  GeneratedKernel(const Segment& segment, KernelAnalysis analysis) : a_(std::move(analysis)), id_(segment.id) {}
+  GeneratedKernel(const Segment& segment, KernelAnalysis analysis)
+      : a_(std::move(analysis)), id_(segment.id), ops_(segment.ops), inputs_(segment.inputs) {}
 
   void run(host_ir::RunState& state) override {
     for (const Op* view : a_.host_views) make_host_view(*view, state);
@@ -35,6 +37,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     }
     LaunchPlan plan = plan_launch(a_, domain, tensors, scalars, target_);
     if (!plan.launch) return;
+    if (plan.split_stages && run_split(state, stream)) return;
     const LoadedKernel* kernel = kernel_for(plan.variant, state.device.index);
     if (plan.column_max_splits > 1) fit_column_grid(plan, last_blocks_per_sm_, target_);
     if (plan.workspace_word >= 0) {
@@ -48,6 +51,11 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
   std::string source() const override {
     std::string out;
     for (auto& [key, entry] : variants_) out += "// segment " + std::to_string(id_) + ", variant " + key + "\n" + entry.source + "\n";
+    for (size_t k = 0; k < passes_.size(); ++k) {
+      std::string pass = passes_[k]->source();
+      if (!pass.empty()) out += "// segment " + std::to_string(id_) + ", pass " + std::to_string(k + 1) + " of " +
+                                std::to_string(passes_.size()) + " (split_stages)\n" + pass;
+    }
     return out;
   }
 
@@ -66,6 +74,28 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
       t = contiguous(in, Stream::current(state.device.index)).view(sizes);
     }
     state.values[view.outputs[0]->id] = t;
+  }
+
+  // The kernel a pass (stage_split.h), made the first time a run asks for it; false where the
+  // analysis does not split (the caller launches the one kernel).
+  bool run_split(host_ir::RunState& state, const Stream& stream) {
+    if (!split_tried_) {
+      split_tried_ = true;
+      if (auto split = split_by_stage(a_, ops_, inputs_)) {
+        intermediates_ = std::move(split->intermediates);
+        Segment pass;
+        pass.id = id_;
+        for (KernelAnalysis& k : split->kernels) passes_.push_back(std::make_unique<GeneratedKernel>(pass, std::move(k)));
+      }
+    }
+    if (passes_.empty()) return false;
+    for (const Value* v : intermediates_) {  // row statistics, for this run's sizes (a chunk's inside a loop)
+      Tensor& t = state.values[v->id];
+      std::vector<int64_t> sizes = state.concrete_shape(v);
+      if (!t.defined() || t.sizes() != sizes) t = cuda_empty(v->dtype(), std::move(sizes), stream);
+    }
+    for (auto& pass : passes_) pass->run(state);
+    return true;
   }
 
   const LoadedKernel* kernel_for(const KernelVariant& v, int device) {
@@ -99,6 +129,12 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
   int last_device_ = -1;
   const LoadedKernel* last_kernel_ = nullptr;
   int last_blocks_per_sm_ = 0;
+  // split_stages: the segment's ops and inputs, and once split, a kernel a pass
+  std::vector<const Op*> ops_;
+  std::vector<Value*> inputs_;
+  bool split_tried_ = false;
+  std::vector<std::unique_ptr<GeneratedKernel>> passes_;
+  std::vector<Value*> intermediates_;
 };
 
 }  // namespace

@@ -316,6 +316,15 @@ bool use_column_kernel(const KernelAnalysis& a, const std::vector<Slot>& slots, 
   return rows < target.sm_count && cols >= 8192;
 }
 
+// The first leaf read per element walks the innermost kept axis contiguously and the innermost
+// reduced axis not: a block per row would read each row strided.
+bool rows_across_memory(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<Axis>& outer,
+                        const std::vector<Axis>& inner) {
+  int main = main_slot(a, slots);
+  if (main < 0 || outer.empty() || inner.empty()) return false;
+  return std::llabs(outer.back().strides[main]) == 1 && std::llabs(inner.back().strides[main]) != 1;
+}
+
 // A reduction that is not a column kernel runs with a row a lane (KernelVariant::transposed_rows)
 // where the first leaf read per element walks the innermost kept axis contiguously and the
 // innermost reduced axis not (a block per row would read it strided): 256 threads, 32 rows a
@@ -323,9 +332,7 @@ bool use_column_kernel(const KernelAnalysis& a, const std::vector<Slot>& slots, 
 // reduced axis contiguously.
 bool use_transposed_rows(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<Axis>& outer,
                          const std::vector<Axis>& inner, KernelVariant& v) {
-  int main = main_slot(a, slots);
-  if (main < 0 || outer.empty() || inner.empty()) return false;
-  if (std::llabs(outer.back().strides[main]) != 1 || std::llabs(inner.back().strides[main]) == 1) return false;
+  if (!rows_across_memory(a, slots, outer, inner)) return false;
   v.transposed_rows = true;
   v.threads = 256;
   v.vector = 1;
@@ -431,6 +438,7 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.tile_transposes = !settings::flag("ALLOY_NO_TILE_TRANSPOSES");
   t.edge_elements = !settings::flag("ALLOY_NO_EDGE_ELEMENTS");
   t.transposed_rows = settings::flag("ALLOY_TRANSPOSED_ROWS");
+  t.split_stages = !settings::flag("ALLOY_NO_SPLIT_STAGES");
   t.streaming_online = !settings::flag("ALLOY_NO_STREAMING_ONLINE");
   t.streaming_threads = int(settings::integer("ALLOY_STREAMING_THREADS"));
   t.column_min_steps = int(settings::integer("ALLOY_COLUMN_MIN_STEPS"));
@@ -617,6 +625,9 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   plan.variant = v;
   plan.block = unsigned(v.threads);
   plan.launch = true;
+  plan.split_stages = a.is_reduction() && !a.single_pass && !columns && !v.transposed_rows && target.split_stages &&
+                      rows_across_memory(a, lt.slots, l.outer, l.inner) && l.rows >= kTransposeTile / 2 &&
+                      l.cols >= kTransposeTile / 2;
   return plan;
 }
 

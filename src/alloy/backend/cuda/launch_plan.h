@@ -36,6 +36,10 @@ struct LaunchTarget {
   // on an H100, layer norm of permute(x) at [8192, 4096] bf16 took 494 us this way against 279 us
   // with a block per row; bench/results/2026-11-25-NVIDIA_H100_80GB_HBM3-issue17-notes.md)
   bool transposed_rows = false;
+  // A normalization whose rows lie across memory (the reduced axis strided, the kept one
+  // contiguous: layer norm of permute(x)) runs as a kernel a pass (stage_split.h): column kernels
+  // for the row statistics, then a pointwise kernel (ALLOY_NO_SPLIT_STAGES=1 keeps one row kernel)
+  bool split_stages = true;
   // Column kernels: at least this many reduced indices a thread (ALLOY_COLUMN_MIN_STEPS), and the
   // blocks an SM is assumed to hold when sizing the one wave (ALLOY_COLUMN_BLOCKS_PER_SM; 0 = as
   // many as the threads and shared memory allow).
@@ -60,6 +64,9 @@ struct LaunchPlan {
   // Column kernels: the most blocks along the reduced axes worth launching (0: not a column
   // kernel) and the workspace each needs; fit_column_grid sizes grid_y to the compiled kernel.
   int64_t column_max_splits = 0;
+  // Run the kernel a pass instead (LaunchTarget::split_stages): the rest of the plan is the one
+  // kernel's, for where the split cannot be made
+  bool split_stages = false;
   size_t workspace_bytes_per_split = 0;
 };
 

@@ -15,6 +15,7 @@
 #include "alloy/passes/unify_extents.h"
 #include "alloy/runtime/views.h"
 #include "alloy/segment/schedulers/cuda_segmenter.h"
+#include "alloy/segment/schedulers/stage_split.h"
 
 namespace alloy {
 namespace {
@@ -90,6 +91,7 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
 struct BoundLaunch {
   cuda::KernelVariant variant;
   std::string shape;  // "grid 8192x1, block 256"
+  bool split_stages = false;  // the plan runs the kernel a pass instead (stage_split.h)
 };
 
 class SizedValues {
@@ -131,8 +133,10 @@ std::optional<BoundLaunch> bound_launch(const KernelAnalysis& a, SizedValues& va
   int sms = arch.major == 9 ? 132 : arch.major == 8 && arch.minor == 0 ? 108 : 80;
   cuda::LaunchPlan plan = cuda::plan_launch(a, domain, tensors, scalars, cuda::LaunchTarget::from_environment(sms, 228 * 1024));
   if (!plan.launch) return std::nullopt;
-  return BoundLaunch{plan.variant, "grid " + std::to_string(plan.grid_x) + "x" + std::to_string(plan.grid_y) + ", block " +
-                                       std::to_string(plan.block) + " (" + std::to_string(sms) + " SMs assumed)"};
+  return BoundLaunch{plan.variant,
+                     "grid " + std::to_string(plan.grid_x) + "x" + std::to_string(plan.grid_y) + ", block " +
+                         std::to_string(plan.block) + " (" + std::to_string(sms) + " SMs assumed)",
+                     plan.split_stages};
 }
 
 // "ptxas info    : Used 40 registers, ..." from a verbose compile's log
@@ -161,6 +165,42 @@ std::string compile_offline(const Fusion& fusion, const std::string& arch_text, 
     for (size_t i = 0; i < lowered->inputs().size(); ++i) values->at(lowered->inputs()[i]);
     lowered->complete_bindings(bound);  // the sizes derived from the inputs' (a cat's)
   }
+  // Every variant of `a` a run may launch (with sizes: the one it launches), compiled and reported
+  // under `label` ("segment 3 [normalization]", "... pass 1 of 2").
+  auto compile = [&](const KernelAnalysis& a, int segment_id, const std::string& label) {
+    std::vector<cuda::KernelVariant> variants;
+    std::string launch;
+    if (values) {
+      auto bound = bound_launch(a, *values, arch);
+      if (!bound) {
+        if (!dump_source) report << label << ": nothing to compute at these sizes\n";
+        return;
+      }
+      variants = {bound->variant};
+      launch = ", " + bound->shape;
+    } else {
+      variants = representative_variants(a);
+    }
+    for (const cuda::KernelVariant& v : variants) {
+      std::string name = "alloy_segment" + std::to_string(segment_id);
+      std::string source = cuda::generate_kernel(a, v, name);
+      cuda::CompileOptions options;
+      options.arch_suffix = arch.suffix;
+      if (values) {  // the register count of the very kernel that would run
+        options.extra.push_back("--ptxas-options=-v");
+        options.use_disk_cache = false;
+      }
+      auto module = cuda::compile_cuda(source, name, arch.major, arch.minor, options);
+      ++kernels;
+      if (dump_source) report << "// " << label << ", variant " << v.key() << "\n" << source << "\n";
+      else {
+        report << label << " variant " << v.key() << ": sm_" << arch.major << arch.minor << arch.suffix << " cubin "
+               << module->cubin.size() << " bytes";
+        if (values) report << launch << "; " << resource_usage(module->log);
+        report << "\n";
+      }
+    }
+  };
   for (const Segment& s : segmentation.segments) {
     if (s.scheduler == "noop" || s.scheduler == "matmul" || s.scheduler == "cpu_fallback") {
       if (!dump_source)
@@ -184,38 +224,23 @@ std::string compile_offline(const Fusion& fusion, const std::string& arch_text, 
     }
     auto analysis = analyze_kernel(s.ops, s.inputs, s.outputs);
     const auto& a = std::get<KernelAnalysis>(analysis);
-    std::vector<cuda::KernelVariant> variants;
-    std::string launch;
-    if (values) {
+    // a normalization over a strided axis may run as a kernel a pass: those kernels too (with
+    // sizes, only where the plan takes them, and then only them)
+    std::optional<StageSplit> split = split_by_stage(a, s.ops, s.inputs);
+    std::string label = "segment " + std::to_string(s.id) + " [" + s.scheduler + "]";
+    if (values && split) {
       auto bound = bound_launch(a, *values, arch);
-      if (!bound) {
-        if (!dump_source) report << "segment " << s.id << " [" << s.scheduler << "]: nothing to compute at these sizes\n";
+      if (bound && bound->split_stages) {
+        for (const Value* v : split->intermediates) values->at(v);
+        for (size_t k = 0; k < split->kernels.size(); ++k)
+          compile(split->kernels[k], s.id, label + " pass " + std::to_string(k + 1) + " of " + std::to_string(split->kernels.size()));
         continue;
       }
-      variants = {bound->variant};
-      launch = ", " + bound->shape;
-    } else {
-      variants = representative_variants(a);
     }
-    for (const cuda::KernelVariant& v : variants) {
-      std::string name = "alloy_segment" + std::to_string(s.id);
-      std::string source = cuda::generate_kernel(a, v, name);
-      cuda::CompileOptions options;
-      options.arch_suffix = arch.suffix;
-      if (values) {  // the register count of the very kernel that would run
-        options.extra.push_back("--ptxas-options=-v");
-        options.use_disk_cache = false;
-      }
-      auto module = cuda::compile_cuda(source, name, arch.major, arch.minor, options);
-      ++kernels;
-      if (dump_source) report << "// segment " << s.id << " [" << s.scheduler << "], variant " << v.key() << "\n" << source << "\n";
-      else {
-        report << "segment " << s.id << " [" << s.scheduler << "] variant " << v.key() << ": sm_" << arch.major << arch.minor
-               << arch.suffix << " cubin " << module->cubin.size() << " bytes";
-        if (values) report << launch << "; " << resource_usage(module->log);
-        report << "\n";
-      }
-    }
+    compile(a, s.id, label);
+    if (split && !values)
+      for (size_t k = 0; k < split->kernels.size(); ++k)
+        compile(split->kernels[k], s.id, label + " pass " + std::to_string(k + 1) + " of " + std::to_string(split->kernels.size()));
   }
   if (!dump_source) report << kernels << " kernel" << (kernels == 1 ? "" : "s") << " compiled for " << arch_text << "\n";
   return report.str();
