@@ -6,6 +6,7 @@
 #include "alloy/ir/op_table.h"
 #include "alloy/ir/parser.h"
 #include "alloy/passes/decompose_composites.h"
+#include "alloy/segment/schedulers/kernel_analysis.h"
 #include "test_util.h"
 
 namespace alloy {
@@ -84,23 +85,33 @@ fusion f(x: f32[8, 16]) {
   EXPECT_EQ(schedulers(s), (V{"pointwise", "noop"})) << s.str();
 }
 
-// RoPE (examples/rope.fusion): x1 = slice is a host view the cat reads; neg(x2) is a kernel whose
-// result the cat reads from memory; the cat and everything after it are one kernel.
-TEST(CudaSegmenter, RopeIsTwoKernelsAndAViewWithNoFallback) {
+// RoPE (examples/rope.fusion): the slices are host views, neg(x2) is applied as the cat's first
+// source loads, and the cat and everything after it are one kernel: y its only output.
+TEST(CudaSegmenter, RopeIsOneKernelWithNoFallback) {
   auto f = parse_fusion_file(testing::source_path("examples/rope.fusion"));
   Segmentation s = segment_for_cuda(*f);
-  ASSERT_EQ(schedulers(s), (V{"noop", "pointwise", "pointwise"})) << s.str();
-  EXPECT_EQ(s.segments[0].ops.size(), 1u);  // x1 = slice(x)
-  EXPECT_EQ(s.segments[1].ops.size(), 2u);  // x2 = slice(x), neg_x2 = neg(x2)
-  EXPECT_EQ(op_name(s.segments[2].ops[0]->kind), "cat") << s.str();
-  EXPECT_EQ(s.segments[2].outputs.size(), 1u);  // y only: the cat is read from its sources in the kernel
-  EXPECT_EQ(s.str().find("cpu_fallback"), std::string::npos) << s.str();
+  ASSERT_EQ(schedulers(s), (V{"pointwise"})) << s.str();
+  ASSERT_EQ(s.segments[0].outputs.size(), 1u) << s.str();
+  EXPECT_EQ(s.segments[0].outputs[0]->name, "y");
+  auto analysis = analyze_kernel(s.segments[0].ops, s.segments[0].inputs, s.segments[0].outputs);
+  ASSERT_TRUE(std::holds_alternative<KernelAnalysis>(analysis)) << std::get<std::string>(analysis);
+  const KernelAnalysis& a = std::get<KernelAnalysis>(analysis);
+  ASSERT_EQ(a.cat_leaves.size(), 1u);
+  const CatLeaf& cat = a.cat_leaves.begin()->second;
+  ASSERT_EQ(cat.sources.size(), 2u);
+  EXPECT_EQ(cat.sources[0]->name, "x2");  // read from x2, negated as it loads
+  ASSERT_EQ(cat.chains[0].size(), 1u);
+  EXPECT_EQ(op_name(cat.chains[0][0]->kind), "neg");
+  EXPECT_TRUE(cat.chains[1].empty());
+  for (const Op* op : a.compute_ops) EXPECT_NE(op_name(op->kind), "neg") << "neg is computed, not folded into the cat";
 }
 
+// A cat operand of one input through one-input pointwise ops is folded into the cat's load; one
+// of two tensor operands, read elsewhere, or stored, is computed by a kernel before the cat.
 TEST(CudaSegmenter, CatOfAComputedValueStartsTheNextKernel) {
   auto f = parse_fusion(R"(
 fusion f(x: f32[8], y: f32[8]) {
-  e = exp(x)
+  e = add(x, y)
   c = cat(e, y, dim=0)
   return c
 })", "t.fusion", std::nullopt);
@@ -109,6 +120,14 @@ fusion f(x: f32[8], y: f32[8]) {
   EXPECT_EQ(schedulers(s), (V{"pointwise", "pointwise"})) << s.str();
   ASSERT_FALSE(s.refusals.empty());
   EXPECT_NE(s.refusals[0].why.find("cat of e, which is not a segment input"), std::string::npos) << s.str();
+  for (const char* text : {"fusion f(x: f32[8], y: f32[8]) {\n  e = exp(x)\n  c = cat(e, y, dim=0)\n  return c, e\n}\n",
+                           "fusion f(x: f32[8], y: f32[8]) {\n  e = exp(x)\n  c = cat(e, e, dim=0)\n  return c\n}\n"}) {
+    Segmentation two = segment_for_cuda(*parse_fusion(text, "t.fusion", std::nullopt));
+    EXPECT_EQ(two.segments.size(), 2u) << text << two.str();
+  }
+  Segmentation one = segment_for_cuda(*parse_fusion("fusion f(x: f32[8], y: f32[8]) {\n  e = exp(x)\n  c = cat(e, y, dim=0)\n  return c\n}\n",
+                                                      "t.fusion", std::nullopt));
+  EXPECT_EQ(schedulers(one), (V{"pointwise"})) << one.str();
 }
 
 TEST(CudaSegmenter, CatOfInputsAndViewsJoinsTheKernelThatReadsIt) {

@@ -305,6 +305,27 @@ inline const std::vector<KernelCase>& kernel_cases() {
   d = relu_backward_mask(g, m)
   return m, d
 })", "", {{"T", 512}}, {{"T", 3}}},
+      // cat operands computed from host-side values by chains of one-input pointwise ops, folded
+      // into the cat's load: neg; mul then exp; a cast from f32 (a source of another dtype,
+      // element by element); and two operands that are not folded: one also stored, one read twice
+      {"CatOfPointwiseChains", R"(fusion f(x: bf16[B, 8, 64], y: f32[B, 8, 32]) {
+  x1 = slice(x, starts=[0, 0, 0], ends=[2147483647, 8, 32])
+  x2 = slice(x, starts=[0, 0, 32], ends=[2147483647, 8, 64])
+  n = neg(x2)
+  h = mul(x1, 0.5)
+  e = exp(h)
+  c = cat(n, e, dim=2)
+  yc = cast(y, dtype=bf16)
+  d = cat(yc, x1, dim=-1)
+  s = add(c, d)
+  m = mul(x2, 3.0)
+  c2 = cat(m, x1, dim=2)
+  g = sub(x1, 1.0)
+  c3 = cat(g, g, dim=2)
+  r = add(s, c2)
+  q = mul(r, c3)
+  return q, m
+})", "", {{"B", 5}}},
       {"CatRopeInF32", R"(fusion rope(x: f32[B, S, 4, 64], cos: f32[S, 1, 64], sin: f32[S, 1, 64]) {
   x1 = slice(x, starts=[0, 0, 0, 0], ends=[2147483647, 2147483647, 4, 32])
   x2 = slice(x, starts=[0, 0, 0, 32], ends=[2147483647, 2147483647, 4, 64])

@@ -55,16 +55,73 @@ class Analyzer {
 
   bool is_segment_input(const Value* v) const { return std::find(inputs_.begin(), inputs_.end(), v) != inputs_.end(); }
 
+  // A pointwise op of one tensor operand (the others literals) that keeps its shape, and its
+  // floating dtype: foldable into a cat's load.
+  static const Value* chain_operand(const Op* op) {
+    OpClass c = op_row(op->kind).op_class;
+    if (c != OpClass::unary && c != OpClass::binary && op->kind != OpKind::cast) return nullptr;
+    if (op->kind == OpKind::cast && (!is_floating(op->inputs[0]->dtype()) || !is_floating(op->outputs[0]->dtype()))) return nullptr;
+    const Value* tensor = nullptr;
+    for (const Value* in : op->inputs) {
+      if (in->literal) continue;
+      if (tensor || in->is_scalar()) return nullptr;
+      tensor = in;
+    }
+    if (!tensor || !is_floating(tensor->dtype()) || tensor->shape() != op->outputs[0]->shape()) return nullptr;
+    return tensor;
+  }
+
+  // The cat operands that are chains of one-input pointwise ops from a host-side value, each
+  // intermediate read once and not stored: their ops (folded into the cat leaf, not computed).
+  void find_cat_chains(const std::set<const Value*>& host_side) {
+    std::map<const Value*, int> reads;
+    std::map<const Value*, const Op*> producer;
+    for (const Op* op : ops_) {
+      for (const Value* in : op->inputs) ++reads[in];
+      for (const Value* out : op->outputs) producer[out] = op;
+    }
+    for (const Op* op : ops_) {
+      if (op->kind != OpKind::cat) continue;
+      for (const Value* in : op->inputs) {
+        std::vector<const Op*> chain;
+        const Value* v = in;
+        while (!host_side.count(v)) {
+          auto it = producer.find(v);
+          if (it == producer.end() || reads[v] != 1 || contains_value(outputs_, v)) break;
+          const Value* from = chain_operand(it->second);
+          if (!from) break;
+          chain.push_back(it->second);
+          v = from;
+        }
+        if (!host_side.count(v) || chain.empty()) continue;
+        std::reverse(chain.begin(), chain.end());
+        chains_[in] = {const_cast<Value*>(v), chain};
+        for (const Op* c : chain) folded_.insert(c);
+      }
+    }
+  }
+
+  static bool contains_value(const std::vector<Value*>& values, const Value* v) {
+    return std::find(values.begin(), values.end(), v) != values.end();
+  }
+
   // Views of segment inputs run on the host as zero-copy views; their results are leaves. A cat
   // of such values is a leaf too (a multi-source leaf, CatLeaf), read straight from its sources.
   void split_host_views() {
     std::set<const Value*> host_side;
     for (Value* in : inputs_)
       if (!in->is_scalar()) host_side.insert(in);
+    {
+      std::set<const Value*> viewed(host_side.begin(), host_side.end());  // the views of inputs, ahead
+      for (const Op* op : ops_)
+        if (is_view(op->kind) && viewed.count(op->inputs[0])) viewed.insert(op->outputs[0]);
+      find_cat_chains(viewed);
+    }
     auto add_leaf = [&](Value* v) {
       if (std::find(a_.leaves.begin(), a_.leaves.end(), v) == a_.leaves.end()) a_.leaves.push_back(v);
     };
     for (const Op* op : ops_) {
+      if (folded_.count(op)) continue;  // applied as its cat's source loads
       if (is_view(op->kind) && host_side.count(op->inputs[0])) {
         a_.host_views.push_back(op);
         host_side.insert(op->outputs[0]);
@@ -80,7 +137,7 @@ class Analyzer {
       }
       if (op->kind == OpKind::cat) {
         for (Value* in : op->inputs)
-          if (!host_side.count(in))
+          if (!host_side.count(in) && !chains_.count(in))
             return fail(describe(op) + ": cat of " + in->name +
                         ", which is not a segment input or a view of one: a kernel ends before the cat, so it reads its operands from memory");
         take_cat(op);
@@ -115,13 +172,21 @@ class Analyzer {
   void take_cat(const Op* op) {
     CatLeaf cat;
     cat.op = op;
-    cat.sources = op->inputs;
+    for (Value* in : op->inputs) {
+      auto it = chains_.find(in);
+      cat.sources.push_back(it == chains_.end() ? in : it->second.first);
+      cat.chains.push_back(it == chains_.end() ? std::vector<const Op*>{} : it->second.second);
+    }
     int rank = op->outputs[0]->rank();
     int64_t dim = op->int_attr("dim");
     cat.axis = int(dim < 0 ? dim + rank : dim);
-    for (Value* in : op->inputs) cat.mixed_dtypes |= in->dtype() != op->outputs[0]->dtype();
+    for (Value* source : cat.sources) cat.mixed_dtypes |= source->dtype() != op->outputs[0]->dtype();
     a_.cat_leaves[op->outputs[0]] = std::move(cat);
   }
+
+  // cat operands folded as chains (find_cat_chains): operand -> (host-side source, ops in order)
+  std::map<const Value*, std::pair<Value*, std::vector<const Op*>>> chains_;
+  std::set<const Op*> folded_;
 
   void choose_domain() {
     for (const Op* op : a_.compute_ops)

@@ -26,14 +26,23 @@ struct ValueLayout {
 
 // A leaf that is a `cat` of host-side values (segment inputs or views of them): a multi-source
 // leaf. At a position whose index along the cat's axis is i, it reads source r at
-// i - (the sizes of sources 0..r-1 along that axis). A cat of values the kernel computes is
+// i - (the sizes of sources 0..r-1 along that axis). An operand may also be a chain of one-input
+// pointwise ops of a host-side value read by nothing else (rotate-half's `cat(neg(x2), x1)`): the
+// chain is applied to each element of that source as it loads. A cat of other computed values is
 // refused: the segmenter ends the kernel before it, so its operands come from memory.
 struct CatLeaf {
   const Op* op = nullptr;
-  std::vector<Value*> sources;  // the cat's operands, in order
+  std::vector<Value*> sources;  // the host-side values read, one an operand, in order
+  // per source, the ops from it to the cat's operand, in order (empty: the operand itself)
+  std::vector<std::vector<const Op*>> chains;
   int axis = 0;                 // the concatenated axis, among the value's axes
   // The sources do not share one dtype: each element is converted to the cat's dtype as loaded.
   bool mixed_dtypes = false;
+  bool has_chains() const {
+    for (const auto& c : chains)
+      if (!c.empty()) return true;
+    return false;
+  }
 };
 
 struct KernelAnalysis {

@@ -256,6 +256,33 @@ std::string select_source(int k, size_t sources, const std::string& position, co
   return text;
 }
 
+// `raw`, an element of `from` as stored, through a cat source's chain of one-input pointwise ops
+// (CatLeaf::chains), then stored as `to`: each op in its compute type, rounded to its dtype as
+// the op-by-op program stores it.
+std::string through_chain(const std::vector<const Op*>& chain, DType from, DType to, const std::string& raw) {
+  if (chain.empty()) return from == to ? raw : store_convert(to, load_convert(from, raw));
+  std::string x = load_convert(from, raw);
+  DType cur = from;
+  for (const Op* op : chain) {
+    bool last = op == chain.back();
+    DType out = op->outputs[0]->dtype();
+    std::string out_ct = compute_type(out), expr;
+    if (op->kind == OpKind::cast) {
+      expr = "((" + out_ct + ")" + x + ")";
+    } else {
+      const char* ct = compute_type(op_compute_dtype(*op));
+      std::vector<std::string> args;
+      for (const Value* in : op->inputs)
+        args.push_back(in->literal ? literal_text(*in->literal, ct) : std::string(compute_type(cur)) != ct ? "((" + std::string(ct) + ")" + x + ")" : x);
+      expr = pointwise_expr(*op, args, ct);
+    }
+    x = "(" + out_ct + ")(" + expr + ")";
+    if (!(last && out == to)) x = round_to_dtype(out, x);  // the store rounds the last
+    cur = out;
+  }
+  return store_convert(to, x);
+}
+
 }  // namespace
 
 std::string KernelEmitter::leaf_pointer(int k, const std::string& offset_prefix) const {
@@ -276,9 +303,8 @@ std::string KernelEmitter::leaf_raw(int k, const std::string& offset_prefix,
   if (!cat) return element(l);
   std::vector<std::string> names = leaf_tensor_names(k);
   return select_source(k, cat->sources.size(), offset_prefix + l + "_at", [&](size_t r) {
-    DType from = cat->sources[r]->dtype();
-    // each source converted to the cat's dtype, as the cat would store it
-    return from == leaf->dtype() ? element(names[r]) : store_convert(leaf->dtype(), load_convert(from, element(names[r])));
+    // each source through its chain and converted to the cat's dtype, as the cat would store it
+    return through_chain(cat->chains[r], cat->sources[r]->dtype(), leaf->dtype(), element(names[r]));
   });
 }
 
@@ -290,9 +316,24 @@ void KernelEmitter::emit_cat_leaf_load(int k, const CatLeaf& cat, const std::str
   std::string st = storage_type(a_.leaves[k]->dtype());
   switch (mode_of_leaf(k)) {
     case 'v':
-      if (!cat.mixed_dtypes) {
+      if (!cat.mixed_dtypes && !cat.has_chains()) {
         os_ << indent << dst << " = *reinterpret_cast<const AlloyVec<" << st << ", " << v_.vector << ">*>(" << leaf_pointer(k, offset_prefix)
             << ");\n";
+      } else if (!cat.mixed_dtypes) {
+        // a vector from the source the position selects (a vector lies inside one source), then
+        // that source's chain on each element
+        std::string at = offset_prefix + "l" + std::to_string(k) + "_at";
+        os_ << indent << "{ const AlloyVec<" << st << ", " << v_.vector << "> raw = *reinterpret_cast<const AlloyVec<" << st << ", "
+            << v_.vector << ">*>(" << leaf_pointer(k, offset_prefix) << ");\n"
+            << indent << "  const int source = " << select_source(k, cat.sources.size(), at, [](size_t r) { return std::to_string(r); })
+            << ";\n" << indent << "  #pragma unroll\n" << indent << "  for (int e = 0; e < " << v_.vector << "; ++e) " << dst
+            << ".v[e] = ";
+        size_t n = cat.sources.size();
+        std::string pick = through_chain(cat.chains[n - 1], cat.sources[n - 1]->dtype(), a_.leaves[k]->dtype(), "raw.v[e]");
+        for (size_t r = n - 1; r-- > 0;)
+          pick = "(source == " + std::to_string(r) + " ? " +
+                 through_chain(cat.chains[r], cat.sources[r]->dtype(), a_.leaves[k]->dtype(), "raw.v[e]") + " : " + pick + ")";
+        os_ << pick << "; }\n";
       } else {
         os_ << indent << "#pragma unroll\n" << indent << "for (int e = 0; e < " << v_.vector << "; ++e) " << dst << ".v[e] = "
             << leaf_raw(k, offset_prefix, [](const std::string&) { return std::string(" + e"); }) << ";\n";
