@@ -198,13 +198,13 @@ std::string vectors_with_edges(const KernelAnalysis& a, const std::vector<Slot>&
 // vectors with edge elements.
 void choose_vector(const KernelAnalysis& a, const std::vector<Slot>& slots, KernelVariant& v, const std::vector<Axis>& axes, int va,
                    const std::vector<const Tensor*>& tensors, const std::vector<uintptr_t>& addresses,
-                   const std::vector<CatSources>& cats, bool edges) {
+                   const std::vector<CatSources>& cats, bool edges, int max_vector = 8) {
   v.vector = 1;
   v.edge_elements = false;
   if (axes.empty() || va < 0) return;
   int min_size = 8;
   for (const Tensor* t : tensors) min_size = std::min(min_size, dtype_size(t->dtype()));
-  for (int vec = std::min(8, 16 / min_size); vec > 1; vec /= 2) {
+  for (int vec = std::min(max_vector, 16 / min_size); vec > 1; vec /= 2) {
     std::string modes = whole_vectors(a, slots, v, axes, va, vec, tensors, addresses, cats);
     if (modes.empty() && edges && axes[size_t(va)].size >= 2 * vec) {
       modes = vectors_with_edges(a, slots, v, axes, va, vec, tensors, addresses);
@@ -300,6 +300,17 @@ int main_slot(const KernelAnalysis& a, const std::vector<Slot>& slots) {
   for (size_t t = 0; t < slots.size(); ++t)
     if (slots[t].leaf >= 0 && !a.at(slots[t].laid_out_as).per_row) return int(t);
   return -1;
+}
+
+// Column kernels hold vector x (one a sum, max or min; three a var_mean) accumulators a thread:
+// at most 8, and vectors of at most 4 (H100, bf16: a var_mean's column statistics of [4096, 8192]
+// at 8 elements a vector took 186 registers and 128 us for the permuted layer norm, at 2 62
+// registers and 119 us, and 112 us once the column pass issued 16 loads ahead at that width; a
+// column sum 43.9 us at 8, 42.1 at 4).
+int column_max_vector(const KernelAnalysis& a) {
+  int words = std::max(1, column_workspace_words(a)), vector = 4;
+  while (vector > 1 && vector * words > 8) vector /= 2;
+  return vector;
 }
 
 // A single-pass reduction runs as a column kernel when its kept axes are the contiguous ones
@@ -513,7 +524,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
     return v;
   }
   choose_vector(a, lt.slots, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats,
-                target.edge_elements && !columns);
+                target.edge_elements && !columns, columns ? column_max_vector(a) : 8);
   if (columns) choose_tile(a, lt.slots, v, l.outer, l.inner, l.rows);
   else if (a.is_reduction() && target.transposed_rows && use_transposed_rows(a, lt.slots, l.outer, l.inner, v)) {}
   else if (a.is_reduction()) choose_block(v, l.rows, l.cols, target);

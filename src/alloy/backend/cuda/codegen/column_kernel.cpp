@@ -159,11 +159,16 @@ class ColumnEmitter final : public KernelEmitter {
   // The pass over this thread's share of the reduced axes, four reduced indices a step (their
   // loads all issued before any is used), storing per-element outputs as it goes.
   void emit_column_pass(const ColumnKernel& ck) {
-    constexpr int kUnroll = 4;
     const std::string in = "  ";
     std::vector<const Value*> targets = element_outputs();
     for (auto& acc : ck.accs) targets.push_back(acc.op->inputs[0]);
     std::set<int> leaves = leaves_for(targets);
+    // loads a thread issues before it uses any: 4, or up to 16 while they stay within 64 bytes
+    // (narrow vectors: a var_mean's 2 bf16s a load would leave too few bytes in flight)
+    int load_bytes = 0;
+    for (int k : leaves) load_bytes += v_.vector * dtype_size(a_.leaves[size_t(k)]->dtype());
+    int kUnroll = 4;
+    while (kUnroll < 16 && load_bytes * kUnroll * 2 <= 64) kUnroll *= 2;
     std::vector<std::string> leaf_tensors, output_tensors;
     for (int k : leaves) {
       std::vector<std::string> leaf = leaf_tensor_names(k);
