@@ -145,6 +145,43 @@ def test_runs_on_torchs_current_stream():
 
 
 @needs_cuda
+def test_alloy_and_torch_share_one_cuda_context():
+    """Alloy links the static CUDA runtime, torch the shared one; both must run in the device's
+    primary context (else a pointer or stream of one would be foreign to the other). The context
+    current after torch's work and after Alloy's is that primary context, and memory crosses both
+    ways without copies: Alloy reads torch's tensor, torch reads Alloy's output in place."""
+    import ctypes
+    driver = ctypes.CDLL("libcuda.so.1")
+    x = torch.randn(256, 512, device="cuda")
+    torch.cuda.synchronize()
+
+    def current_context():
+        ctx = ctypes.c_void_p()
+        assert driver.cuCtxGetCurrent(ctypes.byref(ctx)) == 0
+        return ctx.value
+
+    def primary_context(index):
+        device, ctx = ctypes.c_int(), ctypes.c_void_p()
+        assert driver.cuDeviceGet(ctypes.byref(device), index) == 0
+        assert driver.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device) == 0
+        driver.cuDevicePrimaryCtxRelease(device)
+        return ctx.value
+
+    primary = primary_context(x.device.index)
+    assert current_context() == primary, "torch does not run in the primary context"
+    fd = views_definition()
+    transposed, computed = fd.execute([x])
+    assert current_context() == primary, "Alloy left another context current"
+    assert transposed.data_ptr() == x.data_ptr()  # a view of torch's memory
+    doubled = computed * 2  # torch reads Alloy's buffer on the same stream
+    torch.testing.assert_close(doubled, x.exp() * 2)
+    ordinal = ctypes.c_int(-1)
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+    assert driver.cuPointerGetAttribute(ctypes.byref(ordinal), CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ctypes.c_uint64(computed.data_ptr())) == 0
+    assert ordinal.value == x.device.index, "Alloy's output is not on the input's device"
+
+
+@needs_cuda
 def test_explicit_stream_argument():
     fd = views_definition()
     s = torch.cuda.Stream()

@@ -415,14 +415,16 @@ TEST(EmulatedKernels, ColumnGridFitsTheKernelsOccupancy) {
   cuda::LaunchPlan plan = cuda::plan_launch(a, {4096, 2048}, {&x, &out}, {}, target);
   ASSERT_TRUE(plan.launch);
   ASSERT_GT(plan.variant.tile_x, 0) << "a column kernel";
-  // 2048 kept columns: 8 blocks of 32 threads x 8 elements; 8 threads a block along the 4096 rows
-  EXPECT_EQ(plan.grid_x, 8u);
-  EXPECT_EQ(plan.grid_y, 16u);  // 16 SMs x 8 blocks of 256 threads, over 8 column blocks
+  // 2048 kept columns: 16 blocks of 32 threads x 4 elements (column_max_vector); 8 threads a
+  // block along the 4096 rows
+  EXPECT_EQ(plan.variant.vector, 4);
+  EXPECT_EQ(plan.grid_x, 16u);
+  EXPECT_EQ(plan.grid_y, 8u);  // 16 SMs x 8 blocks of 256 threads, over 16 column blocks
   EXPECT_EQ(plan.column_max_splits, 4096 / (8 * 16));
-  EXPECT_EQ(plan.workspace_bytes, 16 * plan.workspace_bytes_per_split);
+  EXPECT_EQ(plan.workspace_bytes, 8 * plan.workspace_bytes_per_split);
   cuda::fit_column_grid(plan, 3, target);  // registers hold an SM to 3 blocks
-  EXPECT_EQ(plan.grid_y, 6u);
-  EXPECT_EQ(plan.workspace_bytes, 6 * plan.workspace_bytes_per_split);
+  EXPECT_EQ(plan.grid_y, 3u);
+  EXPECT_EQ(plan.workspace_bytes, 3 * plan.workspace_bytes_per_split);
   cuda::fit_column_grid(plan, 64, target);  // never more splits than 16 rows a thread allow
   EXPECT_EQ(plan.grid_y, 32u);
 }

@@ -40,22 +40,60 @@ std::optional<StageSplit> split_by_stage(const KernelAnalysis& analysis, const s
   StageSplit split;
   std::vector<Value*> kernel_inputs = inputs;
   std::set<const Value*> available(inputs.begin(), inputs.end());
-  // what some op of the segment reads, or the segment stores
-  auto read_later = [&](const Value* v) {
-    if (contains(analysis.outputs, v)) return true;
-    for (const Op* op : ops)
-      if (std::find(op->inputs.begin(), op->inputs.end(), v) != op->inputs.end()) return true;
-    return false;
-  };
   for (const std::vector<const Op*>& stage : analysis.stages) {
+    // the stage's reductions, then the per-row ops computable from their results (and earlier
+    // stages'): rstd = rsqrt(var + eps) once a row here rather than once an element later
+    std::vector<const Op*> row_ops;
+    {
+      std::set<const Value*> known(available);
+      for (const Op* op : stage)
+        for (const Value* out : op->outputs) known.insert(out);
+      for (const Op* op : ops) {
+        if (std::find(stage.begin(), stage.end(), op) != stage.end() || op->outputs.size() != 1) continue;
+        const Value* out = op->outputs[0];
+        if (known.count(out) || !analysis.layout.count(out) || !analysis.at(out).per_row) continue;
+        bool ready = false;  // reads this stage's values (and literals) only
+        for (const Value* in : op->inputs) {
+          if (in->literal) continue;
+          if (!known.count(in) || available.count(in)) {
+            ready = false;
+            break;
+          }
+          ready = true;
+        }
+        if (!ready) continue;
+        row_ops.push_back(op);
+        known.insert(out);
+      }
+    }
+    std::optional<KernelAnalysis> kernel;
     std::vector<Value*> results;
-    for (const Op* op : stage)
-      for (Value* out : op->outputs)
-        if (read_later(out)) results.push_back(out);
-    if (results.empty()) return std::nullopt;
-    auto a = analyze_kernel(needed_ops(ops, stage, available), kernel_inputs, results);
-    auto* kernel = std::get_if<KernelAnalysis>(&a);
-    if (!kernel || !kernel->single_pass) return std::nullopt;
+    for (bool with_row_ops : {true, false}) {
+      if (!with_row_ops && row_ops.empty()) break;
+      std::vector<const Op*> roots = stage;
+      if (with_row_ops) roots.insert(roots.end(), row_ops.begin(), row_ops.end());
+      std::vector<const Op*> kernel_ops = needed_ops(ops, roots, available);
+      // what the kernel computes that an op outside it reads, or the segment stores
+      results.clear();
+      for (const Op* op : kernel_ops)
+        for (Value* out : op->outputs) {
+          bool outside = contains(analysis.outputs, out);
+          for (const Op* reader : ops)
+            if (std::find(kernel_ops.begin(), kernel_ops.end(), reader) == kernel_ops.end() &&
+                std::find(reader->inputs.begin(), reader->inputs.end(), out) != reader->inputs.end())
+              outside = true;
+          bool computed_per_row = std::find(stage.begin(), stage.end(), op) != stage.end() ||
+                                  std::find(row_ops.begin(), row_ops.end(), op) != row_ops.end();
+          if (outside && computed_per_row) results.push_back(out);
+        }
+      if (results.empty()) return std::nullopt;
+      auto a = analyze_kernel(kernel_ops, kernel_inputs, results);
+      if (auto* k = std::get_if<KernelAnalysis>(&a); k && k->single_pass) {
+        kernel = std::move(*k);
+        break;
+      }
+    }
+    if (!kernel) return std::nullopt;
     split.kernels.push_back(std::move(*kernel));
     for (Value* v : results) {
       kernel_inputs.push_back(v);
