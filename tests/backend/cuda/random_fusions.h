@@ -2,8 +2,9 @@
 // the CUDA segmenter turns into generated kernels, written by nobody — chains of pointwise ops
 // (broadcasts of size-1 and leading axes, where, casts across f32/bf16/f16/i32/bool, literals),
 // reductions over inner, outer and middle axes, normalizations, views at the inputs (permute,
-// strided slice, expand, broadcast_in_dim, reshape), cat, odd and symbolic sizes. The same seed
-// gives the same fusion, so a failing one is a seed and a text.
+// strided slice, expand, broadcast_in_dim, reshape), cat (of one-input pointwise chains too),
+// odd and symbolic sizes. The same seed gives the same fusion, so a failing one is a seed and a
+// text.
 #pragma once
 
 #include <algorithm>
@@ -218,8 +219,26 @@ class RandomFusionWriter {
     std::vector<Dim> other = shape_;
     other[k].size = std::vector<int64_t>{1, 3, 37}[uniform(0, 2)];
     Val y = param(x.dtype, other);
+    Val a = chance(0.4) ? chain_of(x) : x, b = chance(0.3) ? chain_of(y) : y;
     shape_[k].size += other[k].size;
-    return emit(x.dtype, shape_, "cat(" + x.name + ", " + y.name + ", dim=" + std::to_string(k) + ")");
+    return emit(x.dtype, shape_, "cat(" + a.name + ", " + b.name + ", dim=" + std::to_string(k) + ")");
+  }
+
+  // x through one-input pointwise ops of its dtype (a kernel folds them into the cat's load)
+  Val chain_of(const Val& x) {
+    switch (uniform(0, 3)) {
+      case 0: return emit(x.dtype, x.shape, "neg(" + x.name + ")");
+      case 1: return emit(x.dtype, x.shape, "mul(" + x.name + ", " + literal() + ")");
+      case 2: {
+        Val h = emit(x.dtype, x.shape, "mul(" + x.name + ", 0.25)");
+        return emit(x.dtype, x.shape, "exp(" + h.name + ")");
+      }
+      default: {
+        Val f = emit("f32", x.shape, "cast(" + x.name + ", dtype=f32)");
+        Val t = emit("f32", x.shape, "tanh(" + f.name + ")");
+        return emit(x.dtype, x.shape, "cast(" + t.name + ", dtype=" + x.dtype + ")");
+      }
+    }
   }
 
   Val pointwise_step(const Val& x) {
