@@ -55,8 +55,8 @@ class Analyzer {
 
   bool is_segment_input(const Value* v) const { return std::find(inputs_.begin(), inputs_.end(), v) != inputs_.end(); }
 
-  // A pointwise op of one tensor operand (the others literals) that keeps its shape, and its
-  // floating dtype: foldable into a cat's load.
+  // A pointwise op of one floating tensor operand (the others literals) that keeps its shape and
+  // gives a floating value (not a comparison): foldable into a cat's load.
   static const Value* chain_operand(const Op* op) {
     OpClass c = op_row(op->kind).op_class;
     if (c != OpClass::unary && c != OpClass::binary && op->kind != OpKind::cast) return nullptr;
@@ -67,7 +67,8 @@ class Analyzer {
       if (tensor || in->is_scalar()) return nullptr;
       tensor = in;
     }
-    if (!tensor || !is_floating(tensor->dtype()) || tensor->shape() != op->outputs[0]->shape()) return nullptr;
+    if (!tensor || !is_floating(tensor->dtype()) || !is_floating(op->outputs[0]->dtype()) || tensor->shape() != op->outputs[0]->shape())
+      return nullptr;
     return tensor;
   }
 

@@ -41,8 +41,9 @@ std::optional<StageSplit> split_by_stage(const KernelAnalysis& analysis, const s
   std::vector<Value*> kernel_inputs = inputs;
   std::set<const Value*> available(inputs.begin(), inputs.end());
   for (const std::vector<const Op*>& stage : analysis.stages) {
-    // the stage's reductions, then the per-row ops computable from their results (and earlier
-    // stages'): rstd = rsqrt(var + eps) once a row here rather than once an element later
+    // the stage's reductions, then the per-row ops computable from their results alone (and
+    // literals): rstd = rsqrt(var + eps) once a row here rather than once an element later; the
+    // kernel without them where they do not make it single-pass
     std::vector<const Op*> row_ops;
     {
       std::set<const Value*> known(available);
