@@ -228,19 +228,20 @@ std::string compile_offline(const Fusion& fusion, const std::string& arch_text, 
     // sizes, only where the plan takes them, and then only them)
     std::optional<StageSplit> split = split_by_stage(a, s.ops, s.inputs);
     std::string label = "segment " + std::to_string(s.id) + " [" + s.scheduler + "]";
+    auto compile_passes = [&] {
+      for (size_t k = 0; k < split->kernels.size(); ++k)
+        compile(split->kernels[k], s.id, label + " pass " + std::to_string(k + 1) + " of " + std::to_string(split->kernels.size()));
+    };
     if (values && split) {
       auto bound = bound_launch(a, *values, arch);
       if (bound && bound->split_stages) {
         for (const Value* v : split->intermediates) values->at(v);
-        for (size_t k = 0; k < split->kernels.size(); ++k)
-          compile(split->kernels[k], s.id, label + " pass " + std::to_string(k + 1) + " of " + std::to_string(split->kernels.size()));
+        compile_passes();
         continue;
       }
     }
     compile(a, s.id, label);
-    if (split && !values)
-      for (size_t k = 0; k < split->kernels.size(); ++k)
-        compile(split->kernels[k], s.id, label + " pass " + std::to_string(k + 1) + " of " + std::to_string(split->kernels.size()));
+    if (split && !values) compile_passes();
   }
   if (!dump_source) report << kernels << " kernel" << (kernels == 1 ? "" : "s") << " compiled for " << arch_text << "\n";
   return report.str();

@@ -8,7 +8,8 @@
 namespace alloy {
 namespace {
 
-bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+template <class T, class U>
+bool contains(const std::vector<T>& v, const U& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 std::string describe(const Op* op) {
   return (op->outputs.empty() ? std::string("?") : op->outputs[0]->name) + " = " + std::string(op_name(op->kind));
@@ -60,7 +61,6 @@ class Analyzer {
   static const Value* chain_operand(const Op* op) {
     OpClass c = op_row(op->kind).op_class;
     if (c != OpClass::unary && c != OpClass::binary && op->kind != OpKind::cast) return nullptr;
-    if (op->kind == OpKind::cast && (!is_floating(op->inputs[0]->dtype()) || !is_floating(op->outputs[0]->dtype()))) return nullptr;
     const Value* tensor = nullptr;
     for (const Value* in : op->inputs) {
       if (in->literal) continue;
@@ -88,7 +88,7 @@ class Analyzer {
         const Value* v = in;
         while (!host_side.count(v)) {
           auto it = producer.find(v);
-          if (it == producer.end() || reads[v] != 1 || contains_value(outputs_, v)) break;
+          if (it == producer.end() || reads[v] != 1 || contains(outputs_, v)) break;
           const Value* from = chain_operand(it->second);
           if (!from) break;
           chain.push_back(it->second);
@@ -100,10 +100,6 @@ class Analyzer {
         for (const Op* c : chain) folded_.insert(c);
       }
     }
-  }
-
-  static bool contains_value(const std::vector<Value*>& values, const Value* v) {
-    return std::find(values.begin(), values.end(), v) != values.end();
   }
 
   // Views of segment inputs run on the host as zero-copy views; their results are leaves. A cat

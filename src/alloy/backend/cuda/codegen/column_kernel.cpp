@@ -156,7 +156,7 @@ class ColumnEmitter final : public KernelEmitter {
     if (ck.welford) os_ << in << ck.count_type << " alloy_n = 0;\n";
   }
 
-  // The pass over this thread's share of the reduced axes, four reduced indices a step (their
+  // The pass over this thread's share of the reduced axes, `unroll` reduced indices a step (their
   // loads all issued before any is used), storing per-element outputs as it goes.
   void emit_column_pass(const ColumnKernel& ck) {
     const std::string in = "  ";
@@ -167,8 +167,8 @@ class ColumnEmitter final : public KernelEmitter {
     // (narrow vectors: a var_mean's 2 bf16s a load would leave too few bytes in flight)
     int load_bytes = 0;
     for (int k : leaves) load_bytes += v_.vector * dtype_size(a_.leaves[size_t(k)]->dtype());
-    int kUnroll = 4;
-    while (kUnroll < 16 && load_bytes * kUnroll * 2 <= 64) kUnroll *= 2;
+    int unroll = 4;
+    while (unroll < 16 && load_bytes * unroll * 2 <= 64) unroll *= 2;
     std::vector<std::string> leaf_tensors, output_tensors;
     for (int k : leaves) {
       std::vector<std::string> leaf = leaf_tensor_names(k);
@@ -179,11 +179,11 @@ class ColumnEmitter final : public KernelEmitter {
     cached_ = leaves;  // ref() reads them as L<k>[u]
     os_ << in << "if (active) {\n";
     os_ << in << "  const long long alloy_step = (long long)gridDim.y * " << ck.ty << ";\n";
-    os_ << in << "  for (long long r0 = (long long)blockIdx.y * " << ck.ty << " + ty; r0 < p.cols; r0 += " << kUnroll << " * alloy_step) {\n";
+    os_ << in << "  for (long long r0 = (long long)blockIdx.y * " << ck.ty << " + ty; r0 < p.cols; r0 += " << unroll << " * alloy_step) {\n";
     std::string body = in + "    ";
-    emit_leaf_arrays("L", "[" + std::to_string(kUnroll) + "]", body, leaves);
+    emit_leaf_arrays("L", "[" + std::to_string(unroll) + "]", body, leaves);
     auto unrolled = [&](const std::function<void(const std::string&)>& emit) {
-      os_ << body << "#pragma unroll\n" << body << "for (int u = 0; u < " << kUnroll << "; ++u) {\n";
+      os_ << body << "#pragma unroll\n" << body << "for (int u = 0; u < " << unroll << "; ++u) {\n";
       os_ << body << "  const long long r = r0 + u * alloy_step;\n" << body << "  if (r < p.cols) {\n";
       emit(body + "    ");
       os_ << body << "  }\n" << body << "}\n";
