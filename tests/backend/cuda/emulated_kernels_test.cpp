@@ -162,8 +162,9 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
   for (unsigned c : counters) EXPECT_EQ(c, 0u) << "a column kernel left its arrival counter set";
 }
 
-// The kernel flavours a run can choose (LaunchTarget): plain arithmetic, lean with Welford and
-// online merges, lean recomputing values, and the default (lean, cheap merges, values held).
+// The kernel flavours a run can choose (LaunchTarget): plain arithmetic (and the final pass's
+// leaves loaded in that pass), lean with Welford and online merges, lean recomputing values, and
+// the default (lean, cheap merges, values held, early loads).
 enum class Flavour { plain, lean_merges, lean_recompute, default_choice };
 constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean_merges, Flavour::lean_recompute, Flavour::default_choice};
 
@@ -176,7 +177,7 @@ constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean_merges, Flavour::
 void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
                                   std::vector<Tensor> given = {}, bool transposed_rows = false, int* split_passes = nullptr) {
   bool lean = flavour != Flavour::plain;
-  const char* names[] = {"plain kernels", "lean kernels, Welford and online merges", "lean kernels, values recomputed",
+  const char* names[] = {"plain kernels, late loads", "lean kernels, Welford and online merges", "lean kernels, values recomputed",
                          "default kernels"};
   SCOPED_TRACE(names[int(flavour)]);
   auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
@@ -196,6 +197,7 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   target.lean = lean;
   target.recompute = flavour == Flavour::lean_recompute;
   target.cheap_merges = flavour != Flavour::lean_merges;
+  target.early_loads = flavour != Flavour::plain;
   target.transposed_rows = transposed_rows;
   int passes = 0;
   for (const Segment& s : segmentation.segments) {

@@ -26,6 +26,7 @@ struct LaunchTarget {
   bool lean = true;          // ALLOY_LEAN_KERNELS
   bool recompute = false;    // ALLOY_RECOMPUTE_VALUES
   bool cheap_merges = true;  // ALLOY_CHEAP_MERGES
+  bool early_loads = true;   // ALLOY_NO_EARLY_LOADS unset
   bool column_kernels = true;  // ALLOY_NO_COLUMN_KERNELS unset
   bool warp_rows = true;       // ALLOY_NO_WARP_ROWS unset
   bool streaming_online = true;  // ALLOY_NO_STREAMING_ONLINE unset
@@ -45,6 +46,9 @@ struct LaunchTarget {
   // many as the threads and shared memory allow).
   int column_min_steps = 16;
   int column_blocks_per_sm = 0;
+  // Column kernels: threads of a block along the kept axes (ALLOY_COLUMN_TILE, rounded up to a
+  // power of two, fewer where the kept axes are narrower; the others run along the reduced axes).
+  int column_tile = 32;
   // Row kernels: the block-size cap (ALLOY_ROW_THREADS) and __launch_bounds__'s minimum blocks
   // an SM (ALLOY_ROW_MIN_BLOCKS; 0 = none).
   int row_threads = 256;

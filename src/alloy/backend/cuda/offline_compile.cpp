@@ -22,7 +22,7 @@ namespace {
 
 // The variants every kernel is checked in: scalar accesses over the uncollapsed domain, and
 // 16-byte vectors with the row cached in registers, as contiguous inputs get at run time; for
-// reductions also a warp per row, and (single-pass ones) the column and few-long-rows kernels;
+// reductions also a warp per row (lean: with early loads), and (single-pass ones) the column and few-long-rows kernels;
 // for pointwise kernels of two or more axes a tile transpose, for normalizations a row a lane; and
 // (no cats) vectors with edge elements.
 std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a) {
@@ -66,12 +66,13 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
     transpose.outer_rank = 2;
     transpose.transpose_axis = 0;
     transpose.staged = "t" + std::string(a.leaves.size() - 1, '.');
+    transpose.early_loads = true;
     return with_edges({scalar, vector, lean, transpose});
   }
   cuda::KernelVariant warp_rows = vector;  // short rows: a warp per row
   warp_rows.rows_per_block = 8;
   cuda::KernelVariant lean_warp_rows = warp_rows;
-  lean_warp_rows.lean = lean_warp_rows.index32 = true;
+  lean_warp_rows.lean = lean_warp_rows.index32 = lean_warp_rows.early_loads = true;
   cuda::KernelVariant transposed_rows = scalar;  // a row a lane (the kept axis contiguous), stores staged
   transposed_rows.lean = transposed_rows.index32 = transposed_rows.transposed_rows = transposed_rows.staged_stores = true;
   if (!a.single_pass) return with_edges({scalar, vector, warp_rows, lean, lean_warp_rows, transposed_rows});

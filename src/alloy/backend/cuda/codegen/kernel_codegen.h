@@ -44,6 +44,12 @@ struct KernelVariant {
   // Welford or online merge but no divisions or exps in the merge steps (the runtime's default;
   // ALLOY_CHEAP_MERGES=0 turns it off).
   bool cheap_merges = false;
+  // Loads issued before a wait instead of after it (ALLOY_NO_EARLY_LOADS=1 turns it off):
+  // - row kernels holding the row in registers (items > 0): the leaves only the final pass reads
+  //   (a layer norm's weight and bias) load with the row, before its reductions, within a
+  //   register budget;
+  // - tile transposes: the leaves not staged load with the staged tiles, before the barrier.
+  bool early_loads = false;
   // Per leaf, how it is read along the innermost axis when vector > 1: 'v' a vector access
   // (stride 1), 'b' one value for the whole vector (stride 0), 'u' element by element (stride 1,
   // out of step with the aligned vectors of edge_elements).

@@ -278,11 +278,24 @@ class RowEmitter final : public KernelEmitter {
       for (int k : leaves_for(pass_targets(int(stage)))) passes[k] += stage_has_var_mean(a_.stages[stage]) ? 2 : 1;
     }
     current_pass_ = int(a_.stages.size());
-    for (int k : leaves_for(element_outputs())) passes[k] += 1;
+    std::set<int> final_pass = leaves_for(element_outputs());
+    for (int k : final_pass) passes[k] += 1;
     current_pass_ = 0;
     for (auto [k, n] : passes)
       if (n > 1) cached_.insert(k);
+    // early loads: the final pass's other leaves too, while the row's registers stay in budget
+    if (!v_.early_loads || a_.stages.empty()) return;
+    auto words = [&](int k) { return v_.items * v_.vector * int(dtype_size(a_.leaves[k]->dtype())) / 4; };
+    int held = 0;
+    for (int k : cached_) held += words(k);
+    for (int k : final_pass)
+      if (!cached_.count(k) && held + words(k) <= kEarlyLoadWords) {
+        cached_.insert(k);
+        held += words(k);
+      }
   }
+  // 32-bit registers a lane may give to the leaves it holds (the row's, and the early loads)
+  static constexpr int kEarlyLoadWords = 96;
 
   // Loads the row's cached leaves once, into L<k>[it].
   void emit_cached_row(const std::string& in) {

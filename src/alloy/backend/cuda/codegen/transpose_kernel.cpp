@@ -40,6 +40,19 @@ class TransposeEmitter final : public KernelEmitter {
         << " ? size_y - y0 : " << T << ");\n";
     emit_tile_base(X, Y);
 
+    // the other leaves, read along x (they and the outputs walk it): with early loads issued with
+    // the staged tiles' loads, before the barrier, so their latency overlaps the tiles'
+    cached_ = element_leaves();
+    std::vector<std::string> direct_tensors;
+    for (int k : direct) direct_tensors.push_back("l" + std::to_string(k));
+    auto load_direct = [&] {
+      emit_leaf_arrays("L", "[" + std::to_string(per_thread) + "]", "    ", cached_);
+      open_tile_loop(per_thread, "xv", "y", S, "xv * " + std::to_string(V) + " < nx && y < ny");
+      emit_element_offsets(direct_tensors, X, Y);
+      emit_leaf_loads("L", "[j]", "off_", "        ", direct);
+      close_tile_loop();
+    };
+
     // 1. each staged leaf's tile, read along y (its contiguous axis): loads first, then the stores
     if (!staged.empty()) {
       emit_leaf_arrays("R", "[" + std::to_string(per_thread) + "]", "    ", staged);
@@ -52,21 +65,15 @@ class TransposeEmitter final : public KernelEmitter {
         else os_ << "        R" << k << "[j].v[0] = *(" << ptr << ");\n";
       }
       close_tile_loop();
+      if (v_.early_loads) load_direct();
       open_tile_loop(per_thread, "yv", "x", S, "x < nx && yv * " + std::to_string(V) + " < ny");
       for (int k : staged) os_ << "        t" << k << "[x * " << S << " + (yv ^ (x / " << V << "))] = R" << k << "[j];\n";
       close_tile_loop();
       os_ << "    __syncthreads();\n";
     }
 
-    // 2. along x: the other leaves from memory, the staged ones from their tiles; compute and store
-    cached_ = element_leaves();
-    emit_leaf_arrays("L", "[" + std::to_string(per_thread) + "]", "    ", cached_);
-    std::vector<std::string> direct_tensors;
-    for (int k : direct) direct_tensors.push_back("l" + std::to_string(k));
-    open_tile_loop(per_thread, "xv", "y", S, "xv * " + std::to_string(V) + " < nx && y < ny");
-    emit_element_offsets(direct_tensors, X, Y);
-    emit_leaf_loads("L", "[j]", "off_", "        ", direct);
-    close_tile_loop();
+    // 2. along x: the staged leaves from their tiles; compute and store
+    if (staged.empty() || !v_.early_loads) load_direct();
     auto ops = element_ops_for(element_outputs());
     open_tile_loop(per_thread, "xv", "y", S, "xv * " + std::to_string(V) + " < nx && y < ny");
     for (int k : staged)
