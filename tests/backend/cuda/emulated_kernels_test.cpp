@@ -384,6 +384,29 @@ TEST(EmulatedKernels, ColumnReductionsOfBoolsAndHalves) {
 })", {{"T", 700}, {"H", 48}});
 }
 
+// var_mean over the outer axis of values far from zero with a small spread (a column kernel sums
+// each step's values less the running mean): a first value far from the rest, a column that drifts
+// row by row, a constant column, and noise around 1000; 700 rows, not a whole number of steps.
+TEST(EmulatedKernels, ColumnVarMeanOfValuesFarFromZero) {
+  const int64_t T = 700, H = 8;
+  Tensor x = Tensor::empty(DType::f32, {T, H});
+  float* v = x.data_as<float>();
+  for (int64_t r = 0; r < T; ++r)
+    for (int64_t c = 0; c < H; ++c) {
+      float noise = float((r * 7919 + c * 104729) % 2001 - 1000) * 1e-6f;
+      float value = 1000.0f + noise;
+      if (c == 0 && r == 0) value = 1.0e4f;
+      if (c == 1) value = 1000.0f + float(r) * 0.01f;
+      if (c == 2) value = 1234.5f;
+      v[r * H + c] = value;
+    }
+  for (Flavour f : kFlavours)
+    expect_emulation_matches_cpu(R"(fusion f(x: f32[T, H]) {
+  v, m = var_mean(x, dims=[0], correction=1)
+  return v, m
+})", {{"T", T}, {"H", H}}, f, 4, {x});
+}
+
 // Column and row reductions reading views of the inputs (made on the host): a transposed input,
 // a strided slice, and an operand broadcast along the kept axis.
 TEST(EmulatedKernels, ReductionsOfViewsAndBroadcasts) {

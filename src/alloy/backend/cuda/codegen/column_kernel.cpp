@@ -123,7 +123,11 @@ class ColumnEmitter final : public KernelEmitter {
         ck.welford = true;
         if (acc.ct == "double") ck.count_type = "double";
       }
-    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads << ") " << name_ << "(const Params p) {\n";
+    // var_mean's kernels run close to 64 registers a thread: held there, so an SM keeps 1024 threads
+    // (the loads in flight are what a column kernel's speed depends on)
+    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads;
+    if (ck.welford && v_.threads <= 1024 / 4) os_ << ", " << 1024 / v_.threads;
+    os_ << ") " << name_ << "(const Params p) {\n";
     emit_column_setup(ck);
     emit_column_pass(ck);
     emit_column_block_combine(ck.accs, "  ");
@@ -194,11 +198,19 @@ class ColumnEmitter final : public KernelEmitter {
       emit_leaf_loads("L", "[u]", "co_", indent, leaves);
     });
     auto ops = element_ops_for(targets);
+    // var_mean a step at a time: the step's count, and per element the sum of the values less the
+    // running mean and of their squares, merged into the running (count, mean, squared deviations)
+    // once a step (Chan et al.). Three operations an element, no division. The first value a thread
+    // reads is its first mean (count 0), so every step's values are taken less a mean of values
+    // already read: the squares' rounding is within a few ulps of what the merge adds.
+    if (ck.welford) os_ << body << ck.count_type << " alloy_c = 0;\n";
+    for (auto& acc : ck.accs)
+      if (acc.op->kind == OpKind::var_mean)
+        os_ << body << acc.ct << " " << acc.name << "_s1[" << v_.vector << "] = {}, " << acc.name << "_s2[" << v_.vector << "] = {};\n";
     unrolled([&](const std::string& indent) {
       emit_offsets("r", v_.outer_rank, v_.inner_rank, "co_", output_tensors, indent);
       for (auto& t : output_tensors) os_ << indent << "co_" << t << " += ro_" << t << ";\n";
-      if (ck.welford)
-        os_ << indent << "alloy_n += 1; const " << ck.count_type << " alloy_inv_n = " << ck.count_type << "(1) / alloy_n;\n";
+      if (ck.welford) os_ << indent << "alloy_c += 1;\n";
       emit_vector_stores("co_", indent, "[u]", [&](const std::string& inner) {
         emit_column_per_row_registers(ck, inner);
         emitted_per_row_.clear();
@@ -206,14 +218,28 @@ class ColumnEmitter final : public KernelEmitter {
         for (const Op* op : ops) emit_op(*op, "[u]", inner);
         for (auto& acc : ck.accs) {
           std::string x = "((" + acc.ct + ")" + ref(acc.op->inputs[0], "[u]") + ")";
+          const std::string &a = acc.name, &mean = acc.words[1];
           if (acc.op->kind == OpKind::var_mean)
-            os_ << inner << "{ " << acc.ct << " x = " << x << ", d = x - " << acc.words[1] << "[e]; " << acc.words[1] << "[e] += d * ("
-                << acc.ct << ")alloy_inv_n; " << acc.words[2] << "[e] += d * (x - " << acc.words[1] << "[e]); }\n";
+            os_ << inner << "{ " << acc.ct << " x = " << x << "; if (u == 0 && alloy_n == 0) " << mean << "[e] = x; " << acc.ct << " d = x - "
+                << mean << "[e]; " << a << "_s1[e] += d; " << a << "_s2[e] += d * d; }\n";
           else
             emit_column_merge(acc, inner, [&](int) { return x; });
         }
       });
     });
+    for (auto& acc : ck.accs) {
+      if (acc.op->kind != OpKind::var_mean) continue;
+      const std::string& a = acc.name;
+      const std::string& T = acc.ct;
+      os_ << body << "#pragma unroll\n" << body << "for (int e = 0; e < " << v_.vector << "; ++e) {\n";
+      os_ << body << "  const " << T << " c = (" << T << ")alloy_c, shift = " << a << "_s1[e] / c;\n";
+      os_ << body << "  " << T << " m2_c = " << a << "_s2[e] - " << a << "_s1[e] * shift;\n";
+      os_ << body << "  if (m2_c < " << T << "(0)) m2_c = " << T << "(0);  // rounding (NaN stays)\n";
+      os_ << body << "  " << T << " n = (" << T << ")alloy_n;\n";
+      os_ << body << "  alloy_welford_merge(n, " << acc.words[1] << "[e], " << acc.words[2] << "[e], c, " << acc.words[1] << "[e] + shift, m2_c);\n";
+      os_ << body << "}\n";
+    }
+    if (ck.welford) os_ << body << "alloy_n += alloy_c;\n";
     cached_.clear();
     os_ << in << "  }\n" << in << "}\n";
     for (auto& acc : ck.accs)
