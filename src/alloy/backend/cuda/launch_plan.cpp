@@ -458,6 +458,7 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.column_tile = int(settings::integer("ALLOY_COLUMN_TILE"));
   t.row_threads = int(settings::integer("ALLOY_ROW_THREADS"));
   t.row_min_blocks = int(settings::integer("ALLOY_ROW_MIN_BLOCKS"));
+  t.transpose_min_blocks = int(settings::integer("ALLOY_TRANSPOSE_MIN_BLOCKS"));
   return t;
 }
 
@@ -523,6 +524,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   if (target.tile_transposes && choose_transpose(a, lt.slots, v, axes, lt.tensors, lt.addresses)) {
     v.lean = target.lean;
     v.early_loads = target.early_loads;
+    v.min_blocks = target.transpose_min_blocks;
     v.index32 = target.lean && small_offsets(axes, l.numel);
     return v;
   }

@@ -53,6 +53,7 @@ struct LaunchTarget {
   // an SM (ALLOY_ROW_MIN_BLOCKS; 0 = none).
   int row_threads = 256;
   int row_min_blocks = 0;
+  int transpose_min_blocks = 0;  // the same for tile transposes (ALLOY_TRANSPOSE_MIN_BLOCKS)
   static LaunchTarget from_environment(int sm_count, int64_t shared_per_sm);
 };
 

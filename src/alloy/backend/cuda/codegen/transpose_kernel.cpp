@@ -28,7 +28,9 @@ class TransposeEmitter final : public KernelEmitter {
     const std::string X = std::to_string(v_.outer_rank - 1), Y = std::to_string(v_.transpose_axis);
     std::set<int> staged, direct;
     for (int k : element_leaves()) (v_.staged.at(size_t(k)) == 't' ? staged : direct).insert(k);
-    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads << ") " << name_ << "(const Params p) {\n";
+    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads;
+    if (v_.min_blocks > 0) os_ << ", " << v_.min_blocks;
+    os_ << ") " << name_ << "(const Params p) {\n";
     for (int k : staged)
       os_ << "  __shared__ AlloyVec<" << storage_type(a_.leaves[k]->dtype()) << ", " << V << "> t" << k << "[" << T * S << "];\n";
     os_ << "  const long long size_x = p.size[" << X << "], size_y = p.size[" << Y << "];\n";
