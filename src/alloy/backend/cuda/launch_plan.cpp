@@ -359,8 +359,8 @@ bool use_transposed_rows(const KernelAnalysis& a, const std::vector<Slot>& slots
   return true;
 }
 
-// Column tile: up to 32 threads (each `vector` kept elements wide) along the kept axes, the
-// rest of a 256-thread block along the reduced axes.
+// Column tile: up to target.column_tile threads (32; each `vector` kept elements wide) along the
+// kept axes, the rest of a 256-thread block along the reduced axes.
 void choose_tile(const KernelAnalysis& a, const std::vector<Slot>& launch, KernelVariant& v, const std::vector<Axis>& outer,
                  const std::vector<Axis>& inner, int64_t rows, const LaunchTarget& target) {
   v.threads = 256;
