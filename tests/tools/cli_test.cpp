@@ -14,6 +14,7 @@
 #include <regex>
 #include <string>
 
+#include "alloy/common/settings.h"
 #include "alloy/runtime/npy.h"
 #include "test_util.h"
 
@@ -46,14 +47,23 @@ class CliTest : public ::testing::Test {
     return path(name);
   }
 
-  CliResult alloy(const std::string& args) const {
-    std::string command = std::string("'") + ALLOY_CLI_PATH + "' " + args + " >'" + path("stdout") + "' 2>'" + path("stderr") + "'";
+  // `env`: what runs the CLI (a prefix such as settings_unset())
+  CliResult alloy(const std::string& args, const std::string& env = "") const {
+    std::string command = env + " '" + ALLOY_CLI_PATH + "' " + args + " >'" + path("stdout") + "' 2>'" + path("stderr") + "'";
     int status = std::system(command.c_str());
     CliResult r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     r.out = testing::read_file(path("stdout"));
     r.err = testing::read_file(path("stderr"));
     return r;
+  }
+
+  // `env` with every ALLOY_ setting unset: output that reports the settings a run differs in is
+  // then the same wherever the tests run (scripts/gpu-check exports some for its A/B passes)
+  static std::string settings_unset() {
+    std::string env = "env";
+    for (const settings::Setting& s : settings::all()) env += std::string(" -u ") + s.name;
+    return env;
   }
 
   static std::string example(const std::string& name) { return "'" + testing::source_path("examples/" + name) + "'"; }
@@ -403,11 +413,11 @@ TEST_F(CliTest, Compile_BuildsEveryKernelForTheArchitectureWithoutAGpu) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "[normalization]")) << r.out;
   EXPECT_TRUE(contains(r.out, "compiled for sm_90")) << r.out;
-  CliResult dump = alloy("compile " + example("softmax.fusion") + " --arch sm_80 --dump cuda");
+  CliResult dump = alloy("compile " + example("softmax.fusion") + " --arch sm_80 --dump cuda", settings_unset());
   EXPECT_EQ(dump.code, 0) << dump.err;
   EXPECT_TRUE(contains(dump.out, "__global__")) << dump.out;
   // a setting that differs from its default heads the compile's dump too
-  CliResult set = alloy("--set NO_TILE_TRANSPOSES=1 compile " + example("softmax.fusion") + " --arch sm_80 --dump cuda");
+  CliResult set = alloy("--set NO_TILE_TRANSPOSES=1 compile " + example("softmax.fusion") + " --arch sm_80 --dump cuda", settings_unset());
   EXPECT_EQ(set.code, 0) << set.err;
   EXPECT_TRUE(set.out.starts_with("# settings: ALLOY_NO_TILE_TRANSPOSES=1\n")) << set.out;
   EXPECT_FALSE(contains(dump.out, "# settings:")) << dump.out;
@@ -446,10 +456,10 @@ TEST_F(CliTest, Settings_AreListedSetAndReportedInDumps) {
   EXPECT_TRUE(contains(help.out, "ALLOY_NO_COLUMN_KERNELS=0")) << help.out;
   EXPECT_TRUE(contains(help.out, "--set")) << help.out;
 
-  CliResult set = alloy("--set NO_SIDE_STREAM=1 run " + example("layer_norm.fusion") + " --device cpu --dump segments");
+  CliResult set = alloy("--set NO_SIDE_STREAM=1 run " + example("layer_norm.fusion") + " --device cpu --dump segments", settings_unset());
   EXPECT_EQ(set.code, 0) << set.err;
   EXPECT_TRUE(contains(set.out, "# settings: ALLOY_NO_SIDE_STREAM=1\n")) << set.out;
-  CliResult plain = alloy("run " + example("layer_norm.fusion") + " --device cpu --dump segments");
+  CliResult plain = alloy("run " + example("layer_norm.fusion") + " --device cpu --dump segments", settings_unset());
   EXPECT_EQ(plain.code, 0) << plain.err;
   EXPECT_FALSE(contains(plain.out, "# settings:")) << plain.out;
 
