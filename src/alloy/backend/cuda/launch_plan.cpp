@@ -560,7 +560,6 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
       v.threads == 1024 && only_row_outputs(a) && !online_softmax_stages(a).empty()) {
     v.streaming_online = true;
     v.items = 0;
-    v.early_loads = false;
     v.full_rows = false;
     v.threads = std::max(32, target.streaming_threads / 32 * 32);
   }

@@ -126,7 +126,7 @@ class ColumnEmitter final : public KernelEmitter {
     // var_mean's kernels run close to 64 registers a thread: held there, so an SM keeps 1024 threads
     // (the loads in flight are what a column kernel's speed depends on)
     os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads;
-    if (ck.welford && v_.threads <= 1024 / 4) os_ << ", " << 1024 / v_.threads;
+    if (ck.welford && v_.threads <= 256) os_ << ", " << 1024 / v_.threads;
     os_ << ") " << name_ << "(const Params p) {\n";
     emit_column_setup(ck);
     emit_column_pass(ck);
