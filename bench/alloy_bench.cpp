@@ -17,9 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include <cuda_runtime_api.h>
-
-#include "alloy/backend/cuda/cuda_api.h"
+#include "alloy/backend/backend.h"
 #include "alloy/ir/parser.h"
 #include "alloy/runtime/executor.h"
 #include "alloy/runtime/run_inputs.h"
@@ -123,16 +121,18 @@ double median(std::vector<double> v) {
 constexpr int kBatch = 10;
 
 // `samples` timings (us per call, CUDA events) of kBatch back-to-back calls of `call` each.
+// The GPU's runtime (device 0): allocations, copies and device timing.
+const host_ir::DeviceRuntime& gpu() { return backend::device_runtime(DeviceKind::cuda); }
+
 template <class Call>
-std::vector<double> timed_samples(const cuda::Stream& stream, int samples, Call call) {
+std::vector<double> timed_samples(int samples, Call call) {
   std::vector<double> times;
-  cuda::Event start(0, true), stop(0, true);
+  auto timer = gpu().timer(0);
   for (int i = 0; i < samples; ++i) {
-    start.record(stream);
+    timer->start();
     for (int k = 0; k < kBatch; ++k) call();
-    stop.record(stream);
-    stop.synchronize();
-    times.push_back(1000.0 * start.elapsed_ms(stop) / kBatch);
+    timer->stop();
+    times.push_back(1000.0 * timer->elapsed_ms() / kBatch);
   }
   return times;
 }
@@ -146,20 +146,15 @@ std::vector<double> timed_samples(const cuda::Stream& stream, int samples, Call 
 constexpr double kHoldMs = 2.0;
 
 template <class Call>
-std::vector<double> isolated_samples(const cuda::Stream& stream, int samples, Call call) {
+std::vector<double> isolated_samples(int samples, Call call) {
   std::vector<double> times;
-  cuda::Event start(0, true), stop(0, true);
-  auto hold = [](void*) { std::this_thread::sleep_for(std::chrono::microseconds(int64_t(kHoldMs * 1000))); };
+  auto timer = gpu().timer(0);
   for (int i = 0; i < samples; ++i) {
-    if (cudaLaunchHostFunc(reinterpret_cast<cudaStream_t>(stream.handle()), hold, nullptr) != cudaSuccess) {
-      std::fprintf(stderr, "alloy_bench: cudaLaunchHostFunc failed\n");
-      std::exit(1);
-    }
-    start.record(stream);
+    timer->hold(kHoldMs);
+    timer->start();
     call();
-    stop.record(stream);
-    stop.synchronize();
-    times.push_back(1000.0 * start.elapsed_ms(stop));
+    timer->stop();
+    times.push_back(1000.0 * timer->elapsed_ms());
   }
   return times;
 }
@@ -173,18 +168,17 @@ void time_case(const Case& c, int runs) {
   std::vector<Tensor> given(fusion->inputs().size());
   auto inputs = complete_inputs(*fusion, given, c.sizes, 1234);
   FusionExecutor exec(std::move(fusion), {DeviceChoice::cuda});
-  cuda::Stream stream = cuda::Stream::current(0);
-  for (auto& t : inputs) t = cuda::to_device(t, stream);
+  for (auto& t : inputs) t = gpu().to_device(t, 0);
   for (int i = 0; i < 5; ++i) exec.run(inputs);
-  stream.synchronize();
+  gpu().synchronize(0);
   if (std::string problem = plan_problem(c, exec); !problem.empty()) {
     std::fprintf(stderr, "alloy_bench: case %s: %s", c.name.c_str(), problem.c_str());
     std::exit(1);
   }
-  std::vector<double> times = timed_samples(stream, runs, [&] { exec.run(inputs); });
+  std::vector<double> times = timed_samples(runs, [&] { exec.run(inputs); });
   // every case's device time alone too: for small fusions the back-to-back time is the host's
   char isolated[64];
-  std::snprintf(isolated, sizeof isolated, ", \"isolated_us\": %.3f", median(isolated_samples(stream, runs, [&] { exec.run(inputs); })));
+  std::snprintf(isolated, sizeof isolated, ", \"isolated_us\": %.3f", median(isolated_samples(runs, [&] { exec.run(inputs); })));
   std::string flops = isolated;
   if (c.flops > 0) flops = ", \"flops\": " + std::to_string(int64_t(c.flops)) + isolated;
   std::printf("{\"case\": \"%s\", \"alloy_us\": %.3f, \"min_us\": %.3f, \"bytes\": %lld, \"runs\": %d%s}\n", c.name.c_str(),
@@ -194,12 +188,11 @@ void time_case(const Case& c, int runs) {
 
 // Device-to-device copy of 1 GiB: the bandwidth ceiling the kernels are measured against.
 void time_copy(int runs) {
-  cuda::Stream stream = cuda::Stream::current(0);
   int64_t n = int64_t(1) << 28;
-  Tensor a = cuda::cuda_empty(DType::f32, {n}, stream), b = cuda::cuda_empty(DType::f32, {n}, stream);
-  cuda::fill_poison(a, stream);
-  for (int i = 0; i < 3; ++i) cuda::copy_d2d(b, a, stream);
-  std::vector<double> times = timed_samples(stream, runs, [&] { cuda::copy_d2d(b, a, stream); });
+  Tensor a = gpu().empty(DType::f32, {n}, 0), b = gpu().empty(DType::f32, {n}, 0);
+  gpu().fill_poison(a);
+  for (int i = 0; i < 3; ++i) gpu().copy(b, a);
+  std::vector<double> times = timed_samples(runs, [&] { gpu().copy(b, a); });
   std::printf("{\"case\": \"copy\", \"alloy_us\": %.3f, \"min_us\": %.3f, \"bytes\": %lld, \"runs\": %d}\n", median(times),
               *std::min_element(times.begin(), times.end()), (long long)(2 * n * 4), runs);
 }
@@ -210,19 +203,18 @@ void time_host_latency(int runs) {
   std::vector<Tensor> given(1);
   auto inputs = complete_inputs(*fusion, given, {}, 1);
   FusionExecutor exec(std::move(fusion), {DeviceChoice::cuda});
-  cuda::Stream stream = cuda::Stream::current(0);
-  inputs[0] = cuda::to_device(inputs[0], stream);
+  inputs[0] = gpu().to_device(inputs[0], 0);
   for (int i = 0; i < 100; ++i) exec.run(inputs);
-  stream.synchronize();
+  gpu().synchronize(0);
   std::vector<double> times;
   for (int i = 0; i < runs; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     exec.run(inputs);
     auto t1 = std::chrono::steady_clock::now();
     times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    if (i % 256 == 255) stream.synchronize();  // keep the launch queue from filling
+    if (i % 256 == 255) gpu().synchronize(0);  // keep the launch queue from filling
   }
-  stream.synchronize();
+  gpu().synchronize(0);
   std::printf("{\"case\": \"host_latency\", \"alloy_us\": %.3f, \"min_us\": %.3f, \"bytes\": 0, \"runs\": %d}\n", median(times),
               *std::min_element(times.begin(), times.end()), runs);
 }
@@ -286,8 +278,8 @@ std::vector<Case> mlp_backward_gemms(int64_t t, int64_t c, int64_t h) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!cuda::cuda_available()) {
-    std::fprintf(stderr, "alloy_bench: no GPU (%s)\n", cuda::cuda_unavailable_reason().c_str());
+  if (!gpu().available()) {
+    std::fprintf(stderr, "alloy_bench: no GPU (%s)\n", gpu().unavailable_reason().c_str());
     return 1;
   }
   int runs = 100;

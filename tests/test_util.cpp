@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string_view>
 
-#include "alloy/backend/cuda/cuda_api.h"
+#include "alloy/backend/backend.h"
 #include "alloy/common/settings.h"
 #include "alloy/ir/parser.h"
 #include "alloy/runtime/executor.h"
@@ -24,9 +24,9 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-bool gpu_available() { return cuda::cuda_available(); }
+bool gpu_available() { return backend::device_runtime(DeviceKind::cuda).available(); }
 
-std::string gpu_unavailable_reason() { return cuda::cuda_unavailable_reason(); }
+std::string gpu_unavailable_reason() { return backend::device_runtime(DeviceKind::cuda).unavailable_reason(); }
 
 bool gpu_required() {
   const char* v = std::getenv("ALLOY_REQUIRE_GPU");

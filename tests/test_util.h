@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "alloy/ir/extent.h"
-#include "alloy/runtime/tensor.h"
+#include "alloy/tensor/tensor.h"
 
 namespace alloy::testing {
 

@@ -14,18 +14,17 @@
 #include <string>
 #include <vector>
 
-#include "alloy/backend/cuda/cuda_api.h"
 #include "alloy/common/error.h"
 #include "alloy/common/settings.h"
 #include "alloy/ir/fusion.h"
-#include "alloy/backend/gpu_plan.h"
+#include "alloy/backend/backend.h"
 #include "alloy/common/files.h"
 #include "alloy/ir/parser.h"
 #include "alloy/ir/printer.h"
 #include "alloy/multidevice/communicator.h"
 #include "alloy/multidevice/shards.h"
 #include "alloy/runtime/executor.h"
-#include "alloy/runtime/npy.h"
+#include "alloy/tensor/npy.h"
 #include "alloy/pipeline/pipeline.h"
 #include "alloy/runtime/run_inputs.h"
 
@@ -263,11 +262,11 @@ void save_outputs(const std::string& dir, const Fusion& fusion, const std::vecto
 // Tensor inputs copied to the executor's GPU once, so that runs (and --bench) time the fusion
 // rather than host-to-device copies; scalar inputs stay on the host.
 std::vector<Tensor> place_inputs(const Fusion& fusion, std::vector<Tensor> inputs, Device device) {
-  if (device.kind != DeviceKind::cuda) return inputs;
-  cuda::Stream stream = cuda::Stream::current(device.index);
+  if (device.kind == DeviceKind::cpu) return inputs;
+  const host_ir::DeviceRuntime& runtime = backend::device_runtime(device.kind);
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (!fusion.inputs()[i]->is_scalar()) inputs[i] = cuda::to_device(inputs[i], stream);
-  stream.synchronize();
+    if (!fusion.inputs()[i]->is_scalar()) inputs[i] = runtime.to_device(inputs[i], device.index);
+  runtime.synchronize(device.index);
   return inputs;
 }
 

@@ -7,11 +7,10 @@
 #include <limits>
 #include <sstream>
 
-#include "alloy/backend/cuda/cuda_api.h"
+#include "alloy/backend/backend.h"
 #include "alloy/ir/op_table.h"
 #include "alloy/ir/parser.h"
 #include "alloy/ir/printer.h"
-#include "alloy/passes/propagate_sharding.h"
 #include "alloy/pipeline/pipeline.h"
 #include "exchange.h"
 
@@ -381,11 +380,11 @@ Definition::Prepared Definition::prepare(const nb::sequence& inputs, nb::handle 
     p.tensors.push_back(std::move(t));
   }
   p.device = parse_device(device, gpu);
-  if (p.device.kind == DeviceKind::cuda && !cuda::cuda_available()) {
+  if (p.device.kind == DeviceKind::cuda && !backend::device_runtime(DeviceKind::cuda).available()) {
     if (gpu)
       user_error_at("input '" + declared[gpu_input]->name + "'", "is on ", p.device.str(), " but Alloy cannot use CUDA here: ",
-                    cuda::cuda_unavailable_reason());
-    user_error_at("device", p.device.str(), " was asked for, but Alloy cannot use CUDA here: ", cuda::cuda_unavailable_reason());
+                    backend::device_runtime(DeviceKind::cuda).unavailable_reason());
+    user_error_at("device", p.device.str(), " was asked for, but Alloy cannot use CUDA here: ", backend::device_runtime(DeviceKind::cuda).unavailable_reason());
   }
   if (gpu && p.device != *gpu)
     user_error_at("input '" + declared[gpu_input]->name + "'", "is on ", gpu->str(), "; the run was asked for ", p.device.str());
@@ -514,7 +513,7 @@ std::string Definition::dump(const std::string& stage, nb::handle inputs, nb::ha
   if (stage == "ir") return print_fusion(*fusion);
   if (!finished) user_error_at("dump", "fusion '", fusion->name(), "' is still being defined");
   if (inputs.is_none()) {
-    Device d = parse_device(device, cuda::cuda_available() ? std::optional(Device{DeviceKind::cuda, 0}) : std::nullopt);
+    Device d = parse_device(device, backend::device_runtime(DeviceKind::cuda).available() ? std::optional(Device{DeviceKind::cuda, 0}) : std::nullopt);
     return executor_for(d).dump(stage);
   }
   Prepared p = prepare(nb::borrow<nb::sequence>(inputs), device);

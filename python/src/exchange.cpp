@@ -8,9 +8,9 @@
 #include <limits>
 
 #include "alloy/common/error.h"
-#include "alloy/ir/dtype.h"
+#include "alloy/tensor/dtype.h"
 #include "alloy/runtime/executor.h"
-#include "alloy/runtime/npy.h"
+#include "alloy/tensor/npy.h"
 
 namespace alloy::python {
 namespace {

@@ -8,7 +8,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include "alloy/backend/cuda/cuda_api.h"
+#include "alloy/backend/backend.h"
 #include "alloy/common/settings.h"
 #include "alloy/ir/op_table.h"
 #include "alloy/ir/parser.h"
@@ -213,7 +213,7 @@ NB_MODULE(_alloy, m) {
         "text"_a, "name"_a.none() = nb::none(), "file"_a = "<string>");
   m.def("load", [](const std::string& path, std::optional<std::string> name) { return finished_definition(parse_fusion_file(path, name)); },
         "path"_a, "name"_a.none() = nb::none());
-  m.def("cuda_available", [] { return cuda::cuda_available(); });
-  m.def("cuda_unavailable_reason", [] { return cuda::cuda_unavailable_reason(); });
-  m.def("device_count", [] { return cuda::device_count(); });
+  m.def("cuda_available", [] { return backend::device_runtime(DeviceKind::cuda).available(); });
+  m.def("cuda_unavailable_reason", [] { return backend::device_runtime(DeviceKind::cuda).unavailable_reason(); });
+  m.def("device_count", [] { return backend::device_runtime(DeviceKind::cuda).device_count(); });
 }

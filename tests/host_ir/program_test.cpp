@@ -138,7 +138,7 @@ std::vector<const ForChunks*> loops_of(const Program& p) {
 
 CompiledFusion compile_sequence_parallel(Target target, const std::string& pipeline) {
   auto f = parse_fusion_file(testing::source_path("examples/tp_mlp_sequence_parallel.fusion"));
-  return compile_fusion(*f, target, {}, parse_pipeline_option(pipeline));
+  return compile_fusion(*f, target, {.program = parse_pipeline_option(pipeline)});
 }
 
 TEST(PipelinedProgram, SequenceParallelMlp_GathersAndScattersChunksOnTheirOwnStreamBesideTheGemms) {
@@ -160,7 +160,7 @@ TEST(PipelinedProgram, SequenceParallelMlp_GathersAndScattersChunksOnTheirOwnStr
         if (auto* l = std::get_if<host_ir::Launch>(&node)) {
           ++gemms;
           compute_streams.insert(l->stream);
-          EXPECT_EQ(p.segmentation.segments.at(l->segment).scheduler, target == Target::cuda ? "matmul" : "cpu_reference");
+          EXPECT_EQ(p.segmentation.segments.at(l->segment).scheduler, target == Target::cuda ? SchedulerKind::matmul : SchedulerKind::cpu_reference);
         }
         // nothing inside the loop allocates, and nothing makes the host wait
         EXPECT_FALSE(std::holds_alternative<host_ir::Allocate>(node)) << p.str();
@@ -262,7 +262,7 @@ TEST(PipelinedProgram, Ring_SendRecvAndGemmsOnDifferentStreams_NoGatheredBuffer)
         if (auto* l = std::get_if<host_ir::Launch>(&node)) {
           ++gemms;
           gemm_streams.insert(l->stream);
-          EXPECT_EQ(p.segmentation.segments.at(l->segment).scheduler, target == Target::cuda ? "matmul" : "cpu_reference");
+          EXPECT_EQ(p.segmentation.segments.at(l->segment).scheduler, target == Target::cuda ? SchedulerKind::matmul : SchedulerKind::cpu_reference);
         }
         if (auto* sr = std::get_if<host_ir::SendRecv>(&node)) exchange_streams.insert(sr->stream);
         if (auto* a = std::get_if<host_ir::Accumulate>(&node)) accumulate_streams.insert(a->stream);
@@ -297,18 +297,18 @@ TEST(PipelinedProgram, Ring_WhereItCannotRun_SaysWhyInTheDump) {
     x_all = neg(x) @mesh[0, 1] replicated
     return h, x_all
   })", "ring.fusion");
-  CompiledFusion c = compile_fusion(*f, Target::cpu, {}, parse_pipeline_option("ring"));
+  CompiledFusion c = compile_fusion(*f, Target::cpu, {.program = parse_pipeline_option("ring")});
   std::string text = c.executable->program.str();
   EXPECT_TRUE(loops_of(c.executable->program).empty()) << text;
   EXPECT_NE(text.find("stays unpipelined: 'x__gathered' is read by another segment"), std::string::npos) << text;
   auto megatron = parse_fusion_file(testing::source_path("examples/tp_mlp.fusion"));
-  std::string none = compile_fusion(*megatron, Target::cpu, {}, parse_pipeline_option("ring")).executable->program.str();
+  std::string none = compile_fusion(*megatron, Target::cpu, {.program = parse_pipeline_option("ring")}).executable->program.str();
   EXPECT_NE(none.find("# pipeline_collectives: nothing to pipeline"), std::string::npos) << none;
 }
 
 TEST(PipelinedProgram, MegatronMlp_HasNoPairToPipeline) {
   auto f = parse_fusion_file(testing::source_path("examples/tp_mlp.fusion"));
-  CompiledFusion c = compile_fusion(*f, Target::cpu, {}, parse_pipeline_option("chunks=4"));
+  CompiledFusion c = compile_fusion(*f, Target::cpu, {.program = parse_pipeline_option("chunks=4")});
   EXPECT_TRUE(loops_of(c.executable->program).empty()) << c.executable->program.str();  // one all-reduce, no gather
 }
 

@@ -15,12 +15,12 @@
 #include "alloy/multidevice/communicator.h"
 #include "alloy/multidevice/shards.h"
 #include "alloy/runtime/executor.h"
-#include "alloy/runtime/machine_costs.h"
+#include "alloy/runtime/tune/machine_costs.h"
 #include "alloy/runtime/run_inputs.h"
 #include "test_util.h"
 
 #if ALLOY_HAVE_CUDA
-#include "alloy/backend/cuda/cuda_api.h"
+#include "alloy/backend/backend.h"
 #endif
 
 namespace alloy {
@@ -146,20 +146,21 @@ class DeviceCollectives : public ::testing::TestWithParam<DType> {
 #if !ALLOY_HAVE_CUDA
     FAIL() << "ALLOY_MPI_TEST_DEVICE=cuda but this build has no CUDA backend";
 #else
-    ASSERT_TRUE(cuda::cuda_available()) << "ALLOY_MPI_TEST_DEVICE=cuda but no GPU: " << cuda::cuda_unavailable_reason();
-    device_ = Device{DeviceKind::cuda, process().local_rank % cuda::device_count()};
+    ASSERT_TRUE(gpu().available()) << "ALLOY_MPI_TEST_DEVICE=cuda but no GPU: " << gpu().unavailable_reason();
+    device_ = Device{DeviceKind::cuda, process().local_rank % gpu().device_count()};
 #endif
   }
 #if ALLOY_HAVE_CUDA
-  Tensor on_device(const Tensor& t) const { return cuda::to_device(t, cuda::Stream::current(device_.index)); }
-  Tensor on_host(const Tensor& t) const { return cuda::to_host(t, cuda::Stream::current(device_.index)); }
+  static const host_ir::DeviceRuntime& gpu() { return backend::device_runtime(DeviceKind::cuda); }
+  Tensor on_device(const Tensor& t) const { return gpu().to_device(t, device_.index); }
+  Tensor on_host(const Tensor& t) const { return gpu().to_host(t); }
 #endif
   Device device_{};
 };
 
 #if ALLOY_HAVE_CUDA
 TEST_P(DeviceCollectives, AllGatherReduceScatterAllReduceAndAllToAll) {
-  auto team = multidevice::communicator_for(world_mesh(), device_);
+  auto team = multidevice::communicator_for(world_mesh(), device_, &gpu());
   int n = team->size(), r = team->rank();
   DType t = GetParam();
   Tensor mine = on_device(filled(t, {3}, [&](int64_t i) { return r * 10 + i; }));

@@ -9,7 +9,7 @@
 
 #include "alloy/ir/parser.h"
 #include "alloy/multidevice/communicator.h"
-#include "alloy/passes/propagate_sharding.h"
+#include "alloy/passes/sharding/propagate_sharding.h"
 #include "alloy/pipeline/pipeline.h"
 #include "alloy/runtime/executor.h"
 #include "test_util.h"

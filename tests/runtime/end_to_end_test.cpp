@@ -9,7 +9,6 @@
 #include <numbers>
 
 #include "alloy/ir/parser.h"
-#include "alloy/passes/propagate_sharding.h"
 #include "alloy/runtime/executor.h"
 #include "alloy/runtime/run_inputs.h"
 #include "test_util.h"

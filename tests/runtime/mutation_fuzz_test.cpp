@@ -23,7 +23,7 @@
 #include "alloy/ir/printer.h"
 #include "alloy/runtime/executor.h"
 #include "alloy/runtime/input_binding.h"
-#include "alloy/runtime/npy.h"
+#include "alloy/tensor/npy.h"
 #include "alloy/runtime/run_inputs.h"
 #include "test_util.h"
 

@@ -14,7 +14,7 @@ namespace {
 
 std::vector<std::string> schedulers(const Segmentation& s) {
   std::vector<std::string> out;
-  for (auto& seg : s.segments) out.push_back(seg.scheduler);
+  for (auto& seg : s.segments) out.push_back(scheduler_name(seg.scheduler));
   return out;
 }
 
@@ -180,7 +180,7 @@ TEST(CudaSegmenter, AChainLongerThanAKernelTakesIsSeveralKernels) {
   ASSERT_EQ(s.segments.size(), 3u) << s.refusals.size();
   size_t ops = 0;
   for (const Segment& seg : s.segments) {
-    EXPECT_EQ(seg.scheduler, "pointwise");
+    EXPECT_EQ(seg.scheduler, SchedulerKind::pointwise);
     EXPECT_LE(seg.ops.size(), 256u);
     ops += seg.ops.size();
   }

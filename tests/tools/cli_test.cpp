@@ -15,7 +15,7 @@
 #include <string>
 
 #include "alloy/common/settings.h"
-#include "alloy/runtime/npy.h"
+#include "alloy/tensor/npy.h"
 #include "test_util.h"
 
 namespace alloy {

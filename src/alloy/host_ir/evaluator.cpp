@@ -29,6 +29,12 @@ std::vector<int64_t> RunState::concrete_shape(const Value* v) const {
 
 void SegmentExecutable::run_chunk(RunState&) { internal_error("this segment cannot run inside a chunked loop"); }
 
+Tensor DeviceRuntime::allocate(DType dtype, const std::vector<int64_t>& sizes, const RunState& state) const {
+  Tensor t = empty(dtype, sizes, state.device.index);
+  if (state.poison) fill_poison(t);
+  return t;
+}
+
 // One iteration of a ForChunks loop: which chunk (or ring step), of how many, and the buffers.
 struct Executable::LoopFrame {
   const ForChunks* loop;
@@ -95,10 +101,8 @@ struct Executable::LoopFrame {
 
 void Executable::run(RunState& state) const {
   std::unique_ptr<RunStreams> streams;
-  if (program.streams > 1 && program.segmentation.target == Target::cuda) {
-    ALLOY_CHECK(open_streams != nullptr, "a program with side streams without a stream opener");
-    streams = open_streams(program, state);
-  }
+  ALLOY_CHECK(device != nullptr, "an executable without a device runtime");
+  if (program.streams > 1 && program.segmentation.target == Target::cuda) streams = device->open_streams(program, state);
   try {
     run_nodes(program.nodes, state, streams.get(), nullptr);
   } catch (...) {
@@ -156,8 +160,7 @@ struct Executable::NodeRunner {
   bool last_step() const { return frame && frame->iteration == frame->count - 1; }
 
   void operator()(const Allocate& a) const {
-    ALLOY_CHECK(x.allocate != nullptr, "Allocate node without an allocator");
-    state.values[a.value->id] = x.allocate(a.value->dtype(), state.concrete_shape(a.value), state);
+    state.values[a.value->id] = x.device->allocate(a.value->dtype(), state.concrete_shape(a.value), state);
   }
 
   void operator()(const Launch& l) const {
@@ -183,8 +186,7 @@ struct Executable::NodeRunner {
     for (auto& [v, view] : bound) {
       const Tensor& made = state.values[v->id];
       if (made.data() == view.data()) continue;
-      ALLOY_CHECK(x.copy != nullptr, "segment ", l.segment, " made '", v->name, "' outside its chunk and nothing copies it");
-      x.copy(view, made, state);
+      x.device->copy(view, made);
       state.values[v->id] = view;
     }
   }
@@ -214,29 +216,28 @@ struct Executable::NodeRunner {
   void operator()(const SendRecv& sr) const {
     ALLOY_CHECK(frame && frame->ring(), "SendRecv outside a ring loop");
     if (last_step()) return;
-    ALLOY_CHECK(state.communicator && x.ring.send_recv, "a ring without a team");
+    ALLOY_CHECK(state.team != nullptr, "a ring without a team");
     with_stream(sr.stream, [&] {
       Tensor send = frame->ring_view(frame->index_of(sr.send), frame->iteration, state);
       Tensor receive = sr.receive ? frame->ring_view(frame->index_of(sr.receive), frame->iteration + 1, state)
                                   : frame->sums[size_t((frame->iteration + 1) % 2)];
       if (!send.is_contiguous()) {  // the device's own rows, as the caller laid them out
-        Tensor packed = x.allocate(send.dtype(), send.sizes(), state);
-        x.copy(packed, send, state);
+        Tensor packed = x.device->allocate(send.dtype(), send.sizes(), state);
+        x.device->copy(packed, send);
         state.scratch.push_back(packed);  // used on this stream: kept to the run's end, as the ring's scratch
         send = packed;
       }
       ALLOY_CHECK(receive.is_contiguous(), "a ring receives into ", receive.str());
       int n = frame->loop->parts;
-      x.ring.send_recv(send, (frame->rank + 1) % n, receive, (frame->rank + n - 1) % n, state);
+      state.team->send_recv(send, (frame->rank + 1) % n, receive, (frame->rank + n - 1) % n);
     });
   }
 
   void operator()(const Accumulate& acc) const {
     ALLOY_CHECK(frame && frame->ring(), "Accumulate outside a ring loop");
     if (frame->iteration == 0) return;
-    ALLOY_CHECK(x.accumulate != nullptr, "a ring's accumulate step without an accumulator");
     with_stream(acc.stream, [&] {
-      x.accumulate(frame->ring_view(frame->index_of(acc.into), frame->iteration, state), frame->sums[size_t(frame->iteration % 2)], state);
+      x.device->accumulate(frame->ring_view(frame->index_of(acc.into), frame->iteration, state), frame->sums[size_t(frame->iteration % 2)]);
     });
   }
 
@@ -278,10 +279,7 @@ void Executable::run_nodes(const std::vector<Node>& nodes, RunState& state, RunS
 void Executable::run_loop(const ForChunks& loop, RunState& state, RunStreams* streams) const {
   LoopFrame frame{&loop, 0, loop.count, 0, {}, {}, {}};
   const bool ring = loop.schedule == ForChunks::Schedule::ring;
-  if (ring && state.communicator) {
-    ALLOY_CHECK(this->ring.rank != nullptr, "a ring without a team");
-    frame.rank = this->ring.rank(state);
-  }
+  if (ring && state.team) frame.rank = state.team->rank();
   int64_t rows_per_block = -1;
   frame.scratch.resize(loop.values.size());
   for (size_t k = 0; k < loop.values.size(); ++k) {
@@ -295,7 +293,7 @@ void Executable::run_loop(const ForChunks& loop, RunState& state, RunStreams* st
         user_error_at("value '" + v.value->name + "'", "a ring over ", loop.parts, " ranks needs equal blocks, but its ", sizes[0],
                       " rows do not divide by ", loop.parts, "; use --pipeline chunks=N or off");
       sizes[0] /= loop.parts;
-      for (Tensor& t : frame.scratch[k]) state.scratch.push_back(t = allocate(v.value->dtype(), sizes, state));
+      for (Tensor& t : frame.scratch[k]) state.scratch.push_back(t = device->allocate(v.value->dtype(), sizes, state));
       frame.whole.emplace_back();
       rows = sizes[0];
     } else {
@@ -317,7 +315,7 @@ void Executable::run_loop(const ForChunks& loop, RunState& state, RunStreams* st
     for (const Node& node : loop.body)
       if (auto* sr = std::get_if<SendRecv>(&node); sr && !sr->receive) {
         std::vector<int64_t> sizes = frame.scratch[frame.index_of(sr->send)][0].sizes();
-        for (Tensor& t : frame.sums) state.scratch.push_back(t = allocate(sr->send->dtype(), sizes, state));
+        for (Tensor& t : frame.sums) state.scratch.push_back(t = device->allocate(sr->send->dtype(), sizes, state));
       }
   } else {
     // a device with fewer rows than chunks runs a chunk per row (and an empty part one chunk)

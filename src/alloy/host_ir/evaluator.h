@@ -8,12 +8,9 @@
 #include <vector>
 
 #include "alloy/host_ir/cost_model.h"
+#include "alloy/host_ir/device_runtime.h"
 #include "alloy/host_ir/program.h"
-#include "alloy/runtime/tensor.h"
-
-namespace alloy::multidevice {
-class Communicator;
-}
+#include "alloy/tensor/tensor.h"
 
 namespace alloy::host_ir {
 
@@ -23,8 +20,9 @@ struct RunState {
   std::vector<Tensor> values;
   Device device;
   bool poison = false;     // fill allocated buffers with 0xFF bytes (tests)
-  // The team of the fusion's mesh, for Communicate nodes (a fusion without a mesh has none).
-  multidevice::Communicator* communicator = nullptr;
+  // The team of the fusion's mesh, for Communicate nodes and rings (a fusion without a mesh has
+  // none); a multidevice::Communicator.
+  Team* team = nullptr;
   // Inside a ForChunks loop: the sizes of the values bound to a chunk (value id -> sizes), which
   // concrete_shape answers instead of the bound symbols.
   std::map<int, std::vector<int64_t>> chunk_shapes;
@@ -53,44 +51,11 @@ class SegmentExecutable {
   virtual std::string source() const { return {}; }
 };
 
-// Allocates the buffer of an `Allocate` node on the run's device.
-using Allocator = Tensor (*)(DType dtype, const std::vector<int64_t>& sizes, RunState& state);
-// dst = src, for a segment inside a loop that returned its result in a buffer of its own instead
-// of the chunk view the loop bound (the CPU reference kernels, a fallback path).
-using Copier = void (*)(const Tensor& dst, const Tensor& src, RunState& state);
-// into += sum (same dtype and sizes; `into` at any strides, `sum` contiguous), on the current
-// stream: a reduce-scatter ring's accumulate step.
-using Accumulator = void (*)(const Tensor& into, const Tensor& sum, RunState& state);
-// A ring's step through the run's team (multidevice/communication_segment.h): sends `in` to team
-// rank `to` while receiving `out` from team rank `from`; and this device's rank in the team.
-struct RingExchange {
-  void (*send_recv)(const Tensor& in, int to, const Tensor& out, int from, RunState& state) = nullptr;
-  int (*rank)(const RunState& state) = nullptr;
-};
-
-// The streams and events of one run of a program with side streams (CUDA): stream 0 is the
-// caller's current stream.
-class RunStreams {
- public:
-  virtual ~RunStreams() = default;
-  virtual void record(int stream, int event) = 0;
-  virtual void wait(int stream, int event) = 0;
-  // Makes `stream` the current one, where launches go, until the next call (0: the run's own).
-  virtual void use(int stream) = 0;
-  // The run's stream waits for everything enqueued on the side streams (a run cut short by an
-  // error, whose buffers are freed in the run's stream order).
-  virtual void join() = 0;
-};
-using StreamOpener = std::unique_ptr<RunStreams> (*)(const Program& program, RunState& state);
-
 struct Executable {
   Program program;
   std::vector<std::unique_ptr<SegmentExecutable>> segments;  // by segment id
-  Allocator allocate = nullptr;
-  Copier copy = nullptr;
-  Accumulator accumulate = nullptr;  // needed by a ring over a reduce-scatter
-  RingExchange ring;                 // needed by a ring
-  StreamOpener open_streams = nullptr;  // needed when a CUDA program has program.streams > 1
+  // Allocations, copies, a ring's accumulate steps and the run's streams.
+  const DeviceRuntime* device = nullptr;
 
   void run(RunState& state) const;
 

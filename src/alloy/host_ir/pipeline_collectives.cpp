@@ -47,7 +47,7 @@ bool row_wise_gemm(const Segment& s, const Value* rows) {
 }
 
 bool is_collective(const Segment& s, OpKind kind) {
-  if (s.scheduler != "communication" || s.ops.size() != 1) return false;
+  if (s.scheduler != SchedulerKind::communication || s.ops.size() != 1) return false;
   const Op& op = *s.ops[0];
   return op.kind == kind && op.int_attr("axis") == 0 && op.inputs[0]->rank() >= 1 && op.outputs[0]->sharding;
 }

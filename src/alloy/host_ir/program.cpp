@@ -36,13 +36,13 @@ Program lower_to_program(Segmentation segmentation) {
   Program program;
   const bool cuda = segmentation.target == Target::cuda;
   for (const Segment& s : segmentation.segments) {
-    if (s.scheduler == "communication") {
+    if (s.scheduler == SchedulerKind::communication) {
       program.nodes.push_back(Communicate{s.id});
       continue;
     }
     // CPU reference kernels and views return their own results; GPU kernels write into buffers
     // the program allocates from the stream-ordered pool.
-    if (cuda && s.scheduler != "noop")
+    if (cuda && s.scheduler != SchedulerKind::noop)
       for (Value* out : s.outputs) program.nodes.push_back(Allocate{out});
     program.nodes.push_back(Launch{s.id, 0});
   }
@@ -81,7 +81,7 @@ void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& no
       os << indent << "Allocate " << a->value->name << ": " << a->value->type_str() << "\n";
     } else if (auto* l = std::get_if<Launch>(&node)) {
       const Segment& s = p.segmentation.segments.at(l->segment);
-      os << indent << "Launch segment " << s.id << " [" << s.scheduler << "] (";
+      os << indent << "Launch segment " << s.id << " [" << scheduler_name(s.scheduler) << "] (";
       for (size_t i = 0; i < s.inputs.size(); ++i) os << (i ? ", " : "") << s.inputs[i]->name;
       os << ") -> (";
       for (size_t i = 0; i < s.outputs.size(); ++i) os << (i ? ", " : "") << s.outputs[i]->name;

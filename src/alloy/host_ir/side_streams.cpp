@@ -12,7 +12,7 @@ namespace alloy::host_ir {
 namespace {
 
 bool generated_kernel(const Segment& s) {
-  return s.scheduler == "pointwise" || s.scheduler == "reduction" || s.scheduler == "normalization";
+  return is_generated_kernel(s.scheduler);
 }
 
 bool side_stream_allowed() {
@@ -29,11 +29,11 @@ bool overlaps_next_gemm(const std::vector<Segment>& segments, size_t i) {
   };
   for (size_t j = i + 1; j < segments.size(); ++j) {
     const Segment& next = segments[j];
-    if (next.scheduler == "noop") {
+    if (next.scheduler == SchedulerKind::noop) {
       if (reads_derived(next)) derived.insert(next.outputs.begin(), next.outputs.end());
       continue;
     }
-    return next.scheduler == "matmul" && !reads_derived(next);
+    return next.scheduler == SchedulerKind::matmul && !reads_derived(next);
   }
   return false;
 }

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "alloy/ir/dtype.h"
+#include "alloy/tensor/dtype.h"
 #include "alloy/ir/extent.h"
 
 namespace alloy {

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "alloy/ir/op_table.h"
+#include "alloy/ir/printer.h"
 
 namespace alloy {
 
@@ -385,6 +386,23 @@ std::vector<std::string> Fusion::input_symbols() const {
       for (auto& [name, power] : e.powers())
         if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
   return out;
+}
+
+std::optional<std::vector<int64_t>> fusion_mesh(const Fusion& fusion) {
+  const Value* first = nullptr;
+  for (auto& v : fusion.values()) {
+    if (!v->sharding || v->sharding_source.kind != ShardingSource::Kind::user) continue;
+    if (!first) {
+      first = v.get();
+      continue;
+    }
+    if (v->sharding->mesh != first->sharding->mesh)
+      user_error(v->sharding_source.loc, "'", v->name, "' is on ", mesh_str(v->sharding->mesh), " but '", first->name,
+                 "' is on ", mesh_str(first->sharding->mesh),
+                 "; one fusion uses one mesh (meshes that differ are not supported yet)");
+  }
+  if (!first) return std::nullopt;
+  return first->sharding->mesh;
 }
 
 }  // namespace alloy

@@ -11,7 +11,7 @@
 
 #include "alloy/common/error.h"
 #include "alloy/ir/attr.h"
-#include "alloy/ir/dtype.h"
+#include "alloy/tensor/dtype.h"
 #include "alloy/ir/extent.h"
 #include "alloy/ir/op_kind.h"
 
@@ -224,5 +224,9 @@ class Fusion {
   int dynamic_ids_ = 0;
   int fresh_counter_ = 0;
 };
+
+// The one mesh the fusion's annotations name, or nullopt when it names none. Meshes that differ
+// within one fusion are a user error at the second one.
+std::optional<std::vector<int64_t>> fusion_mesh(const Fusion& fusion);
 
 }  // namespace alloy

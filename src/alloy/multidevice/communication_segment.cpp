@@ -28,24 +28,25 @@ std::vector<int> inverse(const std::vector<int>& order) {
 
 class CommunicationSegment final : public host_ir::SegmentExecutable {
  public:
-  CommunicationSegment(const Segment& s, DeviceMemory memory) : op_(*s.ops.at(0)), memory_(std::move(memory)) {
+  CommunicationSegment(const Segment& s, const host_ir::DeviceRuntime& device) : op_(*s.ops.at(0)), device_(device) {
     ALLOY_CHECK(s.ops.size() == 1 && is_communication(op_.kind), "a communication segment holds one resharding op");
   }
 
   // Inside a pipelined loop: chunk i of every rank's block, into the loop's whole buffers.
   void run_chunk(host_ir::RunState& state) override {
-    ALLOY_CHECK(state.communicator, "a chunked ", op_name(op_.kind), " without a team");
+    ALLOY_CHECK(state.team, "a chunked ", op_name(op_.kind), " without a team");
+    Communicator& comm = team_of(state);
     const Tensor& in = state.at(op_.inputs[0]);
     const Tensor& out = state.at(op_.outputs[0]);
-    if (op_.kind == OpKind::all_gather) return state.communicator->all_gather_into_parts(memory_.contiguous(in, state), out);
-    if (op_.kind == OpKind::reduce_scatter) return state.communicator->reduce_scatter_parts(in, out, reduce_of(op_));
+    if (op_.kind == OpKind::all_gather) return comm.all_gather_into_parts(device_.contiguous(in), out);
+    if (op_.kind == OpKind::reduce_scatter) return comm.reduce_scatter_parts(in, out, reduce_of(op_));
     internal_error("run_chunk: ", op_name(op_.kind));
   }
 
   void run(host_ir::RunState& state) override {
     const Tensor& in = state.at(op_.inputs[0]);
     // a fusion without a mesh (resharding ops written by hand) is a team of one
-    Tensor out = state.communicator ? communicate(*state.communicator, in, state) : in;
+    Tensor out = state.team ? communicate(team_of(state), in, state) : in;
     ALLOY_CHECK(out.sizes() == state.concrete_shape(op_.outputs[0]), op_name(op_.kind), " of '", op_.inputs[0]->name,
                 "' made ", out.str(), "; expected the local shape of '", op_.outputs[0]->name, "'");
     state.values[op_.outputs[0]->id] = std::move(out);
@@ -58,25 +59,25 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
     switch (op_.kind) {
       case OpKind::all_gather: {
         auto order = axis_first(rank, int(op_.int_attr("axis")));
-        Tensor part = memory_.contiguous(in.permute(order), state);
+        Tensor part = device_.contiguous(in.permute(order));
         std::vector<int64_t> sizes = part.sizes();
         sizes[0] *= n;
-        Tensor whole = memory_.empty(in.dtype(), sizes, state);
+        Tensor whole = device_.allocate(in.dtype(), sizes, state);
         comm.all_gather(part, whole);
         return whole.permute(inverse(order));
       }
       case OpKind::reduce_scatter: {
         auto order = axis_first(rank, int(op_.int_attr("axis")));
-        Tensor terms = memory_.contiguous(in.permute(order), state);
+        Tensor terms = device_.contiguous(in.permute(order));
         std::vector<int64_t> sizes = terms.sizes();
         sizes[0] /= n;
-        Tensor part = memory_.empty(in.dtype(), sizes, state);
+        Tensor part = device_.allocate(in.dtype(), sizes, state);
         comm.reduce_scatter(terms, part, reduce_of(op_));
         return part.permute(inverse(order));
       }
       case OpKind::all_reduce: {
-        Tensor terms = memory_.contiguous(in, state);
-        Tensor sum = memory_.empty(in.dtype(), in.sizes(), state);
+        Tensor terms = device_.contiguous(in);
+        Tensor sum = device_.allocate(in.dtype(), in.sizes(), state);
         comm.all_reduce(terms, sum, reduce_of(op_));
         return sum;
       }
@@ -102,8 +103,8 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
     sizes[size_t(to)] = part;
     sizes.insert(sizes.begin(), n);
     strides.insert(strides.begin(), part * in.stride(to));
-    Tensor send = memory_.contiguous(in.as_strided(sizes, strides, in.offset()), state);
-    Tensor received = memory_.empty(in.dtype(), send.sizes(), state);
+    Tensor send = device_.contiguous(in.as_strided(sizes, strides, in.offset()));
+    Tensor received = device_.allocate(in.dtype(), send.sizes(), state);
     comm.all_to_all(send, received);
     // received[i] is source rank i's part along `from`: move that axis just before `from`, merge
     std::vector<int> order;
@@ -111,33 +112,24 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
       if (a - 1 == from) order.push_back(0);
       order.push_back(a);
     }
-    Tensor packed = memory_.contiguous(received.permute(order), state);
+    Tensor packed = device_.contiguous(received.permute(order));
     std::vector<int64_t> out_sizes = in.sizes();
     out_sizes[size_t(from)] *= n;
     out_sizes[size_t(to)] = part;
     return packed.view(out_sizes);
   }
 
+  // Every team a run holds is a communicator (the executor's, from communicator_for).
+  static Communicator& team_of(host_ir::RunState& state) { return static_cast<Communicator&>(*state.team); }
+
   const Op& op_;
-  DeviceMemory memory_;
+  const host_ir::DeviceRuntime& device_;
 };
 
 }  // namespace
 
-std::unique_ptr<host_ir::SegmentExecutable> make_communication_segment(const Segment& segment, DeviceMemory memory) {
-  return std::make_unique<CommunicationSegment>(segment, std::move(memory));
-}
-
-DeviceMemory host_memory() {
-  return {[](DType dtype, const std::vector<int64_t>& sizes, host_ir::RunState&) { return Tensor::empty(dtype, sizes); },
-          [](const Tensor& t, host_ir::RunState&) { return packed_cpu(t); }};
-}
-
-host_ir::RingExchange ring_exchange() {
-  return {[](const Tensor& in, int to, const Tensor& out, int from, host_ir::RunState& state) {
-            state.communicator->send_recv(in, to, out, from);
-          },
-          [](const host_ir::RunState& state) { return state.communicator->rank(); }};
+std::unique_ptr<host_ir::SegmentExecutable> make_communication_segment(const Segment& segment, const host_ir::DeviceRuntime& device) {
+  return std::make_unique<CommunicationSegment>(segment, device);
 }
 
 }  // namespace alloy::multidevice

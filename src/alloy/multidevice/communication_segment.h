@@ -6,25 +6,13 @@
 // the axis was not outermost). shard_slice moves nothing: it is a view of this device's part.
 #pragma once
 
-#include <functional>
 #include <memory>
 
 #include "alloy/host_ir/evaluator.h"
 
 namespace alloy::multidevice {
 
-// How the backend holding the tensors allocates and packs them.
-struct DeviceMemory {
-  std::function<Tensor(DType, const std::vector<int64_t>&, host_ir::RunState&)> empty;
-  std::function<Tensor(const Tensor&, host_ir::RunState&)> contiguous;  // the tensor itself when already contiguous
-};
-
-std::unique_ptr<host_ir::SegmentExecutable> make_communication_segment(const Segment& segment, DeviceMemory memory);
-
-// The host backend's DeviceMemory (CPU tensors).
-DeviceMemory host_memory();
-
-// A ring's step and rank through the run's team (host_ir::Executable::ring), for every backend.
-host_ir::RingExchange ring_exchange();
+// Buffers are allocated and packed through `device`, the runtime of the run's device kind.
+std::unique_ptr<host_ir::SegmentExecutable> make_communication_segment(const Segment& segment, const host_ir::DeviceRuntime& device);
 
 }  // namespace alloy::multidevice

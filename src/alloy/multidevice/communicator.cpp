@@ -67,7 +67,8 @@ void Communicator::reduce_scatter_parts(const Tensor& parts, const Tensor& out, 
   reduce_scatter(packed_cpu(parts), out, op);
 }
 
-std::shared_ptr<Communicator> communicator_for(const std::vector<int64_t>& mesh, Device device) {
+std::shared_ptr<Communicator> communicator_for(const std::vector<int64_t>& mesh, Device device,
+                                               const host_ir::DeviceRuntime* runtime) {
   static std::mutex mutex;
   static std::map<std::pair<std::vector<int64_t>, int>, std::shared_ptr<Communicator>> made;
   std::lock_guard lock(mutex);
@@ -77,7 +78,9 @@ std::shared_ptr<Communicator> communicator_for(const std::vector<int64_t>& mesh,
   // made once per mesh (a rank outside it keeps its nullptr: making one is collective)
   auto host_it = made.find({mesh, -1});
   std::shared_ptr<Communicator> host = host_it != made.end() ? host_it->second : (made[{mesh, -1}] = host_communicator(mesh));
-  std::shared_ptr<Communicator> c = device.kind == DeviceKind::cpu || !host ? host : device_communicator(host, device.index);
+  if (device.kind == DeviceKind::cpu || !host) return made[{mesh, key}] = host;
+  ALLOY_CHECK(runtime != nullptr && runtime->kind() == device.kind, "a communicator for ", device.str(), " without its device runtime");
+  std::shared_ptr<Communicator> c = device_communicator(host, device.index, *runtime);
   made[{mesh, key}] = c;
   return c;
 }

@@ -17,8 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "alloy/host_ir/device_runtime.h"
 #include "alloy/ir/fusion.h"
-#include "alloy/runtime/tensor.h"
+#include "alloy/tensor/tensor.h"
 
 namespace alloy::multidevice {
 
@@ -59,12 +60,10 @@ void finalize();
 // to communicate, so no other rank waits in a collective for it. Never called by the library.
 [[noreturn]] void abort_job(int code);
 
-class Communicator {
+// A team's collectives (rank() and size() from host_ir::Team, the part a host program's ring uses).
+class Communicator : public host_ir::Team {
  public:
-  virtual ~Communicator() = default;
   virtual std::string name() const = 0;  // "mpi", "nccl", "staged (host memory + MPI)", "self"
-  int rank() const { return rank_; }     // in the team
-  int size() const { return size_; }     // devices in the team
 
   // `out` holds size() parts of `in`'s elements, part r from team rank r.
   virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
@@ -81,7 +80,7 @@ class Communicator {
   // send before receiving. The default orders the two by rank parity (even ranks send first),
   // which cannot deadlock on any ring but serializes the hops; MPI (MPI_Sendrecv), NCCL (one
   // group) and the staged path override it.
-  virtual void send_recv(const Tensor& in, int to, const Tensor& out, int from);
+  void send_recv(const Tensor& in, int to, const Tensor& out, int from) override;
 
   // The chunked forms a pipelined loop uses (host_ir/pipeline_collectives.h): `parts` is
   // [size(), ...], each part contiguous, the parts at any stride (chunk i of every rank's block
@@ -90,10 +89,7 @@ class Communicator {
   virtual void reduce_scatter_parts(const Tensor& parts, const Tensor& out, PartialReduce op);
 
  protected:
-  Communicator(int rank, int size) : rank_(rank), size_(size) {}
-
- private:
-  int rank_, size_;
+  Communicator(int rank, int size) : Team(rank, size) {}
 };
 
 // Part r of a [parts, ...] tensor.
@@ -108,8 +104,10 @@ void agree_on_step(Communicator& team, const std::function<void()>& step, const 
 
 // The communicator of `mesh` (device ids, which are ranks) for tensors on `device`'s kind, made
 // on first use and kept. Every rank of the job calls it together (making one is collective);
-// a rank outside the mesh gets nullptr. A mesh larger than the job is a user error.
-std::shared_ptr<Communicator> communicator_for(const std::vector<int64_t>& mesh, Device device);
+// a rank outside the mesh gets nullptr. A mesh larger than the job is a user error. Device
+// tensors (`device` not the CPU) move through `runtime`, that device kind's runtime.
+std::shared_ptr<Communicator> communicator_for(const std::vector<int64_t>& mesh, Device device,
+                                               const host_ir::DeviceRuntime* runtime = nullptr);
 
 // The user error for a mesh this job cannot hold, naming the launch that would: nullopt when the
 // mesh fits (every device id below the job's size).

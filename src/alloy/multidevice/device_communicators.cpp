@@ -13,8 +13,6 @@
 #if ALLOY_HAVE_CUDA
 #include <cuda_runtime.h>
 #include <dlfcn.h>
-
-#include "alloy/backend/cuda/cuda_api.h"
 #endif
 
 namespace alloy::multidevice {
@@ -100,11 +98,10 @@ int nccl_op(PartialReduce r) { return r == PartialReduce::sum ? nccl_sum : r == 
 
 size_t bytes_of(const Tensor& t) { return size_t(t.numel()) * size_t(dtype_size(t.dtype())); }
 
-cudaStream_t current_stream(int device) { return reinterpret_cast<cudaStream_t>(cuda::Stream::current(device).handle()); }
-
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(const Communicator& host, int device) : Communicator(host.rank(), host.size()), device_(device) {
+  NcclCommunicator(const Communicator& host, int device, const host_ir::DeviceRuntime& runtime)
+      : Communicator(host.rank(), host.size()), device_(device), runtime_(runtime) {
     const Nccl& n = nccl();
     NcclUniqueId id{};
     if (rank() == 0) n.check(n.get_unique_id(&id), "ncclGetUniqueId");
@@ -177,16 +174,17 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  cudaStream_t stream() const { return current_stream(device_); }
+  cudaStream_t stream() const { return reinterpret_cast<cudaStream_t>(runtime_.current_stream(device_)); }
   int device_;
+  const host_ir::DeviceRuntime& runtime_;
   NcclComm comm_ = nullptr;
 };
 
 // Device buffers through host memory: copy down (waiting for the stream), MPI, copy back up.
 class StagedCommunicator final : public Communicator {
  public:
-  StagedCommunicator(std::shared_ptr<Communicator> host, int device)
-      : Communicator(host->rank(), host->size()), host_(std::move(host)), device_(device) {}
+  StagedCommunicator(std::shared_ptr<Communicator> host, int device, const host_ir::DeviceRuntime& runtime)
+      : Communicator(host->rank(), host->size()), host_(std::move(host)), device_(device), runtime_(runtime) {}
   std::string name() const override { return "staged (host memory + MPI)"; }
 
   void all_gather(const Tensor& in, const Tensor& out) override {
@@ -211,9 +209,8 @@ class StagedCommunicator final : public Communicator {
   void all_gather_into_parts(const Tensor& in, const Tensor& parts) override {
     Tensor h = Tensor::empty(parts.dtype(), parts.sizes());
     host_->all_gather(down(in), h);
-    cuda::Stream stream = cuda::Stream::current(device_);
-    Tensor up = cuda::to_device(h, stream);
-    for (int r = 0; r < size(); ++r) cuda::copy_d2d(part_of(parts, r), part_of(up, r), stream);
+    Tensor up = runtime_.to_device(h, device_);
+    for (int r = 0; r < size(); ++r) runtime_.copy(part_of(parts, r), part_of(up, r));
   }
   void reduce_scatter_parts(const Tensor& parts, const Tensor& out, PartialReduce op) override {
     through_host(out, [&](const Tensor& h) { host_->reduce_scatter(down(parts), h, op); });
@@ -228,17 +225,17 @@ class StagedCommunicator final : public Communicator {
   }
 
  private:
-  Tensor down(const Tensor& t) const { return cuda::to_host(t, cuda::Stream::current(device_)); }
+  Tensor down(const Tensor& t) const { return runtime_.to_host(t); }
   template <class Fn>
   void through_host(const Tensor& out, Fn&& fill) {
     Tensor h = Tensor::empty(out.dtype(), out.sizes());
     fill(h);
-    cuda::Stream stream = cuda::Stream::current(device_);
-    cuda::copy_d2d(out, cuda::to_device(h, stream), stream);
+    runtime_.copy(out, runtime_.to_device(h, device_));
   }
 
   std::shared_ptr<Communicator> host_;
   int device_;
+  const host_ir::DeviceRuntime& runtime_;
 };
 
 // Whether two ranks of the team use one GPU (NCCL refuses a communicator over them).
@@ -260,24 +257,25 @@ bool team_shares_a_gpu(Communicator& host, int device) {
 
 }  // namespace
 
-std::shared_ptr<Communicator> device_communicator(std::shared_ptr<Communicator> host, int device) {
+std::shared_ptr<Communicator> device_communicator(std::shared_ptr<Communicator> host, int device,
+                                                  const host_ir::DeviceRuntime& runtime) {
   bool staged_wanted = settings::flag("ALLOY_STAGED_COMMUNICATION");
   std::string why = staged_wanted ? "ALLOY_STAGED_COMMUNICATION=1" : nccl().missing;
   // every rank takes the same path: the checks below are collective or the same everywhere
   if (why.empty() && host->size() > 1 && team_shares_a_gpu(*host, device)) why = "ranks share a GPU, which NCCL refuses";
-  if (why.empty()) return std::make_shared<NcclCommunicator>(*host, device);
+  if (why.empty()) return std::make_shared<NcclCommunicator>(*host, device, runtime);
   static std::once_flag said;
   std::call_once(said, [&] {
     if (host->rank() == 0)
       std::fprintf(stderr, "alloy: device tensors are communicated through host memory and %s (slow): %s\n",
                    host->name().c_str(), why.c_str());
   });
-  return std::make_shared<StagedCommunicator>(std::move(host), device);
+  return std::make_shared<StagedCommunicator>(std::move(host), device, runtime);
 }
 
 #else
 
-std::shared_ptr<Communicator> device_communicator(std::shared_ptr<Communicator>, int) {
+std::shared_ptr<Communicator> device_communicator(std::shared_ptr<Communicator>, int, const host_ir::DeviceRuntime&) {
   internal_error("device communicators need the CUDA backend");
 }
 

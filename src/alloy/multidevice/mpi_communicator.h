@@ -9,7 +9,9 @@ namespace alloy::multidevice {
 std::shared_ptr<Communicator> host_communicator(const std::vector<int64_t>& mesh);
 
 // Device tensors: NCCL where it serves, else staged through host memory over `host` (which
-// sends NCCL's unique id too). Collective over the team. Builds without CUDA report an error.
-std::shared_ptr<Communicator> device_communicator(std::shared_ptr<Communicator> host, int device);
+// sends NCCL's unique id too), moving tensors through `runtime`. Collective over the team.
+// Builds without CUDA report an error.
+std::shared_ptr<Communicator> device_communicator(std::shared_ptr<Communicator> host, int device,
+                                                  const host_ir::DeviceRuntime& runtime);
 
 }  // namespace alloy::multidevice

@@ -5,7 +5,7 @@
 
 #include "alloy/ir/fusion.h"
 #include "alloy/multidevice/communicator.h"
-#include "alloy/runtime/tensor.h"
+#include "alloy/tensor/tensor.h"
 
 namespace alloy::multidevice {
 

@@ -1,16 +1,17 @@
 #include "alloy/pipeline/pipeline.h"
 
-#include "alloy/backend/cpu/cpu_executable.h"
-#include "alloy/backend/gpu_plan.h"
+#include "alloy/backend/backend.h"
 #include "alloy/host_ir/pipeline_collectives.h"
 #include "alloy/host_ir/side_streams.h"
 #include "alloy/ir/printer.h"
+#include "alloy/multidevice/communication_segment.h"
 #include "alloy/passes/decompose_composites.h"
-#include "alloy/passes/insert_resharding.h"
-#include "alloy/passes/localize_shards.h"
-#include "alloy/passes/propagate_sharding.h"
+#include "alloy/passes/sharding/insert_resharding.h"
+#include "alloy/passes/sharding/localize_shards.h"
+#include "alloy/passes/sharding/propagate_sharding.h"
 #include "alloy/passes/split_var_mean.h"
 #include "alloy/passes/unify_extents.h"
+#include "alloy/segment/segmenter.h"
 
 namespace alloy {
 namespace {
@@ -33,8 +34,10 @@ struct Step {
 //  5. localize_shards: each device's fusion, with local shapes; after the passes above, so they
 //     reason in global shapes only.
 //  6. unify_extents (CUDA): sizes known to be equal become one extent, so kernels see one per axis.
-// Then the target segments (the CUDA segmenter matches matmul epilogues per segment), lowers to
-// the host program and makes the executables.
+// Then the pipeline segments the local fusion for the target (the CUDA segmenter matches matmul
+// epilogues per segment), lowers the segmentation to the host program, asks the target's backend
+// for each segment's executable (multidevice/ for communication segments) and rewrites the
+// program with the program passes.
 const std::vector<Step>& steps() {
   static const std::vector<Step> list = {
       {"decompose_composites", decompose_composites, [](Target t, bool sharded) { return t == Target::cuda || sharded; }},
@@ -125,15 +128,14 @@ bool is_program_pass(std::string_view name) {
   return false;
 }
 
-CompiledFusion compile_fusion(const Fusion& fusion, Target target, const PassObserver& observe,
-                              const host_ir::ProgramPassOptions& program_options) {
+CompiledFusion compile_fusion(const Fusion& fusion, Target target, const CompileOptions& options) {
   CompiledFusion out;
   out.mesh = fusion_mesh(fusion);
   bool sharded = out.mesh.has_value();
   std::unique_ptr<Fusion> current;
   for (const Step& step : steps()) {
     if (!step.applies(target, sharded)) {
-      if (observe) observe(step.name, nullptr);
+      if (options.observe) options.observe(step.name, nullptr);
       continue;
     }
     current = step.pass(current ? *current : fusion);
@@ -141,19 +143,40 @@ CompiledFusion compile_fusion(const Fusion& fusion, Target target, const PassObs
       check_shardable(*current, nullptr);
       out.global = current->clone();
     }
-    if (observe) observe(step.name, current.get());
+    if (options.observe) options.observe(step.name, current.get());
   }
   out.local = current ? std::move(current) : fusion.clone();
-  out.executable = target == Target::cpu ? build_cpu_plan(*out.local) : build_gpu_plan(*out.local);
-  out.executable->program.fusion_outputs.assign(out.local->outputs().begin(), out.local->outputs().end());
+  host_ir::Program program = host_ir::lower_to_program(segment_fusion(*out.local, target));
+  program.fusion_outputs.assign(out.local->outputs().begin(), out.local->outputs().end());
+  if (options.stop_after_lowering) {
+    out.lowered = std::move(program);
+    return out;
+  }
+  out.executable = std::make_unique<host_ir::Executable>();
+  out.executable->program = std::move(program);
+  const host_ir::DeviceRuntime& device = backend::device_runtime(target == Target::cpu ? DeviceKind::cpu : DeviceKind::cuda);
+  out.executable->device = &device;
+  for (const Segment& s : out.executable->program.segmentation.segments)
+    out.executable->segments.push_back(s.scheduler == SchedulerKind::communication ? multidevice::make_communication_segment(s, device)
+                                                                                   : backend::make_segment_executable(s, target));
   // program passes keep every segment (the executables are made per segment already)
   for (const ProgramStep& step : program_steps()) {
     std::string before = out.executable->program.str();
-    out.executable->program = step.pass(std::move(out.executable->program), program_options);
+    out.executable->program = step.pass(std::move(out.executable->program), options.program);
     std::string after = out.executable->program.str();
     out.program_after.emplace_back(step.name, after == before ? "(unchanged)\n" + after : after);
   }
   return out;
+}
+
+std::string compile_offline(const Fusion& fusion, const std::string& arch, bool dump_source, const Bindings* sizes) {
+  CompileOptions options;
+  options.stop_after_lowering = true;
+  CompiledFusion compiled = compile_fusion(fusion, Target::cuda, options);
+  if (compiled.global && sizes) check_shardable(*compiled.global, sizes);
+  std::string report = backend::compile_offline(*compiled.local, compiled.lowered->segmentation, arch, dump_source, sizes);
+  if (compiled.mesh && !dump_source) report = "(the part one rank of " + mesh_str(*compiled.mesh) + " runs)\n" + report;
+  return report;
 }
 
 }  // namespace alloy

@@ -1,7 +1,9 @@
 // The pipeline: the one flat list of every pass in execution order, then segmentation, lowering
-// and the backend's executables. It belongs to no backend; backends only segment-schedule and run
-// what it hands them. Each pass is addressable by name: `--dump after=NAME` prints the fusion
-// after it ("(skipped)" where it did not apply).
+// to the host program, the backend's executables and the program passes. It belongs to no
+// backend: backends only make executables for the segments it hands them. Each pass is
+// addressable by name: `--dump after=NAME` prints the fusion after it ("(skipped)" where it did
+// not apply). The executor and `alloy compile` both run it, so what is compiled ahead of time is
+// what a rank runs.
 #pragma once
 
 #include <functional>
@@ -19,19 +21,31 @@ namespace alloy {
 // Called after each pass with its name and its result (nullptr where the pass was skipped).
 using PassObserver = std::function<void(std::string_view pass, const Fusion* result)>;
 
+struct CompileOptions {
+  PassObserver observe;                    // called after each fusion pass
+  host_ir::ProgramPassOptions program;     // --pipeline
+  // Stop once the segmentation is lowered (`alloy compile`: no executables, no device needed).
+  bool stop_after_lowering = false;
+};
+
 struct CompiledFusion {
   std::optional<std::vector<int64_t>> mesh;  // the fusion's mesh, when it names one
   std::unique_ptr<Fusion> global;            // after the sharding passes, global shapes (--dump sharding)
   std::unique_ptr<Fusion> local;             // what each device runs (the fusion itself, on one device)
-  std::unique_ptr<host_ir::Executable> executable;
+  std::optional<host_ir::Program> lowered;   // with stop_after_lowering: the program before its passes
+  std::unique_ptr<host_ir::Executable> executable;  // otherwise
   // The host program after each program pass, by the pass's name (--dump after=NAME).
   std::vector<std::pair<std::string_view, std::string>> program_after;
 };
 
 // Every fusion pass in order, then the target's segmentation, lowering and executables, then
 // every program pass in order.
-CompiledFusion compile_fusion(const Fusion& fusion, Target target, const PassObserver& observe = {},
-                              const host_ir::ProgramPassOptions& program_options = {});
+CompiledFusion compile_fusion(const Fusion& fusion, Target target, const CompileOptions& options = {});
+
+// `alloy compile`: the pipeline to the lowered program for CUDA (a sharded fusion compiles as the
+// part one rank runs), then every generated kernel NVRTC-compiled for `arch` with no GPU
+// (backend::compile_offline says how; with `sizes`, the variants a run at those sizes launches).
+std::string compile_offline(const Fusion& fusion, const std::string& arch, bool dump_source, const Bindings* sizes = nullptr);
 
 // The passes' names, in execution order: the fusion passes, then the program passes.
 const std::vector<std::string_view>& pass_names();

@@ -7,15 +7,14 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "alloy/backend/cuda/cuda_api.h"
-#include "alloy/backend/gpu_plan.h"
+#include "alloy/backend/backend.h"
 #include "alloy/common/settings.h"
 #include "alloy/ir/printer.h"
 #include "alloy/multidevice/communicator.h"
-#include "alloy/passes/propagate_sharding.h"
+#include "alloy/passes/sharding/propagate_sharding.h"
 #include "alloy/pipeline/pipeline.h"
 #include "alloy/runtime/input_binding.h"
-#include "alloy/runtime/machine_costs.h"
+#include "alloy/runtime/tune/machine_costs.h"
 
 namespace alloy {
 
@@ -86,18 +85,18 @@ Tensor write_in_place(const Tensor& result, const Tensor& target, const Value& o
   }
   if (!target.is_contiguous())
     user_error_at(place, "an input updated in place on ", target.device().str(), " must be contiguous; found strides of ", target.str());
-  cuda::Stream stream = cuda::Stream::current(target.device().index);
+  const host_ir::DeviceRuntime& device = backend::device_runtime(target.device().kind);
   Tensor source = result;
   if (!source.is_contiguous() || source.buffer() == target.buffer() || source.device() != target.device())
-    source = cuda::to_device(to_cpu(result), stream);  // rare: a view, or an output of another device
-  cuda::copy_d2d(target, source, stream);
+    source = device.to_device(to_cpu(result), target.device().index);  // rare: a view, or an output of another device
+  device.copy(target, source);
   return target;
 }
 
 // A copy of `t` in memory of its own, on t's device (a device tensor goes through the host: this
 // is for the rare output that views an input about to be overwritten).
 Tensor own_copy(const Tensor& t) {
-  if (t.device().kind != DeviceKind::cpu) return cuda::to_device(to_cpu(t), cuda::Stream::current(t.device().index));
+  if (t.device().kind != DeviceKind::cpu) return backend::device_runtime(t.device().kind).to_device(to_cpu(t), t.device().index);
   return cpu_copy(t);
 }
 
@@ -107,8 +106,8 @@ const CompiledFusion& FusionExecutor::Impl::plan_for() {
   if (const CompiledFusion* plan = ready.load(std::memory_order_acquire)) return *plan;
   std::lock_guard<std::mutex> lock(plan_mutex);
   if (compiled) return *compiled;  // another thread built it while this one waited
-  CompiledFusion plan = compile_fusion(*fusion, device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda, {},
-                                       parse_pipeline_option(options.pipeline));
+  CompiledFusion plan = compile_fusion(*fusion, device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda,
+                                       {.program = parse_pipeline_option(options.pipeline)});
   for (auto& v : plan.local->values())
     if (v->literal) literal_values.emplace_back(v->id, literal_tensor(v.get()));
   compiled = std::move(plan);
@@ -125,7 +124,7 @@ void FusionExecutor::Impl::join_team() {
   if (team || outside_mesh) return;
   if (auto misfit = multidevice::mesh_misfit(mesh)) user_error_at("fusion '" + fusion->name() + "'", *misfit);
   host_team = multidevice::communicator_for(mesh, Device{});
-  team = device.kind == DeviceKind::cpu ? host_team : multidevice::communicator_for(mesh, device);
+  team = device.kind == DeviceKind::cpu ? host_team : multidevice::communicator_for(mesh, device, &backend::device_runtime(device.kind));
   outside_mesh = team == nullptr;
 }
 
@@ -138,7 +137,7 @@ void FusionExecutor::Impl::check_sizes(const CompiledFusion& plan, const Binding
     std::lock_guard<std::mutex> lock(sizes_mutex);
     if (sizes_checked && *sizes_checked == b) return;
   }
-  int64_t memory = device.kind == DeviceKind::cuda ? cuda::device_props(device.index).total_memory : host_memory_bytes();
+  int64_t memory = backend::device_runtime(device.kind).memory_bytes(device.index);
   check_run_sizes(*plan.local, b, memory, device.str(), device.kind == DeviceKind::cpu);
   std::lock_guard<std::mutex> lock(sizes_mutex);
   sizes_checked = b;
@@ -183,7 +182,7 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const CompiledFusion& plan,
   state.bindings = bind(inputs);
   state.device = device;
   state.poison = options.poison_outputs;
-  state.communicator = team.get();
+  state.team = team.get();
   if (team) {
     // --pipeline auto (Choose nodes): every rank reaches a Choose at the same point of the same
     // program, measures (or reads) the same numbers there, and so picks the same variant
@@ -201,7 +200,7 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const CompiledFusion& plan,
       if (t.device().kind != DeviceKind::cpu)
         user_error_at("input '" + declared->name + "'", "is on ", t.device().str(), "; expected a tensor on ", device.str(),
                       " or on the cpu");
-      t = upload(t, device);
+      t = backend::device_runtime(device.kind).to_device(t, device.index);
     }
     state.values[declared->id] = t;
   }
@@ -239,17 +238,18 @@ FusionExecutor::FusionExecutor(std::unique_ptr<Fusion> fusion, ExecutorOptions o
   ALLOY_CHECK(fusion != nullptr, "null fusion");
   impl_->fusion = std::move(fusion);
   impl_->options = options;
-  bool gpu = cuda::cuda_available();
+  const host_ir::DeviceRuntime& cuda = backend::device_runtime(DeviceKind::cuda);
+  bool gpu = cuda.available();
   if (options.device == DeviceChoice::cuda && !gpu)
-    user_error_at("--device cuda", "no GPU found (", cuda::cuda_unavailable_reason(), "); use --device cpu or auto");
+    user_error_at("--device cuda", "no GPU found (", cuda.unavailable_reason(), "); use --device cpu or auto");
   // one process per device: in a job of several processes, rank K of a host uses its GPU K
   // (ranks share GPUs round-robin where there are fewer)
   int index = 0;
-  if (gpu && multidevice::process().size > 1) index = multidevice::process().local_rank % std::max(1, cuda::device_count());
+  if (gpu && multidevice::process().size > 1) index = multidevice::process().local_rank % std::max(1, cuda.device_count());
   if (options.device_index >= 0 && gpu && options.device != DeviceChoice::cpu) {
-    if (options.device_index >= cuda::device_count())
+    if (options.device_index >= cuda.device_count())
       user_error_at("device cuda:" + std::to_string(options.device_index), "does not exist; this machine has ",
-                    cuda::device_count(), " CUDA device(s)");
+                    cuda.device_count(), " CUDA device(s)");
     index = options.device_index;
   }
   impl_->device = (gpu && options.device != DeviceChoice::cpu) ? Device{DeviceKind::cuda, index} : Device{DeviceKind::cpu, 0};
@@ -264,7 +264,7 @@ std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs) { ret
 std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs, const RunOptions& run_options) {
   if (!run_options.stream || impl_->device.kind != DeviceKind::cuda) return impl_->run(inputs);
   // Every stage of the run asks for the thread's current stream: make it the caller's.
-  cuda::StreamGuard guard(cuda::Stream::wrap(impl_->device.index, reinterpret_cast<CUstream_st*>(*run_options.stream)));
+  auto scope = backend::device_runtime(impl_->device.kind).use_stream(impl_->device.index, *run_options.stream);
   return impl_->run(inputs);
 }
 
@@ -274,7 +274,7 @@ int FusionExecutor::plans_built() const {
 }
 
 void FusionExecutor::synchronize() {
-  if (impl_->device.kind == DeviceKind::cuda) synchronize_device(impl_->device);
+  backend::device_runtime(impl_->device.kind).synchronize(impl_->device.index);
 }
 
 const Fusion& FusionExecutor::fusion() const { return *impl_->fusion; }
@@ -318,10 +318,12 @@ std::string FusionExecutor::dump_stage(std::string_view stage, const std::vector
         if (name == pass) return text;
     }
     std::string out;
-    compile_fusion(*impl_->fusion, impl_->device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda,
-                   [&](std::string_view name, const Fusion* result) {
-                     if (name == pass) out = result ? print_fusion(*result) : "(skipped: " + std::string(name) + " does not apply)\n";
-                   });
+    CompileOptions options;
+    options.stop_after_lowering = true;
+    options.observe = [&](std::string_view name, const Fusion* result) {
+      if (name == pass) out = result ? print_fusion(*result) : "(skipped: " + std::string(name) + " does not apply)\n";
+    };
+    compile_fusion(*impl_->fusion, impl_->device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda, options);
     return out;
   }
   const CompiledFusion& plan = impl_->plan_for();
@@ -342,7 +344,7 @@ std::string FusionExecutor::dump_stage(std::string_view stage, const std::vector
 
 Tensor to_cpu(const Tensor& t) {
   if (t.device().kind == DeviceKind::cpu) return t;
-  return download(t);
+  return backend::device_runtime(t.device().kind).to_host(t);
 }
 
 }  // namespace alloy

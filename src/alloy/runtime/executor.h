@@ -1,6 +1,7 @@
-// The entry point for running a fusion: binds inputs, checks them against the declaration,
-// segments and lowers the fusion to a host program for the chosen device (cached by input
-// signature), and runs it.
+// The entry point for running a fusion: compiles it once for the chosen device through the
+// pipeline (pipeline/pipeline.h; one plan serves every input signature, since what depends on
+// sizes, strides and alignment is chosen per run inside the segment executables), binds and
+// checks the inputs against the declaration, and runs the host program.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "alloy/ir/fusion.h"
-#include "alloy/runtime/tensor.h"
+#include "alloy/tensor/tensor.h"
 
 namespace alloy {
 
@@ -77,9 +78,11 @@ class FusionExecutor {
   std::vector<std::optional<Sharding>> input_shardings();
   std::vector<std::optional<Sharding>> output_shardings();
 
-  // Printable stages: "ir", "segments", "program", "cuda". The later stages describe the plan
-  // of the last run (or of `inputs` when given). Each starts with the settings that differ from
-  // their defaults (settings::dump_note), where any do.
+  // Printable stages: "ir" (as written), "after=PASS" (the fusion or program after a pass of the
+  // pipeline), "sharding" (every value's sharding and its source), "local" (the fusion one device
+  // runs), "segments", "program" and "cuda" (the kernels the runs so far compiled). The later
+  // stages describe the plan (with `inputs`, checked as a run checks them). Each starts with the
+  // settings that differ from their defaults (settings::dump_note), where any do.
   std::string dump(std::string_view stage, const std::vector<Tensor>* inputs = nullptr);
 
   struct Impl;

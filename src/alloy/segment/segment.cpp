@@ -43,6 +43,25 @@ void compute_segment_boundary(const ValueReaders& readers, Segment& segment) {
       if (readers.read_outside(out, inside)) segment.outputs.push_back(out);
 }
 
+const char* scheduler_name(SchedulerKind kind) {
+  switch (kind) {
+    case SchedulerKind::noop: return "noop";
+    case SchedulerKind::cpu_reference: return "cpu_reference";
+    case SchedulerKind::matmul: return "matmul";
+    case SchedulerKind::normalization: return "normalization";
+    case SchedulerKind::reduction: return "reduction";
+    case SchedulerKind::pointwise: return "pointwise";
+    case SchedulerKind::bitmask: return "bitmask";
+    case SchedulerKind::communication: return "communication";
+    case SchedulerKind::cpu_fallback: return "cpu_fallback";
+  }
+  return "?";
+}
+
+bool is_generated_kernel(SchedulerKind kind) {
+  return kind == SchedulerKind::normalization || kind == SchedulerKind::reduction || kind == SchedulerKind::pointwise;
+}
+
 static std::string value_list(const std::vector<Value*>& values) {
   std::string out;
   for (Value* v : values) out += (out.empty() ? "" : ", ") + v->name;
@@ -53,7 +72,7 @@ std::string Segmentation::str() const {
   std::ostringstream os;
   os << "segments (" << (target == Target::cpu ? "cpu" : "cuda") << "): " << segments.size() << "\n";
   for (const Segment& s : segments) {
-    os << "  segment " << s.id << " [" << s.scheduler << "]";
+    os << "  segment " << s.id << " [" << scheduler_name(s.scheduler) << "]";
     if (!s.note.empty()) os << " " << s.note;
     os << "\n    in:  " << value_list(s.inputs) << "\n    out: " << value_list(s.outputs) << "\n    ops:";
     for (const Op* op : s.ops) {

@@ -15,21 +15,34 @@ namespace alloy {
 
 enum class Target { cpu, cuda };
 
-struct EpilogueMatch;  // passes/matmul_epilogue.h
+// Who runs a segment. CPU target: cpu_reference (the reference kernels, an op a segment) and
+// communication. CUDA target, in the order the segmenter tries them: matmul (cuBLASLt with its
+// epilogue), then one generated kernel (normalization, reduction or pointwise), bitmask, noop
+// (host-side views), communication, and cpu_fallback for what no GPU path runs.
+enum class SchedulerKind { noop, cpu_reference, matmul, normalization, reduction, pointwise, bitmask, communication, cpu_fallback };
+const char* scheduler_name(SchedulerKind kind);  // as `--dump segments` prints it: "matmul", "cpu_fallback", ...
+// Whether the segment is one generated kernel (normalization, reduction or pointwise).
+bool is_generated_kernel(SchedulerKind kind);
+
+struct EpilogueMatch;   // segment/schedulers/matmul_epilogue.h
+struct KernelAnalysis;  // segment/schedulers/kernel_analysis.h
 
 struct Segment {
   int id = 0;
-  std::string scheduler;         // "noop", "cpu_reference", "pointwise", "reduction", ...
+  SchedulerKind scheduler = SchedulerKind::cpu_reference;
   std::vector<const Op*> ops;    // in definition order
   std::vector<Value*> inputs;    // values read from outside the segment (no literals)
   std::vector<Value*> outputs;   // values produced here and used after it, or fusion outputs
   std::string note;              // scheduler detail, e.g. "epilogue: gelu_bias (bias: b)"
-  // "matmul" segments: what the GEMM's epilogue computes (the matmul and the ops it took).
+  // matmul segments: what the GEMM's epilogue computes (the matmul and the ops it took).
   std::shared_ptr<const EpilogueMatch> epilogue;
+  // Generated-kernel segments: the analysis the scheduler accepted them with (the iteration
+  // domain, reduced axes, leaves), kept so the backend and `alloy compile` need not redo it.
+  std::shared_ptr<const KernelAnalysis> analysis;
 };
 
 struct Refusal {
-  std::string scheduler;
+  std::string scheduler;  // who refused: "matmul", "matmul epilogue", "kernel"
   std::string ops;  // which ops were offered, e.g. "h = linear(...), g = gelu(h)"
   std::string why;
 };

@@ -14,9 +14,9 @@ Segmentation segment_for_cpu(const Fusion& fusion) {
   for (auto& op : fusion.ops()) {
     Segment s;
     s.id = int(result.segments.size());
-    s.scheduler = is_communication(op->kind)                               ? "communication"
-                  : (is_view(op->kind) || op->kind == OpKind::segment_set) ? "noop"
-                                                                           : "cpu_reference";
+    s.scheduler = is_communication(op->kind)                               ? SchedulerKind::communication
+                  : (is_view(op->kind) || op->kind == OpKind::segment_set) ? SchedulerKind::noop
+                                                                           : SchedulerKind::cpu_reference;
     s.ops.push_back(op.get());
     compute_segment_boundary(readers, s);
     result.segments.push_back(std::move(s));

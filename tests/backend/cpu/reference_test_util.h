@@ -12,7 +12,7 @@
 
 #include "alloy/backend/cpu/reference_ops.h"
 #include "alloy/ir/fusion.h"
-#include "alloy/runtime/tensor.h"
+#include "alloy/tensor/tensor.h"
 
 namespace alloy::reftest {
 

@@ -27,7 +27,7 @@
 #include "alloy/runtime/executor.h"
 #include "alloy/runtime/input_binding.h"
 #include "alloy/runtime/run_inputs.h"
-#include "alloy/runtime/views.h"
+#include "alloy/backend/cpu/views.h"
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
 #include "alloy/segment/schedulers/stage_split.h"
@@ -201,7 +201,7 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   target.transposed_rows = transposed_rows;
   int passes = 0;
   for (const Segment& s : segmentation.segments) {
-    if (s.scheduler == "noop") {  // views only, made on the host as the runtime makes them
+    if (s.scheduler == SchedulerKind::noop) {  // views only, made on the host as the runtime makes them
       for (const Op* view : s.ops) {
         Tensor t = apply_view(*view, values.at(view->inputs[0]), concrete(view->outputs[0], bound));
         ASSERT_TRUE(t.defined()) << "a view the test cannot make on the host";
@@ -209,14 +209,12 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
       }
       continue;
     }
-    if (s.scheduler == "bitmask") {  // relu_mask / relu_backward_mask: a kernel of its own shape
+    if (s.scheduler == SchedulerKind::bitmask) {  // relu_mask / relu_backward_mask: a kernel of its own shape
       emulate_bitmask_segment(*s.ops.at(0), bound, sm_count, values);
       continue;
     }
-    ASSERT_TRUE(s.scheduler == "pointwise" || s.scheduler == "reduction" || s.scheduler == "normalization") << segmentation.str();
-    auto analyzed = analyze_kernel(s.ops, s.inputs, s.outputs);
-    ASSERT_TRUE(std::holds_alternative<KernelAnalysis>(analyzed)) << std::get<std::string>(analyzed);
-    emulate_kernel(std::get<KernelAnalysis>(analyzed), s.ops, s.inputs, bound, target, values, passes);
+    ASSERT_TRUE(is_generated_kernel(s.scheduler) && s.analysis) << segmentation.str();
+    emulate_kernel(*s.analysis, s.ops, s.inputs, bound, target, values, passes);
   }
   if (split_passes) *split_passes = passes;
   ASSERT_EQ(expected.size(), lowered->outputs().size());
@@ -461,9 +459,8 @@ std::string why_not_kernels(const std::string& text) {
   Segmentation segmentation = segment_for_cuda(*lowered);
   std::string why;
   for (const Segment& s : segmentation.segments)
-    if (s.scheduler != "noop" && s.scheduler != "bitmask" && s.scheduler != "pointwise" && s.scheduler != "reduction" &&
-        s.scheduler != "normalization")
-      why += s.scheduler + " " + s.note + "\n";
+    if (s.scheduler != SchedulerKind::noop && s.scheduler != SchedulerKind::bitmask && !is_generated_kernel(s.scheduler))
+      why += std::string(scheduler_name(s.scheduler)) + " " + s.note + "\n";
   return why.empty() ? why : why + segmentation.str();
 }
 

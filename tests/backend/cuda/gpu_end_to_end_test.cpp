@@ -6,7 +6,6 @@
 #include <filesystem>
 
 #include "alloy/ir/parser.h"
-#include "alloy/passes/propagate_sharding.h"
 #include "backend/cuda/kernel_cases.h"
 #include "test_util.h"
 

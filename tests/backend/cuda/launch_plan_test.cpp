@@ -9,7 +9,7 @@
 #include "alloy/backend/cuda/launch_plan.h"
 #include "alloy/ir/parser.h"
 #include "alloy/passes/decompose_composites.h"
-#include "alloy/runtime/views.h"
+#include "alloy/backend/cpu/views.h"
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
 #include "backend/cuda/kernel_cases.h"
@@ -38,7 +38,7 @@ Planned plan_of(const std::string& text, const Bindings& sizes, int64_t misalign
   Segmentation segmentation = segment_for_cuda(*fusion);
   const Segment* kernel = nullptr;
   for (const Segment& s : segmentation.segments)
-    if (s.scheduler != "noop") kernel = &s;
+    if (s.scheduler != SchedulerKind::noop) kernel = &s;
   EXPECT_NE(kernel, nullptr) << segmentation.str();
   if (!kernel) return {};
   auto analyzed = analyze_kernel(kernel->ops, kernel->inputs, kernel->outputs);

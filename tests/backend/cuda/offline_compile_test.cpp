@@ -3,7 +3,7 @@
 
 #include <filesystem>
 
-#include "alloy/backend/gpu_plan.h"
+#include "alloy/pipeline/pipeline.h"
 #include "alloy/ir/parser.h"
 #include "test_util.h"
 

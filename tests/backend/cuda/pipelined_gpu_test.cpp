@@ -18,7 +18,7 @@ TEST(PipelinedGpu, NeedsTheCudaToolkit) { ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT(); }
 #include "alloy/backend/cuda/nvrtc_compiler.h"
 #include "alloy/ir/parser.h"
 #include "alloy/runtime/executor.h"
-#include "alloy/runtime/machine_costs.h"
+#include "alloy/runtime/tune/machine_costs.h"
 #include "alloy/runtime/run_inputs.h"
 
 namespace alloy {

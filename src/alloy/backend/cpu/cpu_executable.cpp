@@ -1,10 +1,9 @@
 #include "alloy/backend/cpu/cpu_executable.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "alloy/backend/cpu/reference_ops.h"
-#include "alloy/multidevice/communication_segment.h"
-#include "alloy/segment/segmenter.h"
 
 namespace alloy {
 namespace {
@@ -43,8 +42,10 @@ std::unique_ptr<host_ir::SegmentExecutable> make_cpu_executable(const Segment& s
   return std::make_unique<CpuSegment>(segment);
 }
 
+namespace {
+
 // dst = src for CPU tensors of one dtype and shape, dst at any strides (a loop's chunk views).
-void copy_into_cpu(const Tensor& dst, const Tensor& src, host_ir::RunState&) {
+void copy_into_cpu(const Tensor& dst, const Tensor& src) {
   ALLOY_CHECK(dst.sizes() == src.sizes() && dst.dtype() == src.dtype(), "copy of ", src.str(), " into ", dst.str());
   Tensor packed = packed_cpu(src);
   size_t width = size_t(dtype_size(dst.dtype()));
@@ -60,7 +61,7 @@ void copy_into_cpu(const Tensor& dst, const Tensor& src, host_ir::RunState&) {
 }
 
 // into += sum for CPU tensors of one dtype and shape, `into` at any strides (a ring's block).
-void accumulate_cpu(const Tensor& into, const Tensor& sum, host_ir::RunState&) {
+void accumulate_cpu(const Tensor& into, const Tensor& sum) {
   ALLOY_CHECK(into.sizes() == sum.sizes() && into.dtype() == sum.dtype(), "accumulate of ", sum.str(), " into ", into.str());
   Tensor packed = packed_cpu(sum);
   std::vector<int64_t> index(size_t(into.dim()), 0);
@@ -73,18 +74,56 @@ void accumulate_cpu(const Tensor& into, const Tensor& sum, host_ir::RunState&) {
   }
 }
 
-std::unique_ptr<host_ir::Executable> build_cpu_plan(const Fusion& fusion) {
-  auto plan = std::make_unique<host_ir::Executable>();
-  plan->program = host_ir::lower_to_program(segment_fusion(fusion, Target::cpu));
-  plan->allocate = [](DType dtype, const std::vector<int64_t>& sizes, host_ir::RunState&) { return Tensor::empty(dtype, sizes); };
-  plan->copy = copy_into_cpu;
-  plan->accumulate = accumulate_cpu;
-  plan->ring = multidevice::ring_exchange();
-  for (const Segment& s : plan->program.segmentation.segments)
-    plan->segments.push_back(s.scheduler == "communication"
-                                 ? multidevice::make_communication_segment(s, multidevice::host_memory())
-                                 : make_cpu_executable(s));
-  return plan;
+// The host: every node runs in order on the calling thread, so streams, events and timing are
+// nothing to do (a timer measures the host's time).
+class CpuRuntime final : public host_ir::DeviceRuntime {
+ public:
+  DeviceKind kind() const override { return DeviceKind::cpu; }
+  bool available() const override { return true; }
+  std::string unavailable_reason() const override { return ""; }
+  int device_count() const override { return 1; }
+  std::string device_name(int) const override { return "cpu"; }
+  int64_t memory_bytes(int) const override { return host_memory_bytes(); }
+
+  Tensor empty(DType dtype, const std::vector<int64_t>& sizes, int) const override { return Tensor::empty(dtype, sizes); }
+  void fill_poison(const Tensor& t) const override {
+    if (t.numel() == 0) return;
+    ALLOY_CHECK(t.is_contiguous(), "fill_poison of ", t.str());
+    std::memset(t.data(), 0xFF, size_t(t.numel()) * size_t(dtype_size(t.dtype())));
+  }
+  Tensor contiguous(const Tensor& t) const override { return packed_cpu(t); }
+  void copy(const Tensor& dst, const Tensor& src) const override { copy_into_cpu(dst, src); }
+  void accumulate(const Tensor& into, const Tensor& sum) const override { accumulate_cpu(into, sum); }
+  Tensor to_device(const Tensor& host, int) const override { return packed_cpu(host); }
+  Tensor to_host(const Tensor& t) const override { return packed_cpu(t); }
+  void synchronize(int) const override {}
+
+  std::unique_ptr<host_ir::RunStreams> open_streams(const host_ir::Program&, host_ir::RunState&) const override { return nullptr; }
+  std::unique_ptr<host_ir::Scope> use_stream(int, uintptr_t handle) const override {
+    if (handle != 0) user_error_at("stream", "a CPU run takes no stream");
+    return std::make_unique<host_ir::Scope>();
+  }
+  uintptr_t current_stream(int) const override { return 0; }
+  std::unique_ptr<host_ir::DeviceTimer> timer(int) const override { return std::make_unique<HostTimer>(); }
+
+ private:
+  class HostTimer final : public host_ir::DeviceTimer {
+   public:
+    void start() override { start_ = std::chrono::steady_clock::now(); }
+    void stop() override { stop_ = std::chrono::steady_clock::now(); }
+    double elapsed_ms() override { return std::chrono::duration<double, std::milli>(stop_ - start_).count(); }
+    void hold(double) override {}
+
+   private:
+    std::chrono::steady_clock::time_point start_, stop_;
+  };
+};
+
+}  // namespace
+
+const host_ir::DeviceRuntime& cpu_runtime() {
+  static const CpuRuntime runtime;
+  return runtime;
 }
 
 }  // namespace alloy

@@ -1,4 +1,5 @@
-// Segment executables for the CPU: each op of the segment runs through its reference kernel.
+// The CPU backend: its device runtime (the host), and segment executables that run each op of the
+// segment through its reference kernel.
 #pragma once
 
 #include <functional>
@@ -10,8 +11,7 @@ namespace alloy {
 
 std::unique_ptr<host_ir::SegmentExecutable> make_cpu_executable(const Segment& segment);
 
-// The CPU plan of a fusion: one segment per op (communication through the host communicator).
-std::unique_ptr<host_ir::Executable> build_cpu_plan(const Fusion& fusion);
+const host_ir::DeviceRuntime& cpu_runtime();
 
 // Runs `ops` one by one through the reference kernels, reading and writing `state`. A GPU
 // segment that falls back passes `to_host` for its inputs and `from_host` for its results.

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "alloy/ir/fusion.h"
-#include "alloy/runtime/tensor.h"
+#include "alloy/tensor/tensor.h"
 
 namespace alloy::reference {
 

@@ -7,7 +7,7 @@
 
 #include "alloy/backend/cpu/reference_kernels.h"
 #include "alloy/ir/op_table.h"
-#include "alloy/runtime/views.h"
+#include "alloy/backend/cpu/views.h"
 
 namespace alloy::reference {
 namespace {

@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "alloy/backend/cuda/cuda_api.h"
-#include "alloy/ir/dtype.h"
+#include "alloy/tensor/dtype.h"
 
 namespace alloy::cuda {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "alloy/runtime/tensor.h"
+#include "alloy/tensor/tensor.h"
 
 // The CUDA runtime's stream and event handles are pointers to these driver types.
 struct CUstream_st;

@@ -11,7 +11,7 @@
 #include "alloy/backend/cuda/kernel_cache.h"
 #include "alloy/backend/cuda/launch_plan.h"
 #include "alloy/backend/cuda/strided_copy.h"
-#include "alloy/runtime/views.h"
+#include "alloy/backend/cpu/views.h"
 #include "alloy/segment/schedulers/stage_split.h"
 
 namespace alloy::cuda {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
-#include "alloy/runtime/tensor.h"
+#include "alloy/tensor/tensor.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
 
 namespace alloy::cuda {

@@ -8,8 +8,8 @@
 #include "alloy/backend/cuda/generated_kernel.h"
 #include "alloy/backend/cuda/strided_copy.h"
 #include "alloy/ir/op_table.h"
-#include "alloy/passes/matmul_epilogue.h"
-#include "alloy/runtime/views.h"
+#include "alloy/segment/schedulers/matmul_epilogue.h"
+#include "alloy/backend/cpu/views.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
 
 namespace alloy::cuda {

@@ -8,13 +8,10 @@
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
 #include "alloy/backend/cuda/launch_plan.h"
 #include "alloy/backend/cuda/nvrtc_compiler.h"
-#include "alloy/backend/gpu_plan.h"
+#include "alloy/backend/backend.h"
 #include "alloy/common/settings.h"
 #include "alloy/ir/op_table.h"
-#include "alloy/passes/decompose_composites.h"
-#include "alloy/passes/unify_extents.h"
-#include "alloy/runtime/views.h"
-#include "alloy/segment/schedulers/cuda_segmenter.h"
+#include "alloy/backend/cpu/views.h"
 #include "alloy/segment/schedulers/stage_split.h"
 
 namespace alloy {
@@ -150,11 +147,11 @@ std::string resource_usage(const std::string& log) {
 
 }  // namespace
 
-std::string compile_offline(const Fusion& fusion, const std::string& arch_text, bool dump_source, const Bindings* sizes) {
+std::string backend::compile_offline(const Fusion& local, const Segmentation& segmentation, const std::string& arch_text,
+                                     bool dump_source, const Bindings* sizes) {
   cuda::CudaArch arch = cuda::parse_cuda_arch(arch_text);
   if (!arch.valid()) user_error_at("--arch " + arch_text, "expected an architecture such as sm_90 or sm_80");
-  auto lowered = unify_extents(*decompose_composites(fusion));  // the CUDA target's fusion passes (one device)
-  Segmentation segmentation = segment_for_cuda(*lowered);
+  ALLOY_CHECK(segmentation.target == Target::cuda, "alloy compile of a CPU segmentation");
   std::ostringstream report;
   report << settings::dump_note();
   int kernels = 0;
@@ -163,8 +160,8 @@ std::string compile_offline(const Fusion& fusion, const std::string& arch_text, 
   if (sizes) {
     bound = *sizes;
     values.emplace(bound);
-    for (size_t i = 0; i < lowered->inputs().size(); ++i) values->at(lowered->inputs()[i]);
-    lowered->complete_bindings(bound);  // the sizes derived from the inputs' (a cat's)
+    for (size_t i = 0; i < local.inputs().size(); ++i) values->at(local.inputs()[i]);
+    local.complete_bindings(bound);  // the sizes derived from the inputs' (a cat's)
   }
   // Every variant of `a` a run may launch (with sizes: the one it launches), compiled and reported
   // under `label` ("segment 3 [normalization]", "... pass 1 of 2").
@@ -203,13 +200,17 @@ std::string compile_offline(const Fusion& fusion, const std::string& arch_text, 
     }
   };
   for (const Segment& s : segmentation.segments) {
-    if (s.scheduler == "noop" || s.scheduler == "matmul" || s.scheduler == "cpu_fallback") {
-      if (!dump_source)
-        report << "segment " << s.id << " [" << s.scheduler << "]: no generated kernel"
-               << (s.scheduler == "cpu_fallback" ? " " + s.note : std::string()) << "\n";
+    if (s.scheduler == SchedulerKind::communication) {
+      if (!dump_source) report << "segment " << s.id << " [communication]: " << op_name(s.ops.at(0)->kind) << ", no kernel\n";
       continue;
     }
-    if (s.scheduler == "bitmask") {  // one source per op and dtype, whatever the sizes
+    if (!is_generated_kernel(s.scheduler) && s.scheduler != SchedulerKind::bitmask) {
+      if (!dump_source)
+        report << "segment " << s.id << " [" << scheduler_name(s.scheduler) << "]: no generated kernel"
+               << (s.scheduler == SchedulerKind::cpu_fallback ? " " + s.note : std::string()) << "\n";
+      continue;
+    }
+    if (s.scheduler == SchedulerKind::bitmask) {  // one source per op and dtype, whatever the sizes
       const Op& op = *s.ops.at(0);
       std::string name = "alloy_segment" + std::to_string(s.id);
       std::string source = cuda::generate_bitmask_kernel(op.kind, op.inputs[0]->dtype(), name);
@@ -223,12 +224,12 @@ std::string compile_offline(const Fusion& fusion, const std::string& arch_text, 
                << " cubin " << module->cubin.size() << " bytes\n";
       continue;
     }
-    auto analysis = analyze_kernel(s.ops, s.inputs, s.outputs);
-    const auto& a = std::get<KernelAnalysis>(analysis);
+    ALLOY_CHECK(s.analysis != nullptr, "segment ", s.id, " has no kernel analysis");
+    const KernelAnalysis& a = *s.analysis;
     // a normalization over a strided axis may run as a kernel a pass: those kernels too (with
     // sizes, only where the plan takes them, and then only them)
     std::optional<StageSplit> split = split_by_stage(a, s.ops, s.inputs);
-    std::string label = "segment " + std::to_string(s.id) + " [" + s.scheduler + "]";
+    std::string label = "segment " + std::to_string(s.id) + " [" + scheduler_name(s.scheduler) + "]";
     auto compile_passes = [&] {
       for (size_t k = 0; k < split->kernels.size(); ++k)
         compile(split->kernels[k], s.id, label + " pass " + std::to_string(k + 1) + " of " + std::to_string(split->kernels.size()));

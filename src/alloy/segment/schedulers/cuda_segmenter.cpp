@@ -4,7 +4,7 @@
 #include <set>
 
 #include "alloy/ir/op_table.h"
-#include "alloy/passes/matmul_epilogue.h"
+#include "alloy/segment/schedulers/matmul_epilogue.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
 
 namespace alloy {
@@ -31,10 +31,10 @@ std::string describe(const std::vector<const Op*>& ops) {
   return out;
 }
 
-Segment make_segment(const ValueReaders& readers, std::vector<const Op*> ops, std::string scheduler, int id) {
+Segment make_segment(const ValueReaders& readers, std::vector<const Op*> ops, SchedulerKind scheduler, int id) {
   Segment s;
   s.id = id;
-  s.scheduler = std::move(scheduler);
+  s.scheduler = scheduler;
   s.ops = std::move(ops);
   compute_segment_boundary(readers, s);
   return s;
@@ -58,11 +58,11 @@ int64_t param_words_bound(const Segment& s) {
   return 8 + rank + tensors * (1 + rank) + scalars;
 }
 
-std::string kernel_kind(const KernelAnalysis& a) {
-  if (!a.is_reduction()) return "pointwise";
+SchedulerKind kernel_kind(const KernelAnalysis& a) {
+  if (!a.is_reduction()) return SchedulerKind::pointwise;
   for (Value* out : a.outputs)
-    if (!a.at(out).per_row) return "normalization";
-  return "reduction";
+    if (!a.at(out).per_row) return SchedulerKind::normalization;
+  return SchedulerKind::reduction;
 }
 
 // Every matmul's epilogue, in definition order (an op goes to the first matmul that takes it).
@@ -140,13 +140,13 @@ Segmentation segment_for_cuda(const Fusion& fusion) {
     const Op* op = ops[i];
     int id = int(result.segments.size());
     if (is_communication(op->kind)) {  // a collective is a segment of its own, never in a kernel
-      result.segments.push_back(make_segment(readers, {op}, "communication", id));
+      result.segments.push_back(make_segment(readers, {op}, SchedulerKind::communication, id));
       ++i;
       continue;
     }
     if (schedule.group[i] >= 0) {
       const EpilogueMatch& m = matches[schedule.group[i]];
-      Segment s = make_segment(readers, m.ops, "matmul", id);
+      Segment s = make_segment(readers, m.ops, SchedulerKind::matmul, id);
       s.note = m.note();
       s.epilogue = std::make_shared<EpilogueMatch>(m);
       result.segments.push_back(std::move(s));
@@ -155,13 +155,14 @@ Segmentation segment_for_cuda(const Fusion& fusion) {
     }
     // The longest run [i, j] that one generated kernel computes.
     size_t best = i;
-    std::string best_kind, why_not_longer;
+    std::shared_ptr<const KernelAnalysis> best_analysis;
+    std::string why_not_longer;
     for (size_t j = i; j < ops.size() && schedule.group[j] < 0 && !is_matmul(ops[j]->kind) && !is_communication(ops[j]->kind); ++j) {
       if (j - i >= kMaxKernelOps) {
         why_not_longer = "a generated kernel takes at most " + std::to_string(kMaxKernelOps) + " ops";
         break;
       }
-      Segment candidate = make_segment(readers, range(i, j), "", id);
+      Segment candidate = make_segment(readers, range(i, j), SchedulerKind::pointwise, id);
       if (param_words_bound(candidate) > kMaxKernelParamWords) {
         if (why_not_longer.empty() || j == best + 1)
           why_not_longer = "its tensors' pointers, sizes and strides would pass CUDA's 32 KB of kernel parameters";
@@ -170,30 +171,32 @@ Segmentation segment_for_cuda(const Fusion& fusion) {
       auto analysis = analyze_kernel(candidate.ops, candidate.inputs, candidate.outputs);
       if (auto* a = std::get_if<KernelAnalysis>(&analysis)) {
         best = j;
-        best_kind = kernel_kind(*a);
+        best_analysis = std::make_shared<const KernelAnalysis>(std::move(*a));
         why_not_longer.clear();
-      } else if (why_not_longer.empty() && (j == best + 1 || best_kind.empty())) {
+      } else if (why_not_longer.empty() && (j == best + 1 || !best_analysis)) {
         why_not_longer = std::get<std::string>(analysis);
       }
     }
-    if (!best_kind.empty()) {
+    if (best_analysis) {
       if (!why_not_longer.empty() && best + 1 < ops.size())
         result.refusals.push_back({"kernel", describe(range(i, best + 1)), why_not_longer});
-      result.segments.push_back(make_segment(readers, range(i, best), best_kind, id));
+      Segment s = make_segment(readers, range(i, best), kernel_kind(*best_analysis), id);
+      s.analysis = std::move(best_analysis);
+      result.segments.push_back(std::move(s));
       i = best + 1;
       continue;
     }
     if (op_row(op->kind).op_class == OpClass::bitmask) {
-      result.segments.push_back(make_segment(readers, {op}, "bitmask", id));
+      result.segments.push_back(make_segment(readers, {op}, SchedulerKind::bitmask, id));
     } else if (is_view(op->kind) || op->kind == OpKind::segment_set) {
-      result.segments.push_back(make_segment(readers, {op}, "noop", id));
+      result.segments.push_back(make_segment(readers, {op}, SchedulerKind::noop, id));
     } else {
       // what no GPU scheduler runs: the segment says why
       std::string why = is_matmul(op->kind) ? std::string(dtype_name(op->outputs[0]->dtype())) + " " + std::string(op_name(op->kind)) +
                                                   ": the cuBLASLt path takes bf16, f16 and f32 operands"
                                             : why_not_longer;
       if (!is_matmul(op->kind)) result.refusals.push_back({"kernel", describe({op}), why});
-      Segment s = make_segment(readers, {op}, "cpu_fallback", id);
+      Segment s = make_segment(readers, {op}, SchedulerKind::cpu_fallback, id);
       s.note = "(" + why + ")";
       result.segments.push_back(std::move(s));
     }

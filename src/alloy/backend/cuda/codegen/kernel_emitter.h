@@ -20,7 +20,7 @@ std::string emit_row_kernel(const KernelAnalysis& analysis, const KernelVariant&
 std::string emit_column_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
 std::string emit_transpose_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
 
-// The base of the three emitters: the text is written to os_ (emit_header first, then the kernel).
+// The base of the four emitters: the text is written to os_ (emit_header first, then the kernel).
 class KernelEmitter {
  public:
   KernelEmitter(const KernelAnalysis& a, const KernelVariant& v, std::string name);

@@ -1,0 +1,132 @@
+#include "alloy/passes/sharding/insert_resharding.h"
+
+#include <map>
+
+#include "alloy/ir/printer.h"
+#include "alloy/passes/sharding/sharding_rules.h"
+#include "alloy/passes/rebuild.h"
+
+namespace alloy {
+namespace {
+
+bool user_annotated(const Value* v) { return v->sharding_source.kind == ShardingSource::Kind::user; }
+
+class Resharder {
+ public:
+  explicit Resharder(Rebuilder& b) : b_(b) {}
+
+  // `v` in sharding `to`: v itself, or the output of one resharding op (named `name`, or a fresh
+  // name), shared by every consumer that asks for the same.
+  Value* reshard(Value* v, const Sharding& to, const std::string& name = {}) {
+    const Sharding& from = *v->sharding;
+    if (from == to) return v;
+    auto key = std::make_pair(v, sharding_str(to));
+    if (auto it = cache_.find(key); it != cache_.end() && name.empty()) return it->second;
+    OpKind kind;
+    std::vector<NamedAttr> attrs;
+    const char* suffix;
+    if (from.partial) {
+      std::string reduce = partial_name(*from.partial);
+      if (to.shard_axis) {
+        kind = OpKind::reduce_scatter;
+        attrs = {{"axis", Attr::integer(*to.shard_axis)}, {"reduce", Attr::string(reduce)}};
+        suffix = "scattered";
+      } else {
+        kind = OpKind::all_reduce;
+        attrs = {{"reduce", Attr::string(reduce)}};
+        suffix = "reduced";
+      }
+    } else if (from.shard_axis) {
+      if (to.shard_axis) {
+        kind = OpKind::all_to_all;
+        attrs = {{"from_axis", Attr::integer(*from.shard_axis)}, {"axis", Attr::integer(*to.shard_axis)}};
+        suffix = "resharded";
+      } else {
+        kind = OpKind::all_gather;
+        attrs = {{"axis", Attr::integer(*from.shard_axis)}};
+        suffix = "gathered";
+      }
+    } else {
+      ALLOY_CHECK(to.shard_axis.has_value(), "reshard of '", v->name, "' to ", sharding_str(to));
+      kind = OpKind::shard_slice;
+      attrs = {{"axis", Attr::integer(*to.shard_axis)}};
+      suffix = "part";
+    }
+    Value* out = b_.target.add_op1(kind, {v}, attrs, {}, name.empty() ? b_.name_for(v, suffix) : name);
+    out->sharding = to;
+    out->sharding_source = {ShardingSource::Kind::resharded, v->name, {}};
+    cache_[key] = out;
+    return out;
+  }
+
+ private:
+  Rebuilder& b_;
+  std::map<std::pair<const Value*, std::string>, Value*> cache_;
+};
+
+const Sharding& old_sharding(const Value* v) {
+  ALLOY_CHECK(v->sharding.has_value(), "insert_resharding: '", v->name, "' has no sharding (propagate_sharding first)");
+  return *v->sharding;
+}
+
+// The choice the op's outputs were propagated from: the cheapest, or (a value sharded by its
+// consumers) the one that computes its sharding.
+sharding_rules::Choice choice_for(const Op& op) {
+  const Value* out = op.outputs[0];
+  if (user_annotated(out)) return sharding_rules::choose(op, old_sharding, out->sharding);
+  sharding_rules::Choice c = sharding_rules::choose(op, old_sharding);
+  if (*out->sharding == c.output) return c;
+  auto required = sharding_rules::require(op, *out->sharding, old_sharding);
+  ALLOY_CHECK(required.has_value(), "'", out->name, "' was given ", sharding_str(*out->sharding), ", which its op cannot compute");
+  return *required;
+}
+
+}  // namespace
+
+std::unique_ptr<Fusion> insert_resharding(const Fusion& fusion) {
+  auto out = std::make_unique<Fusion>(fusion.name());
+  Rebuilder b{*out, {}};
+  Resharder resharder(b);
+  for (Value* in : fusion.inputs()) {
+    b.map[in] = out->add_input(in->name, in->type);
+    b.map[in]->take_annotations_from(*in);
+  }
+  for (auto& v : fusion.values())
+    if (v->literal) b.map[v.get()] = out->add_literal(*v->literal);
+  for (auto& op : fusion.ops()) {
+    sharding_rules::Choice c = choice_for(*op);
+    std::vector<Value*> inputs;
+    for (size_t i = 0; i < op->inputs.size(); ++i) {
+      Value* v = b[op->inputs[i]];
+      inputs.push_back(c.inputs[i] ? resharder.reshard(v, *c.inputs[i]) : v);
+    }
+    bool annotated_elsewhere = user_annotated(op->outputs[0]) && !(*op->outputs[0]->sharding == c.output);
+    std::vector<std::string> names;
+    for (Value* o : op->outputs) names.push_back(annotated_elsewhere ? b.name_for(o, "computed") : o->name);
+    auto results = out->add_op(op->kind, inputs, op->attrs, op->loc, names);
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Value* old = op->outputs[i];
+      if (!annotated_elsewhere) {
+        results[i]->take_annotations_from(*old);
+        b.map[old] = results[i];
+        continue;
+      }
+      results[i]->sharding = c.output;
+      results[i]->sharding_source = {ShardingSource::Kind::propagated, c.rule, {}};
+      Value* annotated = resharder.reshard(results[i], *old->sharding, old->name);
+      annotated->take_annotations_from(*old);
+      b.map[old] = annotated;
+    }
+  }
+  for (Value* o : fusion.outputs()) {
+    Value* v = b[o];
+    if (v->sharding && v->sharding->partial) {
+      out->rename_value(v, b.name_for(v, "partial"));
+      v = resharder.reshard(v, Sharding::replicated(v->sharding->mesh), o->name);
+    }
+    out->add_output(v);
+  }
+  return out;
+}
+
+}  // namespace alloy

@@ -1,0 +1,130 @@
+#include "alloy/passes/sharding/propagate_sharding.h"
+
+#include <map>
+#include <set>
+
+#include "alloy/ir/op_table.h"
+#include "alloy/ir/printer.h"
+#include "alloy/passes/sharding/sharding_rules.h"
+
+namespace alloy {
+namespace {
+
+using sharding_rules::Choice;
+
+bool user_annotated(const Value* v) { return v->sharding_source.kind == ShardingSource::Kind::user; }
+
+class Propagation {
+ public:
+  Propagation(Fusion& fusion, std::vector<int64_t> mesh) : fusion_(fusion), mesh_(std::move(mesh)) {
+    for (auto& op : fusion_.ops())
+      for (size_t i = 0; i < op->inputs.size(); ++i) consumers_[op->inputs[i]].push_back({op.get(), i});
+    for (Value* out : fusion_.outputs()) outputs_.insert(out);
+  }
+
+  void run() {
+    for (Value* in : fusion_.inputs()) {
+      if (in->is_scalar() || in->sharding) continue;
+      in->sharding = Sharding::replicated(mesh_);
+      in->sharding_source = {ShardingSource::Kind::default_replicated, "", {}};
+    }
+    for (auto& op : fusion_.ops()) forward(*op);
+    for (auto it = fusion_.ops().rbegin(); it != fusion_.ops().rend(); ++it) backward(**it);
+  }
+
+ private:
+  const Sharding& sharding_of(const Value* v) const {
+    ALLOY_CHECK(v->sharding.has_value(), "value '", v->name, "' has no sharding yet");
+    return *v->sharding;
+  }
+  sharding_rules::ShardingOf lookup() const {
+    return [this](const Value* v) -> const Sharding& { return sharding_of(v); };
+  }
+
+  void forward(const Op& op) {
+    std::optional<Sharding> wanted;
+    if (user_annotated(op.outputs[0])) wanted = op.outputs[0]->sharding;
+    Choice c = sharding_rules::choose(op, lookup(), wanted);
+    for (Value* out : op.outputs) {
+      if (user_annotated(out)) continue;
+      out->sharding = c.output;
+      out->sharding_source = {ShardingSource::Kind::propagated, c.rule, {}};
+    }
+    choices_[&op] = std::move(c);
+  }
+
+  // What `consumer` wants of its input `index` under its current choice.
+  std::optional<Sharding> wish(const Op* consumer, size_t index) const {
+    auto it = choices_.find(consumer);
+    return it == choices_.end() ? std::nullopt : it->second.inputs[index];
+  }
+
+  void backward(const Op& op) {
+    if (op.outputs.size() != 1) return;
+    Value* v = op.outputs[0];
+    if (v->sharding_source.kind != ShardingSource::Kind::propagated || !v->sharding->is_replicated()) return;
+    if (outputs_.count(v) || !consumers_.count(v)) return;
+    std::optional<Sharding> wanted;
+    const Op* first = nullptr;
+    for (auto& [consumer, index] : consumers_.at(v)) {
+      std::optional<Sharding> w = wish(consumer, index);
+      if (!w || !w->shard_axis || (wanted && !(*wanted == *w))) return;
+      wanted = w;
+      if (!first) first = consumer;
+    }
+    std::optional<Choice> c = sharding_rules::require(op, *wanted, lookup());
+    if (!c || c->cost > choices_.at(&op).cost) return;
+    v->sharding = *wanted;
+    v->sharding_source = {ShardingSource::Kind::propagated, "from its consumer " + first->outputs[0]->name, {}};
+    choices_[&op] = std::move(*c);
+  }
+
+  Fusion& fusion_;
+  std::vector<int64_t> mesh_;
+  std::map<const Value*, std::vector<std::pair<const Op*, size_t>>> consumers_;
+  std::set<const Value*> outputs_;
+  std::map<const Op*, Choice> choices_;
+};
+
+std::string source_str(const Value& v) {
+  switch (v.sharding_source.kind) {
+    case ShardingSource::Kind::none: return "none";
+    case ShardingSource::Kind::user: return "user" + (v.sharding_source.loc.known() ? " (" + v.sharding_source.loc.str() + ")" : "");
+    case ShardingSource::Kind::default_replicated: return "default (an unannotated parameter is replicated)";
+    case ShardingSource::Kind::propagated: return "propagated: " + v.sharding_source.from;
+    case ShardingSource::Kind::resharded: return "reshard of " + v.sharding_source.from;
+  }
+  internal_error("bad sharding source");
+}
+
+}  // namespace
+
+std::unique_ptr<Fusion> propagate_sharding(const Fusion& fusion) {
+  auto mesh = fusion_mesh(fusion);
+  std::unique_ptr<Fusion> out = fusion.clone();
+  if (!mesh) return out;
+  // A collective written in the text would be read as an op that needs its input whole (the
+  // rules block every axis of it), so a gather would be inserted in front and the written one
+  // would gather again: the user states placements, insert_resharding writes the collectives.
+  for (auto& op : fusion.ops())
+    if (is_communication(op->kind))
+      user_error(op->loc, op_name(op->kind), " is a resharding step that Alloy inserts itself (--dump after=insert_resharding "
+                 "shows them), not an op a fusion with a mesh may state; expected placements instead: annotate the value "
+                 "`", op->outputs[0]->name, " = ... @mesh[...] shard(axis=K)` or `replicated`, and the collective follows");
+  Propagation(*out, *mesh).run();
+  return out;
+}
+
+std::string sharding_report(const Fusion& fusion) {
+  std::string out;
+  auto line = [&](const Value& v) {
+    if (v.is_scalar()) return;
+    out += v.name + ": " + v.type_str() + " " + (v.sharding ? sharding_str(*v.sharding) : "(no mesh)") + "  # " + source_str(v) + "\n";
+  };
+  for (const Value* in : fusion.inputs()) line(*in);
+  for (auto& op : fusion.ops())
+    for (const Value* v : op->outputs) line(*v);
+  return out;
+}
+
+}  // namespace alloy

@@ -1,0 +1,30 @@
+// propagate_sharding: gives every tensor value of a fusion that names a mesh a sharding, and
+// records where each came from. A pass over the whole finished fusion, so the order ops were
+// created in does not matter:
+//   1. parameters: the user's annotation, else replicated (the format's default);
+//   2. forward, in definition order: each op's output gets the cheapest choice of its rule
+//      (passes/sharding/sharding_rules.h: pointwise, reductions -> partial, column- and row-parallel
+//      linear/matmul, reshape split/merge, permute, slice, cat); a statement the user annotated
+//      keeps the annotation (insert_resharding reshards what the op computes into it);
+//   3. backward, in reverse order: a value propagated as replicated whose every consumer wants
+//      it sharded the same way (values made from literals or replicated inputs alone, broadcasts
+//      of a sharded axis) takes that sharding from its consumers, when its op can compute it
+//      locally at no higher cost.
+// A user's annotation is never changed. Precondition: a checked fusion; every annotation on one
+// mesh (else a located user error). Postcondition: every tensor value has a sharding.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "alloy/ir/fusion.h"
+
+namespace alloy {
+
+std::unique_ptr<Fusion> propagate_sharding(const Fusion& fusion);
+
+// `--dump sharding`: every value with its sharding and where it came from.
+std::string sharding_report(const Fusion& fusion);
+
+}  // namespace alloy

@@ -1,0 +1,98 @@
+// Runtime tensors: a shared buffer (device, pointer, bytes) viewed with dtype, sizes, strides
+// (in elements) and an element offset. Views share the buffer; nothing here copies implicitly.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "alloy/tensor/dtype.h"
+
+namespace alloy {
+
+enum class DeviceKind : uint8_t { cpu, cuda };
+
+struct Device {
+  DeviceKind kind = DeviceKind::cpu;
+  int index = 0;
+  bool operator==(const Device&) const = default;
+  std::string str() const;  // "cpu", "cuda:0"
+};
+
+// Owns (or borrows) one allocation. The deleter runs when the last view goes away.
+struct Buffer {
+  Device device;
+  void* data = nullptr;
+  size_t bytes = 0;
+  std::function<void(void*)> deleter;  // empty: borrowed memory
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(std::shared_ptr<Buffer> buffer, DType dtype, std::vector<int64_t> sizes,
+         std::vector<int64_t> strides, int64_t offset = 0);
+
+  // A new contiguous (row-major) CPU tensor; contents uninitialized.
+  static Tensor empty(DType dtype, std::vector<int64_t> sizes, Device device = {});
+  // Wraps memory the caller keeps alive (DLPack, NumPy); no copy.
+  static Tensor borrow(void* data, Device device, DType dtype, std::vector<int64_t> sizes,
+                       std::vector<int64_t> strides);
+
+  bool defined() const { return buffer_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return buffer_ ? buffer_->device : Device{}; }
+  int dim() const { return int(sizes_.size()); }
+  const std::vector<int64_t>& sizes() const { return sizes_; }
+  const std::vector<int64_t>& strides() const { return strides_; }
+  int64_t size(int axis) const { return sizes_.at(axis); }
+  int64_t stride(int axis) const { return strides_.at(axis); }
+  int64_t offset() const { return offset_; }
+  int64_t numel() const;
+  bool is_contiguous() const;
+  const std::shared_ptr<Buffer>& buffer() const { return buffer_; }
+
+  // Address of element [0, ..., 0].
+  void* data() const;
+  template <class T>
+  T* data_as() const { return static_cast<T*>(data()); }
+
+  // Zero-copy views (the caller has checked the arguments).
+  Tensor as_strided(std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset) const;
+  Tensor permute(const std::vector<int>& dims) const;
+  // nullopt-like empty Tensor when the strides do not allow a view.
+  Tensor view(const std::vector<int64_t>& sizes) const;
+
+  std::string str() const;  // "bf16[2, 3] on cpu"
+
+ private:
+  std::shared_ptr<Buffer> buffer_;
+  DType dtype_ = DType::f32;
+  std::vector<int64_t> sizes_;
+  std::vector<int64_t> strides_;
+  int64_t offset_ = 0;
+};
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+
+// A CPU tensor's elements packed row-major: `t` itself when already contiguous, else a copy.
+Tensor packed_cpu(const Tensor& t);
+// A CPU tensor's elements packed row-major in memory of their own (always a copy).
+Tensor cpu_copy(const Tensor& t);
+
+// This machine's memory in bytes (0 where the system does not say).
+int64_t host_memory_bytes();
+
+// Element access on CPU tensors, converting through double (int64 kept exact separately).
+double load_as_double(const void* base, DType dtype, int64_t index);
+int64_t load_as_int(const void* base, DType dtype, int64_t index);
+void store_double(void* base, DType dtype, int64_t index, double value);
+void store_int(void* base, DType dtype, int64_t index, int64_t value);
+
+}  // namespace alloy
