@@ -15,12 +15,7 @@ namespace alloy::testing {
 std::string source_path(const std::string& relative);  // ALLOY_SOURCE_DIR + "/" + relative
 std::string read_file(const std::string& path);
 
-// Elementwise |actual - expected| <= atol + rtol * |expected| with tolerances set by `dtype`
-// (exact for integers and bools), atol at least 4 units in the last place of the expected values'
-// RMS (fused code rounds intermediates elsewhere than the reference); NaN must match NaN, and a
-// NaN or infinity where a number is expected fails. Floats may have a few scattered elements (one
-// in a thousand) within 4x the tolerance, for flipped roundings; never a wrong row. Both tensors
-// are compared on the CPU.
+// `actual` matches `expected` by runtime/validate.h's rule (the one fd.validate uses too).
 ::testing::AssertionResult tensors_close(const Tensor& actual, const Tensor& expected, double scale = 1.0);
 
 // Runs `fusion_text` on the CPU reference and on the GPU with the same fresh random inputs and

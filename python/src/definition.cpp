@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "alloy/backend/backend.h"
+#include "alloy/runtime/validate.h"
 #include "alloy/ir/op_table.h"
 #include "alloy/ir/parser.h"
 #include "alloy/ir/printer.h"
@@ -134,56 +135,11 @@ Device parse_device(nb::handle device, std::optional<Device> inputs_gpu) {
   user_error_at("device", "expected None, \"cpu\", \"cuda\", \"cuda:N\" or an int, found '", text, "'");
 }
 
-void tolerance(DType t, double& rtol, double& atol) {
-  switch (t) {
-    case DType::bf16: rtol = 2e-2; atol = 2e-2; break;
-    case DType::f16: rtol = 5e-3; atol = 5e-3; break;
-    case DType::f32: rtol = 1e-4; atol = 1e-5; break;
-    case DType::f64: rtol = 1e-9; atol = 1e-12; break;
-    default: rtol = 0; atol = 0;
-  }
-}
-
-double unit_roundoff(DType t) {
-  switch (t) {
-    case DType::bf16: return std::ldexp(1.0, -8);
-    case DType::f16: return std::ldexp(1.0, -11);
-    case DType::f32: return std::ldexp(1.0, -24);
-    case DType::f64: return std::ldexp(1.0, -53);
-    default: return 0;
-  }
-}
-
-// Empty when `actual` matches `expected` within the tolerances of actual's dtype (exact for
-// integers and bools); else one line naming the output and the first differing elements.
-// Fused code rounds intermediates at other points than the op-by-op reference, so the absolute
-// tolerance is at least 4 units in the last place of the expected values' RMS.
-std::string compare(const Tensor& actual_any, const Tensor& expected_any, const std::string& name) {
-  Tensor actual = packed_cpu(to_cpu(actual_any)), expected = packed_cpu(to_cpu(expected_any));
-  if (actual.sizes() != expected.sizes())
-    return "output '" + name + "': shape " + actual.str() + ", expected " + expected.str();
-  double rtol, atol;
-  tolerance(actual.dtype(), rtol, atol);
-  int64_t n = actual.numel();
-  double sum2 = 0;
-  int64_t finite = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double e = load_as_double(expected.data(), expected.dtype(), i);
-    if (std::isfinite(e)) sum2 += e * e, ++finite;
-  }
-  atol = std::max(atol, 4 * unit_roundoff(actual.dtype()) * (finite ? std::sqrt(sum2 / double(finite)) : 0.0));
-  int64_t bad = 0;
-  std::ostringstream first;
-  for (int64_t i = 0; i < n; ++i) {
-    double a = load_as_double(actual.data(), actual.dtype(), i), e = load_as_double(expected.data(), expected.dtype(), i);
-    bool ok = (std::isnan(a) && std::isnan(e)) || a == e || std::fabs(a - e) <= atol + rtol * std::fabs(e);
-    if (!ok && bad++ < 3) first << (bad > 1 ? ", " : "") << "[" << i << "] " << a << " vs " << e;
-  }
-  if (bad == 0) return {};
-  std::ostringstream out;
-  out << "output '" << name << "': " << bad << " of " << n << " elements differ (" << dtype_name(actual.dtype()) << ": rtol "
-      << rtol << ", atol " << atol << "); flat index, actual vs expected: " << first.str();
-  return out.str();
+// Empty when `actual` matches `expected` by runtime/validate.h's rule; else one line naming the
+// output and what differs.
+std::string compare(const Tensor& actual, const Tensor& expected, const std::string& name) {
+  std::string difference = compare_to_reference(actual, expected);
+  return difference.empty() ? difference : "output '" + name + "': " + difference;
 }
 
 }  // namespace

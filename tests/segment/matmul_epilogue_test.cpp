@@ -80,7 +80,7 @@ bool refused_with(const Segmentation& s, const std::string& text) {
 
 // ---- forward ----
 
-TEST(MatmulEpilogue, MlpForward_FirstLinearTakesTanhGelu_SecondKeepsItsBias) {
+TEST(EpilogueKind, MlpForward_FirstLinearTakesTanhGelu_SecondKeepsItsBias) {
   Segmented f = segment_example("examples/mlp.fusion");
   ASSERT_EQ(schedulers(f.s), (V{"matmul", "matmul"})) << f.s.str();
   const Segment& fc = f.s.segments[0];
@@ -94,7 +94,7 @@ TEST(MatmulEpilogue, MlpForward_FirstLinearTakesTanhGelu_SecondKeepsItsBias) {
   EXPECT_NE(f.s.str().find("[matmul] epilogue: gelu_bias"), std::string::npos) << f.s.str();
 }
 
-TEST(MatmulEpilogue, PreActivationUsedLater_IsSavedAsTheAuxOutput) {
+TEST(EpilogueKind, PreActivationUsedLater_IsSavedAsTheAuxOutput) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128]) {
   h = linear(x, w, b)
   g = gelu(h, approximate="tanh")
@@ -108,7 +108,7 @@ TEST(MatmulEpilogue, PreActivationUsedLater_IsSavedAsTheAuxOutput) {
   EXPECT_EQ(seg.note, "epilogue: gelu_aux_bias (bias: b, aux: h, result: g)");
 }
 
-TEST(MatmulEpilogue, MatmulWithoutBias_TakesGeluAndReluAlone) {
+TEST(EpilogueKind, MatmulWithoutBias_TakesGeluAndReluAlone) {
   Segmented gelu = segment_text(R"(fusion f(a: bf16[M, 32], b: bf16[32, 48]) {
   p = matmul(a, b)
   g = gelu(p, approximate="tanh")
@@ -125,7 +125,7 @@ TEST(MatmulEpilogue, MatmulWithoutBias_TakesGeluAndReluAlone) {
   EXPECT_EQ(kind_of(relu.s.segments[0]), EpilogueKind::relu);
 }
 
-TEST(MatmulEpilogue, GeluOnAnF32Result_StaysOutside_ReluIsTaken) {
+TEST(EpilogueKind, GeluOnAnF32Result_StaysOutside_ReluIsTaken) {
   Segmented f = segment_text(R"(fusion f(x: f32[T, 64], w: f32[128, 64], b: f32[128]) {
   h = linear(x, w, b)
   g = gelu(h, approximate="tanh")
@@ -143,7 +143,7 @@ TEST(MatmulEpilogue, GeluOnAnF32Result_StaysOutside_ReluIsTaken) {
   EXPECT_EQ(kind_of(relu.s.segments[0]), EpilogueKind::relu_bias);
 }
 
-TEST(MatmulEpilogue, GeluWithoutApproximation_StaysOutsideAndSaysWhy) {
+TEST(EpilogueKind, GeluWithoutApproximation_StaysOutsideAndSaysWhy) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128]) {
   h = linear(x, w, b)
   g = gelu(h, approximate="none")
@@ -155,7 +155,7 @@ TEST(MatmulEpilogue, GeluWithoutApproximation_StaysOutsideAndSaysWhy) {
   EXPECT_NE(f.s.str().find("matmul epilogue refused {h=linear, g=gelu}"), std::string::npos) << f.s.str();
 }
 
-TEST(MatmulEpilogue, Silu_HasNoEpilogue) {
+TEST(EpilogueKind, Silu_HasNoEpilogue) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128]) {
   h = linear(x, w, b)
   s = silu(h)
@@ -166,7 +166,7 @@ TEST(MatmulEpilogue, Silu_HasNoEpilogue) {
   EXPECT_TRUE(refused_with(f.s, "silu has no cuBLASLt epilogue")) << f.s.str();
 }
 
-TEST(MatmulEpilogue, AddOfAFullTensor_IsNotABias) {
+TEST(EpilogueKind, AddOfAFullTensor_IsNotABias) {
   Segmented f = segment_text(R"(fusion f(a: bf16[M, 32], b: bf16[32, 48], c: bf16[M, 48]) {
   p = matmul(a, b)
   y = add(p, c)
@@ -177,7 +177,7 @@ TEST(MatmulEpilogue, AddOfAFullTensor_IsNotABias) {
   EXPECT_TRUE(refused_with(f.s, "add of a full tensor (c: bf16[M, 48]) is not a bias")) << f.s.str();
 }
 
-TEST(MatmulEpilogue, AddOfAColumn_VariesAlongTheRows_IsNotABias) {
+TEST(EpilogueKind, AddOfAColumn_VariesAlongTheRows_IsNotABias) {
   Segmented f = segment_text(R"(fusion f(a: f32[M, 32], b: f32[32, 48], c: f32[M, 1]) {
   p = matmul(a, b)
   y = add(p, c)
@@ -187,7 +187,7 @@ TEST(MatmulEpilogue, AddOfAColumn_VariesAlongTheRows_IsNotABias) {
   EXPECT_TRUE(refused_with(f.s, "varies along the rows")) << f.s.str();
 }
 
-TEST(MatmulEpilogue, VectorBroadcastLikeNumpy_IsTheBias) {
+TEST(EpilogueKind, VectorBroadcastLikeNumpy_IsTheBias) {
   Segmented f = segment_text(R"(fusion f(a: bf16[B, S, 32], b: bf16[32, 48], v: bf16[48]) {
   p = matmul(a, b)
   y = add(v, p)
@@ -199,7 +199,7 @@ TEST(MatmulEpilogue, VectorBroadcastLikeNumpy_IsTheBias) {
   EXPECT_EQ(f.s.segments[0].epilogue->bias->name, "v");
 }
 
-TEST(MatmulEpilogue, BroadcastInDimBias_JoinsTheSegment) {
+TEST(EpilogueKind, BroadcastInDimBias_JoinsTheSegment) {
   Segmented f = segment_text(R"(fusion f(a: bf16[M, 32], b: bf16[32, 48], v: bf16[48]) {
   p = matmul(a, b)
   vb = broadcast_in_dim(v, shape=[M, 48], broadcast_dims=[1])
@@ -215,7 +215,7 @@ TEST(MatmulEpilogue, BroadcastInDimBias_JoinsTheSegment) {
   EXPECT_EQ(seg.epilogue->bias->name, "v");
 }
 
-TEST(MatmulEpilogue, ExpandedRowVectorBias_IsTaken) {
+TEST(EpilogueKind, ExpandedRowVectorBias_IsTaken) {
   Segmented f = segment_text(R"(fusion f(a: f32[M, 32], b: f32[32, 48], v: f32[1, 48]) {
   p = matmul(a, b)
   ve = expand(v, shape=[M, 48])
@@ -227,7 +227,7 @@ TEST(MatmulEpilogue, ExpandedRowVectorBias_IsTaken) {
   EXPECT_EQ(f.s.segments[0].epilogue->bias->name, "v");
 }
 
-TEST(MatmulEpilogue, OutputCastRoundTrip_WritesTheHalfResultDirectly) {
+TEST(EpilogueKind, OutputCastRoundTrip_WritesTheHalfResultDirectly) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: f32[128]) {
   p = linear(x, w)
   p32 = cast(p, dtype=f32)
@@ -244,7 +244,7 @@ TEST(MatmulEpilogue, OutputCastRoundTrip_WritesTheHalfResultDirectly) {
   EXPECT_EQ(seg.epilogue->bias->name, "b");
 }
 
-TEST(MatmulEpilogue, WideResultWithoutCastBack_StaysOutside) {
+TEST(EpilogueKind, WideResultWithoutCastBack_StaysOutside) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64]) {
   p = linear(x, w)
   p32 = cast(p, dtype=f32)
@@ -256,7 +256,7 @@ TEST(MatmulEpilogue, WideResultWithoutCastBack_StaysOutside) {
   EXPECT_TRUE(refused_with(f.s, "would skip rounding the product to bf16")) << f.s.str();
 }
 
-TEST(MatmulEpilogue, CastToAnotherHalfType_StaysOutside) {
+TEST(EpilogueKind, CastToAnotherHalfType_StaysOutside) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64]) {
   p = linear(x, w)
   y = cast(p, dtype=f16)
@@ -266,7 +266,7 @@ TEST(MatmulEpilogue, CastToAnotherHalfType_StaysOutside) {
   EXPECT_TRUE(refused_with(f.s, "cast to f16: cuBLASLt writes the product's dtype (bf16)")) << f.s.str();
 }
 
-TEST(MatmulEpilogue, ReluWithPreActivationUsedLater_StaysOutside) {
+TEST(EpilogueKind, ReluWithPreActivationUsedLater_StaysOutside) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128]) {
   h = linear(x, w, b)
   r = relu(h)
@@ -277,7 +277,7 @@ TEST(MatmulEpilogue, ReluWithPreActivationUsedLater_StaysOutside) {
   EXPECT_TRUE(refused_with(f.s, "relu_aux saves a bit mask, not h")) << f.s.str();
 }
 
-TEST(MatmulEpilogue, SecondBiasAdd_StaysOutside) {
+TEST(EpilogueKind, SecondBiasAdd_StaysOutside) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128], c: bf16[128]) {
   h = linear(x, w, b)
   y = add(h, c)
@@ -287,7 +287,7 @@ TEST(MatmulEpilogue, SecondBiasAdd_StaysOutside) {
   EXPECT_TRUE(refused_with(f.s, "a second bias add")) << f.s.str();
 }
 
-TEST(MatmulEpilogue, ProductAlsoReturned_KeepsTheBiasAddOutside) {
+TEST(EpilogueKind, ProductAlsoReturned_KeepsTheBiasAddOutside) {
   Segmented f = segment_text(R"(fusion f(a: f32[M, 32], b: f32[32, 48], v: f32[48]) {
   p = matmul(a, b)
   y = add(p, v)
@@ -297,7 +297,7 @@ TEST(MatmulEpilogue, ProductAlsoReturned_KeepsTheBiasAddOutside) {
   EXPECT_TRUE(refused_with(f.s, "p is also used outside the GEMM")) << f.s.str();
 }
 
-TEST(MatmulEpilogue, BatchedRightOperand_TakesNoEpilogue) {
+TEST(EpilogueKind, BatchedRightOperand_TakesNoEpilogue) {
   Segmented f = segment_text(R"(fusion f(a: f32[B, M, 32], b: f32[B, 32, 48], v: f32[48]) {
   p = matmul(a, b)
   y = add(p, v)
@@ -307,7 +307,7 @@ TEST(MatmulEpilogue, BatchedRightOperand_TakesNoEpilogue) {
   EXPECT_TRUE(refused_with(f.s, "batched or vector right operand")) << f.s.str();
 }
 
-TEST(MatmulEpilogue, BiasComputedFromTheProduct_KeepsTheAddOutside) {
+TEST(EpilogueKind, BiasComputedFromTheProduct_KeepsTheAddOutside) {
   Segmented f = segment_text(R"(fusion f(a: f32[M, 32], b: f32[32, 48]) {
   p = matmul(a, b)
   s = sum(p, dims=[0])
@@ -319,7 +319,7 @@ TEST(MatmulEpilogue, BiasComputedFromTheProduct_KeepsTheAddOutside) {
   EXPECT_EQ(schedulers(f.s), (V{"matmul", "normalization"})) << f.s.str();
 }
 
-TEST(MatmulEpilogue, BiasComputedAfterTheMatmul_IsPlacedBeforeItsSegment) {
+TEST(EpilogueKind, BiasComputedAfterTheMatmul_IsPlacedBeforeItsSegment) {
   Segmented f = segment_text(R"(fusion f(a: f32[M, 32], b: f32[32, 48], v: f32[48]) {
   p = matmul(a, b)
   e = exp(v)
@@ -334,7 +334,7 @@ TEST(MatmulEpilogue, BiasComputedAfterTheMatmul_IsPlacedBeforeItsSegment) {
 
 // ---- backward ----
 
-TEST(MatmulEpilogue, MlpBackward_IsFourGemmsWithTheirEpilogues) {
+TEST(EpilogueKind, MlpBackward_IsFourGemmsWithTheirEpilogues) {
   testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the bias-gradient kinds are off by default
   Segmented f = segment_example("examples/mlp_backward.fusion");
   ASSERT_EQ(schedulers(f.s), (V{"matmul", "matmul", "matmul", "matmul"})) << f.s.str();
@@ -356,7 +356,7 @@ TEST(MatmulEpilogue, MlpBackward_IsFourGemmsWithTheirEpilogues) {
 
 // By default (measured faster) the bias-gradient kinds are off: dGELU stays in the GEMM and the
 // sums run as generated column reductions, each with its reason.
-TEST(MatmulEpilogue, MlpBackward_ByDefault_LeavesTheBiasGradientsToColumnKernels) {
+TEST(EpilogueKind, MlpBackward_ByDefault_LeavesTheBiasGradientsToColumnKernels) {
   Segmented f = segment_example("examples/mlp_backward.fusion");
   const Segment* dg = nullptr;
   int sums = 0;
@@ -371,7 +371,7 @@ TEST(MatmulEpilogue, MlpBackward_ByDefault_LeavesTheBiasGradientsToColumnKernels
   EXPECT_NE(f.s.str().find("dgelu_bgrad is off (ALLOY_DISABLE_EPILOGUES)"), std::string::npos) << f.s.str();
 }
 
-TEST(MatmulEpilogue, WeightGradientOfTransposedActivations_TakesBgradB) {
+TEST(EpilogueKind, WeightGradientOfTransposedActivations_TakesBgradB) {
   testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the bias-gradient kinds are off by default
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 32], dy: bf16[T, 48]) {
   x_t = permute(x, dims=[1, 0])
@@ -384,7 +384,7 @@ TEST(MatmulEpilogue, WeightGradientOfTransposedActivations_TakesBgradB) {
   EXPECT_EQ(f.s.segments[0].epilogue->bias->name, "db");
 }
 
-TEST(MatmulEpilogue, BiasGradientDefinedBeforeTheMatmul_IsStillTaken) {
+TEST(EpilogueKind, BiasGradientDefinedBeforeTheMatmul_IsStillTaken) {
   testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the bias-gradient kinds are off by default
   Segmented f = segment_text(R"(fusion f(x: f32[T, 32], dy: f32[T, 48]) {
   db = sum(dy, dims=[0])
@@ -397,7 +397,7 @@ TEST(MatmulEpilogue, BiasGradientDefinedBeforeTheMatmul_IsStillTaken) {
   EXPECT_EQ(op_names(f.s.segments[0]), (V{"db", "dy_t", "dw"}));
 }
 
-TEST(MatmulEpilogue, GeluBackwardWithoutApproximation_StaysOutside) {
+TEST(EpilogueKind, GeluBackwardWithoutApproximation_StaysOutside) {
   Segmented f = segment_text(R"(fusion f(dy: bf16[T, 48], w: bf16[48, 96], h: bf16[T, 96]) {
   dg = matmul(dy, w)
   dh = gelu_backward(dg, h)
@@ -407,7 +407,7 @@ TEST(MatmulEpilogue, GeluBackwardWithoutApproximation_StaysOutside) {
   EXPECT_TRUE(refused_with(f.s, "cuBLASLt's dGELU is the derivative of the tanh approximation")) << f.s.str();
 }
 
-TEST(MatmulEpilogue, GeluBackwardWithoutBiasGradient_IsDgelu_ButNotInF32) {
+TEST(EpilogueKind, GeluBackwardWithoutBiasGradient_IsDgelu_ButNotInF32) {
   const char* text = R"(fusion f(dy: DT[T, 48], w: DT[48, 96], h: DT[T, 96]) {
   dg = matmul(dy, w)
   dh = gelu_backward(dg, h, approximate="tanh")
@@ -426,7 +426,7 @@ TEST(MatmulEpilogue, GeluBackwardWithoutBiasGradient_IsDgelu_ButNotInF32) {
   EXPECT_TRUE(refused_with(f32.s, "f32 result")) << f32.s.str();
 }
 
-TEST(MatmulEpilogue, ReluBackward_IsRefusedForWantOfTheBitMask) {
+TEST(EpilogueKind, ReluBackward_IsRefusedForWantOfTheBitMask) {
   Segmented f = segment_text(R"(fusion f(dy: bf16[T, 48], w: bf16[48, 96], h: bf16[T, 96]) {
   dg = matmul(dy, w)
   dh = relu_backward(dg, h)
@@ -438,7 +438,7 @@ TEST(MatmulEpilogue, ReluBackward_IsRefusedForWantOfTheBitMask) {
   EXPECT_TRUE(refused_with(f.s, "h is an input")) << f.s.str();
 }
 
-TEST(MatmulEpilogue, MatchingDirectly_ReportsEveryPart) {
+TEST(EpilogueKind, MatchingDirectly_ReportsEveryPart) {
   auto f = parse_fusion(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128]) {
   h = linear(x, w, b)
   g = gelu(h, approximate="tanh")
@@ -459,7 +459,7 @@ TEST(MatmulEpilogue, MatchingDirectly_ReportsEveryPart) {
 
 // ---- ReLU's bit mask: relu_aux forward, drelu backward ----
 
-TEST(MatmulEpilogue, ReluWithItsMask_IsReluAuxBias_WritingTheMask) {
+TEST(EpilogueKind, ReluWithItsMask_IsReluAuxBias_WritingTheMask) {
   Segmented f = segment_example("examples/mlp_relu.fusion");
   ASSERT_EQ(schedulers(f.s), (V{"matmul", "matmul"})) << f.s.str();
   const Segment& first = f.s.segments[0];
@@ -470,7 +470,7 @@ TEST(MatmulEpilogue, ReluWithItsMask_IsReluAuxBias_WritingTheMask) {
   EXPECT_EQ(kind_of(f.s.segments[1]), EpilogueKind::bias);
 }
 
-TEST(MatmulEpilogue, ReluMaskWithoutBias_IsReluAux_WhateverTheOrderOfDefinition) {
+TEST(EpilogueKind, ReluMaskWithoutBias_IsReluAux_WhateverTheOrderOfDefinition) {
   Segmented f = segment_text(R"(fusion f(x: f32[T, 64], w: f32[64, 256]) {
   p = matmul(x, w)
   m = relu_mask(p)
@@ -485,7 +485,7 @@ TEST(MatmulEpilogue, ReluMaskWithoutBias_IsReluAux_WhateverTheOrderOfDefinition)
 
 // cuBLASLt's mask rows are a multiple of 128 bits apart: other widths (or a symbol not known to
 // be such a multiple) leave relu and the mask to generated kernels, saying why.
-TEST(MatmulEpilogue, ReluMaskOfOtherWidths_RunsAsABitmaskKernel) {
+TEST(EpilogueKind, ReluMaskOfOtherWidths_RunsAsABitmaskKernel) {
   for (const char* n : {"100", "96", "H"}) {
     SCOPED_TRACE(n);
     std::string text = std::string("fusion f(x: bf16[T, 64], w: bf16[") + n + ", 64], b: bf16[" + n + "]) {\n" +
@@ -499,7 +499,7 @@ TEST(MatmulEpilogue, ReluMaskOfOtherWidths_RunsAsABitmaskKernel) {
   }
 }
 
-TEST(MatmulEpilogue, ReluAux_CanBeDisabled) {
+TEST(EpilogueKind, ReluAux_CanBeDisabled) {
   testing::ScopedEnv off("ALLOY_DISABLE_EPILOGUES", "relu_aux_bias");
   Segmented f = segment_example("examples/mlp_relu.fusion");
   EXPECT_EQ(schedulers(f.s), (V{"matmul", "pointwise", "bitmask", "matmul"})) << f.s.str();
@@ -507,7 +507,7 @@ TEST(MatmulEpilogue, ReluAux_CanBeDisabled) {
   EXPECT_TRUE(refused_with(f.s, "relu_aux_bias is off (ALLOY_DISABLE_EPILOGUES): the mask runs as a bitmask kernel")) << f.s.str();
 }
 
-TEST(MatmulEpilogue, ReluWhosePreActivationIsReadByOthersToo_StaysOutside) {
+TEST(EpilogueKind, ReluWhosePreActivationIsReadByOthersToo_StaysOutside) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128]) {
   h = linear(x, w, b)
   a = relu(h)
@@ -518,7 +518,7 @@ TEST(MatmulEpilogue, ReluWhosePreActivationIsReadByOthersToo_StaysOutside) {
   EXPECT_TRUE(refused_with(f.s, "relu_aux saves a bit mask, not h")) << f.s.str();
 }
 
-TEST(MatmulEpilogue, MlpReluBackward_TakesDreluReadingTheMask) {
+TEST(EpilogueKind, MlpReluBackward_TakesDreluReadingTheMask) {
   Segmented f = segment_example("examples/mlp_relu_backward.fusion");
   const Segment* da = nullptr;
   for (const Segment& s : f.s.segments)
@@ -531,7 +531,7 @@ TEST(MatmulEpilogue, MlpReluBackward_TakesDreluReadingTheMask) {
   for (const Segment& s : f.s.segments) EXPECT_NE(s.scheduler, SchedulerKind::bitmask) << f.s.str();
 }
 
-TEST(MatmulEpilogue, MlpReluBackward_WithEveryKind_TakesDreluBgrad) {
+TEST(EpilogueKind, MlpReluBackward_WithEveryKind_TakesDreluBgrad) {
   testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");
   Segmented f = segment_example("examples/mlp_relu_backward.fusion");
   ASSERT_EQ(schedulers(f.s), (V{"matmul", "matmul", "matmul", "matmul"})) << f.s.str();
@@ -542,7 +542,7 @@ TEST(MatmulEpilogue, MlpReluBackward_WithEveryKind_TakesDreluBgrad) {
   EXPECT_EQ(value_names(da.outputs), (V{"dh", "db1"}));
 }
 
-TEST(MatmulEpilogue, DreluOfOtherWidthsOrDisabled_RunsAsABitmaskKernel) {
+TEST(EpilogueKind, DreluOfOtherWidthsOrDisabled_RunsAsABitmaskKernel) {
   const std::string text = R"(fusion f(dy: bf16[T, 48], w: bf16[48, 100], m: i32[T, 4]) {
   dg = matmul(dy, w)
   dh = relu_backward_mask(dg, m)
@@ -566,7 +566,7 @@ TEST(MatmulEpilogue, DreluOfOtherWidthsOrDisabled_RunsAsABitmaskKernel) {
 
 // ---- the backward example runs on the CPU ----
 
-TEST(MatmulEpilogue, MlpBackwardExample_RunsOnTheCpu) {
+TEST(EpilogueKind, MlpBackwardExample_RunsOnTheCpu) {
   auto fusion = parse_fusion_file(testing::source_path("examples/mlp_backward.fusion"));
   std::vector<Tensor> given(fusion->inputs().size());
   std::vector<Tensor> inputs = complete_inputs(*fusion, given, {{"T", 8}}, 3);

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "alloy/common/error.h"
+#include "alloy/common/settings.h"
 
 namespace alloy {
 
@@ -95,6 +97,13 @@ void write_file_replacing(const std::string& path, std::string_view bytes) {
     fs::remove(temporary, ignored);
     user_error(SourceLoc{path}, "cannot write: ", error != 0 ? std::strerror(error) : ec.message());
   }
+}
+
+std::string cache_dir() {
+  if (std::string dir = settings::text("ALLOY_CACHE_DIR"); !dir.empty()) return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/alloy";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/alloy";
+  return "";
 }
 
 }  // namespace alloy

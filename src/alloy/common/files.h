@@ -34,6 +34,10 @@ class RegularFile {
 // regular file, or larger than `max_bytes` (`what` names the kind of file in the message).
 std::string read_regular_file(const std::string& path, size_t max_bytes, std::string_view what);
 
+// Where Alloy keeps what it measures and compiles (kernels, machine costs): ALLOY_CACHE_DIR, else
+// $XDG_CACHE_HOME/alloy, else ~/.cache/alloy; empty when none of those is set.
+std::string cache_dir();
+
 // Writes `bytes` to `path` through a temporary file in the same folder and a rename.
 void write_file_replacing(const std::string& path, std::string_view bytes);
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -56,20 +55,6 @@ Tensor literal_tensor(const Value* v) {
   return t;
 }
 
-// Copies the elements of contiguous CPU `source` into CPU `target` (any strides).
-void scatter_cpu(const Tensor& source, const Tensor& target) {
-  size_t width = size_t(dtype_size(target.dtype()));
-  std::vector<int64_t> index(size_t(target.dim()), 0);
-  const auto* src = static_cast<const char*>(source.data());
-  auto* dst = static_cast<char*>(target.data());
-  for (int64_t i = 0; i < target.numel(); ++i) {
-    int64_t at = 0;
-    for (int a = 0; a < target.dim(); ++a) at += index[size_t(a)] * target.stride(a);
-    std::memcpy(dst + at * int64_t(width), src + size_t(i) * width, width);
-    for (int a = target.dim() - 1; a >= 0 && ++index[size_t(a)] == target.size(a); --a) index[size_t(a)] = 0;
-  }
-}
-
 // An in-place update (`return y -> x`): writes the run's `result` into the caller's input tensor
 // `target` after everything the run enqueued (the same stream), and returns `target`.
 Tensor write_in_place(const Tensor& result, const Tensor& target, const Value& output, const Value& input) {
@@ -80,7 +65,7 @@ Tensor write_in_place(const Tensor& result, const Tensor& target, const Value& o
   if (target.device().kind == DeviceKind::cpu) {
     Tensor source = packed_cpu(to_cpu(result));
     if (source.buffer() == target.buffer()) source = cpu_copy(source);  // a view of the input itself: read it all before writing
-    scatter_cpu(source, target);
+    backend::device_runtime(DeviceKind::cpu).copy(target, source);
     return target;
   }
   if (!target.is_contiguous())

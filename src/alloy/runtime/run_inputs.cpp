@@ -66,25 +66,6 @@ std::string element_text(const void* data, DType dtype, int64_t element) {
   return number(load_as_double(data, dtype, element));
 }
 
-// Calls fn(offset) for each of the first `count` elements of t (all where count < 0) in row-major
-// order, the offset in elements whatever the strides: a broadcast view of billions of elements is
-// walked, never listed.
-template <class Fn>
-void for_each_offset(const Tensor& t, Fn&& fn, int64_t count = -1) {
-  int64_t n = count < 0 ? t.numel() : std::min(count, t.numel());
-  std::vector<int64_t> index(t.dim(), 0);
-  int64_t element = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    fn(element);
-    for (int axis = t.dim() - 1; axis >= 0; --axis) {
-      element += t.stride(axis);
-      if (++index[axis] < t.size(axis)) break;
-      element -= t.stride(axis) * t.size(axis);
-      index[axis] = 0;
-    }
-  }
-}
-
 }  // namespace
 
 Bindings resolve_input_sizes(const Fusion& fusion, const std::vector<Tensor>& given,
@@ -209,7 +190,7 @@ std::string summarize_tensor(const Tensor& tensor) {
   const void* data = tensor.data();
   int64_t nans = 0, infs = 0, finite = 0;
   double sum = 0, lo = INFINITY, hi = -INFINITY;
-  for_each_offset(tensor, [&](int64_t e) {
+  for_each_element(tensor, [&](int64_t, int64_t e) {
     double v = load_as_double(data, dtype, e);
     if (std::isnan(v)) ++nans;
     else if (std::isinf(v)) ++infs;
@@ -225,7 +206,7 @@ std::string summarize_tensor(const Tensor& tensor) {
     out = "true=" + std::to_string(int64_t(sum)) + "/" + std::to_string(n);
   } else if (finite > 0) {
     double mean = sum / double(finite), squares = 0;
-    for_each_offset(tensor, [&](int64_t e) {
+    for_each_element(tensor, [&](int64_t, int64_t e) {
       double v = load_as_double(data, dtype, e);
       if (std::isfinite(v)) squares += (v - mean) * (v - mean);
     });
@@ -238,7 +219,7 @@ std::string summarize_tensor(const Tensor& tensor) {
   out += " first=[";
   int64_t shown = std::min<int64_t>(n, 4);
   int64_t k = 0;
-  for_each_offset(tensor, [&](int64_t e) { out += (k++ ? ", " : "") + element_text(data, dtype, e); }, shown);
+  for_each_element(tensor, [&](int64_t, int64_t e) { out += (k++ ? ", " : "") + element_text(data, dtype, e); }, shown);
   return out + (n > shown ? ", ...]" : "]");
 }
 

@@ -158,28 +158,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return out + (shape.size() == 1 ? ",)" : ")");
 }
 
-// Calls `visit(k, element)` for each element in C order, `element` being its index from data().
-template <class Visit>
-void for_each_element(const Tensor& t, Visit&& visit) {
-  int64_t n = t.numel();
-  if (n == 0) return;
-  if (t.is_contiguous()) {
-    for (int64_t k = 0; k < n; ++k) visit(k, k);
-    return;
-  }
-  std::vector<int64_t> index(t.dim(), 0);
-  int64_t element = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    visit(k, element);
-    for (int axis = t.dim() - 1; axis >= 0; --axis) {
-      element += t.stride(axis);
-      if (++index[axis] < t.size(axis)) break;
-      element -= t.stride(axis) * t.size(axis);
-      index[axis] = 0;
-    }
-  }
-}
-
 std::string_view descr_of(DType dtype) {
   switch (dtype) {
     case DType::f64: return "<f8";

@@ -196,16 +196,10 @@ void store_int(void* base, DType dtype, int64_t index, int64_t value) {
 Tensor packed_cpu(const Tensor& t) {
   if (t.is_contiguous()) return t;
   Tensor out = Tensor::empty(t.dtype(), t.sizes());
-  size_t width = size_t(dtype_size(t.dtype()));
-  std::vector<int64_t> index(size_t(t.dim()), 0);
+  const int64_t width = dtype_size(t.dtype());
   auto* dst = static_cast<char*>(out.data());
   const auto* src = static_cast<const char*>(t.data());
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    int64_t at = 0;
-    for (int a = 0; a < t.dim(); ++a) at += index[size_t(a)] * t.stride(a);
-    std::memcpy(dst + size_t(i) * width, src + at * int64_t(width), width);
-    for (int a = t.dim() - 1; a >= 0 && ++index[size_t(a)] == t.size(a); --a) index[size_t(a)] = 0;
-  }
+  for_each_element(t, [&](int64_t k, int64_t at) { std::memcpy(dst + k * width, src + at * width, size_t(width)); });
   return out;
 }
 

@@ -2,6 +2,7 @@
 // (in elements) and an element offset. Views share the buffer; nothing here copies implicitly.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -80,6 +81,30 @@ class Tensor {
 };
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes);
+
+// The strided walk: calls visit(k, element) for the first `count` elements of `t` (all where
+// count < 0) in row-major order, k counting them and `element` the offset in elements from
+// data() whatever the strides (a broadcast view of billions of elements is walked, never listed).
+template <class Visit>
+void for_each_element(const Tensor& t, Visit&& visit, int64_t count = -1) {
+  const int64_t n = count < 0 ? t.numel() : std::min(count, t.numel());
+  if (n <= 0) return;
+  if (t.is_contiguous()) {
+    for (int64_t k = 0; k < n; ++k) visit(k, k);
+    return;
+  }
+  std::vector<int64_t> index(size_t(t.dim()), 0);
+  int64_t element = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    visit(k, element);
+    for (int axis = t.dim() - 1; axis >= 0; --axis) {
+      element += t.stride(axis);
+      if (++index[size_t(axis)] < t.size(axis)) break;
+      element -= t.stride(axis) * t.size(axis);
+      index[size_t(axis)] = 0;
+    }
+  }
+}
 
 // A CPU tensor's elements packed row-major: `t` itself when already contiguous, else a copy.
 Tensor packed_cpu(const Tensor& t);

@@ -154,7 +154,7 @@ TEST(CublasLtMatmul, Check_RefusesWhatCublasLtCannotDo) {
 
 TEST(CublasLtMatmul, Check_EnforcesTheDocumentedAuxLeadingDimensions) {
   MatmulDesc gelu_aux = desc_of(16, 20, 8, DType::bf16, DType::bf16);
-  gelu_aux.epilogue = MatmulEpilogue::gelu_aux_bias;
+  gelu_aux.epilogue = EpilogueKind::gelu_aux_bias;
   gelu_aux.aux_ld = 20;  // not a multiple of 8
   auto refusal = check_matmul(gelu_aux);
   ASSERT_TRUE(refusal);
@@ -167,7 +167,7 @@ TEST(CublasLtMatmul, Check_EnforcesTheDocumentedAuxLeadingDimensions) {
   EXPECT_EQ(resolved.aux_ld, 24);
 
   MatmulDesc relu_mask = desc_of(16, 20, 8, DType::bf16, DType::bf16);
-  relu_mask.epilogue = MatmulEpilogue::drelu;
+  relu_mask.epilogue = EpilogueKind::drelu;
   relu_mask.aux_ld = 64;  // bits: must be a multiple of 128
   EXPECT_TRUE(check_matmul(relu_mask));
   relu_mask.aux_ld = 0;
@@ -184,7 +184,7 @@ TEST(CublasLtMatmul, Check_EnforcesTheDocumentedAuxLeadingDimensions) {
 TEST(CublasLtMatmul, MisalignedBiasPointer_IsRefused) {
   ALLOY_REQUIRE_GPU();
   MatmulDesc d = desc_of(16, 16, 16, DType::bf16, DType::bf16);
-  d.epilogue = MatmulEpilogue::bias;
+  d.epilogue = EpilogueKind::bias;
   alignas(256) static char fake[64];  // never dereferenced: the refusal comes before any launch
   MatmulArgs args;
   args.a = args.b = fake;
@@ -241,13 +241,13 @@ TEST(CublasLtMatmul, StridedBatches_IncludingABroadcastOperand) {
 TEST(CublasLtMatmul, BiasReluAndGeluEpilogues_AddTheBiasPerColumn) {
   ALLOY_REQUIRE_GPU();
   struct Case {
-    MatmulEpilogue epilogue;
+    EpilogueKind epilogue;
     double (*apply)(double);
   };
   Case cases[] = {
-      {MatmulEpilogue::bias, [](double x) { return x; }},
-      {MatmulEpilogue::relu_bias, [](double x) { return x > 0 ? x : 0.0; }},
-      {MatmulEpilogue::gelu_bias, gelu_tanh},
+      {EpilogueKind::bias, [](double x) { return x; }},
+      {EpilogueKind::relu_bias, [](double x) { return x > 0 ? x : 0.0; }},
+      {EpilogueKind::gelu_bias, gelu_tanh},
   };
   for (DType t : {DType::f32, DType::bf16})
     for (const Case& c : cases) {
@@ -260,14 +260,14 @@ TEST(CublasLtMatmul, BiasReluAndGeluEpilogues_AddTheBiasPerColumn) {
       });
       // scale 10 for f32: cuBLASLt's GELU may use an approximate tanh; erf-GELU would still fail
       EXPECT_TRUE(testing::tensors_close(run_on_gpu(p), expected, t == DType::f32 ? 10.0 : 1.0))
-          << dtype_name(t) << " " << epilogue_name(c.epilogue);
+          << dtype_name(t) << " " << epilogue_kind_name(c.epilogue);
     }
 }
 
 TEST(CublasLtMatmul, GeluAuxBias_StoresThePreActivationInAux) {
   ALLOY_REQUIRE_GPU();
   MatmulDesc d = desc_of(24, 36, 32, DType::bf16, DType::bf16, false, true);
-  d.epilogue = MatmulEpilogue::gelu_aux_bias;
+  d.epilogue = EpilogueKind::gelu_aux_bias;
   d.aux_ld = 40;
   Problem p(d, 15);
   p.bias = random_cpu(DType::bf16, d.n, 17);
@@ -285,7 +285,7 @@ TEST(CublasLtMatmul, BgradA_IsTheLinearBiasGradient) {
   // weight gradient of a linear layer: dW [out, in] = dY^T X, db = sum over tokens of dY
   const int64_t tokens = 64, out = 48, in = 32;
   MatmulDesc d = desc_of(out, in, tokens, DType::bf16, DType::f32, /*trans_a=*/true, /*trans_b=*/false);
-  d.epilogue = MatmulEpilogue::bgrad_a;
+  d.epilogue = EpilogueKind::bgrad_a;
   d.bias_dtype = DType::f32;
   Problem p(d, 21);
   p.bias = Tensor::empty(DType::f32, {out});
@@ -304,7 +304,7 @@ TEST(CublasLtMatmul, DgeluBgrad_MultipliesByTheGeluDerivativeAndSumsColumns) {
   // input gradient through a GELU: dH = (dY W) * gelu'(pre), dbias = sum over rows of dH
   const int64_t tokens = 32, hidden = 64, out = 48;
   MatmulDesc d = desc_of(tokens, hidden, out, DType::bf16, DType::bf16);
-  d.epilogue = MatmulEpilogue::dgelu_bgrad;
+  d.epilogue = EpilogueKind::dgelu_bgrad;
   Problem p(d, 23);
   p.aux = random_cpu(DType::bf16, tokens * hidden, 25, -3.0, 3.0);  // pre-activation, aux_ld = hidden
   p.bias = Tensor::empty(DType::bf16, {hidden});

@@ -32,7 +32,7 @@ void expect_in_both_dtypes(const std::string& text, const Bindings& sizes) {
 
 // ---- forward: taken ----
 
-TEST(MatmulEpilogueGpu, LinearBiasTanhGelu) {
+TEST(EpilogueKindGpu, LinearBiasTanhGelu) {
   const char* text = R"(fusion f(x: DT[T, K], w: DT[N, K], b: DT[N]) {
   h = linear(x, w, b)
   g = gelu(h, approximate="tanh")
@@ -42,7 +42,7 @@ TEST(MatmulEpilogueGpu, LinearBiasTanhGelu) {
   expect_in_both_dtypes(text, {{"T", 5}, {"K", 33}, {"N", 30}});  // odd K and N
 }
 
-TEST(MatmulEpilogueGpu, PreActivationReturned_AuxOutput) {
+TEST(EpilogueKindGpu, PreActivationReturned_AuxOutput) {
   const char* text = R"(fusion f(x: DT[T, K], w: DT[N, K], b: DT[N]) {
   h = linear(x, w, b)
   g = gelu(h, approximate="tanh")
@@ -53,7 +53,7 @@ TEST(MatmulEpilogueGpu, PreActivationReturned_AuxOutput) {
   expect_in_both_dtypes(text, {{"T", 16}, {"K", 64}, {"N", 100}});
 }
 
-TEST(MatmulEpilogueGpu, MatmulGeluAuxWithoutBias) {
+TEST(EpilogueKindGpu, MatmulGeluAuxWithoutBias) {
   expect_in_both_dtypes(R"(fusion f(a: DT[B, S, K], b: DT[K, N]) {
   p = matmul(a, b)
   g = gelu(p, approximate="tanh")
@@ -61,7 +61,7 @@ TEST(MatmulEpilogueGpu, MatmulGeluAuxWithoutBias) {
 })", {{"B", 2}, {"S", 9}, {"K", 40}, {"N", 64}});
 }
 
-TEST(MatmulEpilogueGpu, BroadcastInDimBiasAndRelu) {
+TEST(EpilogueKindGpu, BroadcastInDimBiasAndRelu) {
   expect_in_both_dtypes(R"(fusion f(a: DT[M, K], b: DT[K, N], v: DT[N]) {
   p = matmul(a, b)
   vb = broadcast_in_dim(v, shape=[M, N], broadcast_dims=[1])
@@ -71,7 +71,7 @@ TEST(MatmulEpilogueGpu, BroadcastInDimBiasAndRelu) {
 })", {{"M", 33}, {"K", 48}, {"N", 72}});
 }
 
-TEST(MatmulEpilogueGpu, NumpyBroadcastBiasOverABatchedActivation) {
+TEST(EpilogueKindGpu, NumpyBroadcastBiasOverABatchedActivation) {
   expect_in_both_dtypes(R"(fusion f(a: DT[B, S, K], b: DT[K, N], v: DT[N]) {
   p = matmul(a, b)
   y = add(v, p)
@@ -79,7 +79,7 @@ TEST(MatmulEpilogueGpu, NumpyBroadcastBiasOverABatchedActivation) {
 })", {{"B", 3}, {"S", 5}, {"K", 16}, {"N", 24}});
 }
 
-TEST(MatmulEpilogueGpu, OutputCastRoundTripWritesBf16Directly) {
+TEST(EpilogueKindGpu, OutputCastRoundTripWritesBf16Directly) {
   expect_gpu_matches_cpu(R"(fusion f(x: bf16[T, 64], w: bf16[96, 64], b: f32[96]) {
   p = linear(x, w)
   p32 = cast(p, dtype=f32)
@@ -90,7 +90,7 @@ TEST(MatmulEpilogueGpu, OutputCastRoundTripWritesBf16Directly) {
 })", {{"T", 21}});
 }
 
-TEST(MatmulEpilogueGpu, BiasComputedAfterTheMatmul) {
+TEST(EpilogueKindGpu, BiasComputedAfterTheMatmul) {
   expect_in_both_dtypes(R"(fusion f(a: DT[M, 32], b: DT[32, 48], v: DT[48]) {
   p = matmul(a, b)
   e = exp(v)
@@ -99,7 +99,7 @@ TEST(MatmulEpilogueGpu, BiasComputedAfterTheMatmul) {
 })", {{"M", 10}});
 }
 
-TEST(MatmulEpilogueGpu, StridedBiasIsNotOnePackedVector_FallsBack) {
+TEST(EpilogueKindGpu, StridedBiasIsNotOnePackedVector_FallsBack) {
   expect_in_both_dtypes(R"(fusion f(a: DT[M, 32], b: DT[32, 48], v: DT[96]) {
   p = matmul(a, b)
   vs = slice(v, starts=[0], ends=[96], steps=[2])
@@ -111,7 +111,7 @@ TEST(MatmulEpilogueGpu, StridedBiasIsNotOnePackedVector_FallsBack) {
 
 // ---- forward: not taken ----
 
-TEST(MatmulEpilogueGpu, PatternsNotTakenStillMatch) {
+TEST(EpilogueKindGpu, PatternsNotTakenStillMatch) {
   const char* texts[] = {
       R"(fusion f(x: DT[T, 64], w: DT[96, 64], b: DT[96]) {
   h = linear(x, w, b)
@@ -150,7 +150,7 @@ TEST(MatmulEpilogueGpu, PatternsNotTakenStillMatch) {
   }
 }
 
-TEST(MatmulEpilogueGpu, WideResultWithoutCastBack) {
+TEST(EpilogueKindGpu, WideResultWithoutCastBack) {
   expect_gpu_matches_cpu(R"(fusion f(x: bf16[T, 64], w: bf16[96, 64]) {
   p = linear(x, w)
   p32 = cast(p, dtype=f32)
@@ -161,7 +161,7 @@ TEST(MatmulEpilogueGpu, WideResultWithoutCastBack) {
 
 // ---- backward ----
 
-TEST(MatmulEpilogueGpu, DgeluWithBiasGradient) {
+TEST(EpilogueKindGpu, DgeluWithBiasGradient) {
   testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the fused bias gradients, off by default
   const char* text = R"(fusion f(dy: DT[T, C], w: DT[C, H], h: DT[T, H]) {
   dg = matmul(dy, w)
@@ -174,7 +174,7 @@ TEST(MatmulEpilogueGpu, DgeluWithBiasGradient) {
   expect_in_both_dtypes(text, {{"T", 24}, {"C", 48}, {"H", 100}});
 }
 
-TEST(MatmulEpilogueGpu, DgeluAlone) {
+TEST(EpilogueKindGpu, DgeluAlone) {
   expect_in_both_dtypes(R"(fusion f(dy: DT[T, C], w: DT[C, H], h: DT[T, H]) {
   dg = matmul(dy, w)
   dh = gelu_backward(dg, h, approximate="tanh")
@@ -182,7 +182,7 @@ TEST(MatmulEpilogueGpu, DgeluAlone) {
 })", {{"T", 17}, {"C", 32}, {"H", 80}});
 }
 
-TEST(MatmulEpilogueGpu, WeightGradientsWithBiasGradients) {
+TEST(EpilogueKindGpu, WeightGradientsWithBiasGradients) {
   testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the fused bias gradients, off by default
   expect_in_both_dtypes(R"(fusion f(x: DT[T, K], dy: DT[T, N]) {
   dy_t = permute(dy, dims=[1, 0])
@@ -200,7 +200,7 @@ TEST(MatmulEpilogueGpu, WeightGradientsWithBiasGradients) {
 })", {{"T", 40}, {"K", 24}, {"N", 36}});
 }
 
-TEST(MatmulEpilogueGpu, BackwardPatternsNotTaken) {
+TEST(EpilogueKindGpu, BackwardPatternsNotTaken) {
   expect_in_both_dtypes(R"(fusion f(dy: DT[T, 32], w: DT[32, 64], h: DT[T, 64]) {
   dg = matmul(dy, w)
   dh = relu_backward(dg, h)
@@ -214,7 +214,7 @@ TEST(MatmulEpilogueGpu, BackwardPatternsNotTaken) {
 })", {{"T", 20}});
 }
 
-TEST(MatmulEpilogueGpu, MlpBackwardExample) {
+TEST(EpilogueKindGpu, MlpBackwardExample) {
   std::string text = testing::read_file(testing::source_path("examples/mlp_backward.fusion"));
   expect_gpu_matches_cpu(text, {{"T", 16}});
   // the same program in f32 at a smaller width
@@ -229,7 +229,7 @@ TEST(MatmulEpilogueGpu, MlpBackwardExample) {
 // and with every fused bias-gradient epilogue instead (ALLOY_DISABLE_EPILOGUES="").
 // Each way states which path it planned and that cuBLASLt ran it (no refusal and fallback), so a
 // B path that quietly became the A path cannot pass.
-TEST(MatmulEpilogueGpu, MlpBackwardBothWaysOfBiasGradients) {
+TEST(EpilogueKindGpu, MlpBackwardBothWaysOfBiasGradients) {
   ALLOY_REQUIRE_GPU();
   std::string text = testing::read_file(testing::source_path("examples/mlp_backward.fusion"));
   testing::GpuRun a, b;
@@ -259,7 +259,7 @@ void expect_ran_epilogue(const testing::GpuRun& ran, const std::string& epilogue
   EXPECT_EQ(ran.launched.find("refused"), std::string::npos) << ran.launched;
 }
 
-TEST(MatmulEpilogueGpu, ReluAuxBias_WritesTheMask) {
+TEST(EpilogueKindGpu, ReluAuxBias_WritesTheMask) {
   ALLOY_REQUIRE_GPU();
   // the output features are a weight's fixed size, as in a model: the epilogue pass needs them
   // to know whether cuBLASLt's mask rows fit relu_mask's packing
@@ -283,7 +283,7 @@ TEST(MatmulEpilogueGpu, ReluAuxBias_WritesTheMask) {
   }
 }
 
-TEST(MatmulEpilogueGpu, ReluAuxWithoutBias) {
+TEST(EpilogueKindGpu, ReluAuxWithoutBias) {
   ALLOY_REQUIRE_GPU();
   for (const char* dtype : {"bf16", "f32"}) {
     SCOPED_TRACE(dtype);
@@ -298,7 +298,7 @@ TEST(MatmulEpilogueGpu, ReluAuxWithoutBias) {
   }
 }
 
-TEST(MatmulEpilogueGpu, DreluAndDreluBgrad_ReadTheMask) {
+TEST(EpilogueKindGpu, DreluAndDreluBgrad_ReadTheMask) {
   ALLOY_REQUIRE_GPU();
   // H (the hidden width, a weight's fixed size) decides whether cuBLASLt's mask rows fit
   auto text = [](int64_t h) {
@@ -326,7 +326,7 @@ TEST(MatmulEpilogueGpu, DreluAndDreluBgrad_ReadTheMask) {
 
 // A transposed mask view that no aux_ld describes: cuBLASLt refuses and the fallback (the plain
 // GEMM, then a bitmask kernel on a packed copy) runs, equal to the CPU.
-TEST(MatmulEpilogueGpu, DreluOfATransposedMask_FallsBack) {
+TEST(EpilogueKindGpu, DreluOfATransposedMask_FallsBack) {
   ALLOY_REQUIRE_GPU();
   testing::GpuRun transposed;
   expect_gpu_matches_cpu(R"(fusion f(dy: bf16[T, 48], w: bf16[48, 256], mt: i32[8, T]) {
@@ -343,7 +343,7 @@ TEST(MatmulEpilogueGpu, DreluOfATransposedMask_FallsBack) {
 // A mask sliced out of a wider one (rows 12 words apart, from word 4): cuBLASLt's dReLU read such a
 // mask wrongly on an H100 with aux_ld = 384 bits, so only packed masks go to cuBLASLt and this one
 // takes the fallback (the plain GEMM, then the bitmask kernel on the view), equal to the CPU.
-TEST(MatmulEpilogueGpu, DreluOfASlicedMask_FallsBack) {
+TEST(EpilogueKindGpu, DreluOfASlicedMask_FallsBack) {
   ALLOY_REQUIRE_GPU();
   testing::GpuRun strided;
   expect_gpu_matches_cpu(R"(fusion f(dy: bf16[40, 48], w: bf16[48, 256], big: i32[40, 12]) {
@@ -357,7 +357,7 @@ TEST(MatmulEpilogueGpu, DreluOfASlicedMask_FallsBack) {
 
 // The ReLU MLP examples: the forward writes the mask in its first GEMM; the backward reads it in
 // dReLU (and with every kind allowed, computes db1 there too).
-TEST(MatmulEpilogueGpu, MlpReluExamples) {
+TEST(EpilogueKindGpu, MlpReluExamples) {
   ALLOY_REQUIRE_GPU();
   testing::GpuRun forward, backward, backward_bgrad;
   expect_gpu_matches_cpu(testing::read_file(testing::source_path("examples/mlp_relu.fusion")), {{"T", 256}}, 7, 1.0, &forward);
@@ -373,7 +373,7 @@ TEST(MatmulEpilogueGpu, MlpReluExamples) {
 // The bias gradients run on a side stream beside the next GEMMs (host_ir/program.h). Ten runs
 // enqueued back to back on a stream of the test's own, with no wait between them, each against
 // the CPU: a missing wait between the streams, or a buffer reused too early, shows as a mismatch.
-TEST(MatmulEpilogueGpu, MlpBackwardSideStreamRunAfterRun) {
+TEST(EpilogueKindGpu, MlpBackwardSideStreamRunAfterRun) {
   ALLOY_REQUIRE_GPU();
   std::string text = testing::read_file(testing::source_path("examples/mlp_backward.fusion"));
   auto cpu_fusion = parse_fusion(text, "mlp_backward.fusion", std::nullopt);

@@ -54,6 +54,26 @@ TEST(OfflineCompile, BoundSizesCompileTheVariantARunWouldLaunch) {
   EXPECT_THROW(compile_offline(*fusion, "sm_90", false, &missing), UserError);
 }
 
+// A sharded fusion compiles as the part one rank runs, through the pipeline a run takes: local
+// shapes (the column-parallel GELU over 1024 / 2 features of each row), and the all-reduce the
+// sharding passes insert as a communication segment of its own.
+TEST(OfflineCompile, ShardedFusionCompilesWhatOneRankRuns) {
+  REQUIRE_CUDA_BUILD();
+  auto fusion = parse_fusion(testing::read_file(testing::source_path("examples/tp_mlp.fusion")), "tp_mlp.fusion", std::nullopt);
+  Bindings sizes{{"T", 64}};
+  std::string report = compile_offline(*fusion, "sm_90", false, &sizes);
+  EXPECT_NE(report.find("(the part one rank of @mesh[0, 1] runs)"), std::string::npos) << report;
+  EXPECT_NE(report.find("[communication]: all_reduce, no kernel"), std::string::npos) << report;
+  // the same GELU over one rank's [64, 512] block, written without a mesh, launches the same grid
+  auto local = parse_fusion(R"(fusion g(h: f32[64, 512]) {
+  y = gelu(h, approximate="tanh")
+  return y
+})", "local.fusion", std::nullopt);
+  std::string alone = compile_offline(*local, "sm_90", false, &sizes);
+  auto grid = [](const std::string& text) { return text.substr(text.find("grid "), text.find(", block") - text.find("grid ")); };
+  EXPECT_EQ(grid(report.substr(report.find("[pointwise]"))), grid(alone)) << report << alone;
+}
+
 // A transposed operand: the tile transpose a run would launch compiles, staging z's tiles.
 TEST(OfflineCompile, BoundTransposedOperandCompilesATileTranspose) {
   REQUIRE_CUDA_BUILD();

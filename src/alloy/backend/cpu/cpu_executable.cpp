@@ -48,30 +48,20 @@ namespace {
 void copy_into_cpu(const Tensor& dst, const Tensor& src) {
   ALLOY_CHECK(dst.sizes() == src.sizes() && dst.dtype() == src.dtype(), "copy of ", src.str(), " into ", dst.str());
   Tensor packed = packed_cpu(src);
-  size_t width = size_t(dtype_size(dst.dtype()));
-  std::vector<int64_t> index(size_t(dst.dim()), 0);
+  const int64_t width = dtype_size(dst.dtype());
   auto* to = static_cast<char*>(dst.data());
   const auto* from = static_cast<const char*>(packed.data());
-  for (int64_t i = 0; i < dst.numel(); ++i) {
-    int64_t at = 0;
-    for (int a = 0; a < dst.dim(); ++a) at += index[size_t(a)] * dst.stride(a);
-    std::memcpy(to + at * int64_t(width), from + size_t(i) * width, width);
-    for (int a = dst.dim() - 1; a >= 0 && ++index[size_t(a)] == dst.size(a); --a) index[size_t(a)] = 0;
-  }
+  for_each_element(dst, [&](int64_t k, int64_t at) { std::memcpy(to + at * width, from + k * width, size_t(width)); });
 }
 
 // into += sum for CPU tensors of one dtype and shape, `into` at any strides (a ring's block).
 void accumulate_cpu(const Tensor& into, const Tensor& sum) {
   ALLOY_CHECK(into.sizes() == sum.sizes() && into.dtype() == sum.dtype(), "accumulate of ", sum.str(), " into ", into.str());
   Tensor packed = packed_cpu(sum);
-  std::vector<int64_t> index(size_t(into.dim()), 0);
-  for (int64_t i = 0; i < into.numel(); ++i) {
-    int64_t at = 0;
-    for (int a = 0; a < into.dim(); ++a) at += index[size_t(a)] * into.stride(a);
-    void* base = into.data();
-    store_double(base, into.dtype(), at, load_as_double(base, into.dtype(), at) + load_as_double(packed.data(), packed.dtype(), i));
-    for (int a = into.dim() - 1; a >= 0 && ++index[size_t(a)] == into.size(a); --a) index[size_t(a)] = 0;
-  }
+  void* base = into.data();
+  for_each_element(into, [&](int64_t k, int64_t at) {
+    store_double(base, into.dtype(), at, load_as_double(base, into.dtype(), at) + load_as_double(packed.data(), packed.dtype(), k));
+  });
 }
 
 // The host: every node runs in order on the calling thread, so streams, events and timing are

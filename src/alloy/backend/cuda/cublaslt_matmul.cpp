@@ -55,26 +55,26 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
-cublasLtEpilogue_t cublas_epilogue(MatmulEpilogue e) {
+cublasLtEpilogue_t cublas_epilogue(EpilogueKind e) {
   switch (e) {
-    case MatmulEpilogue::none: return CUBLASLT_EPILOGUE_DEFAULT;
-    case MatmulEpilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
-    case MatmulEpilogue::relu: return CUBLASLT_EPILOGUE_RELU;
-    case MatmulEpilogue::relu_bias: return CUBLASLT_EPILOGUE_RELU_BIAS;
-    case MatmulEpilogue::relu_aux: return CUBLASLT_EPILOGUE_RELU_AUX;
-    case MatmulEpilogue::relu_aux_bias: return CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
-    case MatmulEpilogue::gelu: return CUBLASLT_EPILOGUE_GELU;
-    case MatmulEpilogue::gelu_bias: return CUBLASLT_EPILOGUE_GELU_BIAS;
-    case MatmulEpilogue::gelu_aux: return CUBLASLT_EPILOGUE_GELU_AUX;
-    case MatmulEpilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case MatmulEpilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
-    case MatmulEpilogue::dgelu_bgrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    case MatmulEpilogue::drelu: return CUBLASLT_EPILOGUE_DRELU;
-    case MatmulEpilogue::drelu_bgrad: return CUBLASLT_EPILOGUE_DRELU_BGRAD;
-    case MatmulEpilogue::bgrad_a: return CUBLASLT_EPILOGUE_BGRADB;  // swapped operands, see above
-    case MatmulEpilogue::bgrad_b: return CUBLASLT_EPILOGUE_BGRADA;
+    case EpilogueKind::none: return CUBLASLT_EPILOGUE_DEFAULT;
+    case EpilogueKind::bias: return CUBLASLT_EPILOGUE_BIAS;
+    case EpilogueKind::relu: return CUBLASLT_EPILOGUE_RELU;
+    case EpilogueKind::relu_bias: return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case EpilogueKind::relu_aux: return CUBLASLT_EPILOGUE_RELU_AUX;
+    case EpilogueKind::relu_aux_bias: return CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
+    case EpilogueKind::gelu: return CUBLASLT_EPILOGUE_GELU;
+    case EpilogueKind::gelu_bias: return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case EpilogueKind::gelu_aux: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case EpilogueKind::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case EpilogueKind::dgelu: return CUBLASLT_EPILOGUE_DGELU;
+    case EpilogueKind::dgelu_bgrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case EpilogueKind::drelu: return CUBLASLT_EPILOGUE_DRELU;
+    case EpilogueKind::drelu_bgrad: return CUBLASLT_EPILOGUE_DRELU_BGRAD;
+    case EpilogueKind::bgrad_a: return CUBLASLT_EPILOGUE_BGRADB;  // swapped operands, see above
+    case EpilogueKind::bgrad_b: return CUBLASLT_EPILOGUE_BGRADA;
   }
-  internal_error("bad MatmulEpilogue ", int(e));
+  internal_error("bad EpilogueKind ", int(e));
 }
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
@@ -332,47 +332,25 @@ std::optional<MatmulRefusal> check_pointers(const MatmulDesc& d, const MatmulArg
 
 }  // namespace
 
-std::string_view epilogue_name(MatmulEpilogue e) {
-  switch (e) {
-    case MatmulEpilogue::none: return "none";
-    case MatmulEpilogue::bias: return "bias";
-    case MatmulEpilogue::relu: return "relu";
-    case MatmulEpilogue::relu_bias: return "relu_bias";
-    case MatmulEpilogue::relu_aux: return "relu_aux";
-    case MatmulEpilogue::relu_aux_bias: return "relu_aux_bias";
-    case MatmulEpilogue::gelu: return "gelu";
-    case MatmulEpilogue::gelu_bias: return "gelu_bias";
-    case MatmulEpilogue::gelu_aux: return "gelu_aux";
-    case MatmulEpilogue::gelu_aux_bias: return "gelu_aux_bias";
-    case MatmulEpilogue::dgelu: return "dgelu";
-    case MatmulEpilogue::dgelu_bgrad: return "dgelu_bgrad";
-    case MatmulEpilogue::drelu: return "drelu";
-    case MatmulEpilogue::drelu_bgrad: return "drelu_bgrad";
-    case MatmulEpilogue::bgrad_a: return "bgrad_a";
-    case MatmulEpilogue::bgrad_b: return "bgrad_b";
-  }
-  return "?";
-}
-
-bool epilogue_uses_bias(MatmulEpilogue e) {
-  using E = MatmulEpilogue;
+bool epilogue_uses_bias(EpilogueKind e) {
+  using E = EpilogueKind;
   return e == E::bias || e == E::relu_bias || e == E::relu_aux_bias || e == E::gelu_bias || e == E::gelu_aux_bias ||
          epilogue_writes_bias(e);
 }
 
-bool epilogue_writes_bias(MatmulEpilogue e) {
-  using E = MatmulEpilogue;
+bool epilogue_writes_bias(EpilogueKind e) {
+  using E = EpilogueKind;
   return e == E::dgelu_bgrad || e == E::drelu_bgrad || e == E::bgrad_a || e == E::bgrad_b;
 }
 
-bool epilogue_uses_aux(MatmulEpilogue e) {
-  using E = MatmulEpilogue;
+bool epilogue_uses_aux(EpilogueKind e) {
+  using E = EpilogueKind;
   return e == E::relu_aux || e == E::relu_aux_bias || e == E::gelu_aux || e == E::gelu_aux_bias || e == E::dgelu ||
          e == E::dgelu_bgrad || e == E::drelu || e == E::drelu_bgrad;
 }
 
-bool epilogue_aux_is_mask(MatmulEpilogue e) {
-  using E = MatmulEpilogue;
+bool epilogue_aux_is_mask(EpilogueKind e) {
+  using E = EpilogueKind;
   return e == E::relu_aux || e == E::relu_aux_bias || e == E::drelu || e == E::drelu_bgrad;
 }
 
@@ -382,7 +360,7 @@ std::string MatmulDesc::str() const {
                     std::string(dtype_name(d_dtype)) + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
                     " k=" + std::to_string(k);
   if (batch != 1) out += " batch=" + std::to_string(batch);
-  if (epilogue != MatmulEpilogue::none) out += " epilogue=" + std::string(epilogue_name(epilogue));
+  if (epilogue != EpilogueKind::none) out += " epilogue=" + std::string(epilogue_kind_name(epilogue));
   return out;
 }
 

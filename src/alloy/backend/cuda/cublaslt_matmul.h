@@ -11,37 +11,20 @@
 #include <string_view>
 
 #include "alloy/backend/cuda/cuda_api.h"
+#include "alloy/segment/schedulers/matmul_epilogue.h"
 #include "alloy/tensor/dtype.h"
 
 namespace alloy::cuda {
 
-// What happens to the product P = alpha * op(A) @ op(B) + beta * C before it is stored in D.
+// What happens to the product P = alpha * op(A) @ op(B) + beta * C before it is stored in D (an
+// EpilogueKind, the one list the segmenter matches and cuBLASLt runs).
 // "bias" is a vector of length n added to every row of P. "aux" is an extra [m, n] matrix
 // (row stride aux_ld): the forward *_aux epilogues write the pre-activation into it; the backward
 // ones read it. For ReLU the aux matrix is a bit mask (aux_ld in bits).
-enum class MatmulEpilogue : uint8_t {
-  none,
-  bias,           // D = P + bias
-  relu,           // D = relu(P)
-  relu_bias,      // D = relu(P + bias)
-  relu_aux,       // D = relu(P), aux = mask(P > 0)
-  relu_aux_bias,  // D = relu(P + bias), aux = mask(P + bias > 0)
-  gelu,           // D = gelu_tanh(P)
-  gelu_bias,      // D = gelu_tanh(P + bias)
-  gelu_aux,       // D = gelu_tanh(P), aux = P
-  gelu_aux_bias,  // D = gelu_tanh(P + bias), aux = P + bias
-  dgelu,          // D = P * gelu_tanh'(aux)
-  dgelu_bgrad,    // D = P * gelu_tanh'(aux), bias[j] = sum_i D[i, j]
-  drelu,          // D = P * mask(aux)
-  drelu_bgrad,    // D = P * mask(aux), bias[j] = sum_i D[i, j]
-  bgrad_a,        // D = P, bias[i] = sum_k op(A)[i, k]   (bias has length m)
-  bgrad_b,        // D = P, bias[j] = sum_k op(B)[k, j]   (bias has length n)
-};
-std::string_view epilogue_name(MatmulEpilogue e);
-bool epilogue_uses_bias(MatmulEpilogue e);   // reads or writes the bias vector
-bool epilogue_writes_bias(MatmulEpilogue e);  // the bias vector is a gradient output
-bool epilogue_uses_aux(MatmulEpilogue e);
-bool epilogue_aux_is_mask(MatmulEpilogue e);  // ReLU bit mask rather than a matrix of D's type
+bool epilogue_uses_bias(EpilogueKind e);   // reads or writes the bias vector
+bool epilogue_writes_bias(EpilogueKind e);  // the bias vector is a gradient output
+bool epilogue_uses_aux(EpilogueKind e);
+bool epilogue_aux_is_mask(EpilogueKind e);  // ReLU bit mask rather than a matrix of D's type
 
 // D[b] = epilogue(alpha * op(A[b]) @ op(B[b]) + beta * C[b]) for b < batch. Row-major throughout:
 //   A is stored [m, k] (trans_a = false) or [k, m] (trans_a = true), rows lda elements apart;
@@ -55,7 +38,7 @@ struct MatmulDesc {
   bool trans_a = false, trans_b = false;
   int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0, stride_d = 0;
-  MatmulEpilogue epilogue = MatmulEpilogue::none;
+  EpilogueKind epilogue = EpilogueKind::none;
   std::optional<DType> bias_dtype;  // none: D's dtype (f32 is also accepted for a 16-bit D)
   int64_t bias_batch_stride = 0;
   std::optional<DType> aux_dtype;   // GELU aux; none or D's dtype (ignored for ReLU masks)

@@ -11,9 +11,9 @@
 #include "alloy/backend/cuda/bitmask_segment.h"
 #include "alloy/backend/cuda/cuda_api.h"
 #include "alloy/backend/cuda/generated_kernel.h"
+#include "alloy/backend/cuda/host_views.h"
 #include "alloy/backend/cuda/matmul_segment.h"
 #include "alloy/backend/cuda/strided_copy.h"
-#include "alloy/backend/cpu/views.h"
 #include "alloy/backend/cuda/cuda_runtime.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
 
@@ -25,15 +25,7 @@ class NoopSegment final : public host_ir::SegmentExecutable {
  public:
   explicit NoopSegment(const Segment& s) : ops_(s.ops) {}
   void run(host_ir::RunState& state) override {
-    for (const Op* op : ops_) {
-      const Tensor& in = state.at(op->inputs[0]);
-      std::vector<int64_t> sizes = state.concrete_shape(op->outputs[0]);
-      Tensor t = apply_view(*op, in, sizes);
-      if (!t.defined()) {
-        t = contiguous(in, Stream::current(state.device.index)).view(sizes);
-      }
-      state.values[op->outputs[0]->id] = t;
-    }
+    for (const Op* op : ops_) make_host_view(*op, state);
   }
 
  private:

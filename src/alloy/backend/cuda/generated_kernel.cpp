@@ -11,7 +11,7 @@
 #include "alloy/backend/cuda/kernel_cache.h"
 #include "alloy/backend/cuda/launch_plan.h"
 #include "alloy/backend/cuda/strided_copy.h"
-#include "alloy/backend/cpu/views.h"
+#include "alloy/backend/cuda/host_views.h"
 #include "alloy/segment/schedulers/stage_split.h"
 
 namespace alloy::cuda {
@@ -64,17 +64,6 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     std::string source;
     const LoadedKernel* kernel = nullptr;
   };
-
-  void make_host_view(const Op& view, host_ir::RunState& state) {
-    const Tensor& in = state.at(view.inputs[0]);
-    std::vector<int64_t> sizes = state.concrete_shape(view.outputs[0]);
-    Tensor t = apply_view(view, in, sizes);
-    if (!t.defined()) {
-      // a reshape across non-contiguous axes: make the input contiguous first
-      t = contiguous(in, Stream::current(state.device.index)).view(sizes);
-    }
-    state.values[view.outputs[0]->id] = t;
-  }
 
   // The kernel a pass (stage_split.h), made the first time a run asks for it; false where the
   // analysis does not split (the caller launches the one kernel).

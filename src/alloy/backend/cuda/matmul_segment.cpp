@@ -9,7 +9,7 @@
 #include "alloy/backend/cuda/strided_copy.h"
 #include "alloy/ir/op_table.h"
 #include "alloy/segment/schedulers/matmul_epilogue.h"
-#include "alloy/backend/cpu/views.h"
+#include "alloy/backend/cuda/host_views.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
 
 namespace alloy::cuda {
@@ -86,28 +86,6 @@ std::optional<int64_t> uniform_stride(const std::vector<int64_t>& offsets) {
   return s;
 }
 
-MatmulEpilogue cublas_epilogue(EpilogueKind kind) {
-  switch (kind) {
-    case EpilogueKind::none: return MatmulEpilogue::none;
-    case EpilogueKind::bias: return MatmulEpilogue::bias;
-    case EpilogueKind::relu: return MatmulEpilogue::relu;
-    case EpilogueKind::relu_bias: return MatmulEpilogue::relu_bias;
-    case EpilogueKind::gelu: return MatmulEpilogue::gelu;
-    case EpilogueKind::gelu_bias: return MatmulEpilogue::gelu_bias;
-    case EpilogueKind::gelu_aux: return MatmulEpilogue::gelu_aux;
-    case EpilogueKind::gelu_aux_bias: return MatmulEpilogue::gelu_aux_bias;
-    case EpilogueKind::relu_aux: return MatmulEpilogue::relu_aux;
-    case EpilogueKind::relu_aux_bias: return MatmulEpilogue::relu_aux_bias;
-    case EpilogueKind::dgelu: return MatmulEpilogue::dgelu;
-    case EpilogueKind::dgelu_bgrad: return MatmulEpilogue::dgelu_bgrad;
-    case EpilogueKind::drelu: return MatmulEpilogue::drelu;
-    case EpilogueKind::drelu_bgrad: return MatmulEpilogue::drelu_bgrad;
-    case EpilogueKind::bgrad_a: return MatmulEpilogue::bgrad_a;
-    case EpilogueKind::bgrad_b: return MatmulEpilogue::bgrad_b;
-  }
-  internal_error("bad EpilogueKind ", int(kind));
-}
-
 // The matmul alone, for a "matmul" segment made without the epilogue pass.
 std::shared_ptr<const EpilogueMatch> plain_match(const Segment& s) {
   auto m = std::make_shared<EpilogueMatch>();
@@ -145,7 +123,7 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
 
   void run(host_ir::RunState& state) override {
     Stream stream = Stream::current(state.device.index);
-    for (const Op* view : match_->operand_views) make_host_view(*view, state, stream);
+    for (const Op* view : match_->operand_views) make_host_view(*view, state);
     // Empty operands or products (k = 0 included) go to the fallback, which handles them.
     int64_t product_numel = 1;
     for (int64_t n : state.concrete_shape(match_->product)) product_numel *= n;
@@ -255,8 +233,8 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
 
   // One cuBLASLt call for the matmul and every op the epilogue took; a refusal leaves nothing written.
   std::optional<MatmulRefusal> run_fused(host_ir::RunState& state, const Gemm& g, const Stream& stream) {
-    MatmulEpilogue e = cublas_epilogue(kind_);
-    if (e != MatmulEpilogue::none && !g.single()) return MatmulRefusal{"epilogues are used on a single GEMM only"};
+    EpilogueKind e = kind_;
+    if (e != EpilogueKind::none && !g.single()) return MatmulRefusal{"epilogues are used on a single GEMM only"};
     MatmulDesc desc = g.desc;
     desc.epilogue = e;
     desc.c_dtype = desc.d_dtype = match_->result->dtype();
@@ -270,7 +248,7 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
     }
     if (epilogue_uses_bias(e)) {
       const Tensor& bias = epilogue_writes_bias(e) ? buffer_for(state, bias_, stream) : state.at(bias_);
-      args.bias = vector_pointer(bias, e == MatmulEpilogue::bgrad_a ? desc.m : desc.n);
+      args.bias = vector_pointer(bias, e == EpilogueKind::bgrad_a ? desc.m : desc.n);
       if (!args.bias) return MatmulRefusal{"the bias " + bias_->name + " is not one packed vector"};
       desc.bias_dtype = bias.dtype();
     }
@@ -315,10 +293,10 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
         MatmulArgs args;
         args.d = p.data();
         if (op_->kind == OpKind::linear && op_->inputs.size() == 3) {
-          desc.epilogue = MatmulEpilogue::bias;
+          desc.epilogue = EpilogueKind::bias;
           args.bias = vector_pointer(state.at(op_->inputs[2]), desc.n);
         }
-        done = (desc.epilogue == MatmulEpilogue::none || args.bias) && !launch(*g, desc, args, stream);
+        done = (desc.epilogue == EpilogueKind::none || args.bias) && !launch(*g, desc, args, stream);
       }
       if (!done) run_op_on_host(*op_, state, stream);
       ran = done ? "the plain cuBLASLt GEMM" : "the reference matmul on the host";
@@ -387,14 +365,6 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
     std::vector<const Value*> outputs(sub.outputs.begin(), sub.outputs.end());
     epilogue_units_.push_back({make_generated_kernel(sub, std::move(*a)), std::move(outputs)});
     return true;
-  }
-
-  static void make_host_view(const Op& view, host_ir::RunState& state, const Stream& stream) {
-    const Tensor& in = state.at(view.inputs[0]);
-    std::vector<int64_t> sizes = state.concrete_shape(view.outputs[0]);
-    Tensor t = apply_view(view, in, sizes);
-    if (!t.defined()) t = contiguous(in, stream).view(sizes);
-    state.values[view.outputs[0]->id] = t;
   }
 
   // One op through the host reference; its outputs land in their device buffers.

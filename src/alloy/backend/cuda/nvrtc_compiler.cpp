@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "alloy/common/error.h"
+#include "alloy/common/files.h"
 #include "alloy/common/settings.h"
 
 namespace alloy::cuda {
@@ -249,12 +250,7 @@ void write_disk(const std::string& dir, const CompiledModule& module) {
 
 }  // namespace
 
-std::string cuda_cache_dir() {
-  if (std::string dir = settings::text("ALLOY_CACHE_DIR"); !dir.empty()) return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/alloy";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/alloy";
-  return "";
-}
+std::string cuda_cache_dir() { return cache_dir(); }
 
 std::shared_ptr<const CompiledModule> compile_cuda(const std::string& source, const std::string& kernel_name,
                                                    int arch_major, int arch_minor, const CompileOptions& options) {

@@ -16,6 +16,7 @@
 
 #include "alloy/backend/backend.h"
 #include "alloy/common/error.h"
+#include "alloy/common/files.h"
 #include "alloy/common/settings.h"
 #include "alloy/ir/parser.h"
 #include "alloy/multidevice/communicator.h"
@@ -37,13 +38,6 @@ double* field(MachineCosts& c, size_t i) {
   double* fields[] = {&c.hop_latency_us,   &c.hop_bytes_per_us, &c.gather_latency_us, &c.gather_bytes_per_us,
                       &c.gemm_flops_per_us, &c.gemm_half_rows,   &c.launch_us};
   return fields[i];
-}
-
-std::string cache_dir() {
-  if (std::string dir = settings::text("ALLOY_CACHE_DIR"); !dir.empty()) return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/alloy";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/alloy";
-  return "";
 }
 
 // The whole file, or an empty object where it is missing or does not parse.

@@ -1,5 +1,6 @@
 // Segmentation for the CUDA target: merges ops into the fewest segments that the GPU schedulers
-// (noop, matmul, normalization, reduction, pointwise) accept, recording every refusal.
+// (scheduler.h: communication, matmul, generated kernels, bitmask, noop, then cpu_fallback)
+// accept, trying them in that order and recording every refusal.
 #pragma once
 
 #include "alloy/segment/segment.h"

@@ -1,0 +1,51 @@
+#include "alloy/segment/schedulers/generated_scheduler.h"
+
+#include <memory>
+
+#include "alloy/segment/schedulers/kernel_analysis.h"
+
+namespace alloy {
+namespace {
+
+// CUDA passes at most 32,764 bytes to a kernel; ours are 8 bytes per pointer, per size and per
+// stride of every tensor (kernel_codegen's param_words), bounded here with every tensor at the
+// largest rank.
+constexpr int64_t kMaxKernelParamWords = 4000;
+
+int64_t param_words_bound(const Segment& s) {
+  int64_t rank = 1, tensors = 0, scalars = 0;
+  for (const auto* list : {&s.inputs, &s.outputs})
+    for (const Value* v : *list) {
+      if (v->is_scalar()) ++scalars;
+      else ++tensors, rank = std::max<int64_t>(rank, v->rank());
+    }
+  return 8 + rank + tensors * (1 + rank) + scalars;
+}
+
+std::string too_many_ops() { return "a generated kernel takes at most " + std::to_string(kMaxKernelOps) + " ops"; }
+const char* kTooManyParams = "its tensors' pointers, sizes and strides would pass CUDA's 32 KB of kernel parameters";
+
+SchedulerKind kernel_kind(const KernelAnalysis& a) {
+  if (!a.is_reduction()) return SchedulerKind::pointwise;
+  for (Value* out : a.outputs)
+    if (!a.at(out).per_row) return SchedulerKind::normalization;
+  return SchedulerKind::reduction;
+}
+
+}  // namespace
+
+Verdict can_schedule_generated(const Offer& offer) {
+  if (offer.ops.size() > kMaxKernelOps) return too_many_ops();
+  Segment s = make_segment(offer, SchedulerKind::pointwise);
+  if (param_words_bound(s) > kMaxKernelParamWords) return std::string(kTooManyParams);
+  auto analysis = analyze_kernel(s.ops, s.inputs, s.outputs);
+  if (auto* why = std::get_if<std::string>(&analysis)) return *why;
+  auto kept = std::make_shared<const KernelAnalysis>(std::get<KernelAnalysis>(std::move(analysis)));
+  s.scheduler = kernel_kind(*kept);
+  s.analysis = std::move(kept);
+  return s;
+}
+
+bool refused_for_size(const std::string& why) { return why == too_many_ops() || why == kTooManyParams; }
+
+}  // namespace alloy
