@@ -359,14 +359,17 @@ bool use_transposed_rows(const KernelAnalysis& a, const std::vector<Slot>& slots
   return true;
 }
 
-// Column tile: up to target.column_tile threads (32; each `vector` kept elements wide) along the
-// kept axes, the rest of a 256-thread block along the reduced axes.
+// Column tile: up to kColumnTile threads (each `vector` kept elements wide) along the kept axes,
+// the rest of a 256-thread block along the reduced axes. 32: on an H100 64 and 128 were slower
+// (column_sum [8192, 6400] 40.7 us at 32, 42.2 at 64, 45.0 at 128;
+// bench/results/2026-11-25-NVIDIA_H100_80GB_HBM3-issue17-session23-notes.md).
+constexpr int kColumnTile = 32;
 void choose_tile(const KernelAnalysis& a, const std::vector<Slot>& launch, KernelVariant& v, const std::vector<Axis>& outer,
-                 const std::vector<Axis>& inner, int64_t rows, const LaunchTarget& target) {
+                 const std::vector<Axis>& inner, int64_t rows) {
   v.threads = 256;
   int64_t slots = (rows + v.vector - 1) / v.vector;
   int tile = 1;
-  while (tile < target.column_tile && tile < slots) tile *= 2;
+  while (tile < kColumnTile && tile < slots) tile *= 2;
   v.tile_x = tile;
   int main = std::max(0, main_slot(a, launch));
   // Where the reduced axis is the contiguous one (few long rows), a block takes one kept index
@@ -455,10 +458,8 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.streaming_threads = int(settings::integer("ALLOY_STREAMING_THREADS"));
   t.column_min_steps = int(settings::integer("ALLOY_COLUMN_MIN_STEPS"));
   t.column_blocks_per_sm = int(settings::integer("ALLOY_COLUMN_BLOCKS_PER_SM"));
-  t.column_tile = int(settings::integer("ALLOY_COLUMN_TILE"));
   t.row_threads = int(settings::integer("ALLOY_ROW_THREADS"));
   t.row_min_blocks = int(settings::integer("ALLOY_ROW_MIN_BLOCKS"));
-  t.transpose_min_blocks = int(settings::integer("ALLOY_TRANSPOSE_MIN_BLOCKS"));
   return t;
 }
 
@@ -524,13 +525,12 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   if (target.tile_transposes && choose_transpose(a, lt.slots, v, axes, lt.tensors, lt.addresses)) {
     v.lean = target.lean;
     v.early_loads = target.early_loads;
-    v.min_blocks = target.transpose_min_blocks;
     v.index32 = target.lean && small_offsets(axes, l.numel);
     return v;
   }
   choose_vector(a, lt.slots, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats,
                 target.edge_elements && !columns, columns ? column_max_vector(a) : 8);
-  if (columns) choose_tile(a, lt.slots, v, l.outer, l.inner, l.rows, target);
+  if (columns) choose_tile(a, lt.slots, v, l.outer, l.inner, l.rows);
   else if (a.is_reduction() && target.transposed_rows && use_transposed_rows(a, lt.slots, l.outer, l.inner, v)) {}
   else if (a.is_reduction()) choose_block(v, l.rows, l.cols, target);
   else v.threads = 256;

@@ -46,14 +46,10 @@ struct LaunchTarget {
   // many as the threads and shared memory allow).
   int column_min_steps = 16;
   int column_blocks_per_sm = 0;
-  // Column kernels: threads of a block along the kept axes (ALLOY_COLUMN_TILE, rounded up to a
-  // power of two, fewer where the kept axes are narrower; the others run along the reduced axes).
-  int column_tile = 32;
   // Row kernels: the block-size cap (ALLOY_ROW_THREADS) and __launch_bounds__'s minimum blocks
   // an SM (ALLOY_ROW_MIN_BLOCKS; 0 = none).
   int row_threads = 256;
   int row_min_blocks = 0;
-  int transpose_min_blocks = 0;  // the same for tile transposes (ALLOY_TRANSPOSE_MIN_BLOCKS)
   static LaunchTarget from_environment(int sm_count, int64_t shared_per_sm);
 };
 

@@ -20,7 +20,7 @@ struct KernelVariant {
   // Row kernels holding the row in registers whose rows are exactly `items` vectors a lane: no
   // bounds checks.
   bool full_rows = false;
-  int min_blocks = 0;      // row kernels and tile transposes: blocks an SM must fit (__launch_bounds__'s second argument); 0 = no cap
+  int min_blocks = 0;      // row kernels: blocks an SM must fit (__launch_bounds__'s second argument); 0 = no cap
   // Column kernels (single-pass reductions over outer axes): tile_x > 0 threads of a block run
   // along the kept axes (`vector` elements each) and threads / tile_x along the reduced axes,
   // which gridDim.y further splits; partial results meet in a workspace and the last block of
