@@ -26,7 +26,6 @@ const std::vector<Setting> kSettings = {
     {"ALLOY_ROW_THREADS", K::integer, "256", 32, 1024, "row kernels: the block-size cap (a multiple of 32)", 32},
     {"ALLOY_ROW_MIN_BLOCKS", K::integer, "0", 0, 16, "row kernels: __launch_bounds__ minimum blocks an SM (0: none)"},
     {"ALLOY_NO_WARP_ROWS", K::flag, "0", 0, 0, "no warp-per-row variant for short rows"},
-    {"ALLOY_TRANSPOSED_ROWS", K::flag, "0", 0, 0, "reductions over a non-contiguous axis: a row a lane, 32 rows a block"},
     {"ALLOY_NO_TILE_TRANSPOSES", K::flag, "0", 0, 0, "pointwise kernels read permuted operands directly, not through shared-memory tiles"},
     {"ALLOY_NO_SPLIT_STAGES", K::flag, "0", 0, 0, "normalizations over a strided axis run as one row kernel, not a kernel a pass"},
     {"ALLOY_NO_EDGE_ELEMENTS", K::flag, "0", 0, 0, "odd widths and totals fall back to scalar bodies instead of edge elements"},

@@ -172,10 +172,9 @@ constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean_merges, Flavour::
 // kernel or views) and compares with the CPU reference. sm_count shapes the column kernels' splits.
 // `given`: inputs by position (undefined ones are drawn at random).
 
-// `transposed_rows`: normalizations over a non-contiguous axis with a row a lane (opt-in);
 // `split_passes`, where given, gets the count of kernels run as passes of split normalizations.
 void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
-                                  std::vector<Tensor> given = {}, bool transposed_rows = false, int* split_passes = nullptr) {
+                                  std::vector<Tensor> given = {}, int* split_passes = nullptr) {
   bool lean = flavour != Flavour::plain;
   const char* names[] = {"plain kernels, late loads", "lean kernels, Welford and online merges", "lean kernels, values recomputed",
                          "default kernels"};
@@ -198,7 +197,6 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   target.recompute = flavour == Flavour::lean_recompute;
   target.cheap_merges = flavour != Flavour::lean_merges;
   target.early_loads = flavour != Flavour::plain;
-  target.transposed_rows = transposed_rows;
   int passes = 0;
   for (const Segment& s : segmentation.segments) {
     if (s.scheduler == "noop") {  // views only, made on the host as the runtime makes them
@@ -314,21 +312,7 @@ TEST(EmulatedKernels, RowsStartingOffTheVectorBoundary) {
     for (Flavour f : kFlavours) expect_emulation_matches_cpu(text, {{"R", rows}, {"W", width}}, f, 4, {x});
 }
 
-// Normalizations over a non-contiguous axis with a row a lane (LaunchTarget::transposed_rows,
-// opt-in): outputs staged through shared memory (layer norm of a permuted input), stored by the
-// lanes (softmax over the outer axis), kept axes of two strides, rows past a multiple of 32.
-TEST(EmulatedKernels, NormalizationsOverANonContiguousAxisWithARowALane) {
-  std::map<std::string, const testing::KernelCase*> cases;
-  for (const testing::KernelCase& c : testing::kernel_cases()) cases[c.name] = &c;
-  for (const char* name : {"LayerNormOverANonContiguousAxis", "SoftmaxOverTheOuterAxis", "SoftmaxOverANonLastAxis"}) {
-    SCOPED_TRACE(name);
-    const testing::KernelCase& c = *cases.at(name);
-    for (Flavour f : kFlavours)
-      expect_emulation_matches_cpu(c.text, c.emulated_sizes.empty() ? c.sizes : c.emulated_sizes, f, 4, {}, true);
-  }
-}
-
-// The same normalizations as a kernel a pass (the default, LaunchTarget::split_stages): column
+// Normalizations over a non-contiguous axis as a kernel a pass (LaunchTarget::split_stages): column
 // kernels for the row statistics (softmax: its max, then its sum of exps), then a pointwise kernel
 // (a tile transpose where the per-element outputs are contiguous along the rows).
 TEST(EmulatedKernels, NormalizationsOverANonContiguousAxisAsAKernelAPass) {
@@ -339,7 +323,7 @@ TEST(EmulatedKernels, NormalizationsOverANonContiguousAxisAsAKernelAPass) {
     const testing::KernelCase& c = *cases.at(name);
     for (Flavour f : kFlavours) {
       int passes = 0;
-      expect_emulation_matches_cpu(c.text, c.emulated_sizes.empty() ? c.sizes : c.emulated_sizes, f, 4, {}, false, &passes);
+      expect_emulation_matches_cpu(c.text, c.emulated_sizes.empty() ? c.sizes : c.emulated_sizes, f, 4, {}, &passes);
       EXPECT_GE(passes, 2) << "not run as a kernel a pass";
     }
   }
@@ -482,7 +466,7 @@ TEST(EmulatedKernels, RandomFusionsMatchTheCpu) {
   for (int i = 0; i < count; ++i) {
     testing::RandomFusion f = testing::RandomFusionWriter(seed * 1000003 + uint64_t(i)).write();
     std::string trace = "random fusion " + std::to_string(seed) + "/" + std::to_string(i) + " sm_count " +
-                        std::to_string(f.sm_count) + (f.transposed_rows ? " transposed_rows" : "") + " sizes:";
+                        std::to_string(f.sm_count) + " sizes:";
     for (const auto& [name, size] : f.sizes) trace += " " + name + "=" + std::to_string(size);
     SCOPED_TRACE(trace + "\n" + f.text);
     if (campaign) std::cout << "=== " << trace << "\n" << f.text << std::flush;
@@ -493,7 +477,7 @@ TEST(EmulatedKernels, RandomFusionsMatchTheCpu) {
         std::cout << "=== not kernels: " << why << std::flush;
         continue;
       }
-      for (Flavour flavour : kFlavours) expect_emulation_matches_cpu(f.text, f.sizes, flavour, f.sm_count, {}, f.transposed_rows);
+      for (Flavour flavour : kFlavours) expect_emulation_matches_cpu(f.text, f.sizes, flavour, f.sm_count);
     } catch (const std::exception& e) {
       ADD_FAILURE() << e.what();
     }

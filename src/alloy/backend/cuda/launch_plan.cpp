@@ -336,29 +336,6 @@ bool rows_across_memory(const KernelAnalysis& a, const std::vector<Slot>& slots,
   return std::llabs(outer.back().strides[main]) == 1 && std::llabs(inner.back().strides[main]) != 1;
 }
 
-// A reduction that is not a column kernel runs with a row a lane (KernelVariant::transposed_rows)
-// where the first leaf read per element walks the innermost kept axis contiguously and the
-// innermost reduced axis not (a block per row would read it strided): 256 threads, 32 rows a
-// block. Its outputs stored per element go through shared memory where all of them walk the
-// reduced axis contiguously.
-bool use_transposed_rows(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<Axis>& outer,
-                         const std::vector<Axis>& inner, KernelVariant& v) {
-  if (!rows_across_memory(a, slots, outer, inner)) return false;
-  v.transposed_rows = true;
-  v.threads = 256;
-  v.vector = 1;
-  v.edge_elements = false;
-  v.items = 0;
-  v.leaf_modes.clear();
-  v.staged_stores = false;
-  for (size_t t = 0; t < slots.size(); ++t) {
-    if (slots[t].leaf >= 0 || a.at(slots[t].laid_out_as).per_row) continue;
-    if (inner.back().strides[t] != 1) return true;
-    v.staged_stores = true;
-  }
-  return true;
-}
-
 // Column tile: up to kColumnTile threads (each `vector` kept elements wide) along the kept axes,
 // the rest of a 256-thread block along the reduced axes. 32: on an H100 64 and 128 were slower
 // (column_sum [8192, 6400] 40.7 us at 32, 42.2 at 64, 45.0 at 128;
@@ -452,7 +429,6 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.warp_rows = !settings::flag("ALLOY_NO_WARP_ROWS");
   t.tile_transposes = !settings::flag("ALLOY_NO_TILE_TRANSPOSES");
   t.edge_elements = !settings::flag("ALLOY_NO_EDGE_ELEMENTS");
-  t.transposed_rows = settings::flag("ALLOY_TRANSPOSED_ROWS");
   t.split_stages = !settings::flag("ALLOY_NO_SPLIT_STAGES");
   t.streaming_online = !settings::flag("ALLOY_NO_STREAMING_ONLINE");
   t.streaming_threads = int(settings::integer("ALLOY_STREAMING_THREADS"));
@@ -531,7 +507,6 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   choose_vector(a, lt.slots, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats,
                 target.edge_elements && !columns, columns ? column_max_vector(a) : 8);
   if (columns) choose_tile(a, lt.slots, v, l.outer, l.inner, l.rows);
-  else if (a.is_reduction() && target.transposed_rows && use_transposed_rows(a, lt.slots, l.outer, l.inner, v)) {}
   else if (a.is_reduction()) choose_block(v, l.rows, l.cols, target);
   else v.threads = 256;
   // many accumulators: fewer threads along the reduced axes, down to 2 a column; else a row kernel
@@ -543,7 +518,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
     v.inner_rank = int(l.inner.size());
     v.cat_axes = cat_axes_of(lt.cats, axes);
     choose_vector(a, lt.slots, v, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats, target.edge_elements);
-    if (!(target.transposed_rows && use_transposed_rows(a, lt.slots, l.outer, l.inner, v))) choose_block(v, l.rows, l.cols, target);
+    choose_block(v, l.rows, l.cols, target);
   }
   int lanes = v.rows_per_block ? 32 : v.threads;
   v.full_rows = a.is_reduction() && !columns && !v.edge_elements && v.items > 0 && l.cols == int64_t(v.items) * lanes * v.vector;
@@ -556,7 +531,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   v.early_loads = target.early_loads && a.is_reduction() && !columns && v.items > 0 && v.rows_per_block > 0;
   // Log-sum-exp over rows so long that a block of 1024 threads holds one in registers (one block an
   // SM, whose loads stop while it reduces): one streaming pass with a running max instead
-  if (a.is_reduction() && !columns && v.lean && target.streaming_online && !v.transposed_rows && v.rows_per_block == 0 &&
+  if (a.is_reduction() && !columns && v.lean && target.streaming_online && v.rows_per_block == 0 &&
       v.threads == 1024 && only_row_outputs(a) && !online_softmax_stages(a).empty()) {
     v.streaming_online = true;
     v.items = 0;
@@ -631,7 +606,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   }
   words.insert(words.end(), scalar_words.begin(), scalar_words.end());
   if (!columns) {
-    int64_t rows_per_block = v.transposed_rows ? 32 : std::max(1, v.rows_per_block);
+    int64_t rows_per_block = std::max(1, v.rows_per_block);
     int64_t blocks = a.is_reduction() ? (l.rows + rows_per_block - 1) / rows_per_block : (l.numel / v.vector + v.threads - 1) / v.threads;
     if (v.transpose_axis >= 0) {  // a block a tile
       const int64_t size_x = axes.back().size, size_y = axes[size_t(v.transpose_axis)].size, tile = kTransposeTile;
@@ -644,7 +619,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   plan.variant = v;
   plan.block = unsigned(v.threads);
   plan.launch = true;
-  plan.split_stages = a.is_reduction() && !a.single_pass && !columns && !v.transposed_rows && target.split_stages &&
+  plan.split_stages = a.is_reduction() && !a.single_pass && !columns && target.split_stages &&
                       rows_across_memory(a, lt.slots, l.outer, l.inner) && l.rows >= kTransposeTile / 2 &&
                       l.cols >= kTransposeTile / 2;
   return plan;

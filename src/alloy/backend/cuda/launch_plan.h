@@ -33,10 +33,6 @@ struct LaunchTarget {
   int streaming_threads = 256;   // ALLOY_STREAMING_THREADS
   bool tile_transposes = true; // ALLOY_NO_TILE_TRANSPOSES unset
   bool edge_elements = true;   // ALLOY_NO_EDGE_ELEMENTS unset
-  // ALLOY_TRANSPOSED_ROWS=1: normalizations over a non-contiguous axis with a row a lane (opt-in:
-  // on an H100, layer norm of permute(x) at [8192, 4096] bf16 took 494 us this way against 279 us
-  // with a block per row; bench/results/2026-11-25-NVIDIA_H100_80GB_HBM3-issue17-notes.md)
-  bool transposed_rows = false;
   // A normalization whose rows lie across memory (the reduced axis strided, the kept one
   // contiguous: layer norm of permute(x)) runs as a kernel a pass (stage_split.h): column kernels
   // for the row statistics, then a pointwise kernel (ALLOY_NO_SPLIT_STAGES=1 keeps one row kernel)

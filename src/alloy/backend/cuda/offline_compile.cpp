@@ -23,8 +23,8 @@ namespace {
 // The variants every kernel is checked in: scalar accesses over the uncollapsed domain, and
 // 16-byte vectors with the row cached in registers, as contiguous inputs get at run time; for
 // reductions also a warp per row (lean: with early loads), and (single-pass ones) the column and few-long-rows kernels;
-// for pointwise kernels of two or more axes a tile transpose, for normalizations a row a lane; and
-// (no cats) vectors with edge elements.
+// for pointwise kernels of two or more axes a tile transpose; and (no cats) vectors with edge
+// elements.
 std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a) {
   int min_size = 8;
   for (Value* v : a.launch_values()) min_size = std::min(min_size, dtype_size(v->dtype()));
@@ -73,9 +73,7 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
   warp_rows.rows_per_block = 8;
   cuda::KernelVariant lean_warp_rows = warp_rows;
   lean_warp_rows.lean = lean_warp_rows.index32 = lean_warp_rows.early_loads = true;
-  cuda::KernelVariant transposed_rows = scalar;  // a row a lane (the kept axis contiguous), stores staged
-  transposed_rows.lean = transposed_rows.index32 = transposed_rows.transposed_rows = transposed_rows.staged_stores = true;
-  if (!a.single_pass) return with_edges({scalar, vector, warp_rows, lean, lean_warp_rows, transposed_rows});
+  if (!a.single_pass) return with_edges({scalar, vector, warp_rows, lean, lean_warp_rows});
   cuda::KernelVariant columns = vector;  // reductions over outer axes, split over blocks
   columns.items = 0;
   columns.tile_x = 32;

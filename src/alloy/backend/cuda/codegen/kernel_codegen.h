@@ -60,15 +60,6 @@ struct KernelVariant {
   // for every tensor read or written in vectors; the elements before it (fewer than `vector`) and
   // after the last whole vector are computed one at a time by the first threads.
   bool edge_elements = false;
-  // Row kernels whose kept axis is the contiguous one (a normalization over a non-contiguous axis,
-  // `layer_norm(permute(x))`): a block takes 32 consecutive rows, a lane each, so every read walks
-  // the kept axis across the lanes, and its warps split each row's columns; a row's reductions
-  // combine its warps' partials in shared memory. staged_stores: the per-element outputs, contiguous
-  // along the columns, are written through shared memory, 64 columns of the 32 rows at a time with
-  // consecutive threads along the columns (else each lane stores its row's elements). The launch
-  // plan takes it only where asked (ALLOY_TRANSPOSED_ROWS=1): measured slower than a block per row.
-  bool transposed_rows = false;
-  bool staged_stores = false;
   // Lean row kernels of a block per row whose stages are a max, then a sum of exp(x - that max)
   // (log-sum-exp; online_softmax_stages finds them), with nothing held in registers (items = 0):
   // one pass over the row for both, each thread keeping a running max and the sum of exp against

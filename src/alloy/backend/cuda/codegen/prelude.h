@@ -223,31 +223,6 @@ __device__ __forceinline__ void alloy_block_online(T& m, T& s, T* smem) {
   m = __shfl_sync(0xffffffffu, wm, 0);
   s = __shfl_sync(0xffffffffu, ws, 0);
 }
-// Row kernels of a row a lane (transposed_rows): each lane's value combined over the block's
-// warps, in warp order (every thread of the row gets the same result). One barrier: consecutive
-// reductions use different `smem` regions (blockDim.x values each; three for Welford).
-template <class T, class F>
-__device__ __forceinline__ T alloy_rows_reduce(T v, F f, T* smem) {
-  smem[threadIdx.x] = v;
-  __syncthreads();
-  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  T r = smem[lane];
-  for (int w = 1; w < warps; ++w) r = f(r, smem[w * 32 + lane]);
-  return r;
-}
-template <class T>
-__device__ __forceinline__ void alloy_rows_welford(T& n, T& mean, T& m2, T* smem) {
-  const int b = blockDim.x, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  smem[threadIdx.x] = n;
-  smem[b + threadIdx.x] = mean;
-  smem[2 * b + threadIdx.x] = m2;
-  __syncthreads();
-  T wn = smem[lane], wmean = smem[b + lane], wm2 = smem[2 * b + lane];
-  for (int w = 1; w < warps; ++w) alloy_welford_merge(wn, wmean, wm2, smem[w * 32 + lane], smem[b + w * 32 + lane], smem[2 * b + w * 32 + lane]);
-  n = wn;
-  mean = wmean;
-  m2 = wm2;
-}
 template <class T>
 __device__ __forceinline__ void alloy_warp_welford(T& n, T& mean, T& m2, T*) {
   #pragma unroll

@@ -193,17 +193,7 @@ class RowEmitter final : public KernelEmitter {
     os_ << ") " << name_ << "(const Params p) {\n";
     if (v_.lean) os_ << "  __shared__ double alloy_smem[2 * 99];  // two regions, alternated by consecutive reductions\n";
     else os_ << "  __shared__ double alloy_smem[99];\n";
-    if (v_.transposed_rows) {  // a lane a row, the warps along its columns
-      os_ << "  __shared__ double alloy_rows_smem[2 * 3 * " << v_.threads << "];  // two regions, alternated by consecutive reductions\n";
-      for (const Value* out : element_outputs())
-        if (v_.staged_stores)
-          os_ << "  __shared__ " << storage_type(out->dtype()) << " ot" << output_index(out) << "[32 * " << kStoreTile + 1 << "];\n";
-      os_ << "  const int tid = threadIdx.x & 31, ty = threadIdx.x >> 5;\n";
-      os_ << "  for (long long row0 = (long long)blockIdx.x * 32; row0 < p.rows; row0 += (long long)gridDim.x * 32) {\n";
-      os_ << "    // lanes past the last row compute it again (their reductions are their own) and store nothing\n";
-      os_ << "    const bool row_ok = row0 + tid < p.rows;\n";
-      os_ << "    const long long row = row_ok ? row0 + tid : p.rows - 1;\n";
-    } else if (v_.rows_per_block > 0) {  // one warp per row: reductions are shuffles, no block barrier
+    if (v_.rows_per_block > 0) {  // one warp per row: reductions are shuffles, no block barrier
       os_ << "  const int tid = threadIdx.x & 31;\n";
       os_ << "  for (long long row = (long long)blockIdx.x * " << v_.rows_per_block << " + (threadIdx.x >> 5); row < p.rows; row += (long long)gridDim.x * "
           << v_.rows_per_block << ") {\n";
@@ -253,16 +243,10 @@ class RowEmitter final : public KernelEmitter {
     }
     current_pass_ = int(a_.stages.size());
     auto outs = element_outputs();
-    if (!outs.empty() && v_.staged_stores) {
-      emit_staged_stores(in, outs);
-    } else if (!outs.empty()) {
-      if (v_.transposed_rows) os_ << in << "if (row_ok) {\n";
-      emit_column_loop(in, outs, {}, true);
-      if (v_.transposed_rows) os_ << in << "}\n";
-    }
+    if (!outs.empty()) emit_column_loop(in, outs, {}, true);
     for (size_t k = 0; k < a_.outputs.size(); ++k)
       if (a_.at(a_.outputs[k]).per_row)
-        os_ << in << (v_.transposed_rows ? "if (ty == 0 && row_ok) p.o" : "if (tid == 0) p.o") << k << "[ro_o" << k
+        os_ << in << "if (tid == 0) p.o" << k << "[ro_o" << k
             << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
     if (v_.rows_per_block == 0) os_ << in << "__syncthreads();\n";
     os_ << "  }\n}\n";
@@ -384,7 +368,6 @@ class RowEmitter final : public KernelEmitter {
       return;
     }
     if (v_.edge_elements) os_ << in << "for (long long q = tid; q < row_vectors; q += " << lanes() << ") {\n";
-    else if (v_.transposed_rows) os_ << in << "#pragma unroll 4\n" << in << "for (long long q = ty; q < p.cols; q += " << lanes() << ") {\n";
     else os_ << in << "for (long long q = tid; q * " << v_.vector << " < p.cols; q += " << lanes() << ") {\n";
     os_ << in << "  const long long col0 = " << (v_.edge_elements ? "row_head + " : "") << "q * " << v_.vector << ";\n";
     emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "  ");
@@ -401,47 +384,6 @@ class RowEmitter final : public KernelEmitter {
     }
     os_ << in << "}\n";
     emit_edge_columns(in, targets, body, store);
-  }
-
-  // transposed_rows, outputs contiguous along the columns: per tile of kStoreTile columns, each lane
-  // computes its row's elements into shared memory (ot<k>, a row of kStoreTile + 1 a lane), then
-  // the block writes the tile's rows with consecutive threads along the columns.
-  void emit_staged_stores(const std::string& in, const std::vector<const Value*>& outs) {
-    const int T = kStoreTile, per_thread = 32 * T / v_.threads, warps = v_.threads / 32;
-    auto ops = element_ops_for(outs);
-    std::set<int> leaves = leaves_for(outs);
-    std::vector<std::string> leaf_tensors;
-    for (int k : leaves) {
-      std::vector<std::string> names = leaf_tensor_names(k);
-      leaf_tensors.insert(leaf_tensors.end(), names.begin(), names.end());
-    }
-    std::vector<std::string> out_tensors;
-    for (const Value* out : outs) out_tensors.push_back("o" + std::to_string(output_index(out)));
-    os_ << in << "for (long long col_tile = 0; col_tile < p.cols; col_tile += " << T << ") {\n";
-    os_ << in << "  #pragma unroll\n" << in << "  for (int i = 0; i < " << T / warps << "; ++i) {\n";
-    os_ << in << "    const int c = ty + " << warps << " * i;\n" << in << "    const long long col0 = col_tile + c;\n";
-    os_ << in << "    if (col0 < p.cols) {\n";
-    std::string body = in + "      ";
-    emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", leaf_tensors, body);
-    for (auto& t : leaf_tensors) os_ << body << "co_" << t << " += ro_" << t << ";\n";
-    emit_leaf_arrays("U", "", body, leaves);
-    emit_leaf_loads("U", "", "co_", body, leaves);
-    os_ << body << "{\n" << body << "  const int e = 0;\n";
-    for (const Op* op : ops) emit_op(*op, "", body + "  ");
-    for (const Value* out : outs)
-      os_ << body << "  ot" << output_index(out) << "[tid * " << T + 1 << " + c] = " << store_convert(out->dtype(), ref(out, "")) << ";\n";
-    os_ << body << "}\n" << in << "    }\n" << in << "  }\n";
-    os_ << in << "  __syncthreads();\n";
-    os_ << in << "  #pragma unroll\n" << in << "  for (int i = 0; i < " << per_thread << "; ++i) {\n";
-    os_ << in << "    const int s = i * " << v_.threads << " + (int)threadIdx.x, r = s / " << T << ", c = s % " << T << ";\n";
-    os_ << in << "    if (row0 + r < p.rows && col_tile + c < p.cols) {\n";
-    emit_offsets("row0 + r", 0, v_.outer_rank, "so_", out_tensors, body);
-    emit_offsets("col_tile + c", v_.outer_rank, v_.inner_rank, "sc_", out_tensors, body);
-    for (const Value* out : outs) {
-      int k = output_index(out);
-      os_ << body << "p.o" << k << "[so_o" << k << " + sc_o" << k << "] = ot" << k << "[r * " << T + 1 << " + c];\n";
-    }
-    os_ << in << "    }\n" << in << "  }\n" << in << "  __syncthreads();\n" << in << "}\n";
   }
 
   // Edge elements: the row's columns before its first aligned vector and after its last whole one,
@@ -549,7 +491,7 @@ class RowEmitter final : public KernelEmitter {
       if (two_pass_ && (!v_.lean || v_.cheap_merges))
         os_ << in << acc.name << "_m2 = " << reduce_fn() << "(" << acc.name << "_m2, AlloySum(), " << smem << ");\n";
       else
-        os_ << in << (v_.transposed_rows ? "alloy_rows_welford(" : v_.rows_per_block ? "alloy_warp_welford(" : v_.lean ? "alloy_block_welford_lean(" : "alloy_block_welford(")
+        os_ << in << (v_.rows_per_block ? "alloy_warp_welford(" : v_.lean ? "alloy_block_welford_lean(" : "alloy_block_welford(")
             << acc.name << "_n, " << acc.name << "_mean, " << acc.name << "_m2, " << smem << ");\n";
       double correction = r.real_attr("correction");
       std::string var = acc.name + "_m2 / (" + T + ")fmax(0.0, p.count - " + std::to_string(correction) + ")";
@@ -572,13 +514,8 @@ class RowEmitter final : public KernelEmitter {
   std::vector<const Value*> online_chain_;  // the views from the max to what exp(x - .) reads, last first
   bool two_pass_ = false;  // var_mean as a sum, then squared deviations, over cached rows
 
-  // threads along a row: a warp (rows_per_block), the warps (transposed_rows), or the block
-  int lanes() const { return v_.rows_per_block ? 32 : v_.transposed_rows ? v_.threads / 32 : v_.threads; }
-  // transposed_rows with staged stores: the columns a tile of the outputs covers
-  static constexpr int kStoreTile = 64;
-  int output_index(const Value* out) const {
-    return int(std::find(a_.outputs.begin(), a_.outputs.end(), out) - a_.outputs.begin());
-  }
+  // threads along a row: a warp (rows_per_block) or the block
+  int lanes() const { return v_.rows_per_block ? 32 : v_.threads; }
   // The bounds check of a thread's vector at column `col` of the row, opening a block; none where
   // every vector a thread holds is inside the row (KernelVariant::full_rows).
   std::string open_col_guard() const {
@@ -591,14 +528,12 @@ class RowEmitter final : public KernelEmitter {
            std::to_string(v_.vector) + ";";
   }
   const char* reduce_fn() const {
-    if (v_.transposed_rows) return "alloy_rows_reduce";
     return v_.rows_per_block ? "alloy_warp_reduce" : v_.lean ? "alloy_block_reduce_lean" : "alloy_block_reduce";
   }
   // Lean block reductions alternate between two shared regions (see alloy_block_reduce_lean); a
   // barrier ends each row, so the parity may restart there.
   int reductions_in_row_ = 0;
   std::string smem_region() {
-    if (v_.transposed_rows) return "alloy_rows_smem + " + std::to_string(3 * v_.threads * (reductions_in_row_++ % 2));
     if (!v_.lean) return "alloy_smem";
     return "alloy_smem + " + std::to_string(99 * (reductions_in_row_++ % 2));
   }
