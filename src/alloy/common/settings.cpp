@@ -19,8 +19,6 @@ using K = Kind;
 const std::vector<Setting> kSettings = {
     {"ALLOY_DISABLE_CUDA", K::flag, "0", 0, 0, "behave as if there were no GPU (the CPU path on a GPU host)"},
     {"ALLOY_CACHE_DIR", K::text, "", 0, 0, "where compiled kernels are kept on disk (empty: $XDG_CACHE_HOME/alloy or ~/.cache/alloy)"},
-    {"ALLOY_LEAN_KERNELS", K::flag, "1", 0, 0, "lean row and pointwise arithmetic (0: the plain forms)"},
-    {"ALLOY_CHEAP_MERGES", K::flag, "1", 0, 0, "plain block reductions where exact enough (0: Welford and online merges)"},
     {"ALLOY_RECOMPUTE_VALUES", K::flag, "0", 0, 0, "row kernels recompute costly values instead of holding them"},
     {"ALLOY_NO_EARLY_LOADS", K::flag, "0", 0, 0, "row kernels load what only the final pass reads in that pass, not with the row"},
     {"ALLOY_ROW_THREADS", K::integer, "256", 32, 1024, "row kernels: the block-size cap (a multiple of 32)", 32},

@@ -421,9 +421,7 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.sm_count = sm_count;
   t.shared_per_sm = shared_per_sm;
   // common/settings.h: each switch means one thing at 1 (the defaults are the fields' own)
-  t.lean = settings::flag("ALLOY_LEAN_KERNELS");
   t.recompute = settings::flag("ALLOY_RECOMPUTE_VALUES");
-  t.cheap_merges = settings::flag("ALLOY_CHEAP_MERGES");
   t.early_loads = !settings::flag("ALLOY_NO_EARLY_LOADS");
   t.column_kernels = !settings::flag("ALLOY_NO_COLUMN_KERNELS");
   t.warp_rows = !settings::flag("ALLOY_NO_WARP_ROWS");
@@ -499,9 +497,8 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   v.inner_rank = int(l.inner.size());
   v.cat_axes = cat_axes_of(lt.cats, axes);
   if (target.tile_transposes && choose_transpose(a, lt.slots, v, axes, lt.tensors, lt.addresses)) {
-    v.lean = target.lean;
     v.early_loads = target.early_loads;
-    v.index32 = target.lean && small_offsets(axes, l.numel);
+    v.index32 = small_offsets(axes, l.numel);
     return v;
   }
   choose_vector(a, lt.slots, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats,
@@ -522,16 +519,14 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   }
   int lanes = v.rows_per_block ? 32 : v.threads;
   v.full_rows = a.is_reduction() && !columns && !v.edge_elements && v.items > 0 && l.cols == int64_t(v.items) * lanes * v.vector;
-  v.lean = target.lean;
   v.recompute = target.recompute && a.is_reduction() && !columns;
-  v.cheap_merges = target.lean && target.cheap_merges && a.is_reduction() && !columns;
-  v.index32 = target.lean && small_offsets(axes, l.numel);
+  v.index32 = small_offsets(axes, l.numel);
   // a warp per row only: a block per row (layer norm over 8192 columns) lost occupancy to the
   // registers (H100: 105 us against 95.7 loading late; a warp per row, 6.2 us against 8.2)
   v.early_loads = target.early_loads && a.is_reduction() && !columns && v.items > 0 && v.rows_per_block > 0;
   // Log-sum-exp over rows so long that a block of 1024 threads holds one in registers (one block an
   // SM, whose loads stop while it reduces): one streaming pass with a running max instead
-  if (a.is_reduction() && !columns && v.lean && target.streaming_online && v.rows_per_block == 0 &&
+  if (a.is_reduction() && !columns && target.streaming_online && v.rows_per_block == 0 &&
       v.threads == 1024 && only_row_outputs(a) && !online_softmax_stages(a).empty()) {
     v.streaming_online = true;
     v.items = 0;

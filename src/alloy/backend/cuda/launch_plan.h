@@ -23,9 +23,7 @@ struct LaunchTarget {
   int64_t shared_per_sm = 0;
   // The defaults are the fastest measured on an H200 (bench/results/*-notes.md); each variable
   // set to 0 or 1 picks the other side, for A/B timings (scripts/gpu-ab).
-  bool lean = true;          // ALLOY_LEAN_KERNELS
   bool recompute = false;    // ALLOY_RECOMPUTE_VALUES
-  bool cheap_merges = true;  // ALLOY_CHEAP_MERGES
   bool early_loads = true;   // ALLOY_NO_EARLY_LOADS unset
   bool column_kernels = true;  // ALLOY_NO_COLUMN_KERNELS unset
   bool warp_rows = true;       // ALLOY_NO_WARP_ROWS unset

@@ -27,15 +27,14 @@ class RowEmitter final : public KernelEmitter {
   }
 
  private:
-  // Lean row kernels with the row in registers fuse softmax's two block reductions (max, then the
-  // sum of exp(x - max)) into one: each thread keeps its own max, sums exp against it, and the
-  // (max, sum) pairs merge once; the exp values held in registers are rescaled by
-  // exp(thread max - row max) where read later. Taken only when the max feeds nothing but
-  // exp(x - max) (through views), and that exp is held in registers from the sum's pass.
+  // Row kernels with the row in registers fuse softmax's two passes (max, then the sum of
+  // exp(x - max)) into one: each thread keeps its own max and sums exp against it; then the row's
+  // max and the sum of each thread's sum rescaled to it; the exp values held in registers are
+  // rescaled by exp(thread max - row max) where read later. Taken only when the max feeds nothing
+  // but exp(x - max) (through views), and that exp is held in registers from the sum's pass.
   void detect_online_softmax() {
     online_stage_ = -1;
     online_exp_ = nullptr;
-    if (!v_.lean) return;
     if (v_.streaming_online) {  // nothing held: the max and the sum share one pass
       std::vector<OnlineSoftmaxStage> found = online_softmax_stages(a_);
       if (found.empty()) internal_error("a streaming online row kernel without a max, then a sum of exp(x - max)");
@@ -166,22 +165,25 @@ class RowEmitter final : public KernelEmitter {
       os_ << b << "}\n";
     }
     os_ << in << "}\n";
-    if (v_.cheap_merges) {
-      os_ << in << "float alloy_online_max = " << reduce_fn() << "(" << M << ", AlloyMax(), reinterpret_cast<float*>(" << smem_region()
-          << "));\n";
-      os_ << in << "const float alloy_thread_scale = " << M << " < -3.402823466e38f ? 0.0f : ax_exp(" << M << " - alloy_online_max);\n";
-      os_ << in << "float alloy_online_sum = " << reduce_fn() << "(" << S << " * alloy_thread_scale, AlloySum(), reinterpret_cast<float*>("
-          << smem_region() << "));\n";
-    } else {
-      os_ << in << "float alloy_online_max = " << M << ", alloy_online_sum = " << S << ";\n";
-      os_ << in << "alloy_block_online(alloy_online_max, alloy_online_sum, reinterpret_cast<float*>(" << smem_region() << "));\n";
-    }
+    emit_online_merge(in, M, S);
     // a row of -inf: exp(-inf - -inf) is NaN for every element, as the reference computes it
     os_ << in << "if (p.cols > 0 && alloy_online_max < -3.402823466e38f) alloy_online_sum = __uint_as_float(0x7fc00000u);\n";
     os_ << in << "float v" << m->id << " = alloy_online_max;\n";
     os_ << in << "float v" << total.op->outputs[0]->id << " = alloy_online_sum;\n";
     for (Value* out : top.op->outputs) emitted_per_row_.insert(out);
     for (Value* out : total.op->outputs) emitted_per_row_.insert(out);
+  }
+
+  // Online softmax's statistics from each thread's max M and sum S of exp(x - M): the row's max,
+  // then the sum of each thread's S rescaled to it (alloy_thread_scale), two plain reductions
+  // rather than one (max, sum) merge whose every step takes two exps (on an H200 softmax at
+  // [8192, 8192] bf16 77.2 against 82.0 us; bench/results/2026-11-24-NVIDIA_H200-notes.md).
+  void emit_online_merge(const std::string& in, const std::string& M, const std::string& S) {
+    os_ << in << "float alloy_online_max = " << reduce_fn() << "(" << M << ", AlloyMax(), reinterpret_cast<float*>(" << smem_region()
+        << "));\n";
+    os_ << in << "const float alloy_thread_scale = " << M << " < -3.402823466e38f ? 0.0f : ax_exp(" << M << " - alloy_online_max);\n";
+    os_ << in << "float alloy_online_sum = " << reduce_fn() << "(" << S << " * alloy_thread_scale, AlloySum(), reinterpret_cast<float*>("
+        << smem_region() << "));\n";
   }
 
   void emit_row_kernel() {
@@ -191,8 +193,7 @@ class RowEmitter final : public KernelEmitter {
     os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads;
     if (v_.min_blocks > 0) os_ << ", " << v_.min_blocks;
     os_ << ") " << name_ << "(const Params p) {\n";
-    if (v_.lean) os_ << "  __shared__ double alloy_smem[2 * 99];  // two regions, alternated by consecutive reductions\n";
-    else os_ << "  __shared__ double alloy_smem[99];\n";
+    os_ << "  __shared__ double alloy_smem[2 * 99];  // two regions, alternated by consecutive reductions\n";
     if (v_.rows_per_block > 0) {  // one warp per row: reductions are shuffles, no block barrier
       os_ << "  const int tid = threadIdx.x & 31;\n";
       os_ << "  for (long long row = (long long)blockIdx.x * " << v_.rows_per_block << " + (threadIdx.x >> 5); row < p.rows; row += (long long)gridDim.x * "
@@ -295,27 +296,17 @@ class RowEmitter final : public KernelEmitter {
     os_ << in << "  }\n" << in << "}\n";
   }
 
-  // The row is in registers: var_mean's mean first, then the squared deviations from it. Lean
-  // without cheap merges: each thread's own (count, mean, squared deviations), then one
-  // block-wide Welford merge (one barrier); else the row's mean from a block reduction, and the
-  // deviations' sum from another.
+  // The row is in registers: var_mean's mean first, from a block reduction, then the squared
+  // deviations from it, summed by another (one barrier more than a Welford merge of each thread's
+  // own statistics, but no divisions in the merge steps: on an H200 layer norm at [8192, 8192]
+  // bf16 took 74.7 us against 88.2; bench/results/2026-11-24-NVIDIA_H200-notes.md).
   void emit_var_mean_deviations(const std::vector<Acc>& accs, const std::string& in) {
     std::vector<const Value*> var_targets;
     for (auto& acc : accs) {
       if (acc.op->kind != OpKind::var_mean) continue;
       std::string T = acc.ct;
-      if (v_.lean && !v_.cheap_merges) {
-        os_ << in << T << " " << acc.name << "_n = 0;\n";
-        os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) { "
-            << declare_slot_col("(long long)it * " + std::to_string(lanes()) + " + tid") << " " << open_col_guard() << " " << acc.name
-            << "_n += " << T << "(" << v_.vector << "); } }\n";
-        if (v_.edge_elements) os_ << in << "if (tid < row_edges) " << acc.name << "_n += " << T << "(1);\n";
-        os_ << in << T << " " << acc.name << "_mean = " << acc.name << "_n > " << T << "(0) ? " << acc.name << "_sum / " << acc.name
-            << "_n : " << T << "(0);\n";
-      } else {
-        os_ << in << T << " " << acc.name << "_mean = " << reduce_fn() << "(" << acc.name << "_sum, AlloySum(), reinterpret_cast<" << T
-            << "*>(" << smem_region() << ")) / (" << T << ")p.count;\n";
-      }
+      os_ << in << T << " " << acc.name << "_mean = " << reduce_fn() << "(" << acc.name << "_sum, AlloySum(), reinterpret_cast<" << T
+          << "*>(" << smem_region() << ")) / (" << T << ")p.count;\n";
       os_ << in << T << " " << acc.name << "_m2 = 0;\n";
       var_targets.push_back(acc.op->inputs[0]);
     }
@@ -452,26 +443,11 @@ class RowEmitter final : public KernelEmitter {
       for (Value* out : r.outputs) emitted_per_row_.insert(out);
       return;
     }
-    std::string region = smem_region();
     if (online_stage_ >= 0 && &r == a_.stages[online_stage_ + 1][0]) {
       std::string top = "acc" + std::to_string(a_.stages[online_stage_][0]->outputs[0]->id);
-      if (v_.cheap_merges) {
-        // the row's max, then the sum of each thread's sum rescaled to it: two plain reductions
-        // instead of one whose every step takes two exps
-        os_ << in << "float alloy_online_max = " << reduce_fn() << "(" << top << ", AlloyMax(), reinterpret_cast<float*>(" << region
-            << "));\n";
-        os_ << in << "const float alloy_thread_scale = " << top << " < -3.402823466e38f ? 0.0f : ax_exp(" << top << " - alloy_online_max);\n";
-        os_ << in << "float alloy_online_sum = " << reduce_fn() << "(" << acc.name << " * alloy_thread_scale, AlloySum(), reinterpret_cast<float*>("
-            << smem_region() << "));\n";
-      } else {
-        os_ << in << "float alloy_online_max = " << top << ", alloy_online_sum = " << acc.name << ";\n";
-        os_ << in << (v_.rows_per_block ? "alloy_warp_online" : "alloy_block_online") << "(alloy_online_max, alloy_online_sum, reinterpret_cast<float*>("
-            << region << "));\n";
-      }
-      if (online_exp_ && v_.cheap_merges) {
+      emit_online_merge(in, top, acc.name);
+      if (online_exp_) {
         os_ << in << "const float alloy_online_scale = alloy_thread_scale;\n";
-      } else if (online_exp_) {
-        os_ << in << "const float alloy_online_scale = " << top << " < -3.402823466e38f ? 0.0f : ax_exp(" << top << " - alloy_online_max);\n";
       } else {
         // later passes recompute exp(x - max) against the row's max: the max and its views become it
         const Value* m = a_.stages[online_stage_][0]->outputs[0];
@@ -486,12 +462,13 @@ class RowEmitter final : public KernelEmitter {
       for (Value* out : r.outputs) emitted_per_row_.insert(out);
       return;
     }
+    std::string region = smem_region();
     if (r.kind == OpKind::var_mean) {
       std::string smem = "reinterpret_cast<" + T + "*>(" + region + ")";
-      if (two_pass_ && (!v_.lean || v_.cheap_merges))
+      if (two_pass_)  // the row in registers: the squared deviations' sum (emit_var_mean_deviations)
         os_ << in << acc.name << "_m2 = " << reduce_fn() << "(" << acc.name << "_m2, AlloySum(), " << smem << ");\n";
-      else
-        os_ << in << (v_.rows_per_block ? "alloy_warp_welford(" : v_.lean ? "alloy_block_welford_lean(" : "alloy_block_welford(")
+      else  // re-read from memory: each thread's Welford state, merged
+        os_ << in << (v_.rows_per_block ? "alloy_warp_welford(" : "alloy_block_welford(")
             << acc.name << "_n, " << acc.name << "_mean, " << acc.name << "_m2, " << smem << ");\n";
       double correction = r.real_attr("correction");
       std::string var = acc.name + "_m2 / (" + T + ")fmax(0.0, p.count - " + std::to_string(correction) + ")";
@@ -528,13 +505,12 @@ class RowEmitter final : public KernelEmitter {
            std::to_string(v_.vector) + ";";
   }
   const char* reduce_fn() const {
-    return v_.rows_per_block ? "alloy_warp_reduce" : v_.lean ? "alloy_block_reduce_lean" : "alloy_block_reduce";
+    return v_.rows_per_block ? "alloy_warp_reduce" : "alloy_block_reduce";
   }
-  // Lean block reductions alternate between two shared regions (see alloy_block_reduce_lean); a
-  // barrier ends each row, so the parity may restart there.
+  // Block reductions alternate between two shared regions (see alloy_block_reduce); a barrier ends
+  // each row, so the parity may restart there.
   int reductions_in_row_ = 0;
   std::string smem_region() {
-    if (!v_.lean) return "alloy_smem";
     return "alloy_smem + " + std::to_string(99 * (reductions_in_row_++ % 2));
   }
 
