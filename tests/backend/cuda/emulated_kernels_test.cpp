@@ -191,7 +191,7 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   cuda::LaunchTarget target;
   target.sm_count = sm_count;
   target.shared_per_sm = 228 * 1024;
-  target.recompute = flavour == Flavour::recompute;
+  target.tuning.recompute_values = flavour == Flavour::recompute;
   target.early_loads = flavour != Flavour::late_loads;
   int passes = 0;
   for (const Segment& s : segmentation.segments) {

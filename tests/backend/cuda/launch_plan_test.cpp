@@ -31,7 +31,9 @@ struct Planned {
 };
 
 // `streaming_online`: LaunchTarget::streaming_online (log-sum-exp over long rows in one pass).
-Planned plan_of(const std::string& text, const Bindings& sizes, int64_t misalign = 0, bool streaming_online = true) {
+// `tuning`: the architecture's kernel choices (LaunchTarget::tuning).
+Planned plan_of(const std::string& text, const Bindings& sizes, int64_t misalign = 0, bool streaming_online = true,
+                const cuda::KernelTuning& tuning = {}) {
   auto fusion = decompose_composites(*parse_fusion(text, "plan.fusion", std::nullopt));
   Segmentation segmentation = segment_for_cuda(*fusion);
   const Segment* kernel = nullptr;
@@ -67,6 +69,7 @@ Planned plan_of(const std::string& text, const Bindings& sizes, int64_t misalign
   target.sm_count = 132;
   target.shared_per_sm = 228 * 1024;
   target.streaming_online = streaming_online;
+  target.tuning = tuning;
   Planned p{cuda::plan_launch(a, domain, tensors, std::vector<uint64_t>(a.scalar_inputs.size(), 0), target), "", 0};
   p.transpose_shared_bytes = cuda::transpose_shared_bytes(a, p.plan.variant);
   for (const Value* leaf : a.leaves) p.leaves += (p.leaves.empty() ? "" : ",") + leaf->name;
@@ -221,6 +224,25 @@ TEST(LaunchPlan, OddTotalsKeepVectorsWithEdgeElements) {
   Planned off = plan_of(chain, {{"N", 100000000}}, 3);
   EXPECT_TRUE(off.plan.variant.edge_elements);
   EXPECT_EQ(off.plan.variant.leaf_modes, "uvv");
+}
+
+TEST(LaunchPlan, RowKernelsTakeTheirBlockCapAndLaunchBoundsFromTheTuning) {
+  const char* softmax = "fusion f(x: bf16[N, D]) {\n  s = softmax(x, dim=1)\n  return s\n}\n";
+  // 4096 columns of bf16: 512 vectors of 8, two a thread of the built-in 256
+  Planned built_in = plan_of(softmax, {{"N", 1000}, {"D", 4096}});
+  EXPECT_EQ(built_in.plan.variant.threads, 256);
+  EXPECT_EQ(built_in.plan.variant.items, 2);
+  EXPECT_EQ(built_in.plan.variant.min_blocks, 0);
+  cuda::KernelTuning tuning;
+  tuning.row_threads = 128;
+  tuning.row_min_blocks = 3;
+  tuning.recompute_values = true;
+  Planned tuned = plan_of(softmax, {{"N", 1000}, {"D", 4096}}, 0, true, tuning);
+  EXPECT_EQ(tuned.plan.variant.threads, 128);
+  EXPECT_EQ(tuned.plan.variant.items, 4);
+  EXPECT_EQ(tuned.plan.variant.min_blocks, 3);
+  EXPECT_TRUE(tuned.plan.variant.recompute);
+  EXPECT_EQ(tuned.plan.block, 128u);
 }
 
 TEST(LaunchPlan, NormalizationOverANonContiguousAxisRunsAKernelAPass) {

@@ -358,7 +358,7 @@ void choose_tile(const KernelAnalysis& a, const std::vector<Slot>& launch, Kerne
 
 // Blocks along the kept axes; `splits` gets the blocks along the reduced axes: as many as fit
 // on the GPU at once with the kept-axis blocks (one full wave, no half-empty second one), with
-// at least target.column_min_steps reduced indices per thread.
+// at least target.tuning.column_min_steps reduced indices per thread.
 int64_t column_grid(const KernelAnalysis& a, const KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarget& target,
                     int64_t& splits, int64_t& most) {
   int64_t slots = (rows + v.vector - 1) / v.vector;
@@ -366,9 +366,9 @@ int64_t column_grid(const KernelAnalysis& a, const KernelVariant& v, int64_t row
   int ty = v.threads / v.tile_x;
   int64_t per_sm = 2048 / v.threads;
   if (int shared = column_shared_bytes(a, v); shared > 0) per_sm = std::min<int64_t>(per_sm, target.shared_per_sm / shared);
-  if (target.column_blocks_per_sm > 0) per_sm = target.column_blocks_per_sm;
+  if (target.tuning.column_blocks_per_sm > 0) per_sm = target.tuning.column_blocks_per_sm;
   int64_t wave = int64_t(target.sm_count) * std::max<int64_t>(1, per_sm);
-  most = std::clamp<int64_t>(cols / (int64_t(ty) * target.column_min_steps), 1, 65535);
+  most = std::clamp<int64_t>(cols / (int64_t(ty) * target.tuning.column_min_steps), 1, 65535);
   splits = std::clamp<int64_t>(wave / blocks_x, 1, most);
   return blocks_x;
 }
@@ -376,9 +376,9 @@ int64_t column_grid(const KernelAnalysis& a, const KernelVariant& v, int64_t row
 // Threads per row and how many vectors each keeps in registers (0: re-read each pass).
 void choose_block(KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarget& target) {
   int64_t slots = (cols + v.vector - 1) / v.vector;
-  // ALLOY_ROW_THREADS caps the block size (tuning experiments); the default favours several
-  // vectors per thread in flight over wide blocks.
-  const int max_threads = target.row_threads / 32 * 32;
+  // The tuning caps the block size; the built-in 256 favours several vectors per thread in flight
+  // over wide blocks.
+  const int max_threads = target.tuning.row_threads / 32 * 32;
   int threads = int(std::min<int64_t>(max_threads, std::max<int64_t>(32, (slots + 31) / 32 * 32)));
   int64_t items = (slots + threads - 1) / threads;
   if (items > 8) {
@@ -388,7 +388,7 @@ void choose_block(KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarg
   v.threads = threads;
   // registers per thread for one cached leaf; only leaves read by several passes are cached
   v.items = (items * v.vector <= 64) ? int(std::max<int64_t>(items, 1)) : 0;
-  v.min_blocks = target.row_min_blocks;
+  v.min_blocks = target.tuning.row_min_blocks;
   // Short rows (up to 8 vectors a lane): a warp per row, 8 rows a block, no block barriers.
   int64_t lane_items = (slots + 31) / 32;
   if (lane_items <= 8 && rows >= 64 && target.warp_rows) {
@@ -416,12 +416,12 @@ std::vector<uint64_t> scalar_words(const KernelAnalysis& a, const std::function<
   return words;
 }
 
-LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm) {
+LaunchTarget LaunchTarget::from_environment(int sm_major, int sm_minor, int sm_count, int64_t shared_per_sm) {
   LaunchTarget t;
   t.sm_count = sm_count;
   t.shared_per_sm = shared_per_sm;
+  t.tuning = kernel_tuning(sm_major, sm_minor);
   // common/settings.h: each switch means one thing at 1 (the defaults are the fields' own)
-  t.recompute = settings::flag("ALLOY_RECOMPUTE_VALUES");
   t.early_loads = !settings::flag("ALLOY_NO_EARLY_LOADS");
   t.column_kernels = !settings::flag("ALLOY_NO_COLUMN_KERNELS");
   t.warp_rows = !settings::flag("ALLOY_NO_WARP_ROWS");
@@ -429,11 +429,6 @@ LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm)
   t.edge_elements = !settings::flag("ALLOY_NO_EDGE_ELEMENTS");
   t.split_stages = !settings::flag("ALLOY_NO_SPLIT_STAGES");
   t.streaming_online = !settings::flag("ALLOY_NO_STREAMING_ONLINE");
-  t.streaming_threads = int(settings::integer("ALLOY_STREAMING_THREADS"));
-  t.column_min_steps = int(settings::integer("ALLOY_COLUMN_MIN_STEPS"));
-  t.column_blocks_per_sm = int(settings::integer("ALLOY_COLUMN_BLOCKS_PER_SM"));
-  t.row_threads = int(settings::integer("ALLOY_ROW_THREADS"));
-  t.row_min_blocks = int(settings::integer("ALLOY_ROW_MIN_BLOCKS"));
   return t;
 }
 
@@ -519,7 +514,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   }
   int lanes = v.rows_per_block ? 32 : v.threads;
   v.full_rows = a.is_reduction() && !columns && !v.edge_elements && v.items > 0 && l.cols == int64_t(v.items) * lanes * v.vector;
-  v.recompute = target.recompute && a.is_reduction() && !columns;
+  v.recompute = target.tuning.recompute_values && a.is_reduction() && !columns;
   v.index32 = small_offsets(axes, l.numel);
   // a warp per row only: a block per row (layer norm over 8192 columns) lost occupancy to the
   // registers (H100: 105 us against 95.7 loading late; a warp per row, 6.2 us against 8.2)
@@ -531,7 +526,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
     v.streaming_online = true;
     v.items = 0;
     v.full_rows = false;
-    v.threads = std::max(32, target.streaming_threads / 32 * 32);
+    v.threads = std::max(32, target.tuning.streaming_threads / 32 * 32);
   }
   return v;
 }
@@ -539,7 +534,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
 }  // namespace
 
 void fit_column_grid(LaunchPlan& plan, int blocks_per_sm, const LaunchTarget& target) {
-  if (plan.column_max_splits <= 1 || target.column_blocks_per_sm > 0 || blocks_per_sm < 1) return;
+  if (plan.column_max_splits <= 1 || target.tuning.column_blocks_per_sm > 0 || blocks_per_sm < 1) return;
   int64_t wave = int64_t(target.sm_count) * blocks_per_sm;
   int64_t splits = std::clamp<int64_t>(wave / std::max<int64_t>(1, plan.grid_x), 1, plan.column_max_splits);
   plan.grid_y = unsigned(splits);

@@ -130,7 +130,7 @@ std::optional<BoundLaunch> bound_launch(const KernelAnalysis& a, SizedValues& va
   for (const Extent& e : a.domain) domain.push_back(*e.evaluate(values.sizes()));
   std::vector<uint64_t> scalars(a.scalar_inputs.size(), 0);
   int sms = arch.major == 9 ? 132 : arch.major == 8 && arch.minor == 0 ? 108 : 80;
-  cuda::LaunchPlan plan = cuda::plan_launch(a, domain, tensors, scalars, cuda::LaunchTarget::from_environment(sms, 228 * 1024));
+  cuda::LaunchPlan plan = cuda::plan_launch(a, domain, tensors, scalars, cuda::LaunchTarget::from_environment(arch.major, arch.minor, sms, 228 * 1024));
   if (!plan.launch) return std::nullopt;
   return BoundLaunch{plan.variant,
                      "grid " + std::to_string(plan.grid_x) + "x" + std::to_string(plan.grid_y) + ", block " +
