@@ -231,8 +231,8 @@ def test_settings_are_listed_set_and_checked():
     finally:
         alloy.set_setting("ALLOY_NO_SIDE_STREAM", 0)
     assert alloy.settings()["ALLOY_NO_SIDE_STREAM"] == "0"
-    with pytest.raises(alloy.Error, match="ALLOY_ROW_THREADS='5': expected a multiple of 32 from 32 to 1024"):
-        alloy.set_setting("ROW_THREADS", 5)
+    with pytest.raises(alloy.Error, match="ALLOY_MATMUL_AUTOTUNE='0': expected an integer from 1 to 32"):
+        alloy.set_setting("MATMUL_AUTOTUNE", 0)
     with pytest.raises(alloy.Error, match="no setting 'NOPE'"):
         alloy.set_setting("NOPE", 1)
 

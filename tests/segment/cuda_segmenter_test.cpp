@@ -45,7 +45,7 @@ fusion f(x: bf16[B, 64], w: bf16[64], b: bf16[64]) {
 TEST(CudaSegmenter, MlpIsTwoMatmulsWithTheGeluInTheFirstEpilogue) {
   auto f = parse_fusion_file(testing::source_path("examples/mlp.fusion"));
   Segmentation s = segment_for_cuda(*f);
-  // the tanh GELU runs in the first GEMM's epilogue (passes/matmul_epilogue.h)
+  // the tanh GELU runs in the first GEMM's epilogue (segment/schedulers/matmul_epilogue.h)
   EXPECT_EQ(schedulers(s), (V{"matmul", "matmul"})) << s.str();
 }
 

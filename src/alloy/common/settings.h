@@ -21,7 +21,6 @@ struct Setting {
   const char* fallback;  // the default, as text
   int64_t lo = 0, hi = 0;  // integers: the accepted range
   const char* help;
-  int64_t step = 1;        // integers: a multiple of this (thread counts: of a warp)
 };
 
 // Every setting, in the order `alloy --help` lists them.

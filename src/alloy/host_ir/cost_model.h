@@ -1,5 +1,5 @@
 // cost_model: how `--pipeline auto` runs a pipelinable pair (host_ir/pipeline_collectives.h),
-// from the machine's measured rates (runtime/machine_costs.h measures and caches them) and the
+// from the machine's measured rates (runtime/tune/machine_costs.h measures and caches them) and the
 // run's sizes. The model, per pair, with m the GEMM rows of one block (one rank's rows), K and N
 // the GEMM's other sizes, B the bytes of one block on the link, n the team's ranks:
 //   gemm(rows)  = launch + 2 * (rows + half_rows) * K * N / rate

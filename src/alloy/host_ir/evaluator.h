@@ -27,7 +27,7 @@ struct RunState {
   // concrete_shape answers instead of the bound symbols.
   std::map<int, std::vector<int64_t>> chunk_shapes;
   // --pipeline auto (Choose nodes): the cost model's choice for a pair at this run's sizes, the
-  // same on every rank of the team (runtime/machine_costs.h). Unset: a Choose runs "off".
+  // same on every rank of the team (runtime/tune/machine_costs.h). Unset: a Choose runs "off".
   std::function<PipelineChoice(const PairShape&)> choose;
   // The chunk count a Choose picked for the loop it runs (0: the loop's own).
   int chosen_chunks = 0;

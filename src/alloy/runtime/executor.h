@@ -28,7 +28,7 @@ struct ExecutorOptions {
   bool poison_outputs = false;
   // How collectives are pipelined with the GEMMs next to them (host_ir/pipeline_collectives.h):
   // "off", "auto" (CUDA: the cost model picks per run, from rates measured once per machine and
-  // cached, runtime/machine_costs.h; CPU: off), "ring" or "chunks=N"; anything else is a user
+  // cached, runtime/tune/machine_costs.h; CPU: off), "ring" or "chunks=N"; anything else is a user
   // error when the plan is made.
   std::string pipeline = "auto";
 };

@@ -3,7 +3,7 @@
 // compiled for the host with the C++ compiler that built Alloy, run thread by thread, and its
 // outputs (poisoned first) compared with the CPU reference. Runs in CI, where there is no GPU;
 // it checks the launch planning, the Params layout and the kernels' logic (barriers, shuffles,
-// split reductions, lean variants), not the hardware or the PTX-only paths.
+// split reductions, kernel flavours), not the hardware or the PTX-only paths.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -110,9 +110,9 @@ void emulate_bitmask_segment(const Op& op, const Bindings& bound, int sm_count, 
 // One generated kernel as the runtime launches it: host views made, outputs poisoned, the launch
 // planned, the kernel generated, compiled for the host and run. Where the plan asks for a kernel a
 // pass (split_stages), the passes run instead, as GeneratedKernel runs them, each counted in
-// `split_passes`.
+// `split_passes`. `offsets64`: 64-bit offsets, as tensors of 2^30 elements or more get.
 void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, const std::vector<Value*>& inputs,
-                    const Bindings& bound, const cuda::LaunchTarget& target, std::map<const Value*, Tensor>& values,
+                    const Bindings& bound, const cuda::LaunchTarget& target, bool offsets64, std::map<const Value*, Tensor>& values,
                     int& split_passes) {
   for (const Op* view : a.host_views) {
     Tensor t = apply_view(*view, values.at(view->inputs[0]), concrete(view->outputs[0], bound));
@@ -140,13 +140,13 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
       }
       for (const KernelAnalysis& pass : split->kernels) {
         ++split_passes;
-        emulate_kernel(pass, {}, {}, bound, target, values, split_passes);
+        emulate_kernel(pass, {}, {}, bound, target, offsets64, values, split_passes);
       }
       return;
     }
   }
-  EXPECT_EQ(plan.variant.lean, target.lean);
   ASSERT_EQ(int(plan.words.size()), cuda::param_words(a, plan.variant));
+  if (offsets64) plan.variant.index32 = false;  // the Params words are the same
   // as the runtime does once the kernel is compiled: one wave at its occupancy (here assumed 3)
   cuda::fit_column_grid(plan, 3, target);
   std::vector<uint64_t> workspace(plan.workspace_bytes / 8 + 1);
@@ -162,23 +162,20 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
   for (unsigned c : counters) EXPECT_EQ(c, 0u) << "a column kernel left its arrival counter set";
 }
 
-// The kernel flavours a run can choose (LaunchTarget): plain arithmetic (and the final pass's
-// leaves loaded in that pass), lean with Welford and online merges, lean recomputing values, and
-// the default (lean, cheap merges, values held, early loads).
-enum class Flavour { plain, lean_merges, lean_recompute, default_choice };
-constexpr Flavour kFlavours[] = {Flavour::plain, Flavour::lean_merges, Flavour::lean_recompute, Flavour::default_choice};
+// The kernel flavours a run can choose (LaunchTarget): the final pass's leaves loaded in that pass
+// (ALLOY_NO_EARLY_LOADS=1; here also with the 64-bit offsets of large tensors), values recomputed
+// (KernelTuning::recompute_values), and the default (values held, early loads).
+enum class Flavour { late_loads, recompute, default_choice };
+constexpr Flavour kFlavours[] = {Flavour::late_loads, Flavour::recompute, Flavour::default_choice};
 
 // Runs `text` segment by segment through emulated kernels (every segment must be a generated
 // kernel or views) and compares with the CPU reference. sm_count shapes the column kernels' splits.
 // `given`: inputs by position (undefined ones are drawn at random).
 
-// `transposed_rows`: normalizations over a non-contiguous axis with a row a lane (opt-in);
 // `split_passes`, where given, gets the count of kernels run as passes of split normalizations.
 void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
-                                  std::vector<Tensor> given = {}, bool transposed_rows = false, int* split_passes = nullptr) {
-  bool lean = flavour != Flavour::plain;
-  const char* names[] = {"plain kernels, late loads", "lean kernels, Welford and online merges", "lean kernels, values recomputed",
-                         "default kernels"};
+                                  std::vector<Tensor> given = {}, int* split_passes = nullptr) {
+  const char* names[] = {"late loads, 64-bit offsets", "values recomputed", "default kernels"};
   SCOPED_TRACE(names[int(flavour)]);
   auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
   given.resize(fusion->inputs().size());
@@ -194,11 +191,8 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   cuda::LaunchTarget target;
   target.sm_count = sm_count;
   target.shared_per_sm = 228 * 1024;
-  target.lean = lean;
-  target.recompute = flavour == Flavour::lean_recompute;
-  target.cheap_merges = flavour != Flavour::lean_merges;
-  target.early_loads = flavour != Flavour::plain;
-  target.transposed_rows = transposed_rows;
+  target.tuning.recompute_values = flavour == Flavour::recompute;
+  target.early_loads = flavour != Flavour::late_loads;
   int passes = 0;
   for (const Segment& s : segmentation.segments) {
     if (s.scheduler == SchedulerKind::noop) {  // views only, made on the host as the runtime makes them
@@ -214,7 +208,7 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
       continue;
     }
     ASSERT_TRUE(is_generated_kernel(s.scheduler) && s.analysis) << segmentation.str();
-    emulate_kernel(*s.analysis, s.ops, s.inputs, bound, target, values, passes);
+    emulate_kernel(*s.analysis, s.ops, s.inputs, bound, target, flavour == Flavour::late_loads, values, passes);
   }
   if (split_passes) *split_passes = passes;
   ASSERT_EQ(expected.size(), lowered->outputs().size());
@@ -263,7 +257,7 @@ TEST(EmulatedKernels, NormalizationsBlockAndWarpPerRow) {
 }
 
 // Softmax of rows with -inf entries (masked attention): whole threads' shares masked, and one row
-// masked entirely (NaN, as PyTorch gives) — the online softmax of lean kernels must agree.
+// masked entirely (NaN, as PyTorch gives) — the online softmax of the row kernels must agree.
 TEST(EmulatedKernels, MaskedSoftmax) {
   std::string text = R"(fusion f(x: f32[N, D], keep: bool[N, D]) {
   zero = mul(x, 0.0)
@@ -312,21 +306,7 @@ TEST(EmulatedKernels, RowsStartingOffTheVectorBoundary) {
     for (Flavour f : kFlavours) expect_emulation_matches_cpu(text, {{"R", rows}, {"W", width}}, f, 4, {x});
 }
 
-// Normalizations over a non-contiguous axis with a row a lane (LaunchTarget::transposed_rows,
-// opt-in): outputs staged through shared memory (layer norm of a permuted input), stored by the
-// lanes (softmax over the outer axis), kept axes of two strides, rows past a multiple of 32.
-TEST(EmulatedKernels, NormalizationsOverANonContiguousAxisWithARowALane) {
-  std::map<std::string, const testing::KernelCase*> cases;
-  for (const testing::KernelCase& c : testing::kernel_cases()) cases[c.name] = &c;
-  for (const char* name : {"LayerNormOverANonContiguousAxis", "SoftmaxOverTheOuterAxis", "SoftmaxOverANonLastAxis"}) {
-    SCOPED_TRACE(name);
-    const testing::KernelCase& c = *cases.at(name);
-    for (Flavour f : kFlavours)
-      expect_emulation_matches_cpu(c.text, c.emulated_sizes.empty() ? c.sizes : c.emulated_sizes, f, 4, {}, true);
-  }
-}
-
-// The same normalizations as a kernel a pass (the default, LaunchTarget::split_stages): column
+// Normalizations over a non-contiguous axis as a kernel a pass (LaunchTarget::split_stages): column
 // kernels for the row statistics (softmax: its max, then its sum of exps), then a pointwise kernel
 // (a tile transpose where the per-element outputs are contiguous along the rows).
 TEST(EmulatedKernels, NormalizationsOverANonContiguousAxisAsAKernelAPass) {
@@ -337,7 +317,7 @@ TEST(EmulatedKernels, NormalizationsOverANonContiguousAxisAsAKernelAPass) {
     const testing::KernelCase& c = *cases.at(name);
     for (Flavour f : kFlavours) {
       int passes = 0;
-      expect_emulation_matches_cpu(c.text, c.emulated_sizes.empty() ? c.sizes : c.emulated_sizes, f, 4, {}, false, &passes);
+      expect_emulation_matches_cpu(c.text, c.emulated_sizes.empty() ? c.sizes : c.emulated_sizes, f, 4, {}, &passes);
       EXPECT_GE(passes, 2) << "not run as a kernel a pass";
     }
   }
@@ -479,7 +459,7 @@ TEST(EmulatedKernels, RandomFusionsMatchTheCpu) {
   for (int i = 0; i < count; ++i) {
     testing::RandomFusion f = testing::RandomFusionWriter(seed * 1000003 + uint64_t(i)).write();
     std::string trace = "random fusion " + std::to_string(seed) + "/" + std::to_string(i) + " sm_count " +
-                        std::to_string(f.sm_count) + (f.transposed_rows ? " transposed_rows" : "") + " sizes:";
+                        std::to_string(f.sm_count) + " sizes:";
     for (const auto& [name, size] : f.sizes) trace += " " + name + "=" + std::to_string(size);
     SCOPED_TRACE(trace + "\n" + f.text);
     if (campaign) std::cout << "=== " << trace << "\n" << f.text << std::flush;
@@ -490,7 +470,7 @@ TEST(EmulatedKernels, RandomFusionsMatchTheCpu) {
         std::cout << "=== not kernels: " << why << std::flush;
         continue;
       }
-      for (Flavour flavour : kFlavours) expect_emulation_matches_cpu(f.text, f.sizes, flavour, f.sm_count, {}, f.transposed_rows);
+      for (Flavour flavour : kFlavours) expect_emulation_matches_cpu(f.text, f.sizes, flavour, f.sm_count);
     } catch (const std::exception& e) {
       ADD_FAILURE() << e.what();
     }

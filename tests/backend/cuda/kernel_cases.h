@@ -232,8 +232,8 @@ inline const std::vector<KernelCase>& kernel_cases() {
   t = add(z, rr)
   return t
 })", "", {}},
-      // reductions over a non-contiguous axis: a row a lane, 32 rows a block, the warps along the
-      // columns; outputs contiguous along the columns go through shared memory
+      // reductions over a non-contiguous axis: a kernel a pass (column kernels for the statistics,
+      // then a pointwise kernel, a tile transpose where the outputs are contiguous along the rows)
       {"LayerNormOverANonContiguousAxis", R"(fusion f(x: bf16[C, R], w: bf16[C], b: bf16[C]) {
   xt = permute(x, dims=[1, 0])
   y = layer_norm(xt, w, b, normalized_ndim=1, eps=1e-5)

@@ -30,10 +30,10 @@ struct Planned {
   int transpose_shared_bytes = 0;
 };
 
-// `transposed_rows`: the opt-in row-a-lane normalizations (LaunchTarget::transposed_rows).
 // `streaming_online`: LaunchTarget::streaming_online (log-sum-exp over long rows in one pass).
-Planned plan_of(const std::string& text, const Bindings& sizes, int64_t misalign = 0, bool transposed_rows = false,
-                bool streaming_online = true) {
+// `tuning`: the architecture's kernel choices (LaunchTarget::tuning).
+Planned plan_of(const std::string& text, const Bindings& sizes, int64_t misalign = 0, bool streaming_online = true,
+                const cuda::KernelTuning& tuning = {}) {
   auto fusion = decompose_composites(*parse_fusion(text, "plan.fusion", std::nullopt));
   Segmentation segmentation = segment_for_cuda(*fusion);
   const Segment* kernel = nullptr;
@@ -68,8 +68,8 @@ Planned plan_of(const std::string& text, const Bindings& sizes, int64_t misalign
   cuda::LaunchTarget target;
   target.sm_count = 132;
   target.shared_per_sm = 228 * 1024;
-  target.transposed_rows = transposed_rows;
   target.streaming_online = streaming_online;
+  target.tuning = tuning;
   Planned p{cuda::plan_launch(a, domain, tensors, std::vector<uint64_t>(a.scalar_inputs.size(), 0), target), "", 0};
   p.transpose_shared_bytes = cuda::transpose_shared_bytes(a, p.plan.variant);
   for (const Value* leaf : a.leaves) p.leaves += (p.leaves.empty() ? "" : ",") + leaf->name;
@@ -170,7 +170,7 @@ TEST(LaunchPlan, LogSumExpOverLongRowsStreamsThemOnce) {
 TEST(LaunchPlan, OddWidthRowsKeepVectorsWithEdgeElements) {
   // 50257 columns: 16-byte vectors from each row's first aligned column, 7 a thread in registers
   // (with the streaming pass off)
-  Planned p = plan_of(kLogSumExp, {{"R", 8192}, {"W", 50257}}, 0, false, false);
+  Planned p = plan_of(kLogSumExp, {{"R", 8192}, {"W", 50257}}, 0, false);
   ASSERT_TRUE(p.plan.launch);
   EXPECT_FALSE(p.plan.variant.streaming_online);
   EXPECT_EQ(p.plan.variant.vector, 8);
@@ -226,31 +226,39 @@ TEST(LaunchPlan, OddTotalsKeepVectorsWithEdgeElements) {
   EXPECT_EQ(off.plan.variant.leaf_modes, "uvv");
 }
 
-TEST(LaunchPlan, NormalizationOverANonContiguousAxisRunsARowALaneWhereAskedFor) {
+TEST(LaunchPlan, RowKernelsTakeTheirBlockCapAndLaunchBoundsFromTheTuning) {
+  const char* softmax = "fusion f(x: bf16[N, D]) {\n  s = softmax(x, dim=1)\n  return s\n}\n";
+  // 4096 columns of bf16: 512 vectors of 8, two a thread of the built-in 256
+  Planned built_in = plan_of(softmax, {{"N", 1000}, {"D", 4096}});
+  EXPECT_EQ(built_in.plan.variant.threads, 256);
+  EXPECT_EQ(built_in.plan.variant.items, 2);
+  EXPECT_EQ(built_in.plan.variant.min_blocks, 0);
+  cuda::KernelTuning tuning;
+  tuning.row_threads = 128;
+  tuning.row_min_blocks = 3;
+  tuning.recompute_values = true;
+  Planned tuned = plan_of(softmax, {{"N", 1000}, {"D", 4096}}, 0, true, tuning);
+  EXPECT_EQ(tuned.plan.variant.threads, 128);
+  EXPECT_EQ(tuned.plan.variant.items, 4);
+  EXPECT_EQ(tuned.plan.variant.min_blocks, 3);
+  EXPECT_TRUE(tuned.plan.variant.recompute);
+  EXPECT_EQ(tuned.plan.block, 128u);
+}
+
+TEST(LaunchPlan, NormalizationOverANonContiguousAxisRunsAKernelAPass) {
   // layer norm of permute(x), x stored [4096, 8192]: the 8192 rows are x's contiguous axis
   const char* permuted = R"(fusion f(x: bf16[C, R], w: bf16[C], b: bf16[C]) {
   xt = permute(x, dims=[1, 0])
   y = layer_norm(xt, w, b, normalized_ndim=1, eps=1e-5)
   return y
 })";
-  Planned by_default = plan_of(permuted, {{"C", 4096}, {"R", 8192}});
-  EXPECT_FALSE(by_default.plan.variant.transposed_rows) << "opt-in: measured slower than a block per row";
-  EXPECT_EQ(by_default.plan.grid_x, 8192u);
-  Planned p = plan_of(permuted, {{"C", 4096}, {"R", 8192}}, 0, true);
+  Planned p = plan_of(permuted, {{"C", 4096}, {"R", 8192}});
   ASSERT_TRUE(p.plan.launch);
-  EXPECT_TRUE(p.plan.variant.transposed_rows);
-  EXPECT_TRUE(p.plan.variant.staged_stores) << "y is contiguous along the normalized axis";
-  EXPECT_EQ(p.plan.variant.threads, 256);
-  EXPECT_EQ(p.plan.variant.vector, 1);
-  EXPECT_EQ(p.plan.grid_x, 8192u / 32u);
-  // softmax over the outer axis: the output is contiguous along the rows too, stored by its lanes
-  Planned outer = plan_of("fusion f(x: f32[N, D]) {\n  s = softmax(x, dim=0)\n  return s\n}\n", {{"N", 1000}, {"D", 4100}}, 0, true);
-  EXPECT_TRUE(outer.plan.variant.transposed_rows);
-  EXPECT_FALSE(outer.plan.variant.staged_stores);
-  EXPECT_EQ(outer.plan.grid_x, (4100u + 31) / 32);
-  // over the contiguous axis: a block per row as before
-  Planned rows = plan_of("fusion f(x: f32[N, D]) {\n  s = softmax(x, dim=1)\n  return s\n}\n", {{"N", 1000}, {"D", 4096}}, 0, true);
-  EXPECT_FALSE(rows.plan.variant.transposed_rows);
+  EXPECT_TRUE(p.plan.split_stages) << "column kernels for the statistics, then a pointwise kernel";
+  EXPECT_EQ(p.plan.grid_x, 8192u) << "where the split cannot be made: a block per row";
+  // over the contiguous axis: one row kernel, a block per row
+  Planned rows = plan_of("fusion f(x: f32[N, D]) {\n  s = softmax(x, dim=1)\n  return s\n}\n", {{"N", 1000}, {"D", 4096}});
+  EXPECT_FALSE(rows.plan.split_stages);
   EXPECT_EQ(rows.plan.grid_x, 1000u);
 }
 

@@ -1,7 +1,7 @@
 // Every matmul epilogue pattern, taken or not, on the GPU against the CPU reference, in bf16 and
 // f32, with sizes that make cuBLASLt refuse at run time (aux leading dimensions that are not a
 // multiple of 8, a bias that is not one packed vector) so the fallback path runs too. Which
-// pattern is taken is checked without a GPU in tests/passes/matmul_epilogue_test.cpp. Skips
+// pattern is taken is checked without a GPU in tests/segment/matmul_epilogue_test.cpp. Skips
 // without a GPU.
 #include <gtest/gtest.h>
 

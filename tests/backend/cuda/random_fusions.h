@@ -22,8 +22,7 @@ namespace alloy::testing {
 struct RandomFusion {
   std::string text;
   Bindings sizes;
-  int sm_count = 4;              // shapes the column kernels' splits
-  bool transposed_rows = false;  // LaunchTarget::transposed_rows
+  int sm_count = 4;  // shapes the column kernels' splits
 };
 
 class RandomFusionWriter {
@@ -55,7 +54,7 @@ class RandomFusionWriter {
     for (size_t i = 0; i < outputs.size(); ++i) o << (i ? ", " : "") << outputs[i].name;
     o << "\n}\n";
     int sm_count = int(std::vector<int64_t>{1, 4, 16, 132}[uniform(0, 3)]);
-    return {o.str(), sizes_, sm_count, chance(0.3)};
+    return {o.str(), sizes_, sm_count};
   }
 
  private:

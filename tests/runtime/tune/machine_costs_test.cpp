@@ -1,4 +1,4 @@
-// The measured machine costs of --pipeline auto (runtime/machine_costs.h) in one process (a team
+// The measured machine costs of --pipeline auto (runtime/tune/machine_costs.h) in one process (a team
 // of one): measured once, written to the cache file, read back, a corrupt file measured again,
 // and the settings that measure again or keep no file. Under mpirun, multidevice_mpitest.cpp
 // checks that every rank gets the same numbers.

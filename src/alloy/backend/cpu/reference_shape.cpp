@@ -1,5 +1,5 @@
 // Reference kernels of the shape ops. broadcast_in_dim, expand, permute, slice, squeeze,
-// unsqueeze and segment_set are zero-copy views (runtime/views.h makes them; the checks here
+// unsqueeze and segment_set are zero-copy views (backend/cpu/views.h makes them; the checks here
 // catch run-time sizes that break the op's contract). reshape is a view where the strides allow
 // one and a contiguous copy otherwise; cat copies into a new tensor of the promoted dtype.
 #include <algorithm>

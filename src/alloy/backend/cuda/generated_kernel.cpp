@@ -32,7 +32,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     std::vector<uint64_t> scalars = scalar_words(a_, [&](const Value* v) -> const Tensor& { return state.at(v); });
     if (target_.sm_count == 0 || target_device_ != state.device.index) {
       const DeviceProps& props = device_props(state.device.index);
-      target_ = LaunchTarget::from_environment(props.sm_count, props.shared_per_sm);
+      target_ = LaunchTarget::from_environment(props.sm_major, props.sm_minor, props.sm_count, props.shared_per_sm);
       target_device_ = state.device.index;
     }
     LaunchPlan plan = plan_launch(a_, domain, tensors, scalars, target_);

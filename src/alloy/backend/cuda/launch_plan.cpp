@@ -336,37 +336,17 @@ bool rows_across_memory(const KernelAnalysis& a, const std::vector<Slot>& slots,
   return std::llabs(outer.back().strides[main]) == 1 && std::llabs(inner.back().strides[main]) != 1;
 }
 
-// A reduction that is not a column kernel runs with a row a lane (KernelVariant::transposed_rows)
-// where the first leaf read per element walks the innermost kept axis contiguously and the
-// innermost reduced axis not (a block per row would read it strided): 256 threads, 32 rows a
-// block. Its outputs stored per element go through shared memory where all of them walk the
-// reduced axis contiguously.
-bool use_transposed_rows(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<Axis>& outer,
-                         const std::vector<Axis>& inner, KernelVariant& v) {
-  if (!rows_across_memory(a, slots, outer, inner)) return false;
-  v.transposed_rows = true;
-  v.threads = 256;
-  v.vector = 1;
-  v.edge_elements = false;
-  v.items = 0;
-  v.leaf_modes.clear();
-  v.staged_stores = false;
-  for (size_t t = 0; t < slots.size(); ++t) {
-    if (slots[t].leaf >= 0 || a.at(slots[t].laid_out_as).per_row) continue;
-    if (inner.back().strides[t] != 1) return true;
-    v.staged_stores = true;
-  }
-  return true;
-}
-
-// Column tile: up to target.column_tile threads (32; each `vector` kept elements wide) along the
-// kept axes, the rest of a 256-thread block along the reduced axes.
+// Column tile: up to kColumnTile threads (each `vector` kept elements wide) along the kept axes,
+// the rest of a 256-thread block along the reduced axes. 32: on an H100 64 and 128 were slower
+// (column_sum [8192, 6400] 40.7 us at 32, 42.2 at 64, 45.0 at 128;
+// bench/results/2026-11-25-NVIDIA_H100_80GB_HBM3-issue17-session23-notes.md).
+constexpr int kColumnTile = 32;
 void choose_tile(const KernelAnalysis& a, const std::vector<Slot>& launch, KernelVariant& v, const std::vector<Axis>& outer,
-                 const std::vector<Axis>& inner, int64_t rows, const LaunchTarget& target) {
+                 const std::vector<Axis>& inner, int64_t rows) {
   v.threads = 256;
   int64_t slots = (rows + v.vector - 1) / v.vector;
   int tile = 1;
-  while (tile < target.column_tile && tile < slots) tile *= 2;
+  while (tile < kColumnTile && tile < slots) tile *= 2;
   v.tile_x = tile;
   int main = std::max(0, main_slot(a, launch));
   // Where the reduced axis is the contiguous one (few long rows), a block takes one kept index
@@ -378,7 +358,7 @@ void choose_tile(const KernelAnalysis& a, const std::vector<Slot>& launch, Kerne
 
 // Blocks along the kept axes; `splits` gets the blocks along the reduced axes: as many as fit
 // on the GPU at once with the kept-axis blocks (one full wave, no half-empty second one), with
-// at least target.column_min_steps reduced indices per thread.
+// at least target.tuning.column_min_steps reduced indices per thread.
 int64_t column_grid(const KernelAnalysis& a, const KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarget& target,
                     int64_t& splits, int64_t& most) {
   int64_t slots = (rows + v.vector - 1) / v.vector;
@@ -386,9 +366,9 @@ int64_t column_grid(const KernelAnalysis& a, const KernelVariant& v, int64_t row
   int ty = v.threads / v.tile_x;
   int64_t per_sm = 2048 / v.threads;
   if (int shared = column_shared_bytes(a, v); shared > 0) per_sm = std::min<int64_t>(per_sm, target.shared_per_sm / shared);
-  if (target.column_blocks_per_sm > 0) per_sm = target.column_blocks_per_sm;
+  if (target.tuning.column_blocks_per_sm > 0) per_sm = target.tuning.column_blocks_per_sm;
   int64_t wave = int64_t(target.sm_count) * std::max<int64_t>(1, per_sm);
-  most = std::clamp<int64_t>(cols / (int64_t(ty) * target.column_min_steps), 1, 65535);
+  most = std::clamp<int64_t>(cols / (int64_t(ty) * target.tuning.column_min_steps), 1, 65535);
   splits = std::clamp<int64_t>(wave / blocks_x, 1, most);
   return blocks_x;
 }
@@ -396,9 +376,9 @@ int64_t column_grid(const KernelAnalysis& a, const KernelVariant& v, int64_t row
 // Threads per row and how many vectors each keeps in registers (0: re-read each pass).
 void choose_block(KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarget& target) {
   int64_t slots = (cols + v.vector - 1) / v.vector;
-  // ALLOY_ROW_THREADS caps the block size (tuning experiments); the default favours several
-  // vectors per thread in flight over wide blocks.
-  const int max_threads = target.row_threads / 32 * 32;
+  // The tuning caps the block size; the built-in 256 favours several vectors per thread in flight
+  // over wide blocks.
+  const int max_threads = target.tuning.row_threads / 32 * 32;
   int threads = int(std::min<int64_t>(max_threads, std::max<int64_t>(32, (slots + 31) / 32 * 32)));
   int64_t items = (slots + threads - 1) / threads;
   if (items > 8) {
@@ -408,7 +388,7 @@ void choose_block(KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarg
   v.threads = threads;
   // registers per thread for one cached leaf; only leaves read by several passes are cached
   v.items = (items * v.vector <= 64) ? int(std::max<int64_t>(items, 1)) : 0;
-  v.min_blocks = target.row_min_blocks;
+  v.min_blocks = target.tuning.row_min_blocks;
   // Short rows (up to 8 vectors a lane): a warp per row, 8 rows a block, no block barriers.
   int64_t lane_items = (slots + 31) / 32;
   if (lane_items <= 8 && rows >= 64 && target.warp_rows) {
@@ -436,29 +416,19 @@ std::vector<uint64_t> scalar_words(const KernelAnalysis& a, const std::function<
   return words;
 }
 
-LaunchTarget LaunchTarget::from_environment(int sm_count, int64_t shared_per_sm) {
+LaunchTarget LaunchTarget::from_environment(int sm_major, int sm_minor, int sm_count, int64_t shared_per_sm) {
   LaunchTarget t;
   t.sm_count = sm_count;
   t.shared_per_sm = shared_per_sm;
+  t.tuning = kernel_tuning(sm_major, sm_minor);
   // common/settings.h: each switch means one thing at 1 (the defaults are the fields' own)
-  t.lean = settings::flag("ALLOY_LEAN_KERNELS");
-  t.recompute = settings::flag("ALLOY_RECOMPUTE_VALUES");
-  t.cheap_merges = settings::flag("ALLOY_CHEAP_MERGES");
   t.early_loads = !settings::flag("ALLOY_NO_EARLY_LOADS");
   t.column_kernels = !settings::flag("ALLOY_NO_COLUMN_KERNELS");
   t.warp_rows = !settings::flag("ALLOY_NO_WARP_ROWS");
   t.tile_transposes = !settings::flag("ALLOY_NO_TILE_TRANSPOSES");
   t.edge_elements = !settings::flag("ALLOY_NO_EDGE_ELEMENTS");
-  t.transposed_rows = settings::flag("ALLOY_TRANSPOSED_ROWS");
   t.split_stages = !settings::flag("ALLOY_NO_SPLIT_STAGES");
   t.streaming_online = !settings::flag("ALLOY_NO_STREAMING_ONLINE");
-  t.streaming_threads = int(settings::integer("ALLOY_STREAMING_THREADS"));
-  t.column_min_steps = int(settings::integer("ALLOY_COLUMN_MIN_STEPS"));
-  t.column_blocks_per_sm = int(settings::integer("ALLOY_COLUMN_BLOCKS_PER_SM"));
-  t.column_tile = int(settings::integer("ALLOY_COLUMN_TILE"));
-  t.row_threads = int(settings::integer("ALLOY_ROW_THREADS"));
-  t.row_min_blocks = int(settings::integer("ALLOY_ROW_MIN_BLOCKS"));
-  t.transpose_min_blocks = int(settings::integer("ALLOY_TRANSPOSE_MIN_BLOCKS"));
   return t;
 }
 
@@ -522,16 +492,13 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   v.inner_rank = int(l.inner.size());
   v.cat_axes = cat_axes_of(lt.cats, axes);
   if (target.tile_transposes && choose_transpose(a, lt.slots, v, axes, lt.tensors, lt.addresses)) {
-    v.lean = target.lean;
     v.early_loads = target.early_loads;
-    v.min_blocks = target.transpose_min_blocks;
-    v.index32 = target.lean && small_offsets(axes, l.numel);
+    v.index32 = small_offsets(axes, l.numel);
     return v;
   }
   choose_vector(a, lt.slots, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats,
                 target.edge_elements && !columns, columns ? column_max_vector(a) : 8);
-  if (columns) choose_tile(a, lt.slots, v, l.outer, l.inner, l.rows, target);
-  else if (a.is_reduction() && target.transposed_rows && use_transposed_rows(a, lt.slots, l.outer, l.inner, v)) {}
+  if (columns) choose_tile(a, lt.slots, v, l.outer, l.inner, l.rows);
   else if (a.is_reduction()) choose_block(v, l.rows, l.cols, target);
   else v.threads = 256;
   // many accumulators: fewer threads along the reduced axes, down to 2 a column; else a row kernel
@@ -543,25 +510,23 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
     v.inner_rank = int(l.inner.size());
     v.cat_axes = cat_axes_of(lt.cats, axes);
     choose_vector(a, lt.slots, v, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats, target.edge_elements);
-    if (!(target.transposed_rows && use_transposed_rows(a, lt.slots, l.outer, l.inner, v))) choose_block(v, l.rows, l.cols, target);
+    choose_block(v, l.rows, l.cols, target);
   }
   int lanes = v.rows_per_block ? 32 : v.threads;
   v.full_rows = a.is_reduction() && !columns && !v.edge_elements && v.items > 0 && l.cols == int64_t(v.items) * lanes * v.vector;
-  v.lean = target.lean;
-  v.recompute = target.recompute && a.is_reduction() && !columns;
-  v.cheap_merges = target.lean && target.cheap_merges && a.is_reduction() && !columns;
-  v.index32 = target.lean && small_offsets(axes, l.numel);
+  v.recompute = target.tuning.recompute_values && a.is_reduction() && !columns;
+  v.index32 = small_offsets(axes, l.numel);
   // a warp per row only: a block per row (layer norm over 8192 columns) lost occupancy to the
   // registers (H100: 105 us against 95.7 loading late; a warp per row, 6.2 us against 8.2)
   v.early_loads = target.early_loads && a.is_reduction() && !columns && v.items > 0 && v.rows_per_block > 0;
   // Log-sum-exp over rows so long that a block of 1024 threads holds one in registers (one block an
   // SM, whose loads stop while it reduces): one streaming pass with a running max instead
-  if (a.is_reduction() && !columns && v.lean && target.streaming_online && !v.transposed_rows && v.rows_per_block == 0 &&
+  if (a.is_reduction() && !columns && target.streaming_online && v.rows_per_block == 0 &&
       v.threads == 1024 && only_row_outputs(a) && !online_softmax_stages(a).empty()) {
     v.streaming_online = true;
     v.items = 0;
     v.full_rows = false;
-    v.threads = std::max(32, target.streaming_threads / 32 * 32);
+    v.threads = std::max(32, target.tuning.streaming_threads / 32 * 32);
   }
   return v;
 }
@@ -569,7 +534,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
 }  // namespace
 
 void fit_column_grid(LaunchPlan& plan, int blocks_per_sm, const LaunchTarget& target) {
-  if (plan.column_max_splits <= 1 || target.column_blocks_per_sm > 0 || blocks_per_sm < 1) return;
+  if (plan.column_max_splits <= 1 || target.tuning.column_blocks_per_sm > 0 || blocks_per_sm < 1) return;
   int64_t wave = int64_t(target.sm_count) * blocks_per_sm;
   int64_t splits = std::clamp<int64_t>(wave / std::max<int64_t>(1, plan.grid_x), 1, plan.column_max_splits);
   plan.grid_y = unsigned(splits);
@@ -631,7 +596,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   }
   words.insert(words.end(), scalar_words.begin(), scalar_words.end());
   if (!columns) {
-    int64_t rows_per_block = v.transposed_rows ? 32 : std::max(1, v.rows_per_block);
+    int64_t rows_per_block = std::max(1, v.rows_per_block);
     int64_t blocks = a.is_reduction() ? (l.rows + rows_per_block - 1) / rows_per_block : (l.numel / v.vector + v.threads - 1) / v.threads;
     if (v.transpose_axis >= 0) {  // a block a tile
       const int64_t size_x = axes.back().size, size_y = axes[size_t(v.transpose_axis)].size, tile = kTransposeTile;
@@ -644,7 +609,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   plan.variant = v;
   plan.block = unsigned(v.threads);
   plan.launch = true;
-  plan.split_stages = a.is_reduction() && !a.single_pass && !columns && !v.transposed_rows && target.split_stages &&
+  plan.split_stages = a.is_reduction() && !a.single_pass && !columns && target.split_stages &&
                       rows_across_memory(a, lt.slots, l.outer, l.inner) && l.rows >= kTransposeTile / 2 &&
                       l.cols >= kTransposeTile / 2;
   return plan;

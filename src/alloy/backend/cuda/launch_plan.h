@@ -11,50 +11,34 @@
 #include <vector>
 
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
-#include "alloy/tensor/tensor.h"
+#include "alloy/backend/cuda/kernel_tuning.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
+#include "alloy/tensor/tensor.h"
 
 namespace alloy::cuda {
 
-// What the choices depend on besides the tensors; from_environment reads the settings once, so
-// a cached run reads no environment.
+// What the choices depend on besides the tensors; from_environment reads the settings and the
+// kernel tuning table once, so a cached run reads no environment.
 struct LaunchTarget {
   int sm_count = 0;
   int64_t shared_per_sm = 0;
-  // The defaults are the fastest measured on an H200 (bench/results/*-notes.md); each variable
-  // set to 0 or 1 picks the other side, for A/B timings (scripts/gpu-ab).
-  bool lean = true;          // ALLOY_LEAN_KERNELS
-  bool recompute = false;    // ALLOY_RECOMPUTE_VALUES
-  bool cheap_merges = true;  // ALLOY_CHEAP_MERGES
+  // Block sizes, launch bounds, column splits and recomputed values, by architecture
+  // (kernel_tuning.h; ALLOY_KERNEL_TUNING overrides the built-in table).
+  KernelTuning tuning;
+  // The defaults are the fastest measured (bench/results/*-notes.md); each setting turns one
+  // off, for A/B timings (scripts/gpu-ab).
   bool early_loads = true;   // ALLOY_NO_EARLY_LOADS unset
   bool column_kernels = true;  // ALLOY_NO_COLUMN_KERNELS unset
   bool warp_rows = true;       // ALLOY_NO_WARP_ROWS unset
   bool streaming_online = true;  // ALLOY_NO_STREAMING_ONLINE unset
-  int streaming_threads = 256;   // ALLOY_STREAMING_THREADS
   bool tile_transposes = true; // ALLOY_NO_TILE_TRANSPOSES unset
   bool edge_elements = true;   // ALLOY_NO_EDGE_ELEMENTS unset
-  // ALLOY_TRANSPOSED_ROWS=1: normalizations over a non-contiguous axis with a row a lane (opt-in:
-  // on an H100, layer norm of permute(x) at [8192, 4096] bf16 took 494 us this way against 279 us
-  // with a block per row; bench/results/2026-11-25-NVIDIA_H100_80GB_HBM3-issue17-notes.md)
-  bool transposed_rows = false;
   // A normalization whose rows lie across memory (the reduced axis strided, the kept one
   // contiguous: layer norm of permute(x)) runs as a kernel a pass (stage_split.h): column kernels
   // for the row statistics, then a pointwise kernel (ALLOY_NO_SPLIT_STAGES=1 keeps one row kernel)
   bool split_stages = true;
-  // Column kernels: at least this many reduced indices a thread (ALLOY_COLUMN_MIN_STEPS), and the
-  // blocks an SM is assumed to hold when sizing the one wave (ALLOY_COLUMN_BLOCKS_PER_SM; 0 = as
-  // many as the threads and shared memory allow).
-  int column_min_steps = 16;
-  int column_blocks_per_sm = 0;
-  // Column kernels: threads of a block along the kept axes (ALLOY_COLUMN_TILE, rounded up to a
-  // power of two, fewer where the kept axes are narrower; the others run along the reduced axes).
-  int column_tile = 32;
-  // Row kernels: the block-size cap (ALLOY_ROW_THREADS) and __launch_bounds__'s minimum blocks
-  // an SM (ALLOY_ROW_MIN_BLOCKS; 0 = none).
-  int row_threads = 256;
-  int row_min_blocks = 0;
-  int transpose_min_blocks = 0;  // the same for tile transposes (ALLOY_TRANSPOSE_MIN_BLOCKS)
-  static LaunchTarget from_environment(int sm_count, int64_t shared_per_sm);
+  // For a device of compute capability sm_major.sm_minor.
+  static LaunchTarget from_environment(int sm_major, int sm_minor, int sm_count, int64_t shared_per_sm);
 };
 
 struct LaunchPlan {
@@ -78,7 +62,7 @@ struct LaunchPlan {
 // Sizes a column kernel's split of the reduced axes (grid_y, workspace_bytes) to one full wave
 // when an SM holds `blocks_per_sm` of its blocks (the compiled kernel's occupancy, which its
 // registers may hold below what plan_launch assumed from threads and shared memory). A no-op for
-// other kernels and under ALLOY_COLUMN_BLOCKS_PER_SM.
+// other kernels and where the tuning fixes the blocks an SM (KernelTuning::column_blocks_per_sm).
 void fit_column_grid(LaunchPlan& plan, int blocks_per_sm, const LaunchTarget& target);
 
 // Each scalar input of the analysis as its Params word (double bits, or int64), read from the

@@ -18,10 +18,10 @@ namespace alloy {
 namespace {
 
 // The variants every kernel is checked in: scalar accesses over the uncollapsed domain, and
-// 16-byte vectors with the row cached in registers, as contiguous inputs get at run time; for
-// reductions also a warp per row (lean: with early loads), and (single-pass ones) the column and few-long-rows kernels;
-// for pointwise kernels of two or more axes a tile transpose, for normalizations a row a lane; and
-// (no cats) vectors with edge elements.
+// 16-byte vectors with the row cached in registers, as contiguous inputs get at run time, also
+// with 32-bit offsets; for reductions also a warp per row (and with early loads), and
+// (single-pass ones) the column and few-long-rows kernels; for pointwise kernels of two or more
+// axes a tile transpose; and (no cats) vectors with edge elements.
 std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a) {
   int min_size = 8;
   for (Value* v : a.launch_values()) min_size = std::min(min_size, dtype_size(v->dtype()));
@@ -44,12 +44,12 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
   }
   vector.vector = std::min(8, 16 / min_size);
   vector.leaf_modes = std::string(a.leaves.size(), 'v');
-  cuda::KernelVariant lean = vector;  // the opt-in lean arithmetic with 32-bit offsets
-  lean.lean = lean.index32 = true;
+  cuda::KernelVariant index32 = vector;  // 32-bit offsets, as tensors under 2^30 elements get
+  index32.index32 = true;
   // odd widths and totals: vectors with edge elements, the last leaf read element by element
   std::vector<cuda::KernelVariant> edges;
   if (a.cat_leaves.empty() && !a.leaves.empty()) {
-    edges.push_back(lean);
+    edges.push_back(index32);
     edges.back().edge_elements = true;
     if (a.leaves.size() > 1) edges.back().leaf_modes.back() = 'u';
   }
@@ -57,30 +57,28 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
     variants.insert(variants.end(), edges.begin(), edges.end());
     return variants;
   };
-  if (!a.is_reduction() && (a.domain.size() < 2 || !a.cat_leaves.empty() || a.leaves.empty())) return with_edges({scalar, vector, lean});
+  if (!a.is_reduction() && (a.domain.size() < 2 || !a.cat_leaves.empty() || a.leaves.empty())) return with_edges({scalar, vector, index32});
   if (!a.is_reduction()) {  // and a tile transpose: the first leaf staged, read along axis 0
-    cuda::KernelVariant transpose = lean;
+    cuda::KernelVariant transpose = index32;
     transpose.outer_rank = 2;
     transpose.transpose_axis = 0;
     transpose.staged = "t" + std::string(a.leaves.size() - 1, '.');
     transpose.early_loads = true;
-    return with_edges({scalar, vector, lean, transpose});
+    return with_edges({scalar, vector, index32, transpose});
   }
   cuda::KernelVariant warp_rows = vector;  // short rows: a warp per row
   warp_rows.rows_per_block = 8;
-  cuda::KernelVariant lean_warp_rows = warp_rows;
-  lean_warp_rows.lean = lean_warp_rows.index32 = lean_warp_rows.early_loads = true;
-  cuda::KernelVariant transposed_rows = scalar;  // a row a lane (the kept axis contiguous), stores staged
-  transposed_rows.lean = transposed_rows.index32 = transposed_rows.transposed_rows = transposed_rows.staged_stores = true;
-  if (!a.single_pass) return with_edges({scalar, vector, warp_rows, lean, lean_warp_rows, transposed_rows});
+  cuda::KernelVariant early_warp_rows = warp_rows;
+  early_warp_rows.index32 = early_warp_rows.early_loads = true;
+  if (!a.single_pass) return with_edges({scalar, vector, warp_rows, index32, early_warp_rows});
   cuda::KernelVariant columns = vector;  // reductions over outer axes, split over blocks
   columns.items = 0;
   columns.tile_x = 32;
   cuda::KernelVariant long_rows = scalar;  // few long rows, split over blocks
   long_rows.tile_x = 1;
   long_rows.ty_fast = true;
-  if (cuda::column_shared_bytes(a, columns) > cuda::kMaxColumnSharedBytes) return with_edges({scalar, vector, warp_rows, lean, long_rows});
-  return with_edges({scalar, vector, warp_rows, lean, columns, long_rows});
+  if (cuda::column_shared_bytes(a, columns) > cuda::kMaxColumnSharedBytes) return with_edges({scalar, vector, warp_rows, index32, long_rows});
+  return with_edges({scalar, vector, warp_rows, index32, columns, long_rows});
 }
 
 // The variant the runtime would launch for contiguous tensors of the bound sizes (fake, never
@@ -129,7 +127,7 @@ std::optional<BoundLaunch> bound_launch(const KernelAnalysis& a, SizedValues& va
   for (const Extent& e : a.domain) domain.push_back(*e.evaluate(values.sizes()));
   std::vector<uint64_t> scalars(a.scalar_inputs.size(), 0);
   int sms = arch.major == 9 ? 132 : arch.major == 8 && arch.minor == 0 ? 108 : 80;
-  cuda::LaunchPlan plan = cuda::plan_launch(a, domain, tensors, scalars, cuda::LaunchTarget::from_environment(sms, 228 * 1024));
+  cuda::LaunchPlan plan = cuda::plan_launch(a, domain, tensors, scalars, cuda::LaunchTarget::from_environment(arch.major, arch.minor, sms, 228 * 1024));
   if (!plan.launch) return std::nullopt;
   return BoundLaunch{plan.variant,
                      "grid " + std::to_string(plan.grid_x) + "x" + std::to_string(plan.grid_y) + ", block " +

@@ -1,5 +1,5 @@
 // insert_resharding: makes every change of sharding an op of its own. Where an op's rule needs an
-// input in another sharding than the input has (multidevice/sharding_rules.h), where a statement
+// input in another sharding than the input has (passes/sharding/sharding_rules.h), where a statement
 // the user annotated differs from what its op computes, and where a fusion output is still
 // partial, a resharding op is inserted:
 //   shard(a) -> replicated   all_gather(axis=a)

@@ -20,7 +20,7 @@ struct KernelVariant {
   // Row kernels holding the row in registers whose rows are exactly `items` vectors a lane: no
   // bounds checks.
   bool full_rows = false;
-  int min_blocks = 0;      // row kernels and tile transposes: blocks an SM must fit (__launch_bounds__'s second argument); 0 = no cap
+  int min_blocks = 0;      // row kernels: blocks an SM must fit (__launch_bounds__'s second argument); 0 = no cap
   // Column kernels (single-pass reductions over outer axes): tile_x > 0 threads of a block run
   // along the kept axes (`vector` elements each) and threads / tile_x along the reduced axes,
   // which gridDim.y further splits; partial results meet in a workspace and the last block of
@@ -31,19 +31,9 @@ struct KernelVariant {
   // Offsets fit in 32 bits (every tensor spans under 2^30 elements): int index arithmetic, fewer
   // registers than 64-bit.
   bool index32 = false;
-  // Lean arithmetic (the runtime's default; ALLOY_LEAN_KERNELS=0 turns it off): hardware bf16
-  // rounding and NaN max/min (sm_80+), one barrier per block reduction, one Welford merge per
-  // var_mean of a row held in registers (unless cheap_merges); the runtime then also takes 32-bit
-  // offsets where they fit.
-  bool lean = false;
   // Row kernels: recompute costly values (exp, tanh, ...) in later passes instead of holding them
-  // in registers (fewer registers, more arithmetic; ALLOY_RECOMPUTE_VALUES=1, for A/B timing).
+  // in registers (fewer registers, more arithmetic; KernelTuning::recompute_values).
   bool recompute = false;
-  // Lean row kernels: var_mean's row statistics and online softmax's (max, sum) from plain block
-  // reductions (sum, then squared deviations; max, then rescaled sums), one barrier more than a
-  // Welford or online merge but no divisions or exps in the merge steps (the runtime's default;
-  // ALLOY_CHEAP_MERGES=0 turns it off).
-  bool cheap_merges = false;
   // Loads issued before a wait instead of after it (ALLOY_NO_EARLY_LOADS=1 turns it off):
   // - row kernels holding the row in registers (items > 0): the leaves only the final pass reads
   //   (a layer norm's weight and bias) load with the row, before its reductions, within a
@@ -60,20 +50,11 @@ struct KernelVariant {
   // for every tensor read or written in vectors; the elements before it (fewer than `vector`) and
   // after the last whole vector are computed one at a time by the first threads.
   bool edge_elements = false;
-  // Row kernels whose kept axis is the contiguous one (a normalization over a non-contiguous axis,
-  // `layer_norm(permute(x))`): a block takes 32 consecutive rows, a lane each, so every read walks
-  // the kept axis across the lanes, and its warps split each row's columns; a row's reductions
-  // combine its warps' partials in shared memory. staged_stores: the per-element outputs, contiguous
-  // along the columns, are written through shared memory, 64 columns of the 32 rows at a time with
-  // consecutive threads along the columns (else each lane stores its row's elements). The launch
-  // plan takes it only where asked (ALLOY_TRANSPOSED_ROWS=1): measured slower than a block per row.
-  bool transposed_rows = false;
-  bool staged_stores = false;
-  // Lean row kernels of a block per row whose stages are a max, then a sum of exp(x - that max)
+  // Row kernels of a block per row whose stages are a max, then a sum of exp(x - that max)
   // (log-sum-exp; online_softmax_stages finds them), with nothing held in registers (items = 0):
   // one pass over the row for both, each thread keeping a running max and the sum of exp against
-  // it, rescaled once per vector when the max grows; the (max, sum) pairs merge per block as in
-  // online softmax. One read of the row and few registers, so several blocks share an SM and one
+  // it, rescaled once per vector when the max grows; the block then takes the row's max and the
+  // sum of each thread's sum rescaled to it, as online softmax does. One read of the row and few registers, so several blocks share an SM and one
   // block's loads overlap another's reductions (a row held in registers takes an SM to itself).
   bool streaming_online = false;
   // Per cat leaf (KernelAnalysis::cat_leaves, in leaf order): the axis of the collapsed domain

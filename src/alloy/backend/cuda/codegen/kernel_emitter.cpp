@@ -23,7 +23,6 @@ KernelEmitter::KernelEmitter(const KernelAnalysis& a, const KernelVariant& v, st
 void KernelEmitter::emit_header() {
   for (const Op* op : a_.compute_ops)
     for (Value* in : op->inputs) used_in_kernel_.insert(in);
-  if (v_.lean) os_ << "#define ALLOY_LEAN 1\n";
   os_ << kKernelPrelude << "\n";
   emit_params();
 }

@@ -1,8 +1,10 @@
-// The fixed part of every generated kernel (ALLOY_LEAN, defined by lean variants, the default,
-// picks the hardware bf16 rounding and NaN max/min and the *_lean reductions): integer types and
-// bf16/f16 conversions on raw bits (round to nearest even, like ir/dtype.cpp; so NVRTC needs no
-// toolkit headers), vector access types, math overloads, NaN-propagating max/min and block
-// reductions.
+// The fixed part of every generated kernel: integer types and bf16/f16 conversions on raw bits
+// (round to nearest even, like ir/dtype.cpp; so NVRTC needs no toolkit headers; one instruction
+// on sm_80+), vector access types, math overloads, NaN-propagating max/min (one instruction on
+// sm_80+) and block reductions of one barrier. (The plain forms, software rounding everywhere and
+// two barriers a reduction, lost their A/B and were removed in issue 24: on an H200 the row kernels
+// at [8192, 8192] bf16 took 87.4/94.2/81.2 us plain against 74.7/77.2/77.3 us, the pointwise chain
+// 750 against 497 us; bench/results/2026-11-24-NVIDIA_H200-notes.md.)
 #pragma once
 
 namespace alloy::cuda {
@@ -13,7 +15,7 @@ typedef unsigned short alloy_u16;
 typedef long long alloy_i64;
 __device__ __forceinline__ float alloy_bf16_to_float(alloy_u16 b) { return __uint_as_float(((unsigned)b) << 16); }
 __device__ __forceinline__ alloy_u16 alloy_float_to_bf16(float f) {
-#if defined(ALLOY_LEAN) && __CUDA_ARCH__ >= 800
+#if __CUDA_ARCH__ >= 800
   alloy_u16 h;  // one instruction on Ampere and later (round to nearest even, NaN stays NaN)
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
   return h;
@@ -87,7 +89,7 @@ __device__ __forceinline__ long long ax_pow(long long a, long long b) {
 }
 template <class T> __device__ __forceinline__ T ax_max(T a, T b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
 template <class T> __device__ __forceinline__ T ax_min(T a, T b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
-#if defined(ALLOY_LEAN) && __CUDA_ARCH__ >= 800
+#if __CUDA_ARCH__ >= 800
 // NaN-propagating float max/min in one instruction
 __device__ __forceinline__ float ax_max(float a, float b) { float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
 __device__ __forceinline__ float ax_min(float a, float b) { float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
@@ -98,33 +100,11 @@ struct AlloySum { template <class T> __device__ __forceinline__ T operator()(T a
 struct AlloyMax { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_max(a, b); } };
 struct AlloyMin { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_min(a, b); } };
 
-// Reduces one value per thread over the block; every thread gets the result.
-template <class T, class F>
-__device__ __forceinline__ T alloy_block_reduce(T v, F f, T* smem) {
-  #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  __syncthreads();
-  if (lane == 0) smem[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    T w = smem[lane < warps ? lane : 0];
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      T other = __shfl_xor_sync(0xffffffffu, w, o);
-      if ((lane ^ o) < warps) w = f(w, other);
-    }
-    if (lane == 0) smem[32] = w;
-  }
-  __syncthreads();
-  return smem[32];
-}
-
 // Reduces one value per thread over the block; every thread gets the result. One barrier: each
 // warp writes its partial, then every warp combines all of them. Consecutive reductions must use
 // different `smem` regions (the generator alternates two), so no barrier guards the reuse.
 template <class T, class F>
-__device__ __forceinline__ T alloy_block_reduce_lean(T v, F f, T* smem) {
+__device__ __forceinline__ T alloy_block_reduce(T v, F f, T* smem) {
   #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
@@ -158,6 +138,7 @@ __device__ __forceinline__ void alloy_welford_merge(T& n, T& mean, T& m2, T n2, 
   m2 += m22 + delta * delta * n * w;
   n = total;
 }
+// Rows not held in registers: each thread's running (count, mean, m2) merged over the block.
 template <class T>
 __device__ __forceinline__ void alloy_block_welford(T& n, T& mean, T& m2, T* smem) {
   #pragma unroll
@@ -165,29 +146,8 @@ __device__ __forceinline__ void alloy_block_welford(T& n, T& mean, T& m2, T* sme
     alloy_welford_merge(n, mean, m2, __shfl_xor_sync(0xffffffffu, n, o), __shfl_xor_sync(0xffffffffu, mean, o),
                         __shfl_xor_sync(0xffffffffu, m2, o));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  __syncthreads();
   if (lane == 0) { smem[warp] = n; smem[33 + warp] = mean; smem[66 + warp] = m2; }
-  __syncthreads();
-  if (warp == 0) {
-    T wn = lane < warps ? smem[lane] : T(0), wmean = lane < warps ? smem[33 + lane] : T(0), wm2 = lane < warps ? smem[66 + lane] : T(0);
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-      alloy_welford_merge(wn, wmean, wm2, __shfl_xor_sync(0xffffffffu, wn, o), __shfl_xor_sync(0xffffffffu, wmean, o),
-                          __shfl_xor_sync(0xffffffffu, wm2, o));
-    if (lane == 0) { smem[32] = wn; smem[65] = wmean; smem[98] = wm2; }
-  }
-  __syncthreads();
-  n = smem[32]; mean = smem[65]; m2 = smem[98];
-}
-template <class T>
-__device__ __forceinline__ void alloy_block_welford_lean(T& n, T& mean, T& m2, T* smem) {
-  #pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    alloy_welford_merge(n, mean, m2, __shfl_xor_sync(0xffffffffu, n, o), __shfl_xor_sync(0xffffffffu, mean, o),
-                        __shfl_xor_sync(0xffffffffu, m2, o));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  if (lane == 0) { smem[warp] = n; smem[33 + warp] = mean; smem[66 + warp] = m2; }
-  __syncthreads();  // one barrier, as in alloy_block_reduce_lean
+  __syncthreads();  // one barrier, as in alloy_block_reduce
   T wn = lane < warps ? smem[lane] : T(0), wmean = lane < warps ? smem[33 + lane] : T(0), wm2 = lane < warps ? smem[66 + lane] : T(0);
   #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
@@ -196,57 +156,6 @@ __device__ __forceinline__ void alloy_block_welford_lean(T& n, T& mean, T& m2, T
   n = __shfl_sync(0xffffffffu, wn, 0);
   mean = __shfl_sync(0xffffffffu, wmean, 0);
   m2 = __shfl_sync(0xffffffffu, wm2, 0);
-}
-// Online softmax: (max, sum of exp(x - max)) pairs merged; a side with sum 0 contributes nothing
-// (a thread without elements, or whose elements are all -inf).
-template <class T>
-__device__ __forceinline__ void alloy_online_combine(T& m, T& s, T m2, T s2) {
-  T top = ax_max(m, m2);
-  T a = s == T(0) ? T(0) : s * ax_exp(m - top);
-  T b = s2 == T(0) ? T(0) : s2 * ax_exp(m2 - top);
-  m = top;
-  s = a + b;
-}
-template <class T>
-__device__ __forceinline__ void alloy_warp_online(T& m, T& s, T*) {
-  #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) alloy_online_combine(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
-}
-template <class T>
-__device__ __forceinline__ void alloy_block_online(T& m, T& s, T* smem) {
-  alloy_warp_online(m, s, smem);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  if (lane == 0) { smem[warp] = m; smem[33 + warp] = s; }
-  __syncthreads();  // one barrier, as in alloy_block_reduce_lean
-  T wm = lane < warps ? smem[lane] : -T(__longlong_as_double(0x7ff0000000000000LL)), ws = lane < warps ? smem[33 + lane] : T(0);
-  alloy_warp_online(wm, ws, smem);
-  m = __shfl_sync(0xffffffffu, wm, 0);
-  s = __shfl_sync(0xffffffffu, ws, 0);
-}
-// Row kernels of a row a lane (transposed_rows): each lane's value combined over the block's
-// warps, in warp order (every thread of the row gets the same result). One barrier: consecutive
-// reductions use different `smem` regions (blockDim.x values each; three for Welford).
-template <class T, class F>
-__device__ __forceinline__ T alloy_rows_reduce(T v, F f, T* smem) {
-  smem[threadIdx.x] = v;
-  __syncthreads();
-  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  T r = smem[lane];
-  for (int w = 1; w < warps; ++w) r = f(r, smem[w * 32 + lane]);
-  return r;
-}
-template <class T>
-__device__ __forceinline__ void alloy_rows_welford(T& n, T& mean, T& m2, T* smem) {
-  const int b = blockDim.x, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  smem[threadIdx.x] = n;
-  smem[b + threadIdx.x] = mean;
-  smem[2 * b + threadIdx.x] = m2;
-  __syncthreads();
-  T wn = smem[lane], wmean = smem[b + lane], wm2 = smem[2 * b + lane];
-  for (int w = 1; w < warps; ++w) alloy_welford_merge(wn, wmean, wm2, smem[w * 32 + lane], smem[b + w * 32 + lane], smem[2 * b + w * 32 + lane]);
-  n = wn;
-  mean = wmean;
-  m2 = wm2;
 }
 template <class T>
 __device__ __forceinline__ void alloy_warp_welford(T& n, T& mean, T& m2, T*) {

@@ -27,15 +27,14 @@ class RowEmitter final : public KernelEmitter {
   }
 
  private:
-  // Lean row kernels with the row in registers fuse softmax's two block reductions (max, then the
-  // sum of exp(x - max)) into one: each thread keeps its own max, sums exp against it, and the
-  // (max, sum) pairs merge once; the exp values held in registers are rescaled by
-  // exp(thread max - row max) where read later. Taken only when the max feeds nothing but
-  // exp(x - max) (through views), and that exp is held in registers from the sum's pass.
+  // Row kernels with the row in registers fuse softmax's two passes (max, then the sum of
+  // exp(x - max)) into one: each thread keeps its own max and sums exp against it; then the row's
+  // max and the sum of each thread's sum rescaled to it; the exp values held in registers are
+  // rescaled by exp(thread max - row max) where read later. Taken only when the max feeds nothing
+  // but exp(x - max) (through views), and that exp is held in registers from the sum's pass.
   void detect_online_softmax() {
     online_stage_ = -1;
     online_exp_ = nullptr;
-    if (!v_.lean) return;
     if (v_.streaming_online) {  // nothing held: the max and the sum share one pass
       std::vector<OnlineSoftmaxStage> found = online_softmax_stages(a_);
       if (found.empty()) internal_error("a streaming online row kernel without a max, then a sum of exp(x - max)");
@@ -166,22 +165,25 @@ class RowEmitter final : public KernelEmitter {
       os_ << b << "}\n";
     }
     os_ << in << "}\n";
-    if (v_.cheap_merges) {
-      os_ << in << "float alloy_online_max = " << reduce_fn() << "(" << M << ", AlloyMax(), reinterpret_cast<float*>(" << smem_region()
-          << "));\n";
-      os_ << in << "const float alloy_thread_scale = " << M << " < -3.402823466e38f ? 0.0f : ax_exp(" << M << " - alloy_online_max);\n";
-      os_ << in << "float alloy_online_sum = " << reduce_fn() << "(" << S << " * alloy_thread_scale, AlloySum(), reinterpret_cast<float*>("
-          << smem_region() << "));\n";
-    } else {
-      os_ << in << "float alloy_online_max = " << M << ", alloy_online_sum = " << S << ";\n";
-      os_ << in << "alloy_block_online(alloy_online_max, alloy_online_sum, reinterpret_cast<float*>(" << smem_region() << "));\n";
-    }
+    emit_online_merge(in, M, S);
     // a row of -inf: exp(-inf - -inf) is NaN for every element, as the reference computes it
     os_ << in << "if (p.cols > 0 && alloy_online_max < -3.402823466e38f) alloy_online_sum = __uint_as_float(0x7fc00000u);\n";
     os_ << in << "float v" << m->id << " = alloy_online_max;\n";
     os_ << in << "float v" << total.op->outputs[0]->id << " = alloy_online_sum;\n";
     for (Value* out : top.op->outputs) emitted_per_row_.insert(out);
     for (Value* out : total.op->outputs) emitted_per_row_.insert(out);
+  }
+
+  // Online softmax's statistics from each thread's max M and sum S of exp(x - M): the row's max,
+  // then the sum of each thread's S rescaled to it (alloy_thread_scale), two plain reductions
+  // rather than one (max, sum) merge whose every step takes two exps (on an H200 softmax at
+  // [8192, 8192] bf16 77.2 against 82.0 us; bench/results/2026-11-24-NVIDIA_H200-notes.md).
+  void emit_online_merge(const std::string& in, const std::string& M, const std::string& S) {
+    os_ << in << "float alloy_online_max = " << reduce_fn() << "(" << M << ", AlloyMax(), reinterpret_cast<float*>(" << smem_region()
+        << "));\n";
+    os_ << in << "const float alloy_thread_scale = " << M << " < -3.402823466e38f ? 0.0f : ax_exp(" << M << " - alloy_online_max);\n";
+    os_ << in << "float alloy_online_sum = " << reduce_fn() << "(" << S << " * alloy_thread_scale, AlloySum(), reinterpret_cast<float*>("
+        << smem_region() << "));\n";
   }
 
   void emit_row_kernel() {
@@ -191,19 +193,8 @@ class RowEmitter final : public KernelEmitter {
     os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads;
     if (v_.min_blocks > 0) os_ << ", " << v_.min_blocks;
     os_ << ") " << name_ << "(const Params p) {\n";
-    if (v_.lean) os_ << "  __shared__ double alloy_smem[2 * 99];  // two regions, alternated by consecutive reductions\n";
-    else os_ << "  __shared__ double alloy_smem[99];\n";
-    if (v_.transposed_rows) {  // a lane a row, the warps along its columns
-      os_ << "  __shared__ double alloy_rows_smem[2 * 3 * " << v_.threads << "];  // two regions, alternated by consecutive reductions\n";
-      for (const Value* out : element_outputs())
-        if (v_.staged_stores)
-          os_ << "  __shared__ " << storage_type(out->dtype()) << " ot" << output_index(out) << "[32 * " << kStoreTile + 1 << "];\n";
-      os_ << "  const int tid = threadIdx.x & 31, ty = threadIdx.x >> 5;\n";
-      os_ << "  for (long long row0 = (long long)blockIdx.x * 32; row0 < p.rows; row0 += (long long)gridDim.x * 32) {\n";
-      os_ << "    // lanes past the last row compute it again (their reductions are their own) and store nothing\n";
-      os_ << "    const bool row_ok = row0 + tid < p.rows;\n";
-      os_ << "    const long long row = row_ok ? row0 + tid : p.rows - 1;\n";
-    } else if (v_.rows_per_block > 0) {  // one warp per row: reductions are shuffles, no block barrier
+    os_ << "  __shared__ double alloy_smem[2 * 99];  // two regions, alternated by consecutive reductions\n";
+    if (v_.rows_per_block > 0) {  // one warp per row: reductions are shuffles, no block barrier
       os_ << "  const int tid = threadIdx.x & 31;\n";
       os_ << "  for (long long row = (long long)blockIdx.x * " << v_.rows_per_block << " + (threadIdx.x >> 5); row < p.rows; row += (long long)gridDim.x * "
           << v_.rows_per_block << ") {\n";
@@ -253,16 +244,10 @@ class RowEmitter final : public KernelEmitter {
     }
     current_pass_ = int(a_.stages.size());
     auto outs = element_outputs();
-    if (!outs.empty() && v_.staged_stores) {
-      emit_staged_stores(in, outs);
-    } else if (!outs.empty()) {
-      if (v_.transposed_rows) os_ << in << "if (row_ok) {\n";
-      emit_column_loop(in, outs, {}, true);
-      if (v_.transposed_rows) os_ << in << "}\n";
-    }
+    if (!outs.empty()) emit_column_loop(in, outs, {}, true);
     for (size_t k = 0; k < a_.outputs.size(); ++k)
       if (a_.at(a_.outputs[k]).per_row)
-        os_ << in << (v_.transposed_rows ? "if (ty == 0 && row_ok) p.o" : "if (tid == 0) p.o") << k << "[ro_o" << k
+        os_ << in << "if (tid == 0) p.o" << k << "[ro_o" << k
             << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
     if (v_.rows_per_block == 0) os_ << in << "__syncthreads();\n";
     os_ << "  }\n}\n";
@@ -311,27 +296,17 @@ class RowEmitter final : public KernelEmitter {
     os_ << in << "  }\n" << in << "}\n";
   }
 
-  // The row is in registers: var_mean's mean first, then the squared deviations from it. Lean
-  // without cheap merges: each thread's own (count, mean, squared deviations), then one
-  // block-wide Welford merge (one barrier); else the row's mean from a block reduction, and the
-  // deviations' sum from another.
+  // The row is in registers: var_mean's mean first, from a block reduction, then the squared
+  // deviations from it, summed by another (one barrier more than a Welford merge of each thread's
+  // own statistics, but no divisions in the merge steps: on an H200 layer norm at [8192, 8192]
+  // bf16 took 74.7 us against 88.2; bench/results/2026-11-24-NVIDIA_H200-notes.md).
   void emit_var_mean_deviations(const std::vector<Acc>& accs, const std::string& in) {
     std::vector<const Value*> var_targets;
     for (auto& acc : accs) {
       if (acc.op->kind != OpKind::var_mean) continue;
       std::string T = acc.ct;
-      if (v_.lean && !v_.cheap_merges) {
-        os_ << in << T << " " << acc.name << "_n = 0;\n";
-        os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) { "
-            << declare_slot_col("(long long)it * " + std::to_string(lanes()) + " + tid") << " " << open_col_guard() << " " << acc.name
-            << "_n += " << T << "(" << v_.vector << "); } }\n";
-        if (v_.edge_elements) os_ << in << "if (tid < row_edges) " << acc.name << "_n += " << T << "(1);\n";
-        os_ << in << T << " " << acc.name << "_mean = " << acc.name << "_n > " << T << "(0) ? " << acc.name << "_sum / " << acc.name
-            << "_n : " << T << "(0);\n";
-      } else {
-        os_ << in << T << " " << acc.name << "_mean = " << reduce_fn() << "(" << acc.name << "_sum, AlloySum(), reinterpret_cast<" << T
-            << "*>(" << smem_region() << ")) / (" << T << ")p.count;\n";
-      }
+      os_ << in << T << " " << acc.name << "_mean = " << reduce_fn() << "(" << acc.name << "_sum, AlloySum(), reinterpret_cast<" << T
+          << "*>(" << smem_region() << ")) / (" << T << ")p.count;\n";
       os_ << in << T << " " << acc.name << "_m2 = 0;\n";
       var_targets.push_back(acc.op->inputs[0]);
     }
@@ -384,7 +359,6 @@ class RowEmitter final : public KernelEmitter {
       return;
     }
     if (v_.edge_elements) os_ << in << "for (long long q = tid; q < row_vectors; q += " << lanes() << ") {\n";
-    else if (v_.transposed_rows) os_ << in << "#pragma unroll 4\n" << in << "for (long long q = ty; q < p.cols; q += " << lanes() << ") {\n";
     else os_ << in << "for (long long q = tid; q * " << v_.vector << " < p.cols; q += " << lanes() << ") {\n";
     os_ << in << "  const long long col0 = " << (v_.edge_elements ? "row_head + " : "") << "q * " << v_.vector << ";\n";
     emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", row_tensors, in + "  ");
@@ -401,47 +375,6 @@ class RowEmitter final : public KernelEmitter {
     }
     os_ << in << "}\n";
     emit_edge_columns(in, targets, body, store);
-  }
-
-  // transposed_rows, outputs contiguous along the columns: per tile of kStoreTile columns, each lane
-  // computes its row's elements into shared memory (ot<k>, a row of kStoreTile + 1 a lane), then
-  // the block writes the tile's rows with consecutive threads along the columns.
-  void emit_staged_stores(const std::string& in, const std::vector<const Value*>& outs) {
-    const int T = kStoreTile, per_thread = 32 * T / v_.threads, warps = v_.threads / 32;
-    auto ops = element_ops_for(outs);
-    std::set<int> leaves = leaves_for(outs);
-    std::vector<std::string> leaf_tensors;
-    for (int k : leaves) {
-      std::vector<std::string> names = leaf_tensor_names(k);
-      leaf_tensors.insert(leaf_tensors.end(), names.begin(), names.end());
-    }
-    std::vector<std::string> out_tensors;
-    for (const Value* out : outs) out_tensors.push_back("o" + std::to_string(output_index(out)));
-    os_ << in << "for (long long col_tile = 0; col_tile < p.cols; col_tile += " << T << ") {\n";
-    os_ << in << "  #pragma unroll\n" << in << "  for (int i = 0; i < " << T / warps << "; ++i) {\n";
-    os_ << in << "    const int c = ty + " << warps << " * i;\n" << in << "    const long long col0 = col_tile + c;\n";
-    os_ << in << "    if (col0 < p.cols) {\n";
-    std::string body = in + "      ";
-    emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", leaf_tensors, body);
-    for (auto& t : leaf_tensors) os_ << body << "co_" << t << " += ro_" << t << ";\n";
-    emit_leaf_arrays("U", "", body, leaves);
-    emit_leaf_loads("U", "", "co_", body, leaves);
-    os_ << body << "{\n" << body << "  const int e = 0;\n";
-    for (const Op* op : ops) emit_op(*op, "", body + "  ");
-    for (const Value* out : outs)
-      os_ << body << "  ot" << output_index(out) << "[tid * " << T + 1 << " + c] = " << store_convert(out->dtype(), ref(out, "")) << ";\n";
-    os_ << body << "}\n" << in << "    }\n" << in << "  }\n";
-    os_ << in << "  __syncthreads();\n";
-    os_ << in << "  #pragma unroll\n" << in << "  for (int i = 0; i < " << per_thread << "; ++i) {\n";
-    os_ << in << "    const int s = i * " << v_.threads << " + (int)threadIdx.x, r = s / " << T << ", c = s % " << T << ";\n";
-    os_ << in << "    if (row0 + r < p.rows && col_tile + c < p.cols) {\n";
-    emit_offsets("row0 + r", 0, v_.outer_rank, "so_", out_tensors, body);
-    emit_offsets("col_tile + c", v_.outer_rank, v_.inner_rank, "sc_", out_tensors, body);
-    for (const Value* out : outs) {
-      int k = output_index(out);
-      os_ << body << "p.o" << k << "[so_o" << k << " + sc_o" << k << "] = ot" << k << "[r * " << T + 1 << " + c];\n";
-    }
-    os_ << in << "    }\n" << in << "  }\n" << in << "  __syncthreads();\n" << in << "}\n";
   }
 
   // Edge elements: the row's columns before its first aligned vector and after its last whole one,
@@ -510,26 +443,11 @@ class RowEmitter final : public KernelEmitter {
       for (Value* out : r.outputs) emitted_per_row_.insert(out);
       return;
     }
-    std::string region = smem_region();
     if (online_stage_ >= 0 && &r == a_.stages[online_stage_ + 1][0]) {
       std::string top = "acc" + std::to_string(a_.stages[online_stage_][0]->outputs[0]->id);
-      if (v_.cheap_merges) {
-        // the row's max, then the sum of each thread's sum rescaled to it: two plain reductions
-        // instead of one whose every step takes two exps
-        os_ << in << "float alloy_online_max = " << reduce_fn() << "(" << top << ", AlloyMax(), reinterpret_cast<float*>(" << region
-            << "));\n";
-        os_ << in << "const float alloy_thread_scale = " << top << " < -3.402823466e38f ? 0.0f : ax_exp(" << top << " - alloy_online_max);\n";
-        os_ << in << "float alloy_online_sum = " << reduce_fn() << "(" << acc.name << " * alloy_thread_scale, AlloySum(), reinterpret_cast<float*>("
-            << smem_region() << "));\n";
-      } else {
-        os_ << in << "float alloy_online_max = " << top << ", alloy_online_sum = " << acc.name << ";\n";
-        os_ << in << (v_.rows_per_block ? "alloy_warp_online" : "alloy_block_online") << "(alloy_online_max, alloy_online_sum, reinterpret_cast<float*>("
-            << region << "));\n";
-      }
-      if (online_exp_ && v_.cheap_merges) {
+      emit_online_merge(in, top, acc.name);
+      if (online_exp_) {
         os_ << in << "const float alloy_online_scale = alloy_thread_scale;\n";
-      } else if (online_exp_) {
-        os_ << in << "const float alloy_online_scale = " << top << " < -3.402823466e38f ? 0.0f : ax_exp(" << top << " - alloy_online_max);\n";
       } else {
         // later passes recompute exp(x - max) against the row's max: the max and its views become it
         const Value* m = a_.stages[online_stage_][0]->outputs[0];
@@ -544,12 +462,13 @@ class RowEmitter final : public KernelEmitter {
       for (Value* out : r.outputs) emitted_per_row_.insert(out);
       return;
     }
+    std::string region = smem_region();
     if (r.kind == OpKind::var_mean) {
       std::string smem = "reinterpret_cast<" + T + "*>(" + region + ")";
-      if (two_pass_ && (!v_.lean || v_.cheap_merges))
+      if (two_pass_)  // the row in registers: the squared deviations' sum (emit_var_mean_deviations)
         os_ << in << acc.name << "_m2 = " << reduce_fn() << "(" << acc.name << "_m2, AlloySum(), " << smem << ");\n";
-      else
-        os_ << in << (v_.transposed_rows ? "alloy_rows_welford(" : v_.rows_per_block ? "alloy_warp_welford(" : v_.lean ? "alloy_block_welford_lean(" : "alloy_block_welford(")
+      else  // re-read from memory: each thread's Welford state, merged
+        os_ << in << (v_.rows_per_block ? "alloy_warp_welford(" : "alloy_block_welford(")
             << acc.name << "_n, " << acc.name << "_mean, " << acc.name << "_m2, " << smem << ");\n";
       double correction = r.real_attr("correction");
       std::string var = acc.name + "_m2 / (" + T + ")fmax(0.0, p.count - " + std::to_string(correction) + ")";
@@ -572,13 +491,8 @@ class RowEmitter final : public KernelEmitter {
   std::vector<const Value*> online_chain_;  // the views from the max to what exp(x - .) reads, last first
   bool two_pass_ = false;  // var_mean as a sum, then squared deviations, over cached rows
 
-  // threads along a row: a warp (rows_per_block), the warps (transposed_rows), or the block
-  int lanes() const { return v_.rows_per_block ? 32 : v_.transposed_rows ? v_.threads / 32 : v_.threads; }
-  // transposed_rows with staged stores: the columns a tile of the outputs covers
-  static constexpr int kStoreTile = 64;
-  int output_index(const Value* out) const {
-    return int(std::find(a_.outputs.begin(), a_.outputs.end(), out) - a_.outputs.begin());
-  }
+  // threads along a row: a warp (rows_per_block) or the block
+  int lanes() const { return v_.rows_per_block ? 32 : v_.threads; }
   // The bounds check of a thread's vector at column `col` of the row, opening a block; none where
   // every vector a thread holds is inside the row (KernelVariant::full_rows).
   std::string open_col_guard() const {
@@ -591,15 +505,12 @@ class RowEmitter final : public KernelEmitter {
            std::to_string(v_.vector) + ";";
   }
   const char* reduce_fn() const {
-    if (v_.transposed_rows) return "alloy_rows_reduce";
-    return v_.rows_per_block ? "alloy_warp_reduce" : v_.lean ? "alloy_block_reduce_lean" : "alloy_block_reduce";
+    return v_.rows_per_block ? "alloy_warp_reduce" : "alloy_block_reduce";
   }
-  // Lean block reductions alternate between two shared regions (see alloy_block_reduce_lean); a
-  // barrier ends each row, so the parity may restart there.
+  // Block reductions alternate between two shared regions (see alloy_block_reduce); a barrier ends
+  // each row, so the parity may restart there.
   int reductions_in_row_ = 0;
   std::string smem_region() {
-    if (v_.transposed_rows) return "alloy_rows_smem + " + std::to_string(3 * v_.threads * (reductions_in_row_++ % 2));
-    if (!v_.lean) return "alloy_smem";
     return "alloy_smem + " + std::to_string(99 * (reductions_in_row_++ % 2));
   }
 

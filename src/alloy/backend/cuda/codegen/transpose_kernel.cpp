@@ -28,9 +28,9 @@ class TransposeEmitter final : public KernelEmitter {
     const std::string X = std::to_string(v_.outer_rank - 1), Y = std::to_string(v_.transpose_axis);
     std::set<int> staged, direct;
     for (int k : element_leaves()) (v_.staged.at(size_t(k)) == 't' ? staged : direct).insert(k);
-    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads;
-    if (v_.min_blocks > 0) os_ << ", " << v_.min_blocks;
-    os_ << ") " << name_ << "(const Params p) {\n";
+    // no minimum blocks an SM: on an H100 5 gained nothing, 6 and 8 spilled registers (the permuted
+    // layer norm 88.9 -> 119.0 and 190.3 us; bench/results/*-issue17-session23-notes.md)
+    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads << ") " << name_ << "(const Params p) {\n";
     for (int k : staged)
       os_ << "  __shared__ AlloyVec<" << storage_type(a_.leaves[k]->dtype()) << ", " << V << "> t" << k << "[" << T * S << "];\n";
     os_ << "  const long long size_x = p.size[" << X << "], size_y = p.size[" << Y << "];\n";

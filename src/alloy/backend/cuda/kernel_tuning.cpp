@@ -1,0 +1,141 @@
+#include "alloy/backend/cuda/kernel_tuning.h"
+
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "alloy/common/error.h"
+#include "alloy/common/settings.h"
+
+namespace alloy::cuda {
+namespace {
+
+// The built-in entries and the A/Bs behind each value (the defaults as settings before issue 24):
+// - row_threads 256: an H100 sweep of 128/256/512/1024 moved layer norm [8192, 8192] bf16 between
+//   121 and 169 us and softmax between 155 and 285 us, best at 256
+//   (bench/results/2026-11-23-NVIDIA_H100_80GB_HBM3-notes.md); on an H200 layer norm, softmax and
+//   RMSNorm took 74.7/77.2/77.3 us at 256, 77.4/76.0/76.7 at 128, 83.4/80.7/77.7 at 512
+//   (2026-11-24-NVIDIA_H200-notes.md); nanoGPT's layer norm (H100) 10.3 us, 10.9 at 128
+//   (2026-11-25-NVIDIA_H100_80GB_HBM3-issue17-session22.md).
+// - row_min_blocks 0: __launch_bounds__(256, 5) 81.2/75.2/75.5 us on the H200 rows above; on the
+//   H100 nanoGPT layer norm 12.7 us at 2, 12.3 at 4, against 10.3 (session 22).
+// - streaming_threads 256: log-sum-exp [8192, 50257] bf16 on an H100 286 us, 292 at 512 (commit
+//   3cd8a94, issue 17).
+// - column_min_steps 16: column_sum [8192, 6400] bf16 on an H100 40.7 us, 40.7-40.9 at 32 and 64
+//   (2026-11-25-NVIDIA_H100_80GB_HBM3-issue17-session23-notes.md), 43.8 at 8 (session 22).
+// - column_blocks_per_sm 0 (the compiled kernel's occupancy, fit_column_grid): 40.5-41.0 us at 4
+//   and 5 against 40.7 (session 23); the occupancy fit took an H200's column sum from 37 to 32 us.
+// - recompute_values false: on the H200 rows above 74.7/83.4/75.8 us recomputing (softmax slower);
+//   nanoGPT's layer norm on an H100 9.2 against 10.3 us (session 22): a case for an entry by shape
+//   some day, not by architecture.
+// sm_80 (A100) has not been measured: it takes the same values.
+const KernelTuningTable kBuiltin = {
+    {80, KernelTuning{}},
+    {90, KernelTuning{}},
+};
+
+struct IntegerKey {
+  const char* name;
+  int KernelTuning::*field;
+  int lo, hi, step;
+};
+
+const IntegerKey kIntegerKeys[] = {
+    {"row_threads", &KernelTuning::row_threads, 32, 1024, 32},
+    {"row_min_blocks", &KernelTuning::row_min_blocks, 0, 16, 1},
+    {"streaming_threads", &KernelTuning::streaming_threads, 32, 1024, 32},
+    {"column_min_steps", &KernelTuning::column_min_steps, 1, 1 << 20, 1},
+    {"column_blocks_per_sm", &KernelTuning::column_blocks_per_sm, 0, 32, 1},
+};
+constexpr const char* kRecomputeKey = "recompute_values";
+
+std::string known_keys() {
+  std::string keys;
+  for (const IntegerKey& k : kIntegerKeys) keys += std::string(k.name) + ", ";
+  return keys + kRecomputeKey;
+}
+
+// "sm_90" -> 90; -1 for anything else.
+int parse_arch(const std::string& name) {
+  if (name.size() < 4 || name.size() > 7 || name.compare(0, 3, "sm_") != 0) return -1;
+  int sm = 0;
+  for (size_t i = 3; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    sm = sm * 10 + (name[i] - '0');
+  }
+  return sm;
+}
+
+void set_key(KernelTuning& t, const std::string& entry, const std::string& key, const nlohmann::json& value, const std::string& where) {
+  std::string at = "\"" + entry + "\": \"" + key + "\"";
+  if (key == kRecomputeKey) {
+    if (!value.is_boolean()) user_error_at(where, at, " is ", value.dump(), "; expected true or false");
+    t.recompute_values = value.get<bool>();
+    return;
+  }
+  for (const IntegerKey& k : kIntegerKeys) {
+    if (key != k.name) continue;
+    bool whole = value.is_number_integer();
+    int64_t n = whole ? value.get<int64_t>() : 0;
+    if (!whole || n < k.lo || n > k.hi || n % k.step != 0)
+      user_error_at(where, at, " is ", value.dump(), "; expected ", k.step == 1 ? "an integer" : "a multiple of " + std::to_string(k.step),
+                    " from ", k.lo, " to ", k.hi);
+    t.*k.field = int(n);
+    return;
+  }
+  user_error_at(where, at, ": no such key; the keys are ", known_keys());
+}
+
+}  // namespace
+
+const KernelTuningTable& builtin_kernel_tuning() { return kBuiltin; }
+
+KernelTuning tuning_for(const KernelTuningTable& table, int sm) {
+  ALLOY_CHECK(!table.empty(), "an empty kernel tuning table");
+  auto above = table.upper_bound(sm);
+  return above == table.begin() ? above->second : std::prev(above)->second;
+}
+
+KernelTuningTable with_tuning_file(KernelTuningTable table, const std::string& json_text, const std::string& where) {
+  nlohmann::json file;
+  try {
+    file = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::parse_error& e) {
+    user_error_at(where, "not JSON: ", e.what());
+  }
+  if (!file.is_object()) user_error_at(where, "expected an object of entries such as {\"sm_90\": {\"row_threads\": 256}}, found ", file.dump());
+  KernelTuningTable entries;
+  for (const auto& [entry, keys] : file.items()) {
+    int sm = parse_arch(entry);
+    if (sm <= 0) user_error_at(where, "\"", entry, "\": expected an architecture such as sm_90");
+    if (!keys.is_object()) user_error_at(where, "\"", entry, "\" is ", keys.dump(), "; expected an object of keys (", known_keys(), ")");
+    KernelTuning t = tuning_for(table, sm);
+    for (const auto& [key, value] : keys.items()) set_key(t, entry, key, value, where);
+    entries[sm] = t;
+  }
+  for (const auto& [sm, t] : entries) table[sm] = t;
+  return table;
+}
+
+KernelTuning kernel_tuning(int major, int minor) {
+  std::string path = settings::text("ALLOY_KERNEL_TUNING");
+  if (path.empty()) return tuning_for(kBuiltin, major * 10 + minor);
+  static std::mutex mutex;
+  static std::map<std::string, KernelTuningTable> by_path;
+  std::lock_guard lock(mutex);
+  auto it = by_path.find(path);
+  if (it == by_path.end()) {
+    std::string where = "ALLOY_KERNEL_TUNING file " + path;
+    std::ifstream in(path);
+    if (!in) user_error_at(where, "cannot be read");
+    std::stringstream text;
+    text << in.rdbuf();
+    it = by_path.emplace(path, with_tuning_file(kBuiltin, text.str(), where)).first;
+  }
+  return tuning_for(it->second, major * 10 + minor);
+}
+
+}  // namespace alloy::cuda

@@ -1,0 +1,44 @@
+// The per-architecture table of kernel choices the launch plan reads (issue 24): the block sizes,
+// launch bounds and column splits of the generated kernels and whether row kernels recompute
+// values, one entry per compute capability. The built-in table holds the fastest measured
+// (`scripts/gpu-sweep` prints an entry to commit there); the setting ALLOY_KERNEL_TUNING names a
+// JSON file whose entries are laid over it, for sweeps and A/B timings:
+//   {"sm_90": {"row_threads": 128, "recompute_values": true}}
+// An entry names only the keys it changes. A device takes the entry of the nearest compute
+// capability at or below its own (below every entry: the lowest).
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace alloy::cuda {
+
+struct KernelTuning {
+  int row_threads = 256;          // row kernels: the block-size cap (a multiple of 32, 32 to 1024)
+  int row_min_blocks = 0;         // row kernels: __launch_bounds__'s minimum blocks an SM (0 to 16; 0: none)
+  int streaming_threads = 256;    // streaming log-sum-exp kernels: threads a block (a multiple of 32, 32 to 1024)
+  int column_min_steps = 16;      // column kernels: at least this many reduced indices a thread (1 to 2^20)
+  int column_blocks_per_sm = 0;   // column kernels: size the split for N blocks an SM (0 to 32; 0: the occupancy)
+  bool recompute_values = false;  // row kernels recompute costly values (exp, tanh, ...) instead of holding them
+  bool operator==(const KernelTuning&) const = default;
+};
+
+// By compute capability as major * 10 + minor (sm_90: 90).
+using KernelTuningTable = std::map<int, KernelTuning>;
+
+const KernelTuningTable& builtin_kernel_tuning();
+
+// `table` with the entries of a tuning file's text laid over it, each starting from the choices
+// its architecture took from `table`. A user error at `where` (the file), naming the entry and
+// the key, for text that is not JSON, an entry not named sm_<digits>, an unknown key, or a value
+// of the wrong type or out of range.
+KernelTuningTable with_tuning_file(KernelTuningTable table, const std::string& json_text, const std::string& where);
+
+// The entry of `table` at or nearest below `sm` (major * 10 + minor); below every entry, the lowest.
+KernelTuning tuning_for(const KernelTuningTable& table, int sm);
+
+// The choices for compute capability major.minor: the built-in table, under the file that
+// ALLOY_KERNEL_TUNING names where it is set (read once per path).
+KernelTuning kernel_tuning(int major, int minor);
+
+}  // namespace alloy::cuda
