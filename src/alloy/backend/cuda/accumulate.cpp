@@ -59,7 +59,7 @@ void accumulate(const Tensor& into, const Tensor& sum, const Stream& stream) {
   const char* from = static_cast<const char*>(sum.data());
   int code = dtype_code(into.dtype());
   void* args[] = {&to, &from, &numel, &code};
-  const LoadedKernel& kernel = get_kernel(kSource, kAccumulateKernel, stream.device());
+  const LoadedKernel& kernel = compile_and_load(kSource, kAccumulateKernel, stream.device());
   long long blocks = std::min<long long>((numel + 255) / 256, 65535LL * 16);
   kernel.launch(Dim3{unsigned(blocks)}, Dim3{256}, 0, stream, args);
 }

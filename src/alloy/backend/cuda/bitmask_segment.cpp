@@ -41,7 +41,7 @@ class BitmaskOp final : public host_ir::SegmentExecutable {
     if (!plan.launch) return;
     if (!kernel_) {
       source_ = generate_bitmask_kernel(op_.kind, op_.inputs[0]->dtype(), name_);
-      kernel_ = &get_kernel(source_, name_, state.device.index);
+      kernel_ = &compile_and_load(source_, name_, state.device.index);
     }
     void* args[] = {plan.words.data()};
     kernel_->launch(Dim3{plan.grid}, Dim3{plan.block}, 0, stream, args);

@@ -105,7 +105,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     Variant entry;
     std::string name = "alloy_segment" + std::to_string(id_);
     entry.source = generate_kernel(a_, v, name);
-    entry.kernel = &get_kernel(entry.source, name, device);
+    entry.kernel = &compile_and_load(entry.source, name, device);
     return variants_.emplace(key, std::move(entry)).first->second.kernel;
   }
 

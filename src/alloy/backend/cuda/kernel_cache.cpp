@@ -6,7 +6,7 @@
 
 namespace alloy::cuda {
 
-const LoadedKernel& get_kernel(const std::string& source, const std::string& name, int device) {
+const LoadedKernel& compile_and_load(const std::string& source, const std::string& name, int device) {
   const DeviceProps& props = device_props(device);
   std::shared_ptr<const CompiledModule> module = compile_cuda(source, name, props.sm_major, props.sm_minor);
   return LoadedKernel::get(*module, device);

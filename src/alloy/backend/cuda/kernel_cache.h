@@ -8,8 +8,9 @@
 
 namespace alloy::cuda {
 
-// The loaded kernel `name` of `source` on `device`; it lives until the process exits, so callers
+// Compiles `source` for `device`'s architecture (or finds it compiled) and loads kernel `name` on
+// the device; the loaded kernel lives until the process exits, so callers
 // keep the reference and a cached launch does no lookup at all.
-const LoadedKernel& get_kernel(const std::string& source, const std::string& name, int device);
+const LoadedKernel& compile_and_load(const std::string& source, const std::string& name, int device);
 
 }  // namespace alloy::cuda

@@ -74,7 +74,7 @@ Tensor contiguous(const Tensor& t, const Stream& stream) {
   }
   p.src = t.data();
   p.dst = out.data();
-  const LoadedKernel& kernel = get_kernel(kSource, "alloy_strided_copy", stream.device());
+  const LoadedKernel& kernel = compile_and_load(kSource, "alloy_strided_copy", stream.device());
   void* args[] = {&p};
   int64_t blocks = std::min<int64_t>((p.numel + 255) / 256, 65535 * 16);
   kernel.launch(Dim3{unsigned(blocks)}, Dim3{256}, 0, stream, args);
