@@ -80,7 +80,7 @@ bool refused_with(const Segmentation& s, const std::string& text) {
 
 // ---- forward ----
 
-TEST(EpilogueKind, MlpForward_FirstLinearTakesTanhGelu_SecondKeepsItsBias) {
+TEST(MatmulEpilogue, MlpForward_FirstLinearTakesTanhGelu_SecondKeepsItsBias) {
   Segmented f = segment_example("examples/mlp.fusion");
   ASSERT_EQ(schedulers(f.s), (V{"matmul", "matmul"})) << f.s.str();
   const Segment& fc = f.s.segments[0];
@@ -94,7 +94,7 @@ TEST(EpilogueKind, MlpForward_FirstLinearTakesTanhGelu_SecondKeepsItsBias) {
   EXPECT_NE(f.s.str().find("[matmul] epilogue: gelu_bias"), std::string::npos) << f.s.str();
 }
 
-TEST(EpilogueKind, PreActivationUsedLater_IsSavedAsTheAuxOutput) {
+TEST(MatmulEpilogue, PreActivationUsedLater_IsSavedAsTheAuxOutput) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128]) {
   h = linear(x, w, b)
   g = gelu(h, approximate="tanh")
@@ -108,7 +108,7 @@ TEST(EpilogueKind, PreActivationUsedLater_IsSavedAsTheAuxOutput) {
   EXPECT_EQ(seg.note, "epilogue: gelu_aux_bias (bias: b, aux: h, result: g)");
 }
 
-TEST(EpilogueKind, MatmulWithoutBias_TakesGeluAndReluAlone) {
+TEST(MatmulEpilogue, MatmulWithoutBias_TakesGeluAndReluAlone) {
   Segmented gelu = segment_text(R"(fusion f(a: bf16[M, 32], b: bf16[32, 48]) {
   p = matmul(a, b)
   g = gelu(p, approximate="tanh")
@@ -125,7 +125,7 @@ TEST(EpilogueKind, MatmulWithoutBias_TakesGeluAndReluAlone) {
   EXPECT_EQ(kind_of(relu.s.segments[0]), EpilogueKind::relu);
 }
 
-TEST(EpilogueKind, GeluOnAnF32Result_StaysOutside_ReluIsTaken) {
+TEST(MatmulEpilogue, GeluOnAnF32Result_StaysOutside_ReluIsTaken) {
   Segmented f = segment_text(R"(fusion f(x: f32[T, 64], w: f32[128, 64], b: f32[128]) {
   h = linear(x, w, b)
   g = gelu(h, approximate="tanh")
@@ -143,7 +143,7 @@ TEST(EpilogueKind, GeluOnAnF32Result_StaysOutside_ReluIsTaken) {
   EXPECT_EQ(kind_of(relu.s.segments[0]), EpilogueKind::relu_bias);
 }
 
-TEST(EpilogueKind, GeluWithoutApproximation_StaysOutsideAndSaysWhy) {
+TEST(MatmulEpilogue, GeluWithoutApproximation_StaysOutsideAndSaysWhy) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128]) {
   h = linear(x, w, b)
   g = gelu(h, approximate="none")
@@ -155,7 +155,7 @@ TEST(EpilogueKind, GeluWithoutApproximation_StaysOutsideAndSaysWhy) {
   EXPECT_NE(f.s.str().find("matmul epilogue refused {h=linear, g=gelu}"), std::string::npos) << f.s.str();
 }
 
-TEST(EpilogueKind, Silu_HasNoEpilogue) {
+TEST(MatmulEpilogue, Silu_HasNoEpilogue) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128]) {
   h = linear(x, w, b)
   s = silu(h)
@@ -166,7 +166,7 @@ TEST(EpilogueKind, Silu_HasNoEpilogue) {
   EXPECT_TRUE(refused_with(f.s, "silu has no cuBLASLt epilogue")) << f.s.str();
 }
 
-TEST(EpilogueKind, AddOfAFullTensor_IsNotABias) {
+TEST(MatmulEpilogue, AddOfAFullTensor_IsNotABias) {
   Segmented f = segment_text(R"(fusion f(a: bf16[M, 32], b: bf16[32, 48], c: bf16[M, 48]) {
   p = matmul(a, b)
   y = add(p, c)
@@ -177,7 +177,7 @@ TEST(EpilogueKind, AddOfAFullTensor_IsNotABias) {
   EXPECT_TRUE(refused_with(f.s, "add of a full tensor (c: bf16[M, 48]) is not a bias")) << f.s.str();
 }
 
-TEST(EpilogueKind, AddOfAColumn_VariesAlongTheRows_IsNotABias) {
+TEST(MatmulEpilogue, AddOfAColumn_VariesAlongTheRows_IsNotABias) {
   Segmented f = segment_text(R"(fusion f(a: f32[M, 32], b: f32[32, 48], c: f32[M, 1]) {
   p = matmul(a, b)
   y = add(p, c)
@@ -187,7 +187,7 @@ TEST(EpilogueKind, AddOfAColumn_VariesAlongTheRows_IsNotABias) {
   EXPECT_TRUE(refused_with(f.s, "varies along the rows")) << f.s.str();
 }
 
-TEST(EpilogueKind, VectorBroadcastLikeNumpy_IsTheBias) {
+TEST(MatmulEpilogue, VectorBroadcastLikeNumpy_IsTheBias) {
   Segmented f = segment_text(R"(fusion f(a: bf16[B, S, 32], b: bf16[32, 48], v: bf16[48]) {
   p = matmul(a, b)
   y = add(v, p)
@@ -199,7 +199,7 @@ TEST(EpilogueKind, VectorBroadcastLikeNumpy_IsTheBias) {
   EXPECT_EQ(f.s.segments[0].epilogue->bias->name, "v");
 }
 
-TEST(EpilogueKind, BroadcastInDimBias_JoinsTheSegment) {
+TEST(MatmulEpilogue, BroadcastInDimBias_JoinsTheSegment) {
   Segmented f = segment_text(R"(fusion f(a: bf16[M, 32], b: bf16[32, 48], v: bf16[48]) {
   p = matmul(a, b)
   vb = broadcast_in_dim(v, shape=[M, 48], broadcast_dims=[1])
@@ -215,7 +215,7 @@ TEST(EpilogueKind, BroadcastInDimBias_JoinsTheSegment) {
   EXPECT_EQ(seg.epilogue->bias->name, "v");
 }
 
-TEST(EpilogueKind, ExpandedRowVectorBias_IsTaken) {
+TEST(MatmulEpilogue, ExpandedRowVectorBias_IsTaken) {
   Segmented f = segment_text(R"(fusion f(a: f32[M, 32], b: f32[32, 48], v: f32[1, 48]) {
   p = matmul(a, b)
   ve = expand(v, shape=[M, 48])
@@ -227,7 +227,7 @@ TEST(EpilogueKind, ExpandedRowVectorBias_IsTaken) {
   EXPECT_EQ(f.s.segments[0].epilogue->bias->name, "v");
 }
 
-TEST(EpilogueKind, OutputCastRoundTrip_WritesTheHalfResultDirectly) {
+TEST(MatmulEpilogue, OutputCastRoundTrip_WritesTheHalfResultDirectly) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: f32[128]) {
   p = linear(x, w)
   p32 = cast(p, dtype=f32)
@@ -244,7 +244,7 @@ TEST(EpilogueKind, OutputCastRoundTrip_WritesTheHalfResultDirectly) {
   EXPECT_EQ(seg.epilogue->bias->name, "b");
 }
 
-TEST(EpilogueKind, WideResultWithoutCastBack_StaysOutside) {
+TEST(MatmulEpilogue, WideResultWithoutCastBack_StaysOutside) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64]) {
   p = linear(x, w)
   p32 = cast(p, dtype=f32)
@@ -256,7 +256,7 @@ TEST(EpilogueKind, WideResultWithoutCastBack_StaysOutside) {
   EXPECT_TRUE(refused_with(f.s, "would skip rounding the product to bf16")) << f.s.str();
 }
 
-TEST(EpilogueKind, CastToAnotherHalfType_StaysOutside) {
+TEST(MatmulEpilogue, CastToAnotherHalfType_StaysOutside) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64]) {
   p = linear(x, w)
   y = cast(p, dtype=f16)
@@ -266,7 +266,7 @@ TEST(EpilogueKind, CastToAnotherHalfType_StaysOutside) {
   EXPECT_TRUE(refused_with(f.s, "cast to f16: cuBLASLt writes the product's dtype (bf16)")) << f.s.str();
 }
 
-TEST(EpilogueKind, ReluWithPreActivationUsedLater_StaysOutside) {
+TEST(MatmulEpilogue, ReluWithPreActivationUsedLater_StaysOutside) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128]) {
   h = linear(x, w, b)
   r = relu(h)
@@ -277,7 +277,7 @@ TEST(EpilogueKind, ReluWithPreActivationUsedLater_StaysOutside) {
   EXPECT_TRUE(refused_with(f.s, "relu_aux saves a bit mask, not h")) << f.s.str();
 }
 
-TEST(EpilogueKind, SecondBiasAdd_StaysOutside) {
+TEST(MatmulEpilogue, SecondBiasAdd_StaysOutside) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128], c: bf16[128]) {
   h = linear(x, w, b)
   y = add(h, c)
@@ -287,7 +287,7 @@ TEST(EpilogueKind, SecondBiasAdd_StaysOutside) {
   EXPECT_TRUE(refused_with(f.s, "a second bias add")) << f.s.str();
 }
 
-TEST(EpilogueKind, ProductAlsoReturned_KeepsTheBiasAddOutside) {
+TEST(MatmulEpilogue, ProductAlsoReturned_KeepsTheBiasAddOutside) {
   Segmented f = segment_text(R"(fusion f(a: f32[M, 32], b: f32[32, 48], v: f32[48]) {
   p = matmul(a, b)
   y = add(p, v)
@@ -297,7 +297,7 @@ TEST(EpilogueKind, ProductAlsoReturned_KeepsTheBiasAddOutside) {
   EXPECT_TRUE(refused_with(f.s, "p is also used outside the GEMM")) << f.s.str();
 }
 
-TEST(EpilogueKind, BatchedRightOperand_TakesNoEpilogue) {
+TEST(MatmulEpilogue, BatchedRightOperand_TakesNoEpilogue) {
   Segmented f = segment_text(R"(fusion f(a: f32[B, M, 32], b: f32[B, 32, 48], v: f32[48]) {
   p = matmul(a, b)
   y = add(p, v)
@@ -307,7 +307,7 @@ TEST(EpilogueKind, BatchedRightOperand_TakesNoEpilogue) {
   EXPECT_TRUE(refused_with(f.s, "batched or vector right operand")) << f.s.str();
 }
 
-TEST(EpilogueKind, BiasComputedFromTheProduct_KeepsTheAddOutside) {
+TEST(MatmulEpilogue, BiasComputedFromTheProduct_KeepsTheAddOutside) {
   Segmented f = segment_text(R"(fusion f(a: f32[M, 32], b: f32[32, 48]) {
   p = matmul(a, b)
   s = sum(p, dims=[0])
@@ -319,7 +319,7 @@ TEST(EpilogueKind, BiasComputedFromTheProduct_KeepsTheAddOutside) {
   EXPECT_EQ(schedulers(f.s), (V{"matmul", "normalization"})) << f.s.str();
 }
 
-TEST(EpilogueKind, BiasComputedAfterTheMatmul_IsPlacedBeforeItsSegment) {
+TEST(MatmulEpilogue, BiasComputedAfterTheMatmul_IsPlacedBeforeItsSegment) {
   Segmented f = segment_text(R"(fusion f(a: f32[M, 32], b: f32[32, 48], v: f32[48]) {
   p = matmul(a, b)
   e = exp(v)
@@ -334,7 +334,7 @@ TEST(EpilogueKind, BiasComputedAfterTheMatmul_IsPlacedBeforeItsSegment) {
 
 // ---- backward ----
 
-TEST(EpilogueKind, MlpBackward_IsFourGemmsWithTheirEpilogues) {
+TEST(MatmulEpilogue, MlpBackward_IsFourGemmsWithTheirEpilogues) {
   testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the bias-gradient kinds are off by default
   Segmented f = segment_example("examples/mlp_backward.fusion");
   ASSERT_EQ(schedulers(f.s), (V{"matmul", "matmul", "matmul", "matmul"})) << f.s.str();
@@ -356,7 +356,7 @@ TEST(EpilogueKind, MlpBackward_IsFourGemmsWithTheirEpilogues) {
 
 // By default (measured faster) the bias-gradient kinds are off: dGELU stays in the GEMM and the
 // sums run as generated column reductions, each with its reason.
-TEST(EpilogueKind, MlpBackward_ByDefault_LeavesTheBiasGradientsToColumnKernels) {
+TEST(MatmulEpilogue, MlpBackward_ByDefault_LeavesTheBiasGradientsToColumnKernels) {
   Segmented f = segment_example("examples/mlp_backward.fusion");
   const Segment* dg = nullptr;
   int sums = 0;
@@ -371,7 +371,7 @@ TEST(EpilogueKind, MlpBackward_ByDefault_LeavesTheBiasGradientsToColumnKernels) 
   EXPECT_NE(f.s.str().find("dgelu_bgrad is off (ALLOY_DISABLE_EPILOGUES)"), std::string::npos) << f.s.str();
 }
 
-TEST(EpilogueKind, WeightGradientOfTransposedActivations_TakesBgradB) {
+TEST(MatmulEpilogue, WeightGradientOfTransposedActivations_TakesBgradB) {
   testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the bias-gradient kinds are off by default
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 32], dy: bf16[T, 48]) {
   x_t = permute(x, dims=[1, 0])
@@ -384,7 +384,7 @@ TEST(EpilogueKind, WeightGradientOfTransposedActivations_TakesBgradB) {
   EXPECT_EQ(f.s.segments[0].epilogue->bias->name, "db");
 }
 
-TEST(EpilogueKind, BiasGradientDefinedBeforeTheMatmul_IsStillTaken) {
+TEST(MatmulEpilogue, BiasGradientDefinedBeforeTheMatmul_IsStillTaken) {
   testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the bias-gradient kinds are off by default
   Segmented f = segment_text(R"(fusion f(x: f32[T, 32], dy: f32[T, 48]) {
   db = sum(dy, dims=[0])
@@ -397,7 +397,7 @@ TEST(EpilogueKind, BiasGradientDefinedBeforeTheMatmul_IsStillTaken) {
   EXPECT_EQ(op_names(f.s.segments[0]), (V{"db", "dy_t", "dw"}));
 }
 
-TEST(EpilogueKind, GeluBackwardWithoutApproximation_StaysOutside) {
+TEST(MatmulEpilogue, GeluBackwardWithoutApproximation_StaysOutside) {
   Segmented f = segment_text(R"(fusion f(dy: bf16[T, 48], w: bf16[48, 96], h: bf16[T, 96]) {
   dg = matmul(dy, w)
   dh = gelu_backward(dg, h)
@@ -407,7 +407,7 @@ TEST(EpilogueKind, GeluBackwardWithoutApproximation_StaysOutside) {
   EXPECT_TRUE(refused_with(f.s, "cuBLASLt's dGELU is the derivative of the tanh approximation")) << f.s.str();
 }
 
-TEST(EpilogueKind, GeluBackwardWithoutBiasGradient_IsDgelu_ButNotInF32) {
+TEST(MatmulEpilogue, GeluBackwardWithoutBiasGradient_IsDgelu_ButNotInF32) {
   const char* text = R"(fusion f(dy: DT[T, 48], w: DT[48, 96], h: DT[T, 96]) {
   dg = matmul(dy, w)
   dh = gelu_backward(dg, h, approximate="tanh")
@@ -426,7 +426,7 @@ TEST(EpilogueKind, GeluBackwardWithoutBiasGradient_IsDgelu_ButNotInF32) {
   EXPECT_TRUE(refused_with(f32.s, "f32 result")) << f32.s.str();
 }
 
-TEST(EpilogueKind, ReluBackward_IsRefusedForWantOfTheBitMask) {
+TEST(MatmulEpilogue, ReluBackward_IsRefusedForWantOfTheBitMask) {
   Segmented f = segment_text(R"(fusion f(dy: bf16[T, 48], w: bf16[48, 96], h: bf16[T, 96]) {
   dg = matmul(dy, w)
   dh = relu_backward(dg, h)
@@ -438,7 +438,7 @@ TEST(EpilogueKind, ReluBackward_IsRefusedForWantOfTheBitMask) {
   EXPECT_TRUE(refused_with(f.s, "h is an input")) << f.s.str();
 }
 
-TEST(EpilogueKind, MatchingDirectly_ReportsEveryPart) {
+TEST(MatmulEpilogue, MatchingDirectly_ReportsEveryPart) {
   auto f = parse_fusion(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128]) {
   h = linear(x, w, b)
   g = gelu(h, approximate="tanh")
@@ -459,7 +459,7 @@ TEST(EpilogueKind, MatchingDirectly_ReportsEveryPart) {
 
 // ---- ReLU's bit mask: relu_aux forward, drelu backward ----
 
-TEST(EpilogueKind, ReluWithItsMask_IsReluAuxBias_WritingTheMask) {
+TEST(MatmulEpilogue, ReluWithItsMask_IsReluAuxBias_WritingTheMask) {
   Segmented f = segment_example("examples/mlp_relu.fusion");
   ASSERT_EQ(schedulers(f.s), (V{"matmul", "matmul"})) << f.s.str();
   const Segment& first = f.s.segments[0];
@@ -470,7 +470,7 @@ TEST(EpilogueKind, ReluWithItsMask_IsReluAuxBias_WritingTheMask) {
   EXPECT_EQ(kind_of(f.s.segments[1]), EpilogueKind::bias);
 }
 
-TEST(EpilogueKind, ReluMaskWithoutBias_IsReluAux_WhateverTheOrderOfDefinition) {
+TEST(MatmulEpilogue, ReluMaskWithoutBias_IsReluAux_WhateverTheOrderOfDefinition) {
   Segmented f = segment_text(R"(fusion f(x: f32[T, 64], w: f32[64, 256]) {
   p = matmul(x, w)
   m = relu_mask(p)
@@ -485,7 +485,7 @@ TEST(EpilogueKind, ReluMaskWithoutBias_IsReluAux_WhateverTheOrderOfDefinition) {
 
 // cuBLASLt's mask rows are a multiple of 128 bits apart: other widths (or a symbol not known to
 // be such a multiple) leave relu and the mask to generated kernels, saying why.
-TEST(EpilogueKind, ReluMaskOfOtherWidths_RunsAsABitmaskKernel) {
+TEST(MatmulEpilogue, ReluMaskOfOtherWidths_RunsAsABitmaskKernel) {
   for (const char* n : {"100", "96", "H"}) {
     SCOPED_TRACE(n);
     std::string text = std::string("fusion f(x: bf16[T, 64], w: bf16[") + n + ", 64], b: bf16[" + n + "]) {\n" +
@@ -499,7 +499,7 @@ TEST(EpilogueKind, ReluMaskOfOtherWidths_RunsAsABitmaskKernel) {
   }
 }
 
-TEST(EpilogueKind, ReluAux_CanBeDisabled) {
+TEST(MatmulEpilogue, ReluAux_CanBeDisabled) {
   testing::ScopedEnv off("ALLOY_DISABLE_EPILOGUES", "relu_aux_bias");
   Segmented f = segment_example("examples/mlp_relu.fusion");
   EXPECT_EQ(schedulers(f.s), (V{"matmul", "pointwise", "bitmask", "matmul"})) << f.s.str();
@@ -507,7 +507,7 @@ TEST(EpilogueKind, ReluAux_CanBeDisabled) {
   EXPECT_TRUE(refused_with(f.s, "relu_aux_bias is off (ALLOY_DISABLE_EPILOGUES): the mask runs as a bitmask kernel")) << f.s.str();
 }
 
-TEST(EpilogueKind, ReluWhosePreActivationIsReadByOthersToo_StaysOutside) {
+TEST(MatmulEpilogue, ReluWhosePreActivationIsReadByOthersToo_StaysOutside) {
   Segmented f = segment_text(R"(fusion f(x: bf16[T, 64], w: bf16[128, 64], b: bf16[128]) {
   h = linear(x, w, b)
   a = relu(h)
@@ -518,7 +518,7 @@ TEST(EpilogueKind, ReluWhosePreActivationIsReadByOthersToo_StaysOutside) {
   EXPECT_TRUE(refused_with(f.s, "relu_aux saves a bit mask, not h")) << f.s.str();
 }
 
-TEST(EpilogueKind, MlpReluBackward_TakesDreluReadingTheMask) {
+TEST(MatmulEpilogue, MlpReluBackward_TakesDreluReadingTheMask) {
   Segmented f = segment_example("examples/mlp_relu_backward.fusion");
   const Segment* da = nullptr;
   for (const Segment& s : f.s.segments)
@@ -531,7 +531,7 @@ TEST(EpilogueKind, MlpReluBackward_TakesDreluReadingTheMask) {
   for (const Segment& s : f.s.segments) EXPECT_NE(s.scheduler, SchedulerKind::bitmask) << f.s.str();
 }
 
-TEST(EpilogueKind, MlpReluBackward_WithEveryKind_TakesDreluBgrad) {
+TEST(MatmulEpilogue, MlpReluBackward_WithEveryKind_TakesDreluBgrad) {
   testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");
   Segmented f = segment_example("examples/mlp_relu_backward.fusion");
   ASSERT_EQ(schedulers(f.s), (V{"matmul", "matmul", "matmul", "matmul"})) << f.s.str();
@@ -542,7 +542,7 @@ TEST(EpilogueKind, MlpReluBackward_WithEveryKind_TakesDreluBgrad) {
   EXPECT_EQ(value_names(da.outputs), (V{"dh", "db1"}));
 }
 
-TEST(EpilogueKind, DreluOfOtherWidthsOrDisabled_RunsAsABitmaskKernel) {
+TEST(MatmulEpilogue, DreluOfOtherWidthsOrDisabled_RunsAsABitmaskKernel) {
   const std::string text = R"(fusion f(dy: bf16[T, 48], w: bf16[48, 100], m: i32[T, 4]) {
   dg = matmul(dy, w)
   dh = relu_backward_mask(dg, m)
@@ -566,7 +566,7 @@ TEST(EpilogueKind, DreluOfOtherWidthsOrDisabled_RunsAsABitmaskKernel) {
 
 // ---- the backward example runs on the CPU ----
 
-TEST(EpilogueKind, MlpBackwardExample_RunsOnTheCpu) {
+TEST(MatmulEpilogue, MlpBackwardExample_RunsOnTheCpu) {
   auto fusion = parse_fusion_file(testing::source_path("examples/mlp_backward.fusion"));
   std::vector<Tensor> given(fusion->inputs().size());
   std::vector<Tensor> inputs = complete_inputs(*fusion, given, {{"T", 8}}, 3);

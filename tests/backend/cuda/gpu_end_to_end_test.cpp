@@ -35,17 +35,46 @@ TEST(GpuEndToEnd, CatAndScalarInputs) {
 })", {});
 }
 
+// How many times `what` occurs in `text`.
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// Every matmul segment the plan holds (`--dump segments`: "segment N [matmul]") launched on
+// cuBLASLt: its run record in `--dump cuda` (backend/cuda/matmul_segment.cpp's source(),
+// "// segment N [matmul]: cuBLASLt, epilogue NAME" or "...: cuBLASLt refused epilogue ...").
+// Returns how many matmul segments there are.
+int expect_every_matmul_launched(const testing::GpuRun& ran) {
+  int matmuls = count(ran.segments, " [matmul]"), launched = count(ran.launched, " [matmul]: cuBLASLt");
+  EXPECT_EQ(launched, matmuls) << ran.segments << ran.launched;
+  return matmuls;
+}
+
+// The matmuls of every shape (a batch folded into M, a linear with its bias, a vector, a batch
+// broadcast on both sides) each ran as one matmul segment on cuBLASLt, without a refusal, and
+// nothing went to the CPU fallback.
 TEST(GpuEndToEnd, MatmulAndLinearShapes) {
+  ALLOY_REQUIRE_GPU();
+  testing::GpuRun three, broadcast;
   expect_gpu_matches_cpu(R"(fusion f(a: bf16[3, 40, 64], b: bf16[64, 24], w: bf16[24, 64], bias: bf16[24], v: bf16[64]) {
   m = matmul(a, b)
   l = linear(a, w, bias)
   mv = matmul(a, v)
   return m, l, mv
-})", {});
+})", {}, 7, 1.0, &three);
+  EXPECT_EQ(expect_every_matmul_launched(three), 3) << three.segments;
+  EXPECT_EQ(count(three.launched, " [matmul]: cuBLASLt, epilogue none\n"), 2) << three.launched;  // m, mv
+  EXPECT_EQ(count(three.launched, " [matmul]: cuBLASLt, epilogue bias\n"), 1) << three.launched;  // l's bias in the GEMM
+  EXPECT_EQ(three.segments.find("[cpu_fallback]"), std::string::npos) << three.segments;
   expect_gpu_matches_cpu(R"(fusion g(a: f32[2, 1, 16, 32], b: f32[5, 32, 8]) {
   m = matmul(a, b)
   return m
-})", {});
+})", {}, 7, 1.0, &broadcast);
+  EXPECT_EQ(expect_every_matmul_launched(broadcast), 1) << broadcast.segments;
+  EXPECT_EQ(count(broadcast.launched, " [matmul]: cuBLASLt, epilogue none\n"), 1) << broadcast.launched;
+  EXPECT_EQ(broadcast.segments.find("[cpu_fallback]"), std::string::npos) << broadcast.segments;
 }
 
 // Every example but the sharded ones (alloy_mpi_tests runs those on the GPU), twice: every size
@@ -53,7 +82,7 @@ TEST(GpuEndToEnd, MatmulAndLinearShapes) {
 // of the same size cannot hide.
 TEST(GpuEndToEnd, EveryExampleMatchesTheCpu) {
   ALLOY_REQUIRE_GPU();
-  int ran = 0, sharded = 0, files = 0;
+  int ran = 0, sharded = 0, files = 0, matmuls = 0;
   for (auto& entry : std::filesystem::directory_iterator(testing::source_path("examples"))) {
     if (entry.path().extension() != ".fusion") continue;
     ++files;
@@ -71,12 +100,19 @@ TEST(GpuEndToEnd, EveryExampleMatchesTheCpu) {
       distinct[sym] = next;
       next += 2;
     }
-    expect_gpu_matches_cpu(text, equal);
-    expect_gpu_matches_cpu(text, distinct);
+    // every matmul segment of the plan launched on cuBLASLt (its call, or a refusal and the
+    // fallback it names), none on the CPU fallback
+    for (const Bindings* sizes : {&equal, &distinct}) {
+      testing::GpuRun path;
+      expect_gpu_matches_cpu(text, *sizes, 7, 1.0, &path);
+      matmuls += expect_every_matmul_launched(path);
+      EXPECT_EQ(path.segments.find("[cpu_fallback]"), std::string::npos) << path.segments;
+    }
     ++ran;
   }
   EXPECT_EQ(ran + sharded, files);
   EXPECT_GE(ran, 7);  // mlp, mlp_backward, layer_norm, softmax, rms_norm, masked_mean, rope
+  EXPECT_GE(matmuls, 2 * 6);  // mlp's 2 GEMMs and mlp_backward's 4, at least, in each of the two runs
 }
 
 }  // namespace

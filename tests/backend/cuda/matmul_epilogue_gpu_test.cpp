@@ -1,9 +1,13 @@
 // Every matmul epilogue pattern, taken or not, on the GPU against the CPU reference, in bf16 and
 // f32, with sizes that make cuBLASLt refuse at run time (aux leading dimensions that are not a
 // multiple of 8, a bias that is not one packed vector) so the fallback path runs too. Which
-// pattern is taken is checked without a GPU in tests/segment/matmul_epilogue_test.cpp. Skips
+// pattern is taken is checked without a GPU in tests/passes/matmul_epilogue_test.cpp. Skips
 // without a GPU.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <utility>
 
 #include "alloy/backend/cuda/cuda_api.h"
 #include "alloy/ir/parser.h"
@@ -16,6 +20,57 @@ namespace {
 
 using testing::expect_gpu_matches_cpu;
 
+// ---- which path ran ----
+// `launched` is `--dump cuda` after the run: per matmul segment, the run record that
+// backend/cuda/matmul_segment.cpp's MatmulSegment::source() prints,
+//   "// segment N [matmul]: cuBLASLt, epilogue NAME"                      cuBLASLt ran the call
+//   "// segment N [matmul]: cuBLASLt refused epilogue NAME (WHY): FALLBACK"  it refused; WHY is
+//       cublaslt_matmul.cpp's refusal ("cuBLASLt matmul DESC epilogue=NAME: ...") or the segment's
+// NAME being epilogue_kind_name (a linear with a bias and no other epilogue runs as "bias"; a
+// plain matmul as "none"). `segments` is `--dump segments`, with the epilogue pass's note
+// "[matmul] epilogue: NAME (...)" on each matmul segment that took ops (EpilogueMatch::note).
+
+// cuBLASLt ran the matmul with `epilogue`, and no matmul segment of the run was refused.
+void expect_cublaslt_ran(const testing::GpuRun& ran, const std::string& epilogue) {
+  EXPECT_NE(ran.launched.find(" [matmul]: cuBLASLt, epilogue " + epilogue + "\n"), std::string::npos) << ran.launched;
+  EXPECT_EQ(ran.launched.find("refused"), std::string::npos) << ran.launched;
+}
+
+// What ran: `epilogue` in the plan and cuBLASLt running it, no refusal.
+void expect_ran_epilogue(const testing::GpuRun& ran, const std::string& epilogue) {
+  EXPECT_NE(ran.segments.find("[matmul] epilogue: " + epilogue + " ("), std::string::npos) << ran.segments;
+  expect_cublaslt_ran(ran, epilogue);
+}
+
+// The plan took `epilogue`, cuBLASLt refused it for `why` (a piece of the refusal), and
+// `fallback` (run_fallback's record) ran instead.
+void expect_refused_epilogue(const testing::GpuRun& ran, const std::string& epilogue, const std::string& why,
+                             const std::string& fallback) {
+  EXPECT_NE(ran.segments.find("[matmul] epilogue: " + epilogue + " ("), std::string::npos) << ran.segments;
+  size_t at = ran.launched.find(" [matmul]: cuBLASLt refused epilogue " + epilogue + " (");
+  ASSERT_NE(at, std::string::npos) << ran.launched;
+  std::string line = ran.launched.substr(at, ran.launched.find('\n', at) - at);
+  EXPECT_NE(line.find(why), std::string::npos) << line;
+  EXPECT_NE(line.find("): " + fallback), std::string::npos) << line;
+  EXPECT_EQ(line.size(), line.find("): " + fallback) + 3 + fallback.size()) << line;
+}
+
+// The epilogue pass took nothing past the GEMM's own `note` ("epilogue: none", or a linear's
+// "epilogue: bias (bias: b)"), refusing the rest for `why` (a piece of its line under the
+// segments' "refusals:"), and cuBLASLt ran that GEMM: "cuBLASLt, epilogue `gemm`".
+void expect_not_taken(const testing::GpuRun& ran, const std::string& note, const std::string& why, const std::string& gemm) {
+  EXPECT_NE(ran.segments.find("[matmul] " + note + "\n"), std::string::npos) << ran.segments;
+  size_t at = ran.segments.find("\n  matmul epilogue refused {");
+  ASSERT_NE(at, std::string::npos) << ran.segments;
+  EXPECT_NE(ran.segments.find(why, at), std::string::npos) << ran.segments;
+  expect_cublaslt_ran(ran, gemm);
+}
+
+// In f32 the GELU kinds are refused at planning (matmul_epilogue.cpp): the GEMM runs without them.
+const char* const kF32Gelu = "f32 result: cuBLASLt's GELU may use an approximate tanh, coarser than f32 rounding";
+
+using Check = std::function<void(const testing::GpuRun&)>;
+
 // `text` with every "DT" replaced by `dtype`.
 std::string with_dtype(std::string text, const std::string& dtype) {
   for (size_t at = text.find("DT"); at != std::string::npos; at = text.find("DT", at + dtype.size()))
@@ -23,63 +78,89 @@ std::string with_dtype(std::string text, const std::string& dtype) {
   return text;
 }
 
-void expect_in_both_dtypes(const std::string& text, const Bindings& sizes) {
+// Runs `text` in bf16 and in f32 against the CPU; `bf16` and `f32` then state which path each ran.
+void expect_in_both_dtypes(const std::string& text, const Bindings& sizes, const Check& bf16, const Check& f32) {
+  ALLOY_REQUIRE_GPU();
   for (const char* dtype : {"bf16", "f32"}) {
     SCOPED_TRACE(dtype);
-    expect_gpu_matches_cpu(with_dtype(text, dtype), sizes);
+    testing::GpuRun ran;
+    expect_gpu_matches_cpu(with_dtype(text, dtype), sizes, 7, 1.0, &ran);
+    (std::string(dtype) == "bf16" ? bf16 : f32)(ran);
   }
 }
+void expect_in_both_dtypes(const std::string& text, const Bindings& sizes, const Check& both) {
+  expect_in_both_dtypes(text, sizes, both, both);
+}
+
+// The check that `epilogue` ran on cuBLASLt (planned by the epilogue pass).
+Check ran_epilogue(const std::string& epilogue) {
+  return [epilogue](const testing::GpuRun& ran) { expect_ran_epilogue(ran, epilogue); };
+}
+
+// The check that the plan refused what `why` names and cuBLASLt ran the GEMM as `note` says.
+Check not_taken(const std::string& note, const std::string& why, const std::string& gemm) {
+  return [=](const testing::GpuRun& ran) { expect_not_taken(ran, note, why, gemm); };
+}
+
+const char* const kGemmThenKernel = "the plain cuBLASLt GEMM, then the epilogue's ops as a generated kernel";
 
 // ---- forward: taken ----
 
-TEST(EpilogueKindGpu, LinearBiasTanhGelu) {
+TEST(MatmulEpilogueGpu, LinearBiasTanhGelu) {
   const char* text = R"(fusion f(x: DT[T, K], w: DT[N, K], b: DT[N]) {
   h = linear(x, w, b)
   g = gelu(h, approximate="tanh")
   return g
 })";
-  expect_in_both_dtypes(text, {{"T", 37}, {"K", 64}, {"N", 128}});
-  expect_in_both_dtypes(text, {{"T", 5}, {"K", 33}, {"N", 30}});  // odd K and N
+  Check f32 = not_taken("epilogue: bias (bias: b)", std::string("{h=linear, g=gelu}: ") + kF32Gelu, "bias");
+  expect_in_both_dtypes(text, {{"T", 37}, {"K", 64}, {"N", 128}}, ran_epilogue("gelu_bias"), f32);
+  expect_in_both_dtypes(text, {{"T", 5}, {"K", 33}, {"N", 30}}, ran_epilogue("gelu_bias"), f32);  // odd K and N
 }
 
-TEST(EpilogueKindGpu, PreActivationReturned_AuxOutput) {
+TEST(MatmulEpilogueGpu, PreActivationReturned_AuxOutput) {
   const char* text = R"(fusion f(x: DT[T, K], w: DT[N, K], b: DT[N]) {
   h = linear(x, w, b)
   g = gelu(h, approximate="tanh")
   return g, h
 })";
-  expect_in_both_dtypes(text, {{"T", 37}, {"K", 64}, {"N", 128}});
+  Check f32 = not_taken("epilogue: bias (bias: b)", std::string("{h=linear, g=gelu}: ") + kF32Gelu, "bias");
+  expect_in_both_dtypes(text, {{"T", 37}, {"K", 64}, {"N", 128}}, ran_epilogue("gelu_aux_bias"), f32);
   // N = 100: the aux leading dimension is not a multiple of 8, cuBLASLt refuses, the fallback runs
-  expect_in_both_dtypes(text, {{"T", 16}, {"K", 64}, {"N", 100}});
+  expect_in_both_dtypes(text, {{"T", 16}, {"K", 64}, {"N", 100}}, [](const testing::GpuRun& ran) {
+    expect_refused_epilogue(ran, "gelu_aux_bias", " epilogue=gelu_aux_bias: aux_ld 100 must be a multiple of 8 and at least n", kGemmThenKernel);
+  }, f32);
 }
 
-TEST(EpilogueKindGpu, MatmulGeluAuxWithoutBias) {
+TEST(MatmulEpilogueGpu, MatmulGeluAuxWithoutBias) {
   expect_in_both_dtypes(R"(fusion f(a: DT[B, S, K], b: DT[K, N]) {
   p = matmul(a, b)
   g = gelu(p, approximate="tanh")
   return g, p
-})", {{"B", 2}, {"S", 9}, {"K", 40}, {"N", 64}});
+})", {{"B", 2}, {"S", 9}, {"K", 40}, {"N", 64}}, ran_epilogue("gelu_aux"),
+                        not_taken("epilogue: none", std::string("{p=matmul, g=gelu}: ") + kF32Gelu, "none"));
 }
 
-TEST(EpilogueKindGpu, BroadcastInDimBiasAndRelu) {
+TEST(MatmulEpilogueGpu, BroadcastInDimBiasAndRelu) {
   expect_in_both_dtypes(R"(fusion f(a: DT[M, K], b: DT[K, N], v: DT[N]) {
   p = matmul(a, b)
   vb = broadcast_in_dim(v, shape=[M, N], broadcast_dims=[1])
   y = add(p, vb)
   r = relu(y)
   return r
-})", {{"M", 33}, {"K", 48}, {"N", 72}});
+})", {{"M", 33}, {"K", 48}, {"N", 72}}, ran_epilogue("relu_bias"));
 }
 
-TEST(EpilogueKindGpu, NumpyBroadcastBiasOverABatchedActivation) {
+TEST(MatmulEpilogueGpu, NumpyBroadcastBiasOverABatchedActivation) {
   expect_in_both_dtypes(R"(fusion f(a: DT[B, S, K], b: DT[K, N], v: DT[N]) {
   p = matmul(a, b)
   y = add(v, p)
   return y
-})", {{"B", 3}, {"S", 5}, {"K", 16}, {"N", 24}});
+})", {{"B", 3}, {"S", 5}, {"K", 16}, {"N", 24}}, ran_epilogue("bias"));
 }
 
-TEST(EpilogueKindGpu, OutputCastRoundTripWritesBf16Directly) {
+TEST(MatmulEpilogueGpu, OutputCastRoundTripWritesBf16Directly) {
+  ALLOY_REQUIRE_GPU();
+  testing::GpuRun ran;
   expect_gpu_matches_cpu(R"(fusion f(x: bf16[T, 64], w: bf16[96, 64], b: f32[96]) {
   p = linear(x, w)
   p32 = cast(p, dtype=f32)
@@ -87,81 +168,98 @@ TEST(EpilogueKindGpu, OutputCastRoundTripWritesBf16Directly) {
   g = gelu(h, approximate="tanh")
   y = cast(g, dtype=bf16)
   return y
-})", {{"T", 21}});
+})", {{"T", 21}}, 7, 1.0, &ran);
+  // planned as one GELU_BIAS GEMM writing y in bf16 (with the f32 bias); on an H100 with CUDA 13.0
+  // cuBLASLt has no algorithm for it, so the plain GEMM and a kernel run (seen 2026-11)
+  EXPECT_NE(ran.segments.find("[matmul] epilogue: gelu_bias (bias: b, result: y)\n"), std::string::npos) << ran.segments;
+  expect_refused_epilogue(ran, "gelu_bias", " epilogue=gelu_bias: cuBLASLt has no algorithm for this case", kGemmThenKernel);
 }
 
-TEST(EpilogueKindGpu, BiasComputedAfterTheMatmul) {
+TEST(MatmulEpilogueGpu, BiasComputedAfterTheMatmul) {
   expect_in_both_dtypes(R"(fusion f(a: DT[M, 32], b: DT[32, 48], v: DT[48]) {
   p = matmul(a, b)
   e = exp(v)
   y = add(p, e)
   return y
-})", {{"M", 10}});
+})", {{"M", 10}}, ran_epilogue("bias"));
 }
 
-TEST(EpilogueKindGpu, StridedBiasIsNotOnePackedVector_FallsBack) {
+TEST(MatmulEpilogueGpu, StridedBiasIsNotOnePackedVector_FallsBack) {
   expect_in_both_dtypes(R"(fusion f(a: DT[M, 32], b: DT[32, 48], v: DT[96]) {
   p = matmul(a, b)
   vs = slice(v, starts=[0], ends=[96], steps=[2])
   y = add(p, vs)
   g = gelu(y, approximate="tanh")
   return g
-})", {{"M", 12}});
+})", {{"M", 12}}, [](const testing::GpuRun& ran) {
+    expect_refused_epilogue(ran, "gelu_bias", "(the bias vs is not one packed vector)", kGemmThenKernel);
+  }, [](const testing::GpuRun& ran) {
+    // f32: the plan keeps the bias alone (GELU refused), which cuBLASLt refuses the same way
+    EXPECT_NE(ran.segments.find(std::string("{p=matmul, g=gelu}: ") + kF32Gelu), std::string::npos) << ran.segments;
+    expect_refused_epilogue(ran, "bias", "(the bias vs is not one packed vector)", kGemmThenKernel);
+  });
 }
 
 // ---- forward: not taken ----
 
-TEST(EpilogueKindGpu, PatternsNotTakenStillMatch) {
-  const char* texts[] = {
-      R"(fusion f(x: DT[T, 64], w: DT[96, 64], b: DT[96]) {
+// Each pattern with the plain GEMM cuBLASLt ran for it: a linear's bias stays in the GEMM
+// ("bias"), a matmul's GEMM has none ("none"); the ops around it run as kernels of their own.
+TEST(MatmulEpilogueGpu, PatternsNotTakenStillMatch) {
+  struct Case {
+    const char *text, *note, *why, *gemm;
+  } cases[] = {
+      {R"(fusion f(x: DT[T, 64], w: DT[96, 64], b: DT[96]) {
   h = linear(x, w, b)
   g = gelu(h, approximate="none")
   return g
-})",
-      R"(fusion f(x: DT[T, 64], w: DT[96, 64], b: DT[96]) {
+})", "epilogue: bias (bias: b)", "{h=linear, g=gelu}: gelu approximate=\"none\": cuBLASLt's GELU is the tanh approximation", "bias"},
+      {R"(fusion f(x: DT[T, 64], w: DT[96, 64], b: DT[96]) {
   h = linear(x, w, b)
   s = silu(h)
   return s
-})",
-      R"(fusion f(a: DT[T, 32], b: DT[32, 48], c: DT[T, 48]) {
+})", "epilogue: bias (bias: b)", "{h=linear, s=silu}: silu has no cuBLASLt epilogue", "bias"},
+      {R"(fusion f(a: DT[T, 32], b: DT[32, 48], c: DT[T, 48]) {
   p = matmul(a, b)
   y = add(p, c)
   return y
-})",
-      R"(fusion f(x: DT[T, 64], w: DT[96, 64], b: DT[96]) {
+})", "epilogue: none", "{p=matmul, y=add}: add of a full tensor (c: ", "none"},
+      {R"(fusion f(x: DT[T, 64], w: DT[96, 64], b: DT[96]) {
   h = linear(x, w, b)
   r = relu(h)
   return r, h
-})",
-      R"(fusion f(a: DT[B, T, 32], b: DT[B, 32, 48], v: DT[48]) {
+})", "epilogue: bias (bias: b)", "{h=linear, r=relu}: relu: h is also used outside the GEMM", "bias"},
+      {R"(fusion f(a: DT[B, T, 32], b: DT[B, 32, 48], v: DT[48]) {
   p = matmul(a, b)
   y = add(p, v)
   return y
-})",
-      R"(fusion f(a: DT[T, 32], b: DT[32, 48], v: DT[48]) {
+})", "epilogue: none", "{p=matmul}: batched or vector right operand (", "none"},
+      {R"(fusion f(a: DT[T, 32], b: DT[32, 48], v: DT[48]) {
   p = matmul(a, b)
   y = add(p, v)
   return y, p
-})",
+})", "epilogue: none", "{p=matmul, y=add}: p is also used outside the GEMM, which writes only its result", "none"},
   };
-  for (const char* text : texts) {
-    SCOPED_TRACE(text);
-    expect_in_both_dtypes(text, {{"T", 19}, {"B", 2}});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    expect_in_both_dtypes(c.text, {{"T", 19}, {"B", 2}}, not_taken(c.note, c.why, c.gemm));
   }
 }
 
-TEST(EpilogueKindGpu, WideResultWithoutCastBack) {
+TEST(MatmulEpilogueGpu, WideResultWithoutCastBack) {
+  ALLOY_REQUIRE_GPU();
+  testing::GpuRun ran;
   expect_gpu_matches_cpu(R"(fusion f(x: bf16[T, 64], w: bf16[96, 64]) {
   p = linear(x, w)
   p32 = cast(p, dtype=f32)
   g = gelu(p32, approximate="tanh")
   return g
-})", {{"T", 11}}, 7, /*scale: p is a bf16 GEMM result*/ 100);
+})", {{"T", 11}}, 7, /*scale: p is a bf16 GEMM result*/ 100, &ran);
+  expect_not_taken(ran, "epilogue: none", "{p=linear, g=gelu}: the GEMM's result would be f32 from a bf16 product with no cast back", "none");
 }
 
 // ---- backward ----
 
-TEST(EpilogueKindGpu, DgeluWithBiasGradient) {
+TEST(MatmulEpilogueGpu, DgeluWithBiasGradient) {
   testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the fused bias gradients, off by default
   const char* text = R"(fusion f(dy: DT[T, C], w: DT[C, H], h: DT[T, H]) {
   dg = matmul(dy, w)
@@ -169,21 +267,28 @@ TEST(EpilogueKindGpu, DgeluWithBiasGradient) {
   db = sum(dh, dims=[0])
   return dh, db
 })";
-  expect_in_both_dtypes(text, {{"T", 24}, {"C", 48}, {"H", 64}});
+  Check f32 = not_taken("epilogue: none", std::string("{dg=matmul, dh=gelu_backward}: ") + kF32Gelu, "none");
+  expect_in_both_dtypes(text, {{"T", 24}, {"C", 48}, {"H", 64}}, ran_epilogue("dgelu_bgrad"), f32);
   // H = 100: the aux leading dimension is not a multiple of 8: the fallback runs
-  expect_in_both_dtypes(text, {{"T", 24}, {"C", 48}, {"H", 100}});
+  expect_in_both_dtypes(text, {{"T", 24}, {"C", 48}, {"H", 100}}, [](const testing::GpuRun& ran) {
+    expect_refused_epilogue(ran, "dgelu_bgrad", " epilogue=dgelu_bgrad: aux_ld 100 must be a multiple of 8 and at least n",
+                            kGemmThenKernel);
+  }, f32);
 }
 
-TEST(EpilogueKindGpu, DgeluAlone) {
+TEST(MatmulEpilogueGpu, DgeluAlone) {
   expect_in_both_dtypes(R"(fusion f(dy: DT[T, C], w: DT[C, H], h: DT[T, H]) {
   dg = matmul(dy, w)
   dh = gelu_backward(dg, h, approximate="tanh")
   return dh
-})", {{"T", 17}, {"C", 32}, {"H", 80}});
+})", {{"T", 17}, {"C", 32}, {"H", 80}}, ran_epilogue("dgelu"),
+                        not_taken("epilogue: none", std::string("{dg=matmul, dh=gelu_backward}: ") + kF32Gelu, "none"));
 }
 
-TEST(EpilogueKindGpu, WeightGradientsWithBiasGradients) {
+TEST(MatmulEpilogueGpu, WeightGradientsWithBiasGradients) {
   testing::ScopedEnv all_kinds("ALLOY_DISABLE_EPILOGUES", "");  // the fused bias gradients, off by default
+  // dw = dy^T x sums dy over T as its A operand's rows (bgrad_a); dw_t = x^T dy, whose bias
+  // gradient is taken already, runs plain
   expect_in_both_dtypes(R"(fusion f(x: DT[T, K], dy: DT[T, N]) {
   dy_t = permute(dy, dims=[1, 0])
   dw = matmul(dy_t, x)
@@ -191,45 +296,65 @@ TEST(EpilogueKindGpu, WeightGradientsWithBiasGradients) {
   x_t = permute(x, dims=[1, 0])
   dw_t = matmul(x_t, dy)
   return dw, db, dw_t
-})", {{"T", 40}, {"K", 32}, {"N", 48}});
+})", {{"T", 40}, {"K", 32}, {"N", 48}}, [](const testing::GpuRun& ran) {
+    expect_ran_epilogue(ran, "bgrad_a");
+    EXPECT_NE(ran.launched.find(" [matmul]: cuBLASLt, epilogue none\n"), std::string::npos) << ran.launched;
+  });
+  // dw_t = x^T dy sums dy over T as its B operand's columns (bgrad_b)
   expect_in_both_dtypes(R"(fusion f(x: DT[T, K], dy: DT[T, N]) {
   x_t = permute(x, dims=[1, 0])
   dw_t = matmul(x_t, dy)
   db = sum(dy, dims=[0])
   return dw_t, db
-})", {{"T", 40}, {"K", 24}, {"N", 36}});
+})", {{"T", 40}, {"K", 24}, {"N", 36}}, ran_epilogue("bgrad_b"));
 }
 
-TEST(EpilogueKindGpu, BackwardPatternsNotTaken) {
+// relu_backward on the activation (not a mask) has no cuBLASLt form, nor does the exact (erf)
+// GELU's gradient: the GEMMs run plain, the rest as kernels.
+TEST(MatmulEpilogueGpu, BackwardPatternsNotTaken) {
   expect_in_both_dtypes(R"(fusion f(dy: DT[T, 32], w: DT[32, 64], h: DT[T, 64]) {
   dg = matmul(dy, w)
   dh = relu_backward(dg, h)
   db = sum(dh, dims=[0])
   return dh, db
-})", {{"T", 20}});
+})", {{"T", 20}}, not_taken("epilogue: none", "{dg=matmul, dh=relu_backward}: relu_backward: cuBLASLt's dReLU reads the ReLU bit mask", "none"));
   expect_in_both_dtypes(R"(fusion f(dy: DT[T, 32], w: DT[32, 64], h: DT[T, 64]) {
   dg = matmul(dy, w)
   dh = gelu_backward(dg, h)
   return dh
-})", {{"T", 20}});
+})", {{"T", 20}}, not_taken("epilogue: none", "{dg=matmul, dh=gelu_backward}: gelu_backward approximate=\"none\": cuBLASLt's dGELU is the derivative", "none"));
 }
 
-TEST(EpilogueKindGpu, MlpBackwardExample) {
+// mlp_backward's GEMMs: in bf16 the one making dg computes dh in its dgelu epilogue; with the bias
+// gradients off by default (ALLOY_DISABLE_EPILOGUES), no bgrad kind runs.
+TEST(MatmulEpilogueGpu, MlpBackwardExample) {
+  ALLOY_REQUIRE_GPU();
   std::string text = testing::read_file(testing::source_path("examples/mlp_backward.fusion"));
-  expect_gpu_matches_cpu(text, {{"T", 16}});
+  testing::GpuRun bf16, f32;
+  expect_gpu_matches_cpu(text, {{"T", 16}}, 7, 1.0, &bf16);
+  expect_ran_epilogue(bf16, "dgelu");
+  EXPECT_EQ(bf16.launched.find("epilogue bgrad_"), std::string::npos) << bf16.launched;
   // the same program in f32 at a smaller width
   std::string small = text;
   for (auto [from, to] : {std::pair<std::string, std::string>{"bf16", "f32"}, {"3072", "256"}, {"768", "64"}})
     for (size_t at = small.find(from); at != std::string::npos; at = small.find(from, at + to.size()))
       small.replace(at, from.size(), to);
-  expect_gpu_matches_cpu(small, {{"T", 40}});
+  expect_gpu_matches_cpu(small, {{"T", 40}}, 7, 1.0, &f32);
+  // in f32 the dgelu is refused at planning: all four GEMMs run plain on cuBLASLt
+  EXPECT_NE(f32.segments.find(std::string("{dg=matmul, dh=gelu_backward}: ") + kF32Gelu), std::string::npos) << f32.segments;
+  EXPECT_EQ(f32.segments.find("[matmul] epilogue: dgelu"), std::string::npos) << f32.segments;
+  int gemms = 0, plain = 0;
+  for (size_t at = f32.launched.find(" [matmul]: "); at != std::string::npos; at = f32.launched.find(" [matmul]: ", at + 1), ++gemms)
+    if (f32.launched.compare(at, 35, " [matmul]: cuBLASLt, epilogue none\n") == 0) ++plain;
+  EXPECT_EQ(gemms, 4) << f32.launched;
+  EXPECT_EQ(plain, 4) << f32.launched;
 }
 
 // The backward at a T where the bias gradients' column kernels split over blocks (the default),
 // and with every fused bias-gradient epilogue instead (ALLOY_DISABLE_EPILOGUES="").
 // Each way states which path it planned and that cuBLASLt ran it (no refusal and fallback), so a
 // B path that quietly became the A path cannot pass.
-TEST(EpilogueKindGpu, MlpBackwardBothWaysOfBiasGradients) {
+TEST(MatmulEpilogueGpu, MlpBackwardBothWaysOfBiasGradients) {
   ALLOY_REQUIRE_GPU();
   std::string text = testing::read_file(testing::source_path("examples/mlp_backward.fusion"));
   testing::GpuRun a, b;
@@ -252,14 +377,7 @@ TEST(EpilogueKindGpu, MlpBackwardBothWaysOfBiasGradients) {
 
 // ---- ReLU's bit mask: relu_aux forward, drelu backward (and bitmask kernels where not taken) ----
 
-// What ran: `epilogue` in the plan and cuBLASLt running it, no refusal.
-void expect_ran_epilogue(const testing::GpuRun& ran, const std::string& epilogue) {
-  EXPECT_NE(ran.segments.find("epilogue: " + epilogue + " "), std::string::npos) << ran.segments;
-  EXPECT_NE(ran.launched.find("cuBLASLt, epilogue " + epilogue + "\n"), std::string::npos) << ran.launched;
-  EXPECT_EQ(ran.launched.find("refused"), std::string::npos) << ran.launched;
-}
-
-TEST(EpilogueKindGpu, ReluAuxBias_WritesTheMask) {
+TEST(MatmulEpilogueGpu, ReluAuxBias_WritesTheMask) {
   ALLOY_REQUIRE_GPU();
   // the output features are a weight's fixed size, as in a model: the epilogue pass needs them
   // to know whether cuBLASLt's mask rows fit relu_mask's packing
@@ -283,7 +401,7 @@ TEST(EpilogueKindGpu, ReluAuxBias_WritesTheMask) {
   }
 }
 
-TEST(EpilogueKindGpu, ReluAuxWithoutBias) {
+TEST(MatmulEpilogueGpu, ReluAuxWithoutBias) {
   ALLOY_REQUIRE_GPU();
   for (const char* dtype : {"bf16", "f32"}) {
     SCOPED_TRACE(dtype);
@@ -298,7 +416,7 @@ TEST(EpilogueKindGpu, ReluAuxWithoutBias) {
   }
 }
 
-TEST(EpilogueKindGpu, DreluAndDreluBgrad_ReadTheMask) {
+TEST(MatmulEpilogueGpu, DreluAndDreluBgrad_ReadTheMask) {
   ALLOY_REQUIRE_GPU();
   // H (the hidden width, a weight's fixed size) decides whether cuBLASLt's mask rows fit
   auto text = [](int64_t h) {
@@ -326,7 +444,7 @@ TEST(EpilogueKindGpu, DreluAndDreluBgrad_ReadTheMask) {
 
 // A transposed mask view that no aux_ld describes: cuBLASLt refuses and the fallback (the plain
 // GEMM, then a bitmask kernel on a packed copy) runs, equal to the CPU.
-TEST(EpilogueKindGpu, DreluOfATransposedMask_FallsBack) {
+TEST(MatmulEpilogueGpu, DreluOfATransposedMask_FallsBack) {
   ALLOY_REQUIRE_GPU();
   testing::GpuRun transposed;
   expect_gpu_matches_cpu(R"(fusion f(dy: bf16[T, 48], w: bf16[48, 256], mt: i32[8, T]) {
@@ -343,7 +461,7 @@ TEST(EpilogueKindGpu, DreluOfATransposedMask_FallsBack) {
 // A mask sliced out of a wider one (rows 12 words apart, from word 4): cuBLASLt's dReLU read such a
 // mask wrongly on an H100 with aux_ld = 384 bits, so only packed masks go to cuBLASLt and this one
 // takes the fallback (the plain GEMM, then the bitmask kernel on the view), equal to the CPU.
-TEST(EpilogueKindGpu, DreluOfASlicedMask_FallsBack) {
+TEST(MatmulEpilogueGpu, DreluOfASlicedMask_FallsBack) {
   ALLOY_REQUIRE_GPU();
   testing::GpuRun strided;
   expect_gpu_matches_cpu(R"(fusion f(dy: bf16[40, 48], w: bf16[48, 256], big: i32[40, 12]) {
@@ -357,7 +475,7 @@ TEST(EpilogueKindGpu, DreluOfASlicedMask_FallsBack) {
 
 // The ReLU MLP examples: the forward writes the mask in its first GEMM; the backward reads it in
 // dReLU (and with every kind allowed, computes db1 there too).
-TEST(EpilogueKindGpu, MlpReluExamples) {
+TEST(MatmulEpilogueGpu, MlpReluExamples) {
   ALLOY_REQUIRE_GPU();
   testing::GpuRun forward, backward, backward_bgrad;
   expect_gpu_matches_cpu(testing::read_file(testing::source_path("examples/mlp_relu.fusion")), {{"T", 256}}, 7, 1.0, &forward);
@@ -373,7 +491,7 @@ TEST(EpilogueKindGpu, MlpReluExamples) {
 // The bias gradients run on a side stream beside the next GEMMs (host_ir/program.h). Ten runs
 // enqueued back to back on a stream of the test's own, with no wait between them, each against
 // the CPU: a missing wait between the streams, or a buffer reused too early, shows as a mismatch.
-TEST(EpilogueKindGpu, MlpBackwardSideStreamRunAfterRun) {
+TEST(MatmulEpilogueGpu, MlpBackwardSideStreamRunAfterRun) {
   ALLOY_REQUIRE_GPU();
   std::string text = testing::read_file(testing::source_path("examples/mlp_backward.fusion"));
   auto cpu_fusion = parse_fusion(text, "mlp_backward.fusion", std::nullopt);

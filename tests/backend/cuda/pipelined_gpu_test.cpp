@@ -13,6 +13,8 @@ TEST(PipelinedGpu, NeedsTheCudaToolkit) { ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT(); }
 #include <stdlib.h>
 
 #include <filesystem>
+#include <iterator>
+#include <regex>
 
 #include "alloy/backend/cuda/accumulate.h"
 #include "alloy/backend/cuda/nvrtc_compiler.h"
@@ -23,6 +25,13 @@ TEST(PipelinedGpu, NeedsTheCudaToolkit) { ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT(); }
 
 namespace alloy {
 namespace {
+
+// How many times `what` occurs in `text`.
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
 
 std::string sequence_parallel_on_one_gpu() {
   std::string text = testing::read_file(testing::source_path("examples/tp_mlp_sequence_parallel.fusion"));
@@ -53,11 +62,36 @@ TEST(PipelinedGpu, RingChunksAndAuto_OnAMeshOfOne_EqualOff) {
     options.poison_outputs = true;
     FusionExecutor pipelined(parse_fusion(text, "sp1.fusion"), options);
     for (int run = 0; run < 2; ++run) EXPECT_TRUE(testing::tensors_close(to_cpu(pipelined.run(inputs).at(0)), expected));
+    // The path that ran, from the program the executor ran (host_ir/program.cpp prints it): both
+    // pairs of the block (all_gather -> linear h, linear y__computed -> reduce_scatter) as the loop
+    // the option names, or, for auto, a Choose per pair that recorded the cost model's pick.
     std::string program = pipelined.dump("program");
-    if (std::string(pipeline) == "auto") {
-      EXPECT_NE(program.find("last run: "), std::string::npos) << program;
-      EXPECT_EQ(program.find("last run: none yet"), std::string::npos) << program;
-      EXPECT_NE(program.find("(model: off "), std::string::npos) << program;
+    EXPECT_EQ(program.find("stays unpipelined"), std::string::npos) << program;
+    EXPECT_EQ(program.find("nothing to pipeline"), std::string::npos) << program;
+    const std::string mode = pipeline;
+    if (mode == "ring") {
+      EXPECT_EQ(count(program, "Ring s in 0.."), 2) << program;
+      EXPECT_EQ(count(program, "For i in 0.."), 0) << program;
+      EXPECT_NE(program.find("Ring s in 0..1 over the team (all_gather -> linear h: ring, --pipeline ring)"), std::string::npos) << program;
+      EXPECT_NE(program.find("Ring s in 0..1 over the team (linear y__computed -> reduce_scatter: ring, --pipeline ring)"), std::string::npos)
+          << program;
+    } else if (mode == "chunks=3") {
+      EXPECT_EQ(count(program, "For i in 0.."), 2) << program;
+      EXPECT_EQ(count(program, "Ring s in 0.."), 0) << program;
+      EXPECT_NE(program.find("For i in 0..3 (all_gather -> linear h: 3 chunks (--pipeline chunks=3))"), std::string::npos) << program;
+      EXPECT_NE(program.find("For i in 0..3 (linear y__computed -> reduce_scatter: 3 chunks (--pipeline chunks=3))"), std::string::npos)
+          << program;
+    } else {
+      // one Choose per pair, each with its record of what the last run took: off or chunks=N (a
+      // mesh of one has no ring), with the model's times; the chunked variant is there to be taken
+      EXPECT_EQ(count(program, "Choose per run (--pipeline auto"), 2) << program;
+      EXPECT_EQ(count(program, "last run: none yet"), 0) << program;
+      std::regex choice(R"(; last run: (off|chunks=(2|4|8|16)) \(model: off [^\n]*; [0-9]+ rows a block, K [0-9]+, N [0-9]+, )"
+                        R"([0-9]+ bytes a block, 1 ranks; machine: )");
+      EXPECT_EQ(std::distance(std::sregex_iterator(program.begin(), program.end(), choice), std::sregex_iterator()), 2) << program;
+      EXPECT_NE(program.find("For i in 0..16 (all_gather -> linear h: chunks chosen per run (--pipeline auto))"), std::string::npos) << program;
+      EXPECT_NE(program.find("For i in 0..16 (linear y__computed -> reduce_scatter: chunks chosen per run (--pipeline auto))"), std::string::npos)
+          << program;
     }
   }
   forget_machine_costs();
