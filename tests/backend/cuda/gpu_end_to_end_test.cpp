@@ -53,6 +53,7 @@ TEST(GpuEndToEnd, MatmulAndLinearShapes) {
 // fallback for now) against the CPU reference. The random integer targets are 0..9, so the
 // vocabulary is at least 10; a vocabulary past one row-kernel block too.
 TEST(GpuEndToEnd, CrossEntropyMatchesTheCpu) {
+  ALLOY_REQUIRE_GPU();
   std::string text = testing::read_file(testing::source_path("examples/cross_entropy.fusion"));
   testing::GpuRun ran;
   expect_gpu_matches_cpu(text, {{"T", 64}, {"V", 1000}}, 7, 1.0, &ran);
