@@ -72,6 +72,10 @@ Attr attr_of(nb::handle value, const AttrSpec* spec, const std::string& place, b
     if (spec && spec->type == AttrSpec::Type::dtype) {
       if (auto parsed = parse_dtype(text)) return Attr::dtype(*parsed);
     }
+    if (spec && spec->type == AttrSpec::Type::extent) {  // iota(length="V"): a size symbol
+      if (!is_symbol_name(text)) user_error_at(place, "'", text, "' is not a size symbol (a name such as B or seq)");
+      return Attr::symbol(text);
+    }
     return Attr::string(text);
   }
   if (PyList_Check(o) || PyTuple_Check(o)) {

@@ -32,6 +32,7 @@ const char* attr_type_name(AttrSpec::Type t) {
     case AttrSpec::Type::int_list: return "ints";
     case AttrSpec::Type::extent_list: return "sizes";
     case AttrSpec::Type::optional_int_list: return "ints?";
+    case AttrSpec::Type::extent: return "size";
   }
   return "?";
 }
@@ -48,6 +49,7 @@ const char* op_class_name(OpClass c) {
     case OpClass::composite: return "composite";
     case OpClass::control: return "control";
     case OpClass::communication: return "communication";
+    case OpClass::indexing: return "indexing";
   }
   return "?";
 }

@@ -146,6 +146,20 @@ x2 = normal(3, 2)
 case("cat", [x, x2], lambda fd, a, b: fd.ops.cat(a, b, dim=1), [np.concatenate([x, x2], axis=1)])
 case("cat", [x, x2, x], lambda fd, a, b, c: fd.ops.cat([a, b, c], -1), [np.concatenate([x, x2, x], axis=-1)])
 
+# ---- indexing --------------------------------------------------------------------------
+
+g2 = normal(3, 5)
+gi = np.array([[4, 0], [1, 1], [0, 3]], np.int64)
+case("gather", [g2, gi], lambda fd, a, i: fd.ops.gather(a, i, dim=1), [np.take_along_axis(g2, gi, axis=1)])
+gi0 = np.array([[2, 0, 1, 1, 0]], np.int32)  # shorter than x off the axis, an i32 index
+case("gather", [g2, gi0], lambda fd, a, i: fd.ops.gather(a, i, 0), [np.take_along_axis(g2, gi0.astype(np.int64), axis=0)])
+g3 = normal(2, 4, 3)
+gi3 = R.integers(0, 3, (2, 4, 6)).astype(np.int64)  # longer than x along the axis
+case("gather", [g3, gi3], lambda fd, a, i: fd.ops.gather(a, i, dim=-1), [np.take_along_axis(g3, gi3, axis=-1)])
+case("iota", [x], lambda fd, a: fd.ops.iota(7), [np.arange(7, dtype=np.int64)])
+case("iota", [x], lambda fd, a: fd.ops.iota(length=4, dtype=alloy.float32), [np.arange(4, dtype=np.float32)])
+case("iota", [x], lambda fd, a: fd.ops.iota(5, "i32"), [np.arange(5, dtype=np.int32)])
+
 # ---- matmul ----------------------------------------------------------------------------
 
 ma, mb = normal(2, 3, 4), normal(4, 5)
@@ -196,3 +210,37 @@ def test_a_bf16_chain_rounds_like_numpy_emulating_bf16():
     (out,) = fd.execute([a])
     assert out.dtype == np.float32
     np.testing.assert_array_equal(out, np.array([2.0, 2.0, 6.0, -5.0], np.float32))
+
+
+def test_iota_of_a_size_symbol_and_a_one_hot_row_against_numpy():
+    logits = normal(4, 6)
+    target = np.array([5, 0, 2, 2], np.int64)
+    with alloy.FusionDefinition("one_hot") as fd:
+        x = fd.define_tensor(shape=["T", "V"], dtype=alloy.float64)
+        t = fd.define_tensor(shape=["T"], dtype=alloy.int64)
+        u = fd.ops.unsqueeze(t, dim=1)
+        ids = fd.ops.iota("V")
+        hit = fd.ops.cast(fd.ops.eq(ids, u), dtype=alloy.float32)
+        fd.add_output(fd.ops.gather(x, u, dim=1))
+        fd.add_output(hit)
+    assert "iota(length=V, dtype=i64)" in str(fd)
+    picked, onehot = fd.execute([logits, target])
+    np.testing.assert_array_equal(picked, np.take_along_axis(logits, target[:, None], axis=1))
+    np.testing.assert_array_equal(onehot, (np.arange(6)[None, :] == target[:, None]).astype(np.float32))
+
+
+def test_gather_index_out_of_range_is_an_alloy_error_naming_value_and_range():
+    x = normal(2, 3)
+    fd = define([x, np.zeros((2, 1), np.int64)], lambda fd, a, i: fd.ops.gather(a, i, dim=1))
+    with pytest.raises(alloy.Error, match=r"gather: index value 3 at index position \[1, 0\] is out of range for axis 1 "
+                                          r"of the input \[2, 3\]; expected 0 to 2"):
+        fd.execute([x, np.array([[0], [3]], np.int64)])
+    with pytest.raises(alloy.Error, match=r"index value -1 .* \(negative indices are not taken"):
+        fd.execute([x, np.array([[-1], [0]], np.int64)])
+
+
+def test_gather_and_iota_mistakes_are_alloy_errors_at_the_line():
+    with pytest.raises(alloy.Error, match=r"test_ops.py:\d+:\d+: gather: index must be an integer tensor"):
+        define([normal(2, 3), normal(2, 1)], lambda fd, a, i: fd.ops.gather(a, i, dim=1))
+    with pytest.raises(alloy.Error, match=r"iota: length names the size 'W', which no input declares"):
+        define([normal(2)], lambda fd, a: fd.ops.iota("W"))

@@ -103,7 +103,7 @@ TEST(Builder, EveryOpKind_HasABuilderFunction) {
       var_mean(x).first, broadcast_in_dim(n, {"B", 4, 8}, {2}), expand(b, {3, -1}), reshape(x, {sym("B"), -1}),
       permute(x, {2, 0, 1}), slice(n, {1}, {7}, {2}), squeeze(o), unsqueeze(n, 0), cat({x, y}, 1), matmul(x, n),
       linear(x, w, b), softmax(x), layer_norm(x, n, n), rms_norm(x, n, 1, 1e-5), segment_set(x),
-      relu_mask(x), relu_backward_mask(x, relu_mask(x))};
+      relu_mask(x), relu_backward_mask(x, relu_mask(x)), gather(x, cast(x, DType::i64), 0), iota(fb, "B")};
   std::set<OpKind> covered;
   for (const TensorHandle& t : outs) covered.insert(t.value()->producer->kind);
   for (std::string_view name : all_op_names()) {

@@ -107,6 +107,8 @@ const std::map<std::string, std::pair<std::string, std::string>> kEveryOp = {
     {"squeeze", {"squeeze(o)", "f32[8]"}},
     {"unsqueeze", {"unsqueeze(n, dim=0)", "f32[1, 8]"}},
     {"cat", {"cat(x, y, dim=1)", "f32[B, 8, 8]"}},
+    {"gather", {"gather(n, i, dim=0)", "f32[4]"}},
+    {"iota", {"iota(length=B)", "i64[B]"}},
     {"matmul", {"matmul(x, n)", "f32[B, 4]"}},
     {"linear", {"linear(x, w, b)", "f32[B, 4, 16]"}},
     {"softmax", {"softmax(x, dim=1)", "f32[B, 4, 8]"}},

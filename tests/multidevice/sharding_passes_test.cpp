@@ -115,6 +115,33 @@ TEST(ShardingRules, SliceAndCatAlongTheShardedAxis_Gather_AlongAnotherAxis_DoNot
   EXPECT_TRUE(has(across.sharding, "z: f32[8, 10] @mesh[0, 1] shard(axis=0)")) << across.sharding;
 }
 
+// gather shards along a row axis its input and index share (each device gathers its own rows);
+// iota, with no inputs to take a part of, is replicated on the fusion's mesh: cross-entropy over
+// sharded rows needs no communication.
+TEST(ShardingRules, GatherAlongTheRowsSharding_AndIotaReplicated_NeedNoCommunication) {
+  Dumps d = dumps_of(R"(fusion f(x: f32[T, 64] @mesh[0, 1] shard(axis=0), t: i64[T] @mesh[0, 1] shard(axis=0)) {
+    u = unsqueeze(t, dim=1)
+    g = gather(x, u, dim=1)
+    ids = iota(length=64)
+    hit = eq(ids, u)
+    return g, hit
+  })");
+  EXPECT_TRUE(has(d.sharding, "g: f32[T, 1] @mesh[0, 1] shard(axis=0)")) << d.sharding;
+  EXPECT_TRUE(has(d.sharding, "ids: i64[64] @mesh[0, 1] replicated")) << d.sharding;
+  EXPECT_TRUE(has(d.sharding, "hit: bool[T, 64] @mesh[0, 1] shard(axis=0)")) << d.sharding;
+  EXPECT_EQ(count(d.program, "Communicate"), 0) << d.program;
+}
+
+// Sharded along the gathered axis, x is gathered whole first: a device's index values name any
+// position of the axis.
+TEST(ShardingRules, GatherOfAnInputShardedAlongDim_GathersTheInputFirst) {
+  Dumps d = dumps_of(R"(fusion f(x: f32[8, 64] @mesh[0, 1] shard(axis=1), t: i64[8, 1]) {
+    g = gather(x, t, dim=1)
+    return g
+  })");
+  EXPECT_TRUE(has(d.program, "all_gather(axis=1) x")) << d.program;
+}
+
 TEST(ShardingRules, ABroadcastOfAShardedAxis_TakesItsShardingFromItsConsumer) {
   Dumps d = dumps_of(R"(fusion f(x: f32[T, 64] @mesh[0, 1] shard(axis=0), b: f32[64]) {
     bb = broadcast_in_dim(b, shape=[T, 64], broadcast_dims=[1])

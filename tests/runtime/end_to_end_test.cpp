@@ -438,6 +438,46 @@ fusion f(x: f32[B, S], y: f32[S], w: f32[3]) {
 }
 )";
 
+// examples/cross_entropy.fusion (FUSION_FORMAT.md's example: gather of each row's target logit,
+// iota + eq for the one-hot rows) against a log-softmax written here in double.
+TEST(EndToEndCpu, CrossEntropyExample_LossAndGradientMatchLoops) {
+  const int64_t rows = 6, vocab = 37;
+  Tensor logits = random_input(DType::bf16, {rows, vocab}, 5, 3.0);
+  std::vector<double> target_values{0, 36, 5, 17, 5, 30};
+  Tensor target = tensor_of(DType::i64, {rows}, target_values);
+  FusionExecutor executor(parse_fusion_file(testing::source_path("examples/cross_entropy.fusion")), {DeviceChoice::cpu});
+  std::vector<Tensor> out = executor.run({logits, target});
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out[0].sizes(), (std::vector<int64_t>{rows}));
+  ASSERT_EQ(out[1].sizes(), (std::vector<int64_t>{rows, vocab}));
+  std::vector<double> x = values_of(logits), loss(static_cast<size_t>(rows)), grad(static_cast<size_t>(rows * vocab));
+  for (int64_t r = 0; r < rows; ++r) {
+    double top = -INFINITY, total = 0;
+    for (int64_t v = 0; v < vocab; ++v) top = std::max(top, x[size_t(r * vocab + v)]);
+    for (int64_t v = 0; v < vocab; ++v) total += std::exp(x[size_t(r * vocab + v)] - top);
+    int64_t t = int64_t(target_values[size_t(r)]);
+    loss[size_t(r)] = std::log(total) + top - x[size_t(r * vocab + t)];
+    for (int64_t v = 0; v < vocab; ++v)
+      grad[size_t(r * vocab + v)] = std::exp(x[size_t(r * vocab + v)] - top) / total - (v == t ? 1.0 : 0.0);
+  }
+  EXPECT_TRUE(tensors_close(out[0], tensor_of(DType::f32, {rows}, loss)));
+  EXPECT_TRUE(tensors_close(out[1], tensor_of(DType::bf16, {rows, vocab}, grad)));
+}
+
+TEST(EndToEndCpu, CrossEntropyExample_TargetPastTheVocabulary_IsAUserErrorNamingGather) {
+  FusionExecutor executor(parse_fusion_file(testing::source_path("examples/cross_entropy.fusion")), {DeviceChoice::cpu});
+  Tensor logits = random_input(DType::bf16, {2, 8}, 5);
+  std::string error = "no error";
+  try {
+    executor.run({logits, tensor_of(DType::i64, {2}, {3, 8})});
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("cross_entropy.fusion:12:8: gather: index value 8 at index position [1, 0] is out of range for axis 1"),
+            std::string::npos) << error;
+  EXPECT_NE(error.find("expected 0 to 7"), std::string::npos) << error;
+}
+
 TEST(EndToEndCpu, InputWithTheWrongDtype_IsAUserErrorNamingIt) {
   FusionExecutor executor(parse(kTwoInputs), {DeviceChoice::cpu});
   std::string e = run_error(executor, {Tensor::empty(DType::f64, {2, 4}), Tensor::empty(DType::f32, {4}),
@@ -492,6 +532,10 @@ std::vector<std::string> example_files() {
   return files;
 }
 
+bool gathers(const Fusion& fusion) {
+  return std::any_of(fusion.ops().begin(), fusion.ops().end(), [](auto& op) { return op->kind == OpKind::gather; });
+}
+
 TEST(EndToEndCpu, EveryExample_RunsWithRandomInputsAndGivesFiniteOutputsOfTheDeclaredShapes) {
   std::vector<std::string> files = example_files();
   ASSERT_GE(files.size(), 5u);
@@ -499,7 +543,9 @@ TEST(EndToEndCpu, EveryExample_RunsWithRandomInputsAndGivesFiniteOutputsOfTheDec
     SCOPED_TRACE(file);
     std::unique_ptr<Fusion> fusion = parse_fusion_file(file);
     Bindings sizes;  // a different size per symbol: an axis mixed up with another cannot hide
-    int64_t next = 3;
+    // random integer inputs are 0..9 (run_inputs.h), so a fusion that gathers with them needs
+    // axes of at least 10
+    int64_t next = gathers(*fusion) ? 11 : 3;
     for (const std::string& symbol : fusion->input_symbols()) sizes[symbol] = (next += 2) - 2;
     std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), sizes, 17);
     if (auto mesh = fusion_mesh(*fusion); mesh && mesh->size() > 1) {

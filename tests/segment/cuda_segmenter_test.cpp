@@ -157,6 +157,18 @@ fusion f(a: i32[4, 8], b: i32[8, 4]) {
   EXPECT_NE(s.str().find("segment 0 [cpu_fallback] (i32 matmul: the cuBLASLt path"), std::string::npos) << s.str();
 }
 
+// gather and iota have no generated kernel yet: each is a cpu_fallback segment of its own that says
+// why, and the kernels around them are cut there (cross-entropy: the row statistics, the loss,
+// the gradient).
+TEST(CudaSegmenter, GatherAndIotaFallBackToTheCpuAndSayWhy) {
+  auto f = parse_fusion_file(testing::source_path("examples/cross_entropy.fusion"));
+  Segmentation s = segment_for_cuda(*f);
+  ASSERT_EQ(schedulers(s), (V{"normalization", "noop", "cpu_fallback", "pointwise", "noop", "cpu_fallback", "pointwise"})) << s.str();
+  EXPECT_EQ(s.segments[2].note, "(xt = gather: gather has no generated kernel yet; it runs on the CPU fallback)") << s.str();
+  EXPECT_EQ(s.segments[5].note, "(ids = iota: iota has no generated kernel yet; it runs on the CPU fallback)") << s.str();
+  EXPECT_TRUE(s.segments[5].inputs.empty()) << s.str();
+}
+
 TEST(CudaSegmenter, ScalarResultIsComputedOnTheHostAndSaysWhy) {
   auto f = parse_fusion(R"(
 fusion f(a: f32, x: f32[4]) {

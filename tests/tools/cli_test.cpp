@@ -107,7 +107,8 @@ const std::map<std::string, std::string>& single_device_examples() {
       {"softmax.fusion", ""},
       {"rms_norm.fusion", ""},
       {"rope.fusion", "--bind B=1 --bind S=4"},
-      {"masked_mean.fusion", "--bind B=3 --bind T=5 --bind h.2=16"}};
+      {"masked_mean.fusion", "--bind B=3 --bind T=5 --bind h.2=16"},
+      {"cross_entropy.fusion", "--bind T=4 --bind V=16"}};  // random targets are 0..9: V >= 10
   return runs;
 }
 

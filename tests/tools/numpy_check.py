@@ -224,6 +224,24 @@ def rope_case(rng):
     return "rope.fusion", dict(x=x, cos=cos, sin=sin), {"y": (y, 1e-2, 1e-3, True)}
 
 
+def cross_entropy_case(rng):
+    t, v = 64, 1000
+    logits = bf16(rng.standard_normal((t, v)) * 3)
+    target = rng.integers(0, v, size=t).astype(np.int64)
+    f32 = np.float32
+    x = logits.astype(f32)
+    m = x.max(axis=1, keepdims=True)
+    e = np.exp((x - m).astype(np.float64)).astype(f32)
+    s = e.astype(np.float64).sum(axis=1, keepdims=True).astype(f32)
+    lse = (np.log(s.astype(np.float64)).astype(f32) + m).astype(f32)
+    picked = np.take_along_axis(x, target[:, None], axis=1)  # gather(x, t, dim=1)
+    loss = (lse - picked).astype(f32)[:, 0]
+    onehot = (np.arange(v, dtype=np.int64)[None, :] == target[:, None]).astype(f32)  # eq(iota(length=V), t)
+    dx = bf16((e.astype(np.float64) / s).astype(f32) - onehot)
+    return "cross_entropy.fusion", dict(logits=logits, target=target), {
+        "loss": (loss, 1e-5, 1e-6, False), "dx": (dx, 2e-2, 1e-2, True)}
+
+
 def compare(name, got, want, rtol, atol_fraction, bf16_output):
     problems = []
     if got.shape != want.shape:
@@ -278,7 +296,7 @@ def main():
         args.device = "cuda"  # a GPU that is not usable must fail here, not run the CPU quietly
     cases = [mlp_case, layer_norm_case, softmax_case, rms_norm_case, masked_mean_case, mlp_backward_case, tp_mlp_case,
              tp_mlp_sequence_parallel_case, tp_mlp_backward_case, sharded_layer_norm_case, rope_case, mlp_relu_case,
-             mlp_relu_backward_case]
+             mlp_relu_backward_case, cross_entropy_case]
     known = {case(np.random.default_rng(0))[0] for case in cases}
     unchecked = sorted(f for f in os.listdir(args.examples) if f.endswith(".fusion") and f not in known)
     if unchecked:

@@ -251,6 +251,17 @@ TensorHandle cat(const std::vector<TensorHandle>& inputs, int64_t dim, CallSite 
   return one(OpKind::cat, operands, {{"dim", Attr::integer(dim)}}, site);
 }
 
+TensorHandle gather(const TensorHandle& x, const TensorHandle& index, int64_t dim, CallSite site) {
+  return one(OpKind::gather, {x, index}, {{"dim", Attr::integer(dim)}}, site);
+}
+
+TensorHandle iota(FusionBuilder& fb, Dim length, DType dtype, CallSite site) {
+  SourceLoc loc = call_site(site);
+  Attr size = shape_attr(OpKind::iota, {length}, loc).list[0];
+  Fusion& f = fb.fusion();
+  return TensorHandle(f.add_op(OpKind::iota, {}, {{"length", size}, {"dtype", Attr::dtype(dtype)}}, loc)[0], &f);
+}
+
 TensorHandle matmul(const TensorHandle& a, const TensorHandle& b, CallSite site) {
   return one(OpKind::matmul, {a, b}, {}, site);
 }

@@ -154,6 +154,11 @@ TensorHandle squeeze(const TensorHandle& x, std::vector<int64_t> dims = {}, Call
 TensorHandle unsqueeze(const TensorHandle& x, int64_t dim, CallSite site = CallSite::current());
 TensorHandle cat(const std::vector<TensorHandle>& inputs, int64_t dim = 0, CallSite site = CallSite::current());
 
+// torch.gather: index (i64 or i32) of x's rank; the result has index's shape.
+TensorHandle gather(const TensorHandle& x, const TensorHandle& index, int64_t dim, CallSite site = CallSite::current());
+// 0, 1, ..., length-1 (an integer or a size symbol an input declares); no inputs, so it names its fusion.
+TensorHandle iota(FusionBuilder& fb, Dim length, DType dtype = DType::i64, CallSite site = CallSite::current());
+
 TensorHandle matmul(const TensorHandle& a, const TensorHandle& b, CallSite site = CallSite::current());
 TensorHandle linear(const TensorHandle& x, const TensorHandle& weight, std::optional<TensorHandle> bias = {},
                     CallSite site = CallSite::current());

@@ -165,6 +165,9 @@ static void check_attr_type(const AttrSpec& spec, const Attr& value, const Sourc
       if (!list_of(false)) bad("a list of integers");
       break;
     case AttrSpec::Type::extent_list: if (!list_of(true)) bad("a list of sizes (integers or symbols)"); break;
+    case AttrSpec::Type::extent:
+      if (value.kind != K::integer && value.kind != K::symbol) bad("a size (an integer or a size symbol such as V)");
+      break;
   }
 }
 

@@ -23,6 +23,8 @@ namespace alloy {
   /* shape */                                                                               \
   X(broadcast_in_dim) X(expand) X(reshape) X(permute) X(slice) X(squeeze) X(unsqueeze)      \
   X(cat)                                                                                    \
+  /* indexing: gather reads x at positions an index tensor holds; iota makes 0..N-1 */      \
+  X(gather) X(iota)                                                                         \
   /* matmul */                                                                              \
   X(matmul) X(linear)                                                                       \
   /* composites */                                                                          \

@@ -651,6 +651,49 @@ std::vector<ValueType> infer_resharding(const InferContext& ctx) {
   return {t};
 }
 
+// ---- indexing ------------------------------------------------------------------------------
+
+// gather(x, index, dim=k), torch.gather: index is an integer tensor of x's rank and the result has
+// index's shape and x's dtype. Off axis k, index may be shorter than x (torch reads x's leading
+// part), never longer; sizes known only when bound, and the index values, are checked at run time.
+std::vector<ValueType> infer_gather(const InferContext& ctx) {
+  require_tensor(ctx, 0, "input");
+  require_tensor(ctx, 1, "index");
+  const ValueType &x = type_of(ctx, 0), &index = type_of(ctx, 1);
+  if (index.dtype != DType::i64 && index.dtype != DType::i32)
+    ctx.fail("index must be an integer tensor (i64 or i32), found " + shape_str(index));
+  if (index.rank() != x.rank())
+    ctx.fail("index is " + shape_str(index) + " and input is " + shape_str(x) + "; expected an index of the input's rank (" +
+             std::to_string(x.rank()) + ")");
+  int axis = normalize_axis(ctx.attr("dim")->i, std::max(1, x.rank()), ctx, "dim");
+  for (int d = 0; d < x.rank(); ++d) {
+    auto n = index.shape[d].constant_value(), m = x.shape[d].constant_value();
+    if (d != axis && n && m && *n > *m)
+      ctx.fail("index is " + shape_str(index) + " and input is " + shape_str(x) + "; index axis " + std::to_string(d) + " (size " +
+               std::to_string(*n) + ") must not be longer than the input's (" + std::to_string(*m) + ") off the gathered axis " +
+               std::to_string(axis));
+  }
+  return {make(x.dtype, index.shape)};
+}
+
+// iota(length=N, dtype=i64): 0, 1, ..., N-1, as torch.arange(N, dtype=...); N an integer or a size
+// symbol an input declares.
+std::vector<ValueType> infer_iota(const InferContext& ctx) {
+  const Attr& length = *ctx.attr("length");
+  DType t = ctx.attr("dtype")->dt;
+  if (t == DType::boolean) ctx.fail("dtype must be i64, i32 or a floating dtype (as torch.arange takes), found bool");
+  if (length.kind == Attr::Kind::symbol) {
+    auto known = ctx.fusion.input_symbols();
+    if (std::find(known.begin(), known.end(), length.s) == known.end())
+      ctx.fail("length names the size '" + length.s + "', which no input declares");
+    return {make(t, {Extent::symbol(length.s)})};
+  }
+  if (length.i < 0) ctx.fail("length must not be negative, found " + std::to_string(length.i));
+  if (t == DType::i32 && length.i - 1 > std::numeric_limits<int32_t>::max())
+    ctx.fail("length " + std::to_string(length.i) + " counts past i32's largest value; use dtype=i64");
+  return {make(t, {Extent::constant(length.i)})};
+}
+
 // ---- the table -------------------------------------------------------------------------
 
 AttrSpec required(std::string_view name, T type) { return {name, type, true, std::nullopt}; }
@@ -696,6 +739,9 @@ std::vector<OpRow> build_table() {
   rows.push_back({OpKind::squeeze, "squeeze", OpClass::shape, 1, 1, 1, {absent_ok("dims", T::optional_int_list)}, infer_squeeze});
   rows.push_back({OpKind::unsqueeze, "unsqueeze", OpClass::shape, 1, 1, 1, {required("dim", T::integer)}, infer_unsqueeze});
   rows.push_back({OpKind::cat, "cat", OpClass::shape, 1, -1, 1, {optional("dim", T::integer, Attr::integer(0))}, infer_cat});
+  rows.push_back({OpKind::gather, "gather", OpClass::indexing, 2, 2, 1, {required("dim", T::integer)}, infer_gather});
+  rows.push_back({OpKind::iota, "iota", OpClass::indexing, 0, 0, 1,
+                  {required("length", T::extent), optional("dtype", T::dtype, Attr::dtype(DType::i64))}, infer_iota});
   rows.push_back({OpKind::matmul, "matmul", OpClass::matmul, 2, 2, 1, {}, infer_matmul});
   rows.push_back({OpKind::linear, "linear", OpClass::matmul, 2, 3, 1, {}, infer_linear});
   rows.push_back({OpKind::softmax, "softmax", OpClass::composite, 1, 1, 1, {optional("dim", T::integer, Attr::integer(-1))}, infer_softmax});

@@ -14,7 +14,8 @@ namespace alloy {
 
 struct AttrSpec {
   std::string_view name;
-  enum class Type { integer, real, boolean, string, dtype, int_list, extent_list, optional_int_list } type;
+  // extent: one size, an integer >= 0 or a size symbol an input declares (iota's length=V)
+  enum class Type { integer, real, boolean, string, dtype, int_list, extent_list, optional_int_list, extent } type;
   bool required = false;
   std::optional<Attr> default_value;  // used when not required and not given
 };
@@ -34,7 +35,9 @@ using InferFn = std::function<std::vector<ValueType>(const InferContext&)>;
 
 // bitmask: relu_mask and relu_backward_mask, whose last axis is packed 32 elements to an i32 word
 // (not pointwise: the mask's last axis is ceil(N / 32) for the tensor's N).
-enum class OpClass { unary, binary, pointwise, bitmask, reduction, shape, matmul, composite, control, communication };
+// indexing: gather and iota, whose loads and values depend on element positions (no generated
+// kernel yet: the CUDA segmenter runs them on the CPU fallback).
+enum class OpClass { unary, binary, pointwise, bitmask, reduction, shape, matmul, composite, control, communication, indexing };
 
 struct OpRow {
   OpKind kind;

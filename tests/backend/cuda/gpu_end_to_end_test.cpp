@@ -3,6 +3,7 @@
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "alloy/ir/parser.h"
@@ -77,6 +78,18 @@ TEST(GpuEndToEnd, MatmulAndLinearShapes) {
   EXPECT_EQ(broadcast.segments.find("[cpu_fallback]"), std::string::npos) << broadcast.segments;
 }
 
+// Cross-entropy (gather of the target logits, iota + eq for the one-hot rows: both on the CPU
+// fallback for now) against the CPU reference. The random integer targets are 0..9, so the
+// vocabulary is at least 10; a vocabulary past one row-kernel block too.
+TEST(GpuEndToEnd, CrossEntropyMatchesTheCpu) {
+  ALLOY_REQUIRE_GPU();
+  std::string text = testing::read_file(testing::source_path("examples/cross_entropy.fusion"));
+  testing::GpuRun ran;
+  expect_gpu_matches_cpu(text, {{"T", 64}, {"V", 1000}}, 7, 1.0, &ran);
+  EXPECT_NE(ran.segments.find("[cpu_fallback] (xt = gather"), std::string::npos) << ran.segments;
+  expect_gpu_matches_cpu(text, {{"T", 3}, {"V", 10}});
+}
+
 // Every example but the sharded ones (alloy_mpi_tests runs those on the GPU), twice: every size
 // 3, and each size symbol a different odd size (3, 5, 7, ...), so an axis mixed up with another
 // of the same size cannot hide.
@@ -93,10 +106,12 @@ TEST(GpuEndToEnd, EveryExampleMatchesTheCpu) {
       ++sharded;
       continue;
     }
+    // random integer inputs are 0..9 (run_inputs.h): a fusion that gathers with them needs axes of 10
+    bool gathers = std::any_of(fusion->ops().begin(), fusion->ops().end(), [](auto& op) { return op->kind == OpKind::gather; });
     Bindings equal, distinct;
-    int64_t next = 3;
+    int64_t next = gathers ? 11 : 3;
     for (auto& sym : fusion->input_symbols()) {
-      equal[sym] = 3;
+      equal[sym] = gathers ? 10 : 3;
       distinct[sym] = next;
       next += 2;
     }

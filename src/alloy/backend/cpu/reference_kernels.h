@@ -90,6 +90,8 @@ std::vector<Tensor> var_mean_op(const Op& op, const std::vector<Tensor>& in, con
 std::vector<Tensor> view_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);
 std::vector<Tensor> reshape_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);
 std::vector<Tensor> cat_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);
+std::vector<Tensor> gather_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);
+std::vector<Tensor> iota_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);
 std::vector<Tensor> matmul_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);
 std::vector<Tensor> linear_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);
 std::vector<Tensor> softmax_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out);

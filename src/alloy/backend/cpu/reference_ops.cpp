@@ -1,6 +1,7 @@
 // The CPU reference: one row per OpKind naming the kernel that computes it. The kernels live in
 // one file per family (reference_pointwise.cpp, reference_reduction.cpp, reference_shape.cpp,
-// reference_matmul.cpp, reference_normalization.cpp); the op's kind selects the formula inside.
+// reference_indexing.cpp, reference_matmul.cpp, reference_normalization.cpp); the op's kind
+// selects the formula inside.
 #include "alloy/backend/cpu/reference_ops.h"
 
 #include <array>
@@ -66,6 +67,8 @@ constexpr ReferenceRow kRows[] = {
     {OpKind::squeeze, view_op},
     {OpKind::unsqueeze, view_op},
     {OpKind::cat, cat_op},
+    {OpKind::gather, gather_op},
+    {OpKind::iota, iota_op},
     {OpKind::matmul, matmul_op},
     {OpKind::linear, linear_op},
     {OpKind::softmax, softmax_op},

@@ -45,6 +45,10 @@ class Propagation {
     std::optional<Sharding> wanted;
     if (user_annotated(op.outputs[0])) wanted = op.outputs[0]->sharding;
     Choice c = sharding_rules::choose(op, lookup(), wanted);
+    if (c.output.mesh.empty()) {  // no tensor inputs to take a mesh from (iota): the fusion's, replicated
+      c = *sharding_rules::require(op, Sharding::replicated(mesh_), lookup());
+      c.rule = "replicated";
+    }
     for (Value* out : op.outputs) {
       if (user_annotated(out)) continue;
       out->sharding = c.output;

@@ -219,12 +219,39 @@ OpAxes shape_op_axes(const Op& op) {
   return r;
 }
 
+// gather(x, index, dim=k): off axis k, out[.., i, ..] reads x at the same i, so an axis both
+// inputs have at one size (structurally equal extents) shards on both together; along k each
+// device gathers its part of index from the whole of x's axis k. iota (no inputs) has no rule
+// that computes a part locally: it is replicated.
+OpAxes gather_axes(const Op& op) {
+  const Value* x = op.inputs[0];
+  const Value* index = op.inputs[1];
+  int rank = x->rank();
+  int64_t dim = op.int_attr("dim");
+  int k = int(dim < 0 ? dim + std::max(1, rank) : dim);
+  OpAxes r;
+  std::vector<AxisRole> x_roles, index_roles;
+  for (int a = 0; a < rank; ++a) {
+    bool same = x->shape()[size_t(a)] == index->shape()[size_t(a)];
+    if (a == k) {
+      x_roles.push_back(blocked());
+      index_roles.push_back(maps(a));
+    } else {
+      x_roles.push_back(same ? maps(a) : blocked(a));
+      index_roles.push_back(same ? maps(a) : blocked(a));
+    }
+  }
+  r.inputs = {x_roles, index_roles};
+  return r;
+}
+
 const char* family_rule(const Op& op) {
   switch (op_row(op.kind).op_class) {
     case OpClass::unary: case OpClass::binary: case OpClass::pointwise: case OpClass::control: return "pointwise";
     case OpClass::reduction: return "reduction";
     case OpClass::shape: return "view";
     case OpClass::matmul: return "matmul";
+    case OpClass::indexing: return op.kind == OpKind::gather ? "gather" : "iota (replicated)";
     default: return "op";
   }
 }
@@ -259,6 +286,7 @@ OpAxes op_axes(const Op& op) {
     case OpClass::reduction: r = reduction_axes(op); break;
     case OpClass::shape: r = shape_op_axes(op); break;
     case OpClass::matmul: r = op.kind == OpKind::linear ? linear_axes(op) : matmul_axes(op); break;
+    case OpClass::indexing: if (op.kind == OpKind::gather) r = gather_axes(op); break;  // iota: no inputs
     default:  // composites (split before sharding) and resharding ops: every axis whole
       for (const Value* in : op.inputs) r.inputs.push_back(std::vector<AxisRole>(size_t(rank_of(in)), blocked()));
   }
@@ -311,6 +339,7 @@ Choice choose(const Op& op, const ShardingOf& sharding_of, const std::optional<S
   std::vector<int64_t> mesh;
   for (const Value* in : op.inputs)
     if (!in->is_scalar()) mesh = sharding_of(in).mesh;
+  if (mesh.empty() && wanted) mesh = wanted->mesh;  // an op without tensor inputs (iota)
   std::optional<Choice> best;
   auto consider = [&](std::optional<Choice> c) {
     if (c && wanted) c->cost += reshard_bytes(*op.outputs[0], c->output, *wanted);

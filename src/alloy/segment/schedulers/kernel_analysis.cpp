@@ -129,6 +129,8 @@ class Analyzer {
           break;
         case OpClass::bitmask:
           return fail(describe(op) + " packs 32 elements to a word: it runs as a bitmask kernel of its own");
+        case OpClass::indexing:  // data-dependent loads (gather) and position values (iota): not generated yet
+          return fail(describe(op) + ": " + std::string(op_name(op->kind)) + " has no generated kernel yet; it runs on the CPU fallback");
         default:
           return fail(describe(op) + " is not a pointwise, reduction or view op");
       }
