@@ -31,10 +31,11 @@ def main():
     rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 2
     cases = sys.argv[5] if len(sys.argv) > 5 else ""
     best = {"before": {}, "after": {}}
-    for _ in range(rounds):
+    for r in range(rounds):
         for name, binary in (("before", before_bin), ("after", after_bin)):
             for case, us in run(binary, runs, cases).items():
                 best[name][case] = min(us, best[name].get(case, us))
+                print(f"round {r} {name} {case} {us:.2f}", flush=True)
     print(f"| case | before (us) | after (us) | after / before |")
     print("| --- | ---: | ---: | ---: |")
     worst = 0.0
