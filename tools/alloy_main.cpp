@@ -274,7 +274,8 @@ std::vector<Tensor> place_inputs(const Fusion& fusion, std::vector<Tensor> input
 // pass; the later stages come after the passes (composites decomposed, sharded, segmented).
 std::string dump_title(const std::string& stage) {
   if (stage == "ir") return "== dump ir: the fusion as parsed, before the passes\n";
-  if (stage.starts_with("after=")) return "== dump " + stage + ": after the pass " + stage.substr(6) + "\n";
+  if (stage.starts_with("after=")) return "== dump " + stage + ": after the step " + stage.substr(6) + "\n";
+  if (stage == "steps") return "== dump steps: the pipeline's steps and the time each took\n";
   if (stage == "sharding") return "== dump sharding: each value's sharding, after the passes\n";
   if (stage == "local") return "== dump local: the fusion one device runs, after the passes\n";
   if (stage == "segments") return "== dump segments: the fusion after the passes (composites decomposed), cut into segments\n";
@@ -477,17 +478,17 @@ int run_cli(int argc, char** argv) {
                              "DIR", "non-empty"));
   run_cmd->add_option("--dump", run.dumps,
                       "Print a stage (repeatable): ir (before the passes), after=PASS (" + pass_list() +
-                          "), sharding, local (the fusion one device runs), segments, program; cuda (after the run: what it launched)")
+                          "), sharding, local (the fusion one device runs), segments, program, steps (each pipeline step's time); cuda (after the run: what it launched)")
       ->check(CLI::Validator(
           [](std::string& stage) {
-            static const std::vector<std::string> stages{"ir", "sharding", "local", "segments", "program", "cuda"};
+            static const std::vector<std::string> stages{"ir", "sharding", "local", "segments", "program", "steps", "cuda"};
             if (std::find(stages.begin(), stages.end(), stage) != stages.end()) return std::string();
             if (stage.starts_with("after=")) {
               const auto& names = pass_names();
               if (std::find(names.begin(), names.end(), std::string_view(stage).substr(6)) != names.end()) return std::string();
               return "unknown pass '" + stage.substr(6) + "'; expected one of: " + pass_list();
             }
-            return "expected ir, after=PASS, sharding, local, segments, program or cuda; found '" + stage + "'";
+            return "expected ir, after=PASS, sharding, local, segments, program, steps or cuda; found '" + stage + "'";
           },
           "STAGE"));
   run_cmd->add_option("--bench", run.bench, "Time N runs after warm-up; the last line is `bench median_us=... min_us=... runs=N`")

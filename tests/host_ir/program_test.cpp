@@ -191,9 +191,9 @@ TEST(PipelinedProgram, OffOrAutoOnTheCpu_LeavesTheProgramUnchunked_AndDumpAfterN
   for (const char* mode : {"off", "auto"}) {
     CompiledFusion c = compile_sequence_parallel(Target::cpu, mode);
     EXPECT_TRUE(loops_of(c.executable->program).empty()) << mode << "\n" << c.executable->program.str();
-    ASSERT_EQ(c.program_after.size(), 2u);
-    EXPECT_EQ(c.program_after[1].first, "pipeline_collectives");
-    if (std::string(mode) == "off") EXPECT_EQ(c.program_after[1].second.rfind("(unchanged)", 0), 0u) << c.program_after[1].second;
+    ASSERT_EQ(c.after.size(), 5u);  // segment, lower, executables, side_streams, pipeline_collectives
+    EXPECT_EQ(c.after[4].first, "pipeline_collectives");
+    if (std::string(mode) == "off") EXPECT_EQ(c.after[4].second.rfind("(unchanged)", 0), 0u) << c.after[4].second;
   }
   // auto on the CPU says why it is off
   std::string text = compile_sequence_parallel(Target::cpu, "auto").executable->program.str();
@@ -324,6 +324,35 @@ TEST(PipelinedProgram, BadPipelineOption_IsAUserErrorSayingWhatIsExpected) {
   }
   EXPECT_EQ(parse_pipeline_option("chunks=8").chunks, 8);
   EXPECT_EQ(parse_pipeline_option("ring").pipeline, host_ir::ProgramPassOptions::Pipeline::ring);
+}
+
+}  // namespace
+}  // namespace alloy
+
+namespace alloy {
+namespace {
+
+// The pipeline's steps past the fusion passes are named, kept and timed: after=segment is the
+// segmentation, after=lower the program before its passes, and `--dump steps` lists them all.
+TEST(Pipeline, EveryStepIsNamedKeptAndTimed) {
+  auto f = parse_fusion(testing::read_file(testing::source_path("examples/mlp.fusion")), "mlp.fusion");
+  CompiledFusion c = compile_fusion(*f, Target::cuda);
+  std::vector<std::string_view> names;
+  for (auto& [name, text] : c.after) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string_view>{"segment", "lower", "executables", "side_streams", "pipeline_collectives"}));
+  EXPECT_EQ(c.after[0].second, c.executable->program.segmentation.str());
+  EXPECT_NE(c.after[1].second.find("Launch segment 0 [matmul]"), std::string::npos) << c.after[1].second;
+  EXPECT_NE(c.after[2].second.find("segment 0 [matmul]: cuda executable"), std::string::npos) << c.after[2].second;
+  std::vector<std::string_view> timed;
+  for (auto& [name, us] : c.step_us) {
+    timed.push_back(name);
+    EXPECT_GE(us, 0.0) << name;
+  }
+  EXPECT_EQ(timed, (std::vector<std::string_view>{"decompose_composites", "unify_extents", "segment", "lower", "executables",
+                                                  "side_streams", "pipeline_collectives"}));
+  EXPECT_NE(c.steps_report().find("executables"), std::string::npos);
+  for (std::string_view step : {"segment", "lower", "executables"}) EXPECT_TRUE(is_lowered_step(step)) << step;
+  EXPECT_FALSE(is_lowered_step("decompose_composites"));
 }
 
 }  // namespace

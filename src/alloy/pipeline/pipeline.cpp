@@ -1,5 +1,9 @@
 #include "alloy/pipeline/pipeline.h"
 
+#include <chrono>
+#include <iomanip>
+#include <sstream>
+
 #include "alloy/backend/backend.h"
 #include "alloy/host_ir/pipeline_collectives.h"
 #include "alloy/host_ir/side_streams.h"
@@ -77,14 +81,25 @@ std::string where_sharded(const Value& v) {
 
 }  // namespace
 
+// The steps between the fusion passes and the program passes.
+constexpr std::string_view kSegment = "segment", kLower = "lower", kExecutables = "executables";
+
 const std::vector<std::string_view>& pass_names() {
   static const std::vector<std::string_view> names = [] {
     std::vector<std::string_view> out;
     for (const Step& s : steps()) out.push_back(s.name);
+    for (std::string_view s : {kSegment, kLower, kExecutables}) out.push_back(s);
     for (const ProgramStep& s : program_steps()) out.push_back(s.name);
     return out;
   }();
   return names;
+}
+
+std::string CompiledFusion::steps_report() const {
+  std::ostringstream os;
+  os << "pipeline steps (wall time of this plan's compilation):\n";
+  for (auto& [name, us] : step_us) os << "  " << std::left << std::setw(24) << name << std::right << std::fixed << std::setprecision(1) << us << " us\n";
+  return os.str();
 }
 
 void check_shardable(const Fusion& global, const Bindings* bindings) {
@@ -122,7 +137,8 @@ host_ir::ProgramPassOptions parse_pipeline_option(std::string_view text) {
   return o;
 }
 
-bool is_program_pass(std::string_view name) {
+bool is_lowered_step(std::string_view name) {
+  if (name == kSegment || name == kLower || name == kExecutables) return true;
   for (const ProgramStep& s : program_steps())
     if (s.name == name) return true;
   return false;
@@ -130,6 +146,12 @@ bool is_program_pass(std::string_view name) {
 
 CompiledFusion compile_fusion(const Fusion& fusion, Target target, const CompileOptions& options) {
   CompiledFusion out;
+  // Runs one step, timing it.
+  auto timed = [&](std::string_view name, auto&& step) {
+    auto start = std::chrono::steady_clock::now();
+    step();
+    out.step_us.emplace_back(name, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  };
   out.mesh = fusion_mesh(fusion);
   bool sharded = out.mesh.has_value();
   std::unique_ptr<Fusion> current;
@@ -138,7 +160,7 @@ CompiledFusion compile_fusion(const Fusion& fusion, Target target, const Compile
       if (options.observe) options.observe(step.name, nullptr);
       continue;
     }
-    current = step.pass(current ? *current : fusion);
+    timed(step.name, [&] { current = step.pass(current ? *current : fusion); });
     if (step.pass == insert_resharding) {
       check_shardable(*current, nullptr);
       out.global = current->clone();
@@ -146,8 +168,13 @@ CompiledFusion compile_fusion(const Fusion& fusion, Target target, const Compile
     if (options.observe) options.observe(step.name, current.get());
   }
   out.local = current ? std::move(current) : fusion.clone();
-  host_ir::Program program = host_ir::lower_to_program(segment_fusion(*out.local, target));
+  Segmentation segmentation;
+  timed(kSegment, [&] { segmentation = segment_fusion(*out.local, target); });
+  out.after.emplace_back(kSegment, segmentation.str());
+  host_ir::Program program;
+  timed(kLower, [&] { program = host_ir::lower_to_program(std::move(segmentation)); });
   program.fusion_outputs.assign(out.local->outputs().begin(), out.local->outputs().end());
+  out.after.emplace_back(kLower, program.str());
   if (options.stop_after_lowering) {
     out.lowered = std::move(program);
     return out;
@@ -156,15 +183,22 @@ CompiledFusion compile_fusion(const Fusion& fusion, Target target, const Compile
   out.executable->program = std::move(program);
   const host_ir::DeviceRuntime& device = backend::device_runtime(target == Target::cpu ? DeviceKind::cpu : DeviceKind::cuda);
   out.executable->device = &device;
+  timed(kExecutables, [&] {
+    for (const Segment& s : out.executable->program.segmentation.segments)
+      out.executable->segments.push_back(s.scheduler == SchedulerKind::communication ? multidevice::make_communication_segment(s, device)
+                                                                                     : backend::make_segment_executable(s, target));
+  });
+  std::string made;
   for (const Segment& s : out.executable->program.segmentation.segments)
-    out.executable->segments.push_back(s.scheduler == SchedulerKind::communication ? multidevice::make_communication_segment(s, device)
-                                                                                   : backend::make_segment_executable(s, target));
+    made += "segment " + std::to_string(s.id) + " [" + scheduler_name(s.scheduler) + "]: " +
+            (s.scheduler == SchedulerKind::communication ? "multidevice" : target == Target::cpu ? "cpu" : "cuda") + " executable\n";
+  out.after.emplace_back(kExecutables, made);
   // program passes keep every segment (the executables are made per segment already)
   for (const ProgramStep& step : program_steps()) {
     std::string before = out.executable->program.str();
-    out.executable->program = step.pass(std::move(out.executable->program), options.program);
+    timed(step.name, [&] { out.executable->program = step.pass(std::move(out.executable->program), options.program); });
     std::string after = out.executable->program.str();
-    out.program_after.emplace_back(step.name, after == before ? "(unchanged)\n" + after : after);
+    out.after.emplace_back(step.name, after == before ? "(unchanged)\n" + after : after);
   }
   return out;
 }

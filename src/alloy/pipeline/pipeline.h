@@ -34,8 +34,13 @@ struct CompiledFusion {
   std::unique_ptr<Fusion> local;             // what each device runs (the fusion itself, on one device)
   std::optional<host_ir::Program> lowered;   // with stop_after_lowering: the program before its passes
   std::unique_ptr<host_ir::Executable> executable;  // otherwise
-  // The host program after each program pass, by the pass's name (--dump after=NAME).
-  std::vector<std::pair<std::string_view, std::string>> program_after;
+  // After each step past the fusion passes, by the step's name (--dump after=NAME): the
+  // segmentation (segment), the program as lowered (lower), the executables made (executables),
+  // then the host program after each program pass.
+  std::vector<std::pair<std::string_view, std::string>> after;
+  // Every step's wall time in microseconds, in order (a skipped fusion pass is absent): `--dump steps`.
+  std::vector<std::pair<std::string_view, double>> step_us;
+  std::string steps_report() const;  // "step  time", a line a step
 };
 
 // Every fusion pass in order, then the target's segmentation, lowering and executables, then
@@ -47,9 +52,11 @@ CompiledFusion compile_fusion(const Fusion& fusion, Target target, const Compile
 // (backend::compile_offline says how; with `sizes`, the variants a run at those sizes launches).
 std::string compile_offline(const Fusion& fusion, const std::string& arch, bool dump_source, const Bindings* sizes = nullptr);
 
-// The passes' names, in execution order: the fusion passes, then the program passes.
+// The steps' names, in execution order: the fusion passes, then segment, lower, executables,
+// then the program passes.
 const std::vector<std::string_view>& pass_names();
-bool is_program_pass(std::string_view name);
+// Whether a step comes after the fusion passes (its result is text kept in CompiledFusion::after).
+bool is_lowered_step(std::string_view name);
 
 // `--pipeline off|auto|ring|chunks=N` (N from 1 to 1024); anything else is a user error at "--pipeline".
 host_ir::ProgramPassOptions parse_pipeline_option(std::string_view text);

@@ -298,8 +298,8 @@ std::string FusionExecutor::dump_stage(std::string_view stage, const std::vector
       for (auto n : names) known += (known.empty() ? "" : ", ") + std::string(n);
       user_error_at("--dump", "unknown pass '", pass, "'; expected one of: ", known);
     }
-    if (is_program_pass(pass)) {
-      for (auto& [name, text] : impl_->plan_for().program_after)
+    if (is_lowered_step(pass)) {
+      for (auto& [name, text] : impl_->plan_for().after)
         if (name == pass) return text;
     }
     std::string out;
@@ -317,6 +317,7 @@ std::string FusionExecutor::dump_stage(std::string_view stage, const std::vector
   if (stage == "local") return print_fusion(*plan.local);
   if (stage == "segments") return plan.executable->program.segmentation.str();
   if (stage == "program") return plan.executable->program.str();
+  if (stage == "steps") return plan.steps_report();
   if (stage == "cuda") {
     std::string out;
     for (auto& s : plan.executable->segments) out += s->source();
@@ -324,7 +325,7 @@ std::string FusionExecutor::dump_stage(std::string_view stage, const std::vector
     if (impl_->device.kind != DeviceKind::cuda) return "no generated CUDA code (the plan runs on " + impl_->device.str() + ")\n";
     return "no generated CUDA code: none compiled yet (kernels are compiled at the first run for its sizes), or the plan has none\n";
   }
-  user_error_at("--dump", "unknown stage '", stage, "'; expected ir, after=PASS, sharding, local, segments, program or cuda");
+  user_error_at("--dump", "unknown stage '", stage, "'; expected ir, after=PASS, sharding, local, segments, program, steps or cuda");
 }
 
 Tensor to_cpu(const Tensor& t) {
