@@ -101,6 +101,25 @@ std::string source_str(const Value& v) {
   internal_error("bad sharding source");
 }
 
+// `return y -> p` writes each device's part of y into its part of p, so y must be laid out as p
+// is. A partial y is all-reduced into a replicated output (insert_resharding), so it counts as
+// replicated. Alloy does not reshard into the input: the user states the layout, as for any
+// other change of placement (an annotation on y makes the reshard an op of the fusion).
+void check_in_place_shardings(const Fusion& fusion) {
+  for (size_t i = 0; i < fusion.outputs().size(); ++i) {
+    const Value* input = i < fusion.output_aliases().size() ? fusion.output_aliases()[i] : nullptr;
+    const Value* output = fusion.outputs()[i];
+    if (!input || !input->sharding || !output->sharding) continue;
+    Sharding laid_out = *output->sharding;
+    laid_out.partial.reset();
+    if (laid_out == *input->sharding) continue;
+    user_error(fusion.output_loc(i), "return ", output->name, " -> ", input->name, ": '", output->name, "' is ",
+               sharding_str(*output->sharding), " (", source_str(*output), ") but input '", input->name, "' is ",
+               sharding_str(*input->sharding), "; an in-place output must have its input's sharding (annotate `",
+               output->name, " = ... ", sharding_str(*input->sharding), "` to reshard it)");
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Fusion> propagate_sharding(const Fusion& fusion) {
@@ -116,6 +135,7 @@ std::unique_ptr<Fusion> propagate_sharding(const Fusion& fusion) {
                  "shows them), not an op a fusion with a mesh may state; expected placements instead: annotate the value "
                  "`", op->outputs[0]->name, " = ... @mesh[...] shard(axis=K)` or `replicated`, and the collective follows");
   Propagation(*out, *mesh).run();
+  check_in_place_shardings(*out);
   return out;
 }
 
