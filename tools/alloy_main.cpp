@@ -23,6 +23,7 @@
 #include "alloy/ir/printer.h"
 #include "alloy/multidevice/communicator.h"
 #include "alloy/multidevice/shards.h"
+#include "alloy/passes/sharding/propagate_sharding.h"
 #include "alloy/runtime/executor.h"
 #include "alloy/tensor/npy.h"
 #include "alloy/pipeline/pipeline.h"
@@ -131,6 +132,16 @@ int check_command(const std::string& file) {
     fusions = parse_fusions(text, file);
   } catch (const UserError& e) {
     whole_error = e.what();
+  }
+  // what `run` refuses before it plans, `check` refuses too: the sharding of a fusion with a mesh
+  // (a collective stated in the text, annotations on different meshes) is decided by its first pass
+  for (auto& f : fusions) {
+    if (!whole_error.empty()) break;
+    try {
+      propagate_sharding(*f);
+    } catch (const UserError& e) {
+      whole_error = e.what();
+    }
   }
   if (whole_error.empty()) {
     if (fusions.empty()) user_error_at(file, "holds no fusion");

@@ -20,6 +20,7 @@ what was found.
 from __future__ import annotations
 
 import os as _os
+from collections.abc import Mapping as _Mapping, Sequence as _Sequence
 import sys as _sys
 
 from . import _alloy
@@ -142,6 +143,34 @@ def _is_number(a):
 def _is_int(a):
     numpy = _sys.modules.get("numpy")
     return (isinstance(a, int) and not isinstance(a, _builtin_bool)) or (numpy is not None and isinstance(a, numpy.integer))
+
+
+def _mesh_ids(mesh, where):
+    """A mesh's device ids: ints only (a float, a bool or a string's characters are mistakes,
+    never rounded or read digit by digit)."""
+    items = mesh.tolist() if hasattr(mesh, "tolist") else mesh
+    if isinstance(items, (str, bytes, dict, set, frozenset)) or not hasattr(items, "__iter__"):
+        raise Error(f"{where}: mesh must be a list of device ids (ints), found {type(mesh).__name__} {mesh!r}")
+    items = list(items)
+    for d in items:
+        if not _is_int(d):
+            raise Error(f"{where}: mesh must be a list of device ids (ints), found {d!r} ({type(d).__name__}) in {mesh!r}")
+    return [int(d) for d in items]
+
+
+def _check_type(value, types, where, expected):
+    """An alloy.Error naming the argument, instead of the binding's raw TypeError."""
+    if not isinstance(value, types):
+        raise Error(f"{where}: expected {expected}, found {type(value).__name__} {value!r}"[:400])
+
+
+def _check_sequence(inputs, where):
+    if isinstance(inputs, (list, tuple)):
+        return
+    sequence_like = isinstance(inputs, _Sequence) or (hasattr(type(inputs), "__len__") and hasattr(type(inputs), "__getitem__"))
+    if isinstance(inputs, (str, bytes, _Mapping)) or not sequence_like:
+        raise Error(f"{where}: inputs must be a sequence (a list or tuple) of tensors and numbers, found "
+                    f"{type(inputs).__name__}")
 
 
 def _is_operand(a):
@@ -298,6 +327,7 @@ class FusionDefinition:
     """
 
     def __init__(self, name="fusion", *, options=None, _impl=None):
+        _check_type(name, str, "FusionDefinition: name", "a str")
         self._impl = _impl if _impl is not None else _alloy._Definition(name)
         if options is not None:
             if not isinstance(options, dict):
@@ -359,13 +389,14 @@ class FusionDefinition:
             dtype = float32
         shape = list(shape)
         file, line, col = _caller()
+        _check_type(name, (str, type(None)), f"{file}:{line}:{col}: define_tensor: name", "a str or None")
         _check_layout_hints(len(shape), contiguity, stride_order, f"{file}:{line}:{col}: define_tensor")
         axis = None
         if mesh is None:
             if placement is not None:
                 raise Error(f"{file}:{line}:{col}: define_tensor: a placement was given without a mesh")
         else:
-            mesh = [int(d) for d in (mesh.tolist() if hasattr(mesh, "tolist") else mesh)]
+            mesh = _mesh_ids(mesh, f"{file}:{line}:{col}: define_tensor")
             axis = None if placement is None else distributed.placement_axis(placement, f"{file}:{line}:{col}: define_tensor")
         return self._impl.add_input(name, _dtype(dtype), shape, file, line, col, mesh, axis)
 
@@ -381,6 +412,7 @@ class FusionDefinition:
         ``define_scalar(0.1, dtype=alloy.float32)`` is 0.1 rounded to f32. A value an integer
         dtype cannot hold is an ``alloy.Error``."""
         file, line, col = _caller()
+        _check_type(name, (str, type(None)), f"{file}:{line}:{col}: define_scalar: name", "a str or None")
         if value is not None:
             return self._impl.add_literal(value, None if dtype is None else _dtype(dtype), file, line, col)
         return self._impl.add_input(name, _dtype(dtype if dtype is not None else float64), None, file, line, col)
@@ -389,6 +421,9 @@ class FusionDefinition:
         """Makes ``value`` an output. With ``alias_input=x`` (a tensor input), the run writes the
         value into x's memory (an in-place update; the result returned for it is x's memory too)."""
         file, line, col = _caller()
+        _check_type(value, Value, f"{file}:{line}:{col}: add_output: value", "a value of this definition (from define_tensor or fd.ops)")
+        _check_type(alias_input, (Value, type(None)), f"{file}:{line}:{col}: add_output: alias_input",
+                    "a tensor input of this definition (from define_tensor) or None")
         self._impl.add_output(value, alias_input, file, line, col)
 
     # -- running --
@@ -405,7 +440,10 @@ class FusionDefinition:
         part of every input and returns its part of every output; DTensor inputs are accepted
         (and redistributed to the fusion's placements) and then outputs come back as DTensors."""
         if self._layout is False:  # the fast path: no mesh (known after the first run)
+            if not isinstance(inputs, (list, tuple)):
+                _check_sequence(inputs, "execute")
             return self._impl.execute(inputs, device, stream)
+        _check_sequence(inputs, "execute")
         layout = self._layout_or_none()
         if layout is None:
             return self._impl.execute(inputs, device, stream)
@@ -452,6 +490,7 @@ class FusionDefinition:
     def local_inputs(self, inputs):
         """This rank's part of each whole input (views where the tensor kind has them), for
         ``execute``: sharded inputs are cut along their axis, the rest pass through."""
+        _check_sequence(inputs, "local_inputs")
         inputs = list(inputs)
         shardings = self.input_shardings
         if len(inputs) != len(shardings):
@@ -469,6 +508,9 @@ class FusionDefinition:
         """Runs on ``inputs`` and compares every output with ``reference_outputs`` or, without
         them, with Alloy's CPU reference run on the same inputs, within the tolerances of each
         output's dtype. Raises ``alloy.ValidationError`` listing the mismatches."""
+        _check_sequence(inputs, "validate")
+        if reference_outputs is not None:
+            _check_sequence(reference_outputs, "validate: reference_outputs")
         mismatches = self._impl.validate(inputs, reference_outputs, device)
         if mismatches:
             raise ValidationError(f"fusion '{self._impl.name}': " + "; ".join(mismatches))
@@ -477,6 +519,9 @@ class FusionDefinition:
         """The text of a stage, as ``alloy run --dump STAGE`` prints it: "ir", "segments",
         "program", "cuda" (the generated kernels: give inputs, which are run once to compile
         them), "sharding", "local", or "after=PASS". The plan is for the inputs' device."""
+        _check_type(stage, str, "dump: stage", 'a str such as "ir", "segments", "program" or "cuda"')
+        if inputs is not None:
+            _check_sequence(inputs, "dump")
         return self._impl.dump(stage, inputs, device)
 
     # -- introspection --
@@ -513,10 +558,14 @@ class FusionDefinition:
 def parse(text, name=None, *, options=None):
     """The fusion in ``.fusion`` text (the first, or the one called ``name``), ready to execute;
     ``options`` as for ``FusionDefinition``."""
+    _check_type(text, str, "parse: text", "the .fusion text (a str)")
+    _check_type(name, (str, type(None)), "parse: name", "a fusion's name (a str) or None")
     return FusionDefinition(_impl=_alloy.parse(text, name), options=options)
 
 
 def load(path, name=None, *, options=None):
     """The fusion in a ``.fusion`` file (the first, or the one called ``name``), ready to execute;
     ``options`` as for ``FusionDefinition``."""
+    _check_type(path, (str, _os.PathLike), "load: path", "a file path (a str or os.PathLike)")
+    _check_type(name, (str, type(None)), "load: name", "a fusion's name (a str) or None")
     return FusionDefinition(_impl=_alloy.load(_os.fspath(path), name), options=options)

@@ -324,7 +324,9 @@ Definition::Prepared Definition::prepare(const nb::sequence& inputs, nb::handle 
   size_t gpu_input = 0;
   for (size_t i = 0; i < n; ++i) {
     bool read_only = false;
-    Tensor t = import_input(items[i], *declared[i], i, p.kind, &read_only);
+    const std::vector<Value*>& aliases = fusion->output_aliases();
+    bool updated = std::find(aliases.begin(), aliases.end(), declared[i]) != aliases.end();
+    Tensor t = import_input(items[i], *declared[i], i, p.kind, &read_only, nullptr, updated);
     if (read_only) {
       p.read_only[i] = 1;
       p.any_read_only = true;

@@ -254,12 +254,12 @@ std::optional<nb::object> as_python_number(nb::handle object) {
   if (PyIndex_Check(object.ptr())) {
     PyObject* index = PyNumber_Index(object.ptr());
     if (index) return nb::steal(index);
-    PyErr_Clear();
+    throw nb::python_error();  // raised by the user's __index__: theirs, unchanged
   }
   if (PyFloat_Check(object.ptr()) || (Py_TYPE(object.ptr())->tp_as_number && Py_TYPE(object.ptr())->tp_as_number->nb_float)) {
     PyObject* real = PyNumber_Float(object.ptr());
     if (real) return nb::steal(real);
-    PyErr_Clear();
+    throw nb::python_error();  // raised by the user's __float__
   }
   return std::nullopt;
 }
@@ -331,6 +331,7 @@ nb::object dlpack_capsule(nb::handle source, CallerKind& caller, const std::stri
   } else {
     nb::object dlpack = nb::steal(PyObject_GetAttrString(source.ptr(), "__dlpack__"));
     if (!dlpack.is_valid()) {
+      if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw nb::python_error();  // raised by a property of the user's
       PyErr_Clear();
       return {};
     }
@@ -347,7 +348,11 @@ nb::object dlpack_capsule(nb::handle source, CallerKind& caller, const std::stri
       PyErr_Clear();
       result = PyObject_CallNoArgs(dlpack.ptr());
     }
+    // An exception raised by the user's __dlpack__ is theirs and propagates unchanged (so do
+    // KeyboardInterrupt and SystemExit from anywhere); only an object that also offers the buffer
+    // protocol falls back to it (NumPy before 2.1 refuses an unversioned read-only export).
     if (!result) {
+      if (!PyErr_ExceptionMatches(PyExc_Exception) || !PyObject_CheckBuffer(source.ptr())) throw nb::python_error();
       PyErr_Clear();
       return {};
     }
@@ -370,7 +375,7 @@ nb::object dlpack_capsule(nb::handle source, CallerKind& caller, const std::stri
 }  // namespace
 
 Tensor import_input(nb::handle object, const Value& declared, size_t position, CallerKind& caller, bool* read_only,
-                    const std::string* place_given) {
+                    const std::string* place_given, bool updated_in_place) {
   const std::string place = place_given ? *place_given : input_place(declared, position);
   if (read_only) *read_only = false;
   if (object.is_none()) user_error_at(place, "expected ", expected_str(declared), ", found None");
@@ -436,8 +441,13 @@ Tensor import_input(nb::handle object, const Value& declared, size_t position, C
   if (declared.is_scalar()) return from_zero_dim(t, declared, place);
   if (read_only) *read_only = array_read_only;
   // NumPy has no bf16: an f32 or f64 array feeds a bf16 input, rounded (a copy)
-  if (kind == Kind::numpy && declared.dtype() == DType::bf16 && (*dtype == DType::f32 || *dtype == DType::f64))
+  if (kind == Kind::numpy && declared.dtype() == DType::bf16 && (*dtype == DType::f32 || *dtype == DType::f64)) {
+    if (updated_in_place)
+      user_error_at(place, "is an ", dtype_name(*dtype), " array, but the fusion updates this bf16 input in place: a ",
+                    "converted copy would be written and the array left unchanged; expected a bf16 tensor (torch.bfloat16, "
+                    "or another DLPack producer's bf16)");
     return convert_for_input(t, DType::bf16, declared.name);
+  }
   return t;
 }
 

@@ -41,9 +41,11 @@ struct CallerKind {
 // naming the input. `place` names it in those errors (default: "input 'x' (argument 0)").
 // `read_only` (when given) says whether the caller's memory is read-only (a NumPy array with
 // writeable=False, np.frombuffer(bytes), a read-only np.memmap, a DLPack 1.x tensor flagged
-// read-only): Alloy must not write into it.
+// read-only): Alloy must not write into it. `updated_in_place`: the run writes into this input
+// (`return y -> x`), so it must arrive in its declared dtype: a converted copy (an f32 NumPy
+// array for a bf16 input) would be updated and the caller's array left as it was (a UserError).
 Tensor import_input(nb::handle object, const Value& declared, size_t position, CallerKind& kind, bool* read_only = nullptr,
-                    const std::string* place = nullptr);
+                    const std::string* place = nullptr, bool updated_in_place = false);
 
 // `tensor` (a result) as the caller's kind of tensor, viewing the same memory. NumPy gets a CPU
 // array (a device result is copied to the host, a bf16 result is widened to f32, exactly).

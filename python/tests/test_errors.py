@@ -61,8 +61,9 @@ def test_wrong_inputs_name_the_input(inputs, message):
 
 
 def test_inputs_that_are_not_a_sequence():
-    with pytest.raises(TypeError):
-        linear_fusion().execute(42)
+    for inputs in (42, "ab", {"x": 1}):
+        with pytest.raises(alloy.Error, match="execute: inputs must be a sequence"):
+            linear_fusion().execute(inputs)
 
 
 def test_symbols_must_agree():
@@ -339,3 +340,116 @@ def test_dump_checks_the_inputs_it_is_given():
     with pytest.raises(alloy.Error, match="input 'T0': expected dtype f32"):
         fd.dump("segments", [np.ones(7, np.int64)])
     assert "segment" in fd.dump("segments", [np.ones((3, 4), np.float32)])
+
+
+# ---- errors raised by the user's own code propagate unchanged ------------------------------
+
+def neg_fusion():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=alloy.float32, name="x")
+        fd.add_output(fd.ops.neg(x))
+    return fd
+
+
+@pytest.mark.parametrize("exception", [KeyboardInterrupt, SystemExit, RuntimeError, TypeError, BufferError])
+def test_an_exception_raised_by_dlpack_propagates_unchanged(exception):
+    class Raises:
+        def __dlpack__(self, *args, **kwargs):
+            raise exception("raised by the user's __dlpack__")
+
+    with pytest.raises(exception, match="raised by the user's __dlpack__"):
+        neg_fusion().execute([Raises()])
+
+
+def test_an_exception_raised_by_a_dlpack_property_propagates_unchanged():
+    class Raises:
+        @property
+        def __dlpack__(self):
+            raise KeyboardInterrupt("from the property")
+
+    with pytest.raises(KeyboardInterrupt, match="from the property"):
+        neg_fusion().execute([Raises()])
+
+
+@pytest.mark.parametrize("exception", [KeyboardInterrupt, ZeroDivisionError])
+def test_an_exception_raised_by_index_propagates_unchanged(exception):
+    class Index:
+        def __index__(self):
+            raise exception("raised by the user's __index__")
+
+    with alloy.FusionDefinition() as fd:
+        n = fd.define_scalar(dtype=alloy.int64, name="n")
+        fd.add_output(fd.ops.add(n, 1))
+    with pytest.raises(exception, match="raised by the user's __index__"):
+        fd.execute([Index()])
+    with pytest.raises(exception, match="raised by the user's __index__"):
+        with alloy.FusionDefinition() as bad:
+            bad.define_tensor(shape=[Index()])
+
+
+# ---- a mesh takes device ids, ints only -----------------------------------------------------
+
+@pytest.mark.parametrize("mesh, found", [
+    ([0.5], r"found 0.5 \(float\)"),
+    ("01", "found str '01'"),
+    ([True], r"found True \(bool\)"),
+    ([0, "1"], r"found '1' \(str\)"),
+    (np.array([0.0, 1.0]), r"found 0.0 \(float\)"),
+    (5, "found int 5"),
+])
+def test_a_mesh_of_anything_but_ints_is_an_error_naming_mesh(mesh, found):
+    with pytest.raises(alloy.Error, match=r"define_tensor: mesh must be a list of device ids \(ints\), " + found):
+        with alloy.FusionDefinition() as fd:
+            fd.define_tensor(shape=[4], mesh=mesh)
+
+
+def test_a_mesh_of_numpy_ints_is_a_mesh():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[4], mesh=np.array([0]), placement=alloy.Shard(0))
+        fd.add_output(fd.ops.neg(x))
+    assert fd.input_shardings[0][0] == [0]
+
+
+# ---- wrong argument types: an alloy.Error naming the argument, not the binding's TypeError ------
+
+def test_wrong_argument_types_are_errors_naming_the_argument():
+    fd = neg_fusion()
+    x = [np.ones(2, np.float32)]
+    cases = [
+        (lambda: alloy.parse(3), "parse: text"),
+        (lambda: alloy.parse("fusion f(x: f32[2]) {\n  return x\n}", name=3), "parse: name"),
+        (lambda: alloy.load(3), "load: path"),
+        (lambda: alloy.load("f.fusion", name=3), "load: name"),
+        (lambda: alloy.FusionDefinition(3), "FusionDefinition: name"),
+        (lambda: fd.dump(3), "dump: stage"),
+        (lambda: fd.dump("ir", 3), "dump: inputs"),
+        (lambda: fd.validate(3), "validate: inputs"),
+        (lambda: fd.validate(x, 3), "validate: reference_outputs"),
+        (lambda: fd.local_inputs(3), "local_inputs: inputs"),
+        (lambda: fd.execute(3), "execute: inputs"),
+    ]
+    for define, where in [(lambda f: f.define_tensor(shape=[2], name=3), "define_tensor: name"),
+                          (lambda f: f.define_scalar(dtype=float, name=3), "define_scalar: name"),
+                          (lambda f: f.add_output(3), "add_output: value"),
+                          (lambda f: f.add_output(f.ops.neg(f.define_tensor(shape=[2])), alias_input=3), "add_output: alias_input")]:
+        def in_a_block(define=define):
+            with alloy.FusionDefinition() as f:
+                define(f)
+        cases.append((in_a_block, where))
+    for call, where in cases:
+        with pytest.raises(alloy.Error) as error:
+            call()
+        assert where in str(error.value), (where, str(error.value))
+
+
+def test_a_literal_cast_to_int64_meeting_an_int32_tensor_is_refused_not_wrapped():
+    with pytest.raises(alloy.Error, match=r"does not fit i32"):
+        with alloy.FusionDefinition() as fd:
+            a = fd.define_tensor(shape=[2], dtype=alloy.int32)
+            fd.add_output(fd.ops.add(a, fd.define_scalar(3000000000, dtype=alloy.int64)))
+    with alloy.FusionDefinition() as fits:
+        a = fits.define_tensor(shape=[2], dtype=alloy.int32)
+        fits.add_output(fits.ops.add(a, fits.define_scalar(3, dtype=alloy.int64)))
+    (out,) = fits.execute([np.array([1, 2], np.int32)])
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, [4, 5])

@@ -172,3 +172,96 @@ def test_outputs_are_the_values_before_the_in_place_write():
     b = np.arange(6, dtype=np.float32).reshape(2, 3)
     fd.validate([b])  # raises alloy.ValidationError where a reference output differs
     np.testing.assert_allclose(b, np.exp(old), rtol=1e-6)  # validate ran the update once on b
+
+
+# ---- the aliasing rule: an in-place target shares no memory with another input --------------
+
+def test_a_target_overlapping_another_input_is_an_error_naming_both():
+    fd = sgd_step()
+    storage = np.ones(6, np.float32)
+    for param, grad in [(storage[:5], storage[1:]), (storage, storage), (storage[:3], storage[3:0:-1])]:
+        with pytest.raises(alloy.Error, match=r"input 'param': is updated in place \(`return t2 -> param`\) "
+                                              r"but its memory overlaps input 'grad'"):
+            fd.execute([param, grad])
+    np.testing.assert_array_equal(storage, np.ones(6, np.float32))  # nothing was written
+    # interleaved views share no element, but their byte spans meet: refused too (the rule is by span)
+    with pytest.raises(alloy.Error, match="overlaps input 'grad'"):
+        fd.execute([storage[0::2], storage[1::2]])
+    fd.execute([storage[:3], storage[3:]])  # disjoint parts of one array are two inputs
+    np.testing.assert_array_equal(storage, np.array([0.5, 0.5, 0.5, 1, 1, 1], np.float32))
+
+
+def test_targets_overlapping_each_other_are_an_error():
+    fd = alloy.parse("fusion s(a: f32[2], b: f32[2]) {\n  return b -> a, a -> b\n}")
+    storage = np.array([1, 2, 3], np.float32)
+    with pytest.raises(alloy.Error, match="input 'a': .* overlaps input 'b', which is also updated in place"):
+        fd.execute([storage[:2], storage[1:]])
+    np.testing.assert_array_equal(storage, [1, 2, 3])
+    a, b = np.array([1, 2], np.float32), np.array([3, 4], np.float32)
+    fd.execute([a, b])  # a swap of two arrays is fine
+    np.testing.assert_array_equal(a, [3, 4])
+    np.testing.assert_array_equal(b, [1, 2])
+
+
+def test_a_target_with_a_zero_stride_is_an_error():
+    fd = sgd_step()
+    one = np.ones(1, np.float32)
+    expanded = np.lib.stride_tricks.as_strided(one, shape=(5,), strides=(0,))  # writable, unlike broadcast_to
+    with pytest.raises(alloy.Error, match=r"input 'param': is updated in place .* has stride 0 on axis 0 of size 5"):
+        fd.execute([expanded, np.ones(5, np.float32)])
+    assert one[0] == 1
+
+
+def test_overlapping_inputs_that_are_only_read_run():
+    fd = alloy.parse("fusion f(x: f32[3], a: f32[3], b: f32[3]) {\n  s = add(a, b)\n  return s -> x\n}")
+    x, ab = np.zeros(3, np.float32), np.array([1, 2, 3, 4], np.float32)
+    fd.execute([x, ab[:3], ab[1:]])
+    np.testing.assert_array_equal(x, [3, 5, 7])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_bf16_target_given_as_a_wider_array_is_an_error_naming_it(dtype):
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1], dtype=alloy.bfloat16, name="x")
+        fd.add_output(fd.ops.neg(x), alias_input=x)
+    a = np.ones(3, dtype)
+    with pytest.raises(alloy.Error, match=r"input 'x' \(argument 0\): is an f(32|64) array, but the fusion updates this bf16 "
+                                          r"input in place"):
+        fd.execute([a])
+    np.testing.assert_array_equal(a, np.ones(3))
+    # an input that is only read still takes a wider array (rounded)
+    with alloy.FusionDefinition() as read:
+        y = read.define_tensor(shape=[-1], dtype=alloy.bfloat16)
+        read.add_output(read.ops.neg(y))
+    (out,) = read.execute([a])
+    np.testing.assert_array_equal(out, -np.ones(3, np.float32))
+
+
+def test_outputs_viewing_the_target_see_the_old_values_however_the_memory_came():
+    # once: x itself and a view of it are the values before the write (copied first); twice (the
+    # same array as a second input) is refused by the rule above, so no output can see new values
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[3], dtype=alloy.float32, name="x")
+        fd.add_output(fd.ops.mul(x, 2.0), alias_input=x)
+        fd.add_output(fd.ops.slice(x, starts=[1], ends=[3]))
+    a = np.array([1, 2, 3], np.float32)
+    _, part = fd.execute([a])
+    np.testing.assert_array_equal(a, [2, 4, 6])
+    np.testing.assert_array_equal(part, [2, 3])
+    with alloy.FusionDefinition() as twice:
+        x = twice.define_tensor(shape=[3], dtype=alloy.float32, name="x")
+        y = twice.define_tensor(shape=[3], dtype=alloy.float32, name="y")
+        twice.add_output(twice.ops.mul(x, 2.0), alias_input=x)
+        twice.add_output(y)
+    b = np.array([1, 2, 3], np.float32)
+    with pytest.raises(alloy.Error, match="input 'x': .* overlaps input 'y'"):
+        twice.execute([b, b])
+    np.testing.assert_array_equal(b, [1, 2, 3])
+
+
+def test_a_sharded_target_of_another_layout_is_a_located_error():
+    text = ("fusion f(p: f32[8] @mesh[0, 1] shard(axis=0), g: f32[8] @mesh[0, 1] replicated) {\n"
+            "  y = add(g, 1.0)\n  return y -> p\n}")
+    with pytest.raises(alloy.Error, match=r"<string>:3:10: return y -> p: 'y' is @mesh\[0, 1\] replicated .* but input 'p' is "
+                                          r"@mesh\[0, 1\] shard\(axis=0\)"):
+        alloy.parse(text).output_shardings

@@ -6,6 +6,7 @@
 
 #include "alloy/ir/parser.h"
 #include "alloy/ir/printer.h"
+#include "alloy/passes/sharding/propagate_sharding.h"
 #include "alloy/runtime/executor.h"
 
 namespace alloy {
@@ -96,6 +97,94 @@ TEST(OutputAlias, SizesOfDifferentSymbolsMustAgreeAtRunTime) {
   float x[3] = {}, y[4] = {};
   EXPECT_THROW(executor.run({Tensor::borrow(x, Device{}, DType::f32, {3}, {1}), Tensor::borrow(y, Device{}, DType::f32, {4}, {1})}),
                UserError);
+}
+
+// ---- the aliasing rule: a target shares no memory with another input ----------------------
+
+std::string run_error(FusionExecutor& executor, const std::vector<Tensor>& inputs) {
+  try {
+    executor.run(inputs);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+Tensor f32_view(float* data, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+  return Tensor::borrow(data, Device{}, DType::f32, std::move(sizes), std::move(strides));
+}
+
+TEST(OutputAlias, ATargetOverlappingAnotherInput_IsAnErrorNamingBoth) {
+  FusionExecutor executor(parse_fusion(kStep, "alias.fusion"), {DeviceChoice::cpu});
+  float memory[6] = {1, 1, 1, 1, 1, 1};
+  std::string e = run_error(executor, {f32_view(memory, {5}, {1}), f32_view(memory + 1, {5}, {1})});
+  EXPECT_NE(e.find("input 'p': is updated in place (`return q -> p`) but its memory overlaps input 'g'"), std::string::npos) << e;
+  EXPECT_EQ(std::vector<float>(memory, memory + 6), std::vector<float>(6, 1.0f));  // nothing written
+  // the same memory given twice, and a reversed view of it
+  EXPECT_NE(run_error(executor, {f32_view(memory, {6}, {1}), f32_view(memory, {6}, {1})}).find("overlaps input 'g'"), std::string::npos);
+  EXPECT_NE(run_error(executor, {f32_view(memory, {3}, {1}), f32_view(memory + 3, {3}, {-1})}).find("overlaps input 'g'"),
+            std::string::npos);
+  // disjoint parts of one array are two inputs
+  EXPECT_EQ(run_error(executor, {f32_view(memory, {3}, {1}), f32_view(memory + 3, {3}, {1})}), "no error");
+  EXPECT_FLOAT_EQ(memory[0], 0.5f);
+  EXPECT_FLOAT_EQ(memory[3], 1.0f);
+}
+
+TEST(OutputAlias, TargetsOverlappingEachOther_AreAnError) {
+  FusionExecutor swap(parse_fusion("fusion s(a: f32[2], b: f32[2]) {\n  return b -> a, a -> b\n}", "swap.fusion"), {DeviceChoice::cpu});
+  float memory[3] = {1, 2, 3};
+  std::string e = run_error(swap, {f32_view(memory, {2}, {1}), f32_view(memory + 1, {2}, {1})});
+  EXPECT_NE(e.find("input 'a': is updated in place (`return b -> a`) but its memory overlaps input 'b', which is also updated in place"),
+            std::string::npos) << e;
+  EXPECT_EQ(std::vector<float>(memory, memory + 3), (std::vector<float>{1, 2, 3}));
+}
+
+TEST(OutputAlias, ATargetWithAZeroStride_IsAnError) {
+  FusionExecutor executor(parse_fusion(kStep, "alias.fusion"), {DeviceChoice::cpu});
+  float one = 1, g[4] = {0, 1, 2, 3};
+  std::string e = run_error(executor, {f32_view(&one, {4}, {0}), f32_view(g, {4}, {1})});
+  EXPECT_NE(e.find("input 'p': is updated in place (`return q -> p`) but has stride 0 on axis 0 of size 4"), std::string::npos) << e;
+  EXPECT_FLOAT_EQ(one, 1.0f);
+  // a zero stride on an axis of size 1 is one element: fine
+  FusionExecutor single(parse_fusion("fusion f(x: f32[1, 2]) {\n  y = neg(x)\n  return y -> x\n}", "alias.fusion"), {DeviceChoice::cpu});
+  float x[2] = {1, 2};
+  EXPECT_EQ(run_error(single, {f32_view(x, {1, 2}, {0, 1})}), "no error");
+  EXPECT_FLOAT_EQ(x[1], -2.0f);
+}
+
+// Inputs that are only read may share memory; an output viewing one of them that is not written
+// is that memory as it is.
+TEST(OutputAlias, OverlappingInputsThatAreOnlyRead_Run) {
+  FusionExecutor executor(parse_fusion("fusion f(x: f32[3], a: f32[3], b: f32[3]) {\n  s = add(a, b)\n  return s -> x, a\n}",
+                                       "alias.fusion"),
+                          {DeviceChoice::cpu});
+  float x[3] = {}, ab[4] = {1, 2, 3, 4};
+  std::vector<Tensor> out = executor.run({f32_view(x, {3}, {1}), f32_view(ab, {3}, {1}), f32_view(ab + 1, {3}, {1})});
+  EXPECT_EQ(std::vector<float>(x, x + 3), (std::vector<float>{3, 5, 7}));
+  EXPECT_FLOAT_EQ(load_as_double(out[1].data(), DType::f32, 2), 3.0);
+}
+
+// `return y -> p` writes each device's part of y into its part of p: y must be laid out as p.
+TEST(OutputAlias, AnInPlaceOutputOfAnotherSharding_IsALocatedError) {
+  auto fusion = parse_fusion(
+      "fusion f(p: f32[8] @mesh[0, 1] shard(axis=0), g: f32[8] @mesh[0, 1] replicated) {\n  y = add(g, 1.0)\n  return y -> p\n}",
+      "alias.fusion");
+  std::string e;
+  try {
+    propagate_sharding(*fusion);
+  } catch (const UserError& error) {
+    e = error.what();
+  }
+  EXPECT_NE(e.find("alias.fusion:3:10: return y -> p: 'y' is @mesh[0, 1] replicated"), std::string::npos) << e;
+  EXPECT_NE(e.find("but input 'p' is @mesh[0, 1] shard(axis=0)"), std::string::npos) << e;
+  // the same layout, or an annotation that reshards y into it, is fine
+  EXPECT_NO_THROW(propagate_sharding(*parse_fusion(
+      "fusion f(p: f32[8] @mesh[0, 1] shard(axis=0), g: f32[8] @mesh[0, 1] replicated) {\n  y = add(g, 1.0) @mesh[0, 1] shard(axis=0)\n"
+      "  return y -> p\n}",
+      "alias.fusion")));
+  EXPECT_NO_THROW(propagate_sharding(*parse_fusion(
+      "fusion f(p: f32[8] @mesh[0, 1] shard(axis=0), g: f32[8] @mesh[0, 1] shard(axis=0)) {\n  y = add(p, g)\n  return y -> p\n}",
+      "alias.fusion")));
 }
 
 }  // namespace

@@ -114,6 +114,27 @@ TEST(Literals, AnIntegerLiteralThatDoesNotFitTheTensorsDtype_IsALocatedError) {
   EXPECT_EQ(check_error("fusion f(a: i32[4]) {\n  c = add(a, 2147483647)\n  d = mul(a, 1.0e12)\n  return c, d\n}"), "no error");
 }
 
+// A literal cast to an integer dtype (Python's define_scalar(3000000000, dtype=int64) writes
+// `cast(3000000000, dtype=i64)`) is a typed scalar: it meets an i32 tensor as i32, so it is held
+// to the bare literal's rule instead of wrapping (a - 1294967296).
+TEST(Literals, ALiteralCastToAnIntegerDtype_IsCheckedLikeTheLiteral) {
+  std::string e = check_error("fusion f(a: i32[4]) {\n  c = cast(3000000000, dtype=i64)\n  y = add(a, c)\n  return y\n}");
+  EXPECT_TRUE(has(e, "t.fusion:3:")) << e;
+  EXPECT_TRUE(has(e, "'c' (3000000000, computed from literals) does not fit i32")) << e;
+  e = check_error("fusion f(a: i32[4]) {\n  c = cast(3.0e9, dtype=i64)\n  y = sub(a, c)\n  return y\n}");
+  EXPECT_TRUE(has(e, "'c' (3000000000, computed from literals) does not fit i32")) << e;
+  // what fits runs; an explicit cast to i32 wraps as it says; a cast to a float promotes
+  EXPECT_EQ(check_error("fusion f(a: i32[4]) {\n  c = cast(3, dtype=i64)\n  w = cast(3000000000, dtype=i32)\n"
+                        "  g = cast(3000000000, dtype=f32)\n  y = add(a, c)\n  z = add(a, w)\n  u = add(a, g)\n  return y, z, u\n}"),
+            "no error");
+  auto fusion = parse_fusion("fusion f(a: i32[2]) {\n  c = cast(7, dtype=i64)\n  y = add(a, c)\n  return y\n}", "t.fusion");
+  EXPECT_EQ(fusion->outputs()[0]->dtype(), DType::i32);
+  FusionExecutor executor(std::move(fusion), {DeviceChoice::cpu});
+  int32_t a[2] = {1, -2};
+  Tensor y = executor.run({Tensor::borrow(a, Device{}, DType::i32, {2}, {1})}).at(0);
+  EXPECT_EQ(load_as_double(y.data(), DType::i32, 1), 5.0);
+}
+
 // A scalar computed from literals alone is checked as the literal it amounts to.
 TEST(Literals, ScalarsComputedFromLiterals_AreCheckedLikeLiterals) {
   std::string e = check_error("fusion f(a: i32[4]) {\n  n = sub(0, 3000000000)\n  c = add(a, n)\n  return c\n}");

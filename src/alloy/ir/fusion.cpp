@@ -306,6 +306,7 @@ void Fusion::add_output(Value* value, const SourceLoc& loc, Value* alias_input) 
   }
   outputs_.push_back(value);
   output_aliases_.push_back(alias_input);
+  output_locs_.push_back(loc);
 }
 
 std::unique_ptr<Fusion> Fusion::clone() const {
@@ -330,6 +331,7 @@ std::unique_ptr<Fusion> Fusion::clone() const {
   for (Value* in : inputs_) copy->inputs_.push_back(map.at(in));
   for (Value* out : outputs_) copy->outputs_.push_back(map.at(out));
   for (Value* alias : output_aliases_) copy->output_aliases_.push_back(alias ? map.at(alias) : nullptr);
+  copy->output_locs_ = output_locs_;
   copy->constraints_ = constraints_;
   copy->derived_ = derived_;
   copy->dynamic_ids_ = dynamic_ids_;

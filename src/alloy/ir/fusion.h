@@ -146,6 +146,8 @@ class Fusion {
   const std::vector<Value*>& outputs() const { return outputs_; }
   // Per output, the input it updates in place (nullptr for none); as long as outputs().
   const std::vector<Value*>& output_aliases() const { return output_aliases_; }
+  // Where output i is returned (the `return` statement's name; unknown for outputs a pass adds).
+  SourceLoc output_loc(size_t i) const { return i < output_locs_.size() ? output_locs_[i] : SourceLoc{}; }
   const std::vector<std::unique_ptr<Op>>& ops() const { return ops_; }
   const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
   Value* find_value(std::string_view name) const;
@@ -219,6 +221,7 @@ class Fusion {
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
   std::vector<Value*> output_aliases_;
+  std::vector<SourceLoc> output_locs_;
   std::vector<Constraint> constraints_;
   std::vector<DerivedSymbol> derived_;
   int dynamic_ids_ = 0;

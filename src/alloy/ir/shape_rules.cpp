@@ -182,13 +182,33 @@ bool is_comparison(OpKind k) {
   return k == OpKind::eq || k == OpKind::ne || k == OpKind::lt || k == OpKind::le || k == OpKind::gt || k == OpKind::ge;
 }
 
-// A scalar computed from literals alone (neg, abs, add, sub, mul of literals and of such
-// scalars): `sub(0, 3000000000)` is the literal -3000000000 in effect. Integers are held in a
+// A scalar computed from literals alone (neg, abs, add, sub, mul and cast of literals and of such
+// scalars): `sub(0, 3000000000)` is the literal -3000000000 in effect, and so is
+// `cast(3000000000, dtype=i64)` (what Python's `define_scalar(3000000000, dtype=int64)` writes):
+// a typed scalar is a wrapped scalar in PyTorch's result_type, so it meets an i32 tensor as i32
+// and is held to the same rule as the bare literal (torch.tensor(3000000000) as a 0-dim i64
+// tensor would wrap silently instead; Alloy refuses). Integers are held in a
 // long double (exact through 2^64, past any dtype's range where it is not).
 struct Constant {
   bool integer = false;
   long double value = 0;
 };
+
+// `c` cast to `dtype` as the run casts it: to an integer dtype, floats truncate and integers wrap
+// (an explicit cast asks for that); to a floating dtype, a float; to bool, not a constant.
+std::optional<Constant> cast_constant(std::optional<Constant> c, DType dtype) {
+  if (!c || dtype == DType::boolean) return std::nullopt;
+  if (is_floating(dtype)) return Constant{false, c->value};
+  long double lo = dtype == DType::i32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
+  long double hi = dtype == DType::i32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
+  long double whole = std::trunc(c->value);
+  if (!c->integer && (whole < lo || whole > hi)) return std::nullopt;  // undefined in C++: no constant to state
+  if (whole < lo || whole > hi) {
+    if (std::fabs(whole) >= 9.2e18L) return std::nullopt;
+    whole = dtype == DType::i32 ? (long double)int32_t(uint32_t(int64_t(whole))) : whole;
+  }
+  return Constant{true, whole};
+}
 
 std::optional<Constant> constant_of(const Value* v, int depth = 0) {
   if (v->literal) {
@@ -198,6 +218,7 @@ std::optional<Constant> constant_of(const Value* v, int depth = 0) {
   }
   const Op* op = v->producer;
   if (!op || !v->is_scalar() || depth > 64) return std::nullopt;
+  if (op->kind == OpKind::cast) return cast_constant(constant_of(op->inputs[0], depth + 1), v->dtype());
   std::vector<Constant> in;
   for (const Value* x : op->inputs) {
     auto c = constant_of(x, depth + 1);

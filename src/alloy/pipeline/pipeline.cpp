@@ -161,6 +161,7 @@ CompiledFusion compile_fusion(const Fusion& fusion, Target target, const Compile
       continue;
     }
     timed(step.name, [&] { current = step.pass(current ? *current : fusion); });
+    if (step.pass == propagate_sharding) check_in_place_shardings(fusion, *current);  // the passes before drop the aliases
     if (step.pass == insert_resharding) {
       check_shardable(*current, nullptr);
       out.global = current->clone();

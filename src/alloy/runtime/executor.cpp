@@ -78,6 +78,58 @@ Tensor write_in_place(const Tensor& result, const Tensor& target, const Value& o
   return target;
 }
 
+// The bytes a strided view can touch, [first, last): from its lowest to its highest element (an
+// empty view touches none). Two views overlap when their spans meet on one device: conservative
+// for interleaved views (x[0::2] and x[1::2] share no element but their spans meet).
+struct ByteSpan {
+  Device device;
+  uintptr_t first = 0, last = 0;
+  bool meets(const ByteSpan& o) const { return device == o.device && first < o.last && o.first < last; }
+};
+
+ByteSpan span_of(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0 || !t.data()) return {t.device()};
+  int64_t low = 0, high = 0;
+  for (int axis = 0; axis < t.dim(); ++axis) {
+    int64_t reach = t.strides()[size_t(axis)] * (t.sizes()[size_t(axis)] - 1);
+    (reach < 0 ? low : high) += reach;
+  }
+  int64_t item = dtype_size(t.dtype());
+  auto base = reinterpret_cast<uintptr_t>(t.data());
+  return {t.device(), base + uintptr_t(low * item), base + uintptr_t((high + 1) * item)};
+}
+
+// The aliasing rule of in-place outputs: a target (an input that `return y -> x` writes) shares no
+// byte with any other input, target or not, and no two of its elements share an address (a zero
+// stride on an axis of size > 1). Otherwise the result would depend on the order of the writes,
+// or an input read for one output would change under another. Checked before any write.
+void check_in_place_targets(const Fusion& fusion, const std::vector<Tensor>& inputs) {
+  const std::vector<Value*>& params = fusion.inputs();
+  for (size_t i = 0; i < fusion.outputs().size(); ++i) {
+    const Value* target = i < fusion.output_aliases().size() ? fusion.output_aliases()[i] : nullptr;
+    if (!target) continue;
+    size_t t = size_t(std::find(params.begin(), params.end(), target) - params.begin());
+    const Tensor& written = inputs.at(t);
+    std::string place = "input '" + target->name + "'";
+    std::string update = "updated in place (`return " + fusion.outputs()[i]->name + " -> " + target->name + "`)";
+    for (int axis = 0; axis < written.dim(); ++axis)
+      if (written.strides()[size_t(axis)] == 0 && written.sizes()[size_t(axis)] > 1)
+        user_error_at(place, "is ", update, " but has stride 0 on axis ", axis, " of size ", written.sizes()[size_t(axis)],
+                      " (a broadcast or expanded view, ", written.str(), "): several elements would be written to one "
+                      "address; pass a tensor of its own memory (a copy)");
+    ByteSpan span = span_of(written);
+    for (size_t other = 0; other < params.size(); ++other) {
+      if (other == t || params[other]->is_scalar() || !span.meets(span_of(inputs.at(other)))) continue;
+      bool also_written = std::find(fusion.output_aliases().begin(), fusion.output_aliases().end(), params[other]) !=
+                          fusion.output_aliases().end();
+      user_error_at(place, "is ", update, " but its memory overlaps input '", params[other]->name, "'",
+                    also_written ? ", which is also updated in place" : "",
+                    " (two views of one array): an in-place target must share no memory with another input; "
+                    "pass a copy of one of them");
+    }
+  }
+}
+
 // A copy of `t` in memory of its own, on t's device (a device tensor goes through the host: this
 // is for the rare output that views an input about to be overwritten).
 Tensor own_copy(const Tensor& t) {
@@ -200,15 +252,18 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const CompiledFusion& plan,
     size_t input = size_t(std::find(fusion->inputs().begin(), fusion->inputs().end(), aliases[i]) - fusion->inputs().begin());
     return &inputs.at(input);
   };
+  check_in_place_targets(*fusion, inputs);
   // Every output is its value before any in-place write: one that shares memory with an input
   // about to be overwritten (`permute(x)` or `x` itself beside `return y -> x`, or the other
   // half of a swap) is copied first. An in-place result that is its target already writes nothing.
+  // Memory is compared by address, not by buffer, so the rule holds however the memory came.
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor* own = target_of(i);
-    if (own && outputs[i].buffer() == own->buffer() && outputs[i].data() == own->data() && outputs[i].strides() == own->strides())
+    if (own && outputs[i].data() == own->data() && outputs[i].strides() == own->strides() && outputs[i].device() == own->device())
       continue;
+    ByteSpan span = span_of(outputs[i]);
     for (size_t j = 0; j < outputs.size(); ++j)
-      if (const Tensor* target = target_of(j); target && target->buffer() && outputs[i].buffer() == target->buffer()) {
+      if (const Tensor* target = target_of(j); target && span.meets(span_of(*target))) {
         outputs[i] = own_copy(outputs[i]);
         break;
       }

@@ -1,5 +1,6 @@
 #include "alloy/passes/sharding/propagate_sharding.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -116,7 +117,31 @@ std::unique_ptr<Fusion> propagate_sharding(const Fusion& fusion) {
                  "shows them), not an op a fusion with a mesh may state; expected placements instead: annotate the value "
                  "`", op->outputs[0]->name, " = ... @mesh[...] shard(axis=K)` or `replicated`, and the collective follows");
   Propagation(*out, *mesh).run();
+  check_in_place_shardings(fusion, *out);
   return out;
+}
+
+// `return y -> p` writes each device's part of y into its part of p, so y must be laid out as p
+// is. A partial y is all-reduced into a replicated output (insert_resharding), so it counts as
+// replicated. Alloy does not reshard into the input: the user states the layout, as for any
+// other change of placement (an annotation on y makes the reshard an op of the fusion).
+void check_in_place_shardings(const Fusion& declared, const Fusion& propagated) {
+  const std::vector<Value*>& aliases = declared.output_aliases();
+  for (size_t i = 0; i < aliases.size() && i < propagated.outputs().size(); ++i) {
+    if (!aliases[i]) continue;
+    size_t k = size_t(std::find(declared.inputs().begin(), declared.inputs().end(), aliases[i]) - declared.inputs().begin());
+    if (k >= propagated.inputs().size()) continue;
+    const Value* input = propagated.inputs()[k];
+    const Value* output = propagated.outputs()[i];
+    if (!input->sharding || !output->sharding) continue;
+    Sharding laid_out = *output->sharding;
+    laid_out.partial.reset();
+    if (laid_out == *input->sharding) continue;
+    user_error(declared.output_loc(i), "return ", output->name, " -> ", input->name, ": '", output->name, "' is ",
+               sharding_str(*output->sharding), " (", source_str(*output), ") but input '", input->name, "' is ",
+               sharding_str(*input->sharding), "; an in-place output must have its input's sharding (annotate `",
+               output->name, " = ... ", sharding_str(*input->sharding), "` to reshard it)");
+  }
 }
 
 std::string sharding_report(const Fusion& fusion) {

@@ -24,6 +24,11 @@ namespace alloy {
 
 std::unique_ptr<Fusion> propagate_sharding(const Fusion& fusion);
 
+// The in-place outputs of `declared` (`return y -> p`, which passes need not carry) against the
+// shardings `propagated` (propagate_sharding's result for it, or for a rewrite of it with the same
+// inputs and outputs) gives them: y laid out as p is, else a user error at the return.
+void check_in_place_shardings(const Fusion& declared, const Fusion& propagated);
+
 // `--dump sharding`: every value with its sharding and where it came from.
 std::string sharding_report(const Fusion& fusion);
 
