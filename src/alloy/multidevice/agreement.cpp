@@ -65,7 +65,8 @@ AgreementRecord make_record(const std::vector<JobFact>& facts, bool in_mesh) {
   return record;
 }
 
-void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::exception_ptr failure, const std::string& what) {
+void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::exception_ptr failure, const std::string& what,
+                    const std::function<std::string(int)>& name_rank) {
   const ProcessInfo& p = process();
   if (p.size == 1) {
     if (failure) std::rethrow_exception(failure);
@@ -81,7 +82,8 @@ void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::except
     if (all[size_t(r)].failed) {
       agreed_failure.store(true);
       if (failure) std::rethrow_exception(failure);
-      throw PeerError(what + ": rank " + std::to_string(r) + " of the job failed before communicating");
+      throw PeerError(what + ": " + (name_rank ? name_rank(r) : "rank " + std::to_string(r) + " of the job") +
+                      " failed before communicating");
     }
   // 2. the first slot where two ranks that count there differ (a rank outside the mesh skips
   // the slots its own record marks mesh-only): every rank reads the same records, so every rank

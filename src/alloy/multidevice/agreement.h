@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,10 @@ struct AgreementRecord {
 AgreementRecord make_record(const std::vector<JobFact>& facts, bool in_mesh);
 
 // Every rank of the job calls it together (one all-gather; nothing in a job of one). `failure`:
-// this rank's error, rethrown here after the others learnt of it. `what` prefixes the messages.
-void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::exception_ptr failure, const std::string& what);
+// this rank's error, rethrown here after the others learnt of it. `what` prefixes the messages;
+// `name_rank` names a failed rank in a PeerError ("rank 1 of the mesh"; default "rank 1 of the job").
+void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::exception_ptr failure, const std::string& what,
+                    const std::function<std::string(int)>& name_rank = {});
 
 // Whether an error this process threw came out of an agreement (so every rank of the job threw
 // one at the same point): a tool ends such a job with one more agreement on who reports; any other

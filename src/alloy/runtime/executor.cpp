@@ -131,8 +131,6 @@ void FusionExecutor::Impl::join_team() {
   outside_mesh = team == nullptr;
 }
 
-// Binds and checks the inputs. In a team, the ranks agree before any collective: a rank whose
-// inputs are wrong fails, and every other rank fails with it instead of waiting for it.
 // Every value's size for these bindings can run (checked once per new set of sizes: the cached
 // path of repeated sizes stays a map comparison).
 void FusionExecutor::Impl::check_sizes(const CompiledFusion& plan, const Bindings& b) {
@@ -202,7 +200,10 @@ Bindings FusionExecutor::Impl::agree_and_bind(const CompiledFusion& plan, const 
   multidevice::AgreementRecord record = multidevice::make_record(facts, in_mesh);
   bool skip = options.agreement == ExecutorOptions::Agreement::on_change && !failure && last_agreed == record;
   if (!skip) {
-    multidevice::agree_with_job(facts, in_mesh, failure, "fusion '" + fusion->name() + "'");
+    multidevice::agree_with_job(facts, in_mesh, failure, "fusion '" + fusion->name() + "'", [&](int rank) {
+      bool of_mesh = std::find(mesh.begin(), mesh.end(), int64_t(rank)) != mesh.end();
+      return "rank " + std::to_string(rank) + (of_mesh ? " of the mesh" : " of the job");
+    });
     last_agreed = record;
   }
   join_team();  // (collective on the first run only; every rank reaches it after agreeing)
