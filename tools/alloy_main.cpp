@@ -568,7 +568,8 @@ int run_cli(int argc, char** argv) {
       // every rank of a job runs one command: `check` on one rank and `run` on another is a
       // disagreement at the first agreement of each, not a wait
       std::string command = check_cmd->parsed() ? "check" : print_cmd->parsed() ? "print" : "compile";
-      multidevice::agree_with_job({{"command", command}}, true, nullptr, "alloy " + command);
+      std::string file = check_cmd->parsed() ? check_file : print_cmd->parsed() ? print_file : compile_file;
+      multidevice::agree_with_job({{"command", command}, {"file", file}}, true, nullptr, "alloy " + command);
     }
     if (run_cmd->parsed()) return run_command(run);
     if (check_cmd->parsed()) return check_command(check_file);
