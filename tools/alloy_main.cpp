@@ -397,7 +397,10 @@ int run_command(const RunOptions& opts) {
     std::vector<Tensor> given = read_given_inputs(f, opts.inputs, sources);
     bindings = resolve_input_sizes(f, given, requests);
     inputs = complete_inputs(f, std::move(given), bindings, uint64_t(opts.seed));
-    // compiles: a fusion the passes refuse (or a mesh larger than the job) fails here, on every rank alike
+    // a mesh larger than the job, said as such (before the passes check sizes against it)
+    if (auto mesh = fusion_mesh(f))
+      if (auto misfit = multidevice::mesh_misfit(*mesh)) user_error_at("fusion '" + f.name() + "'", *misfit);
+    // compiles: a fusion the passes refuse fails here, on every rank alike
     auto in_shardings = made->input_shardings();
     for (auto& s : in_shardings)
       if (s) team_mesh = s->mesh;

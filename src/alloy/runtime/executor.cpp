@@ -98,9 +98,6 @@ const CompiledFusion& FusionExecutor::Impl::plan_for() {
   if (const CompiledFusion* plan = ready.load(std::memory_order_acquire)) return *plan;
   std::lock_guard<std::mutex> lock(plan_mutex);
   if (compiled) return *compiled;  // another thread built it while this one waited
-  // a mesh this job cannot hold, before the passes check sizes against it
-  if (auto mesh = fusion_mesh(*fusion))
-    if (auto misfit = multidevice::mesh_misfit(*mesh)) user_error_at("fusion '" + fusion->name() + "'", *misfit);
   CompiledFusion plan = compile_fusion(*fusion, device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda,
                                        {.program = parse_pipeline_option(options.pipeline)});
   for (auto& v : plan.local->values())
@@ -211,6 +208,11 @@ Bindings FusionExecutor::Impl::agree_and_bind(const CompiledFusion& plan, const 
 }
 
 std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs) {
+  // a mesh this job cannot hold, said before the passes check sizes against it (inspecting the
+  // shardings of such a fusion stays possible: only running it is an error)
+  if (!ready.load(std::memory_order_acquire))
+    if (auto mesh = fusion_mesh(*fusion))
+      if (auto misfit = multidevice::mesh_misfit(*mesh)) user_error_at("fusion '" + fusion->name() + "'", *misfit);
   const CompiledFusion& plan = plan_for();
   if (plan.mesh || device.kind == DeviceKind::cuda) {
     std::lock_guard<std::mutex> lock(run_mutex);
