@@ -21,6 +21,7 @@
 #include "alloy/common/files.h"
 #include "alloy/ir/parser.h"
 #include "alloy/ir/printer.h"
+#include "alloy/multidevice/agreement.h"
 #include "alloy/multidevice/communicator.h"
 #include "alloy/multidevice/shards.h"
 #include "alloy/passes/sharding/propagate_sharding.h"
@@ -331,36 +332,45 @@ void bench(FusionExecutor& executor, const std::vector<Tensor>& inputs, int runs
   std::cout << line << std::endl;
 }
 
+// What every rank of a job must be given alike, beyond the fusion and its inputs' shapes: the
+// command line's choices that change what a rank does (the seed of random inputs, the dumps it
+// prints, how many runs --bench makes). The executor's agreement covers them at every run; the
+// setup agreement (run_command) covers them with the fusion and the global sizes.
+std::vector<std::pair<std::string, std::string>> command_facts(const RunOptions& opts) {
+  std::string dumps, binds;
+  for (const std::string& d : opts.dumps) dumps += (dumps.empty() ? "" : " ") + d;
+  return {{"command", "run"},
+          {"seed", std::to_string(opts.seed)},
+          {"dumps", dumps.empty() ? "none" : dumps},
+          {"bench runs", std::to_string(opts.bench)}};
+}
+
 // Under mpirun every rank runs this: it reads the same global inputs (files, or the same seeded
-// random ones as a one-process run), keeps its part, runs, and gathers the outputs; rank 0 alone
-// prints. Before the first collective the ranks agree that each set up without error.
-int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Tensor> inputs, const std::string& header) {
+// random ones as a one-process run), keeps its part (computed in run_command's set-up), runs, and
+// gathers the outputs. The mesh's first rank prints (rank 0 where the fusion has no mesh); a rank
+// outside the mesh runs too (it takes part in every run's agreement) and prints nothing.
+int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Tensor> local, const std::vector<int64_t>& team_mesh,
+                const std::string& header) {
   const Fusion& f = executor.fusion();
-  const bool root = multidevice::process().rank == 0;
-  auto in_shardings = executor.input_shardings(), out_shardings = executor.output_shardings();
-  std::vector<int64_t> team_mesh;  // empty: a fusion without a mesh, run whole on every rank
-  for (auto& s : in_shardings)
-    if (s) team_mesh = s->mesh;
-  int team_rank = multidevice::team_rank_of(team_mesh);
-  std::vector<Tensor> local = inputs;
-  for (size_t i = 0; i < inputs.size() && team_rank >= 0; ++i)
-    if (in_shardings[i]) local[i] = multidevice::local_part(inputs[i], *in_shardings[i], team_rank, "input '" + f.inputs()[i]->name + "'");
+  const int printer = team_mesh.empty() ? 0 : int(team_mesh.front());
+  const bool root = multidevice::process().rank == printer;
+  auto out_shardings = executor.output_shardings();
   if (root) std::cout << header;
   if (root) print_dumps(executor, opts.dumps, false, nullptr);
   local = place_inputs(f, std::move(local), executor.device());
   std::vector<Tensor> outputs = executor.run(local);
   executor.synchronize();
-  if (root) print_dumps(executor, opts.dumps, true, nullptr);  // (before the gather: rank 0 may be outside the mesh)
-  if (outputs.empty()) return 0;  // a rank outside the mesh
-  auto team = team_mesh.empty() ? nullptr : multidevice::communicator_for(team_mesh, Device{});
+  if (root) print_dumps(executor, opts.dumps, true, nullptr);
+  bool in_team = team_mesh.empty() || multidevice::team_rank_of(team_mesh) >= 0;
+  auto team = team_mesh.empty() || !in_team ? nullptr : multidevice::communicator_for(team_mesh, Device{});
   std::vector<Tensor> global;
-  for (size_t i = 0; i < outputs.size(); ++i) {
+  for (size_t i = 0; i < outputs.size() && in_team; ++i) {
     outputs[i] = to_cpu(outputs[i]);
     global.push_back(team && out_shardings[i] ? multidevice::gather_global(outputs[i], *out_shardings[i], *team) : outputs[i]);
     if (root) std::cout << f.outputs()[i]->name << ": " << tensor_type_str(global[i]) << "  " << summarize_tensor(global[i]) << "\n";
   }
-  if (!opts.save_dir.empty()) {
-    // rank 0 the global values (NAME.npy), every rank its own part (NAME.rankK.npy)
+  if (!opts.save_dir.empty() && in_team) {
+    // the printing rank the global values (NAME.npy), every rank of the mesh its own part (NAME.rankK.npy)
     if (root) save_outputs(opts.save_dir, f, global);
     std::error_code ec;
     fs::create_directories(opts.save_dir, ec);
@@ -369,6 +379,7 @@ int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Te
                 outputs[i]);
   }
   if (opts.bench > 0) {
+    // every rank, in the mesh or not, makes the same runs (each begins with the job's agreement)
     std::ostringstream quiet;
     std::streambuf* old = root ? nullptr : std::cout.rdbuf(quiet.rdbuf());
     bench(executor, local, opts.bench);  // (already on the device)
@@ -380,28 +391,52 @@ int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Te
 int run_command(const RunOptions& opts) {
   std::vector<SizeRequest> requests = parse_binds(opts.binds);
   std::optional<FusionExecutor> made;
-  std::vector<Tensor> inputs;
+  std::vector<Tensor> inputs, local;
   std::vector<std::string> sources;
+  std::vector<int64_t> team_mesh;  // empty: a fusion without a mesh, run whole on every rank
   Bindings bindings;
+  std::string fusion_text;
   std::exception_ptr setup_error;
   try {
     std::string text = read_source(opts.file);
     auto fusion = choose_fusion(parse_fusions(text, opts.file), opts.fusion_name, opts.file);
+    fusion_text = print_fusion(*fusion);
     ExecutorOptions options{device_choice(opts.device)};
     options.pipeline = opts.pipeline;
+    options.job_facts = command_facts(opts);
     made.emplace(std::move(fusion), options);
     const Fusion& f = made->fusion();
     std::vector<Tensor> given = read_given_inputs(f, opts.inputs, sources);
     bindings = resolve_input_sizes(f, given, requests);
     inputs = complete_inputs(f, std::move(given), bindings, uint64_t(opts.seed));
-    made->input_shardings();  // compiles: a fusion the passes refuse fails here, on every rank alike
+    // a mesh larger than the job, said as such (before the passes check sizes against it)
+    if (auto mesh = fusion_mesh(f))
+      if (auto misfit = multidevice::mesh_misfit(*mesh)) user_error_at("fusion '" + f.name() + "'", *misfit);
+    // compiles: a fusion the passes refuse fails here, on every rank alike
+    auto in_shardings = made->input_shardings();
+    for (auto& s : in_shardings)
+      if (s) team_mesh = s->mesh;
+    // this rank's part of each input (an indivisible size fails here, before any rank communicates)
+    local = inputs;
+    int team_rank = multidevice::team_rank_of(team_mesh);
+    for (size_t i = 0; i < inputs.size() && team_rank >= 0; ++i)
+      if (in_shardings[i]) local[i] = multidevice::local_part(inputs[i], *in_shardings[i], team_rank, "input '" + f.inputs()[i]->name + "'");
   } catch (...) {
     setup_error = std::current_exception();
   }
-  // the ranks of a job agree that each set up before any of them communicates
-  int first_failed = multidevice::first_failing_rank(setup_error != nullptr);
-  if (setup_error) std::rethrow_exception(setup_error);
-  if (first_failed >= 0) throw PeerError("rank " + std::to_string(first_failed) + " failed");
+  // The ranks of a job agree that each set up, and with the same fusion, options and sizes, before
+  // any of them communicates (one all-gather: multidevice/agreement.h).
+  std::vector<multidevice::JobFact> facts;
+  for (auto& [name, value] : command_facts(opts)) facts.push_back({name, value});
+  facts.push_back({"fusion", std::to_string(std::hash<std::string>{}(fusion_text)) + " (the hash of the fusion as printed)"});
+  facts.push_back({"pipeline", opts.pipeline});
+  facts.push_back({"device", opts.device});
+  if (made) {
+    std::string sizes = bindings_text(made->fusion(), bindings);
+    facts.push_back({"bound sizes", sizes.empty() ? "none" : sizes.substr(1)});
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) facts.push_back({"shape of input '" + made->fusion().inputs()[i]->name + "'", tensor_type_str(inputs[i])});
+  multidevice::agree_with_job(facts, true, setup_error, "alloy run");
   FusionExecutor& executor = *made;
   const Fusion& f = executor.fusion();
   if (!executor.input_shardings().empty() || multidevice::process().size > 1) {
@@ -411,7 +446,7 @@ int run_command(const RunOptions& opts) {
     for (size_t i = 0; i < inputs.size(); ++i)
       header << "  input " << f.inputs()[i]->name << ": " << tensor_type_str(inputs[i]) << " "
              << (sources[i].empty() ? "random" : "from " + sources[i]) << "\n";
-    return run_sharded(opts, executor, std::move(inputs), header.str());
+    return run_sharded(opts, executor, std::move(local), team_mesh, header.str());
   }
 
   std::cout << "fusion " << f.name() << " on " << executor.device().str() << bindings_text(f, bindings) << ", seed "
@@ -477,7 +512,9 @@ int run_cli(int argc, char** argv) {
             try {
               parse_pipeline_option(text);
             } catch (const UserError& e) {
-              return e.what();
+              // CLI11 names the option itself: the message without parse_pipeline_option's prefix
+              std::string message = e.what();
+              return message.starts_with("--pipeline: ") ? message.substr(12) : message;
             }
             return {};
           },
@@ -542,6 +579,13 @@ int run_cli(int argc, char** argv) {
         throw UsageError(e.what());
       }
     }
+    if (!run_cmd->parsed() && multidevice::process().size > 1) {
+      // every rank of a job runs one command: `check` on one rank and `run` on another is a
+      // disagreement at the first agreement of each, not a wait
+      std::string command = check_cmd->parsed() ? "check" : print_cmd->parsed() ? "print" : "compile";
+      std::string file = check_cmd->parsed() ? check_file : print_cmd->parsed() ? print_file : compile_file;
+      multidevice::agree_with_job({{"command", command}, {"file", file}}, true, nullptr, "alloy " + command);
+    }
     if (run_cmd->parsed()) return run_command(run);
     if (check_cmd->parsed()) return check_command(check_file);
     if (print_cmd->parsed()) return print_command(print_file, print_name);
@@ -556,14 +600,20 @@ int run_cli(int argc, char** argv) {
 }  // namespace
 }  // namespace alloy
 
-// Prints a failure and gives its exit code. In a job of several processes only the lowest
-// failing rank prints (a rank stopped because another failed prints nothing), and every rank
-// exits with the code; a failure that may leave ranks inside a collective ends the whole job.
+// Prints a failure and gives its exit code. In a job of several processes, a failure every rank
+// learnt of at an agreement (multidevice/agreement.h) ends with one more agreement: only the
+// lowest failing rank prints (a rank stopped because another failed prints nothing), and every
+// rank exits with the code. Any other failure (a usage error on one rank, an error between two
+// agreements) may leave other ranks waiting for this one, so it ends the whole job.
 int report(int code, const std::string& message, bool peer) {
   const auto& p = alloy::multidevice::process();
   if (p.size == 1) {
     if (code != 0) std::cerr << message;
     return code;
+  }
+  if (code != 0 && !alloy::multidevice::failure_agreed()) {
+    std::cerr << message << std::flush;
+    alloy::multidevice::abort_job(code);
   }
   int first = alloy::multidevice::first_failing_rank(code != 0 && !peer);
   if (first >= 0 && first == p.rank) std::cerr << message;

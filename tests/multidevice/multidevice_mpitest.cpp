@@ -6,12 +6,15 @@
 
 #include <stdlib.h>
 
+#include <chrono>
+#include <functional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 
 #include "alloy/ir/parser.h"
+#include "alloy/multidevice/agreement.h"
 #include "alloy/multidevice/communicator.h"
 #include "alloy/multidevice/shards.h"
 #include "alloy/runtime/executor.h"
@@ -572,6 +575,89 @@ TEST(ShardedFailures, RanksOutsideTheMesh_RunNothing) {
   for (size_t i = 0; i < inputs.size(); ++i) local.push_back(multidevice::local_part(inputs[i], *shardings[i], process().rank, "in"));
   FusionExecutor reference(without_shardings(*fusion), {DeviceChoice::cpu});
   EXPECT_TRUE(testing::tensors_close(executor.run(local).at(0), reference.run(inputs).at(0)));
+}
+
+// ---- the job agreement (issue 26) ------------------------------------------------------------
+
+// Uneven parts (rank r given r+1 rows more than its part): refused on every rank before any byte
+// moves, naming the input and two ranks' shapes; the next even run works.
+TEST(JobAgreement, UnevenPartsAreRefusedOnEveryRank_TheNextEvenRunWorks) {
+  if (process().size < 2) GTEST_SKIP() << "needs two ranks";
+  std::string text = "fusion f(x: f32[T, 4] " + world_mesh_text() + " shard(axis=0)) {\n  y = mean(x, dims=[0])\n  return y\n}";
+  FusionExecutor executor(parse_fusion(text, "uneven.fusion"), {DeviceChoice::cpu});
+  Tensor uneven = filled(DType::f32, {2 + process().rank, 4}, [](int64_t) { return 1.0; });
+  try {
+    executor.run({uneven});
+    ADD_FAILURE() << "uneven parts ran";
+  } catch (const UserError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("disagree"), std::string::npos) << what;
+    EXPECT_NE(what.find("rank 1"), std::string::npos) << what;
+  }
+  Tensor even = filled(DType::f32, {2, 4}, [](int64_t) { return 3.0; });
+  std::vector<Tensor> out = executor.run({even});
+  EXPECT_TRUE(testing::tensors_close(out.at(0), filled(DType::f32, {4}, [](int64_t) { return 3.0; })));
+}
+
+// A size error on the mesh's ranks reaches a rank outside the mesh too (a PeerError there).
+TEST(JobAgreement, ABindingErrorReachesRanksOutsideTheMesh) {
+  if (process().size < 3) GTEST_SKIP() << "needs a rank outside a mesh of two";
+  FusionExecutor executor(parse_fusion("fusion f(x: f32[T, 4] @mesh[0, 1] shard(axis=0)) {\n  y = sum(x, dims=[0])\n  return y\n}", "o"),
+                          {DeviceChoice::cpu});
+  Tensor wrong = filled(DType::f32, {2, 5}, [](int64_t) { return 1.0; });
+  bool failed = false;
+  try {
+    executor.run({wrong});
+  } catch (const UserError&) {
+    failed = true;
+  }
+  EXPECT_TRUE(failed);
+}
+
+// ExecutorOptions::Agreement::on_change: the same record again skips the collective (every rank
+// alike); a new shape agrees again.
+TEST(JobAgreement, OnChange_RepeatedShapesSkip_NewShapesAgree) {
+  if (process().size < 2) GTEST_SKIP() << "needs two ranks";
+  std::string text = "fusion f(x: f32[T, 4] " + world_mesh_text() + " shard(axis=0)) {\n  y = neg(x)\n  return y\n}";
+  ExecutorOptions options{DeviceChoice::cpu};
+  options.agreement = ExecutorOptions::Agreement::on_change;
+  FusionExecutor executor(parse_fusion(text, "c.fusion"), options);
+  for (int64_t rows : {2, 2, 4, 4, 2}) {
+    Tensor x = filled(DType::f32, {rows, 4}, [](int64_t) { return 1.0; });
+    std::vector<Tensor> out = executor.run({x});
+    EXPECT_TRUE(testing::tensors_close(out.at(0), filled(DType::f32, {rows, 4}, [](int64_t) { return -1.0; })));
+  }
+}
+
+// The agreement's cost: one all-gather of a fixed-size record (printed; the issue's bar is 10 us
+// a cached run on 2 GPUs), and a cached run of a small sharded fusion with every run agreeing and
+// with on_change (no collective of its own).
+TEST(JobAgreement, Cost_IsPrinted) {
+  if (process().size < 2) GTEST_SKIP() << "needs two ranks";
+  std::vector<multidevice::JobFact> facts = {{"fusion", "'f' (printed text hash 1234567890)"}, {"device kind", "cpu"}, {"pipeline", "auto"},
+                                             {"poison_outputs", "off"}, {"bound sizes", "T=8", true},
+                                             {"local shape of input 'x'", "f32[4, 256] contiguous", true}};
+  auto time_us = [](int runs, const std::function<void()>& f) {
+    for (int i = 0; i < 100; ++i) f();
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < runs; ++i) f();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / runs;
+  };
+  double agree = time_us(5000, [&] { multidevice::agree_with_job(facts, true, nullptr, "bench"); });
+  double reduce = time_us(5000, [&] { multidevice::first_failing_rank(false); });
+  std::string text = "fusion f(x: f32[T, 4] " + world_mesh_text() + " shard(axis=0)) {\n  y = neg(x)\n  return y\n}";
+  Tensor x = filled(DType::f32, {2, 4}, [](int64_t) { return 1.0; });
+  FusionExecutor every(parse_fusion(text, "e.fusion"), {DeviceChoice::cpu});
+  ExecutorOptions cached{DeviceChoice::cpu};
+  cached.agreement = ExecutorOptions::Agreement::on_change;
+  FusionExecutor skip(parse_fusion(text, "s.fusion"), cached);
+  double run_every = time_us(2000, [&] { every.run({x}); });
+  double run_skip = time_us(2000, [&] { skip.run({x}); });
+  if (process().rank == 0)
+    std::printf("[ agreement cost, %d ranks ] agree_with_job %.2f us (an int all-reduce %.2f us); a cached run agreeing every "
+                "run %.2f us, on_change %.2f us\n",
+                process().size, agree, reduce, run_every, run_skip);
+  SUCCEED();
 }
 
 }  // namespace

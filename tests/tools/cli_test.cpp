@@ -1,5 +1,6 @@
 // The `alloy` program as a user meets it: run, check, print and compile on the examples and on
 // bad input, through the built binary. Exit codes: 0 success, 1 user error, 2 usage error.
+#include <chrono>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -612,6 +613,20 @@ class CliMpiTest : public CliTest {
     r.err = testing::read_file(path("stderr"));
     return r;
   }
+  // MPMD: `mpirun -n 1 alloy ARGS0 : -n 1 alloy ARGS1 ...`, one rank per entry, under a time bound
+  // (a hang is exit 124, a failure instead of a stuck CI job).
+  CliResult mpmd(const std::vector<std::string>& rank_args) const {
+    std::string command = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 60 mpirun --oversubscribe";
+    for (size_t r = 0; r < rank_args.size(); ++r)
+      command += std::string(r ? " :" : "") + " -n 1 '" + ALLOY_CLI_PATH + "' " + rank_args[r];
+    command += " >'" + path("stdout") + "' 2>'" + path("stderr") + "'";
+    int status = std::system(command.c_str());
+    CliResult r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = testing::read_file(path("stdout"));
+    r.err = testing::read_file(path("stderr"));
+    return r;
+  }
   // The example with every annotation removed: the same fusion on one device.
   std::string unsharded(const std::string& name) const {
     std::string text = testing::read_file(testing::source_path("examples/" + name));
@@ -714,6 +729,95 @@ TEST_F(CliMpiTest, BadInputFileOnOneRankOnly_FailsTheWholeJobWithoutAHang) {
   CliResult r = mpirun(2, "run " + example("tp_mlp.fusion") + " --bind T=8 --device cpu --input x=" + path("x.npy"));
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_TRUE(contains(r.err, "'x'")) << r.err;
+}
+
+// ---- ranks given different things (issue 26): one message, exit 1 on every rank, no hang ------
+
+TEST_F(CliMpiTest, RanksLaunchedDifferently_FailTogetherNamingTheFirstDifference) {
+  std::string tp = example("tp_mlp.fusion"), sp = example("tp_mlp_sequence_parallel.fusion");
+  std::string sum = write("sum.fusion", "fusion f(x: f32[8, 4] @mesh[0, 1] shard(axis=0)) {\n  y = sum(x, dims=[0])\n  return y\n}\n");
+  std::string max = write("max.fusion", "fusion f(x: f32[8, 4] @mesh[0, 1] shard(axis=0)) {\n  y = max(x, dims=[0])\n  return y\n}\n");
+  struct Case {
+    std::vector<std::string> ranks;
+    std::vector<std::string> said;  // in the one message
+  };
+  std::vector<Case> cases = {
+      {{"run " + tp + " --bind T=8 --device cpu", "run " + tp + " --bind T=16 --device cpu"}, {"bound sizes", "rank 1 has T=16, rank 0 T=8"}},
+      {{"run " + tp + " --bind T=8 --device cpu", "run " + sp + " --bind T=8 --device cpu"}, {"disagree on the fusion", "rank 1"}},
+      {{"run " + sp + " --bind T=12 --device cpu --pipeline ring", "run " + sp + " --bind T=12 --device cpu --pipeline off"},
+       {"pipeline", "rank 1 has off, rank 0 ring"}},
+      {{"run " + sp + " --bind T=12 --device cpu --pipeline chunks=2", "run " + sp + " --bind T=12 --device cpu --pipeline chunks=4"},
+       {"pipeline", "chunks=4", "chunks=2"}},
+      {{"run " + tp + " --bind T=8 --device cpu", "run " + tp + " --bind T=8 --device cpu --bench 3"}, {"bench runs", "rank 1 has 3"}},
+      {{"check " + tp, "run " + tp + " --bind T=8 --device cpu"}, {"command", "rank 1 has run, rank 0 check"}},
+      {{"run " + tp + " --bind T=8 --device cpu --seed 1", "run " + tp + " --bind T=8 --device cpu"}, {"seed", "rank 1 has 0, rank 0 1"}},
+      {{"run '" + sum + "' --device cpu", "run '" + max + "' --device cpu"}, {"disagree on the fusion"}},
+      {{"run " + tp + " --bind T=8 --device cpu --dump program", "run " + tp + " --bind T=8 --device cpu"}, {"dumps", "program"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.ranks[0] + " : " + c.ranks[1]);
+    auto start = std::chrono::steady_clock::now();
+    CliResult r = mpmd(c.ranks);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(r.code, 1) << r.out << r.err;
+    EXPECT_LT(seconds, 30.0);  // (10 s on an idle machine; mpirun's start-up on a loaded one is slow)
+    for (const std::string& part : c.said) EXPECT_TRUE(contains(r.err, part)) << part << "\n" << r.err;
+    // one message for the job, from rank 0
+    size_t at = r.err.find("disagree");
+    ASSERT_NE(at, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("disagree", at + 1), std::string::npos) << r.err;
+  }
+}
+
+TEST_F(CliMpiTest, SizeErrorWithARankOutsideTheMesh_EndsEveryRankWithOneMessage) {
+  std::string file = write("t.fusion", "fusion f(x: f32[T, 4] @mesh[0, 1] shard(axis=0)) {\n  y = sum(x, dims=[0])\n  return y\n}\n");
+  CliResult r = mpmd({"run '" + file + "' --bind T=7 --device cpu", "run '" + file + "' --bind T=7 --device cpu",
+                      "run '" + file + "' --bind T=7 --device cpu"});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "size 7")) << r.err;
+  size_t at = r.err.find("size 7");
+  EXPECT_EQ(r.err.find("size 7", at + 1), std::string::npos) << r.err;
+}
+
+TEST_F(CliMpiTest, RankZeroOutsideTheMesh_TheMeshsFirstRankPrintsSavesAndBenches) {
+  std::string file = write("r1.fusion", "fusion f(x: f32[8, 4] @mesh[1] replicated) {\n  y = sum(x, dims=[0])\n  return y\n}\n");
+  std::string plain = write("plain.fusion", "fusion f(x: f32[8, 4]) {\n  y = sum(x, dims=[0])\n  return y\n}\n");
+  CliResult one = alloy("run '" + plain + "' --device cpu --save-outputs " + path("one"));
+  ASSERT_EQ(one.code, 0) << one.err;
+  CliResult r = mpirun(2, "run '" + file + "' --device cpu --bench 2 --save-outputs " + path("two"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "y: f32[4]")) << r.out;
+  EXPECT_TRUE(contains(r.out, "bench median_us=")) << r.out;
+  EXPECT_TRUE(testing::tensors_close(read_npy(path("two/y.npy")), read_npy(path("one/y.npy"))));
+}
+
+TEST_F(CliMpiTest, MeshLargerThanTheJob_NamesBothCounts_AHugeIdDoesNotOverflow) {
+  std::string big = write("big3.fusion", "fusion f(x: f32[8, 4] @mesh[0, 1, 2] shard(axis=0)) {\n  y = sum(x, dims=[0])\n  return y\n}\n");
+  CliResult r = mpirun(2, "run '" + big + "' --device cpu");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "the mesh has 3 devices but the job has 2 processes")) << r.err;
+  std::string huge = write("huge.fusion",
+                           "fusion f(x: f32[8, 4] @mesh[9223372036854775807] replicated) {\n  y = sum(x, dims=[0])\n  return y\n}\n");
+  r = mpirun(2, "run '" + huge + "' --device cpu");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "9223372036854775807")) << r.err;
+  EXPECT_FALSE(contains(r.err, "-9223372036854775808")) << r.err;
+}
+
+TEST_F(CliMpiTest, UsageErrorOnOneRank_EndsTheJob) {
+  std::string tp = example("tp_mlp.fusion");
+  CliResult r = mpmd({"run " + tp + " --bind T=8 --device cpu", "run " + tp + " --bind T=x --device cpu"});
+  EXPECT_NE(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.code, 124) << "a hang";
+  EXPECT_TRUE(contains(r.err, "--bind T=x")) << r.err;
+}
+
+TEST_F(CliTest, PipelineChunksZero_PrintsItsPrefixOnce) {
+  CliResult r = alloy("run " + example("tp_mlp_sequence_parallel.fusion") + " --bind T=12 --pipeline chunks=0");
+  EXPECT_EQ(r.code, 2) << r.err;
+  size_t at = r.err.find("--pipeline");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("--pipeline:", at + 1), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ class StarTeam:
         return ROOT.recv()
 
     def all_gather(self, inp, out, dtype):
-        out[:] = self._exchange(bytes(inp), lambda parts: [b"".join(parts)] * len(parts))
+        out[:] = np.frombuffer(self._exchange(bytes(inp), lambda parts: [b"".join(parts)] * len(parts)), np.uint8)
 
     def all_reduce(self, inp, out, dtype, op):
         t = NUMPY[dtype]

@@ -54,6 +54,10 @@ bool have_mpi();
 // A host-side agreement every rank of the job reaches: each says whether it failed; returns the
 // lowest failing rank, or -1 when none did. Cheap for a job of one.
 int first_failing_rank(bool failed);
+// Every rank of the job sends `bytes` bytes and receives every rank's, rank-major, into `all`
+// (size() * bytes; `bytes` a multiple of 8): a host collective over the whole job (MPI_COMM_WORLD, or the joined job's
+// team of everyone). A copy in a job of one.
+void job_all_gather(const void* mine, size_t bytes, void* all);
 // Ends MPI (before a tool exits). Safe to call when MPI was never started.
 void finalize();
 // Ends every process of the job with `code`: for a tool whose rank failed after the ranks agreed

@@ -216,15 +216,46 @@ bool in_external_job() { return external_job.load(std::memory_order_acquire) != 
 
 bool have_mpi() { return ALLOY_HAVE_MPI != 0; }
 
+namespace {
+// The joined job's team of every rank, made on first use (collectively: every rank reaches its
+// first agreement together).
+Communicator& external_world(ExternalJob& job) {
+  if (!job.world) {
+    std::vector<int64_t> everyone(size_t(job.info.size));
+    for (int r = 0; r < job.info.size; ++r) everyone[size_t(r)] = r;
+    job.world = host_communicator(everyone);
+  }
+  return *job.world;
+}
+}  // namespace
+
+void job_all_gather(const void* mine, size_t bytes, void* all) {
+  const ProcessInfo& p = process();
+  if (p.size == 1) {
+    std::memcpy(all, mine, bytes);
+    return;
+  }
+  if (ExternalJob* job = external_job.load()) {
+    ALLOY_CHECK(bytes % 8 == 0, "job_all_gather of ", bytes, " bytes: a multiple of 8 moves as i64");
+    Tensor in = Tensor::borrow(const_cast<void*>(mine), Device{}, DType::i64, {int64_t(bytes / 8)}, {1});
+    Tensor out = Tensor::borrow(all, Device{}, DType::i64, {int64_t(p.size) * int64_t(bytes / 8)}, {1});
+    external_world(*job).all_gather(in, out);
+    return;
+  }
+#if ALLOY_HAVE_MPI
+  check(MPI_Allgather(mine, count_of(int64_t(bytes), "job_all_gather"), MPI_BYTE, all, count_of(int64_t(bytes), "job_all_gather"),
+                      MPI_BYTE, MPI_COMM_WORLD),
+        "job agreement");
+#else
+  internal_error("a job of several processes in a build without MPI");
+#endif
+}
+
 int first_failing_rank(bool failed) {
   const ProcessInfo& p = process();
   if (p.size == 1) return failed ? 0 : -1;
   if (ExternalJob* job = external_job.load()) {
-    if (!job->world) {
-      std::vector<int64_t> everyone(size_t(p.size));
-      for (int r = 0; r < p.size; ++r) everyone[size_t(r)] = r;
-      job->world = host_communicator(everyone);
-    }
+    external_world(*job);
     int32_t mine = failed ? p.rank : p.size, lowest = p.size;
     job->world->all_reduce(Tensor::borrow(&mine, Device{}, DType::i32, {1}, {1}), Tensor::borrow(&lowest, Device{}, DType::i32, {1}, {1}),
                            PartialReduce::min);
@@ -257,15 +288,21 @@ std::optional<std::string> mesh_misfit(const std::vector<int64_t>& mesh) {
   int64_t highest = 0;
   for (int64_t d : mesh) highest = std::max(highest, d);
   if (highest < size) return std::nullopt;
-  std::string text = "the mesh has " + std::to_string(mesh.size()) + " device" + (mesh.size() == 1 ? "" : "s") +
-                     " (ids up to " + std::to_string(highest) + ") but this job has " + std::to_string(size) + " process" +
-                     (size == 1 ? "" : "es") + "; launch one process per device, e.g. `mpirun -n " +
-                     std::to_string(highest + 1) + " alloy run ...`";
-  if (in_external_job())
-    text = "the mesh has " + std::to_string(mesh.size()) + " device" + (mesh.size() == 1 ? "" : "s") + " (ids up to " +
-           std::to_string(highest) + ") but this job has " + std::to_string(size) + " process" + (size == 1 ? "" : "es") +
-           "; launch one process per device, e.g. `torchrun --nproc-per-node " + std::to_string(highest + 1) + " ...`";
-  else if (!have_mpi()) text += " (this build has no MPI: rebuild with Open MPI installed, scripts/setup-deps)";
+  auto plural = [](int64_t n, const char* noun, const char* nouns) { return std::to_string(n) + " " + (n == 1 ? noun : nouns); };
+  // a device id is a rank of the job: ids 0 .. size-1 (a huge id is named, never added to)
+  std::string text = "the mesh has " + plural(int64_t(mesh.size()), "device", "devices") + " but the job has " +
+                     plural(size, "process", "processes");
+  if (int64_t(mesh.size()) <= size) text += " (device id " + std::to_string(highest) + " is not a rank of the job)";
+  bool launchable = highest < (int64_t(1) << 20);
+  std::string n = launchable ? std::to_string(highest + 1) : "N";
+  if (!launchable)
+    text += "; device ids are the job's ranks, 0 to " + std::to_string(size - 1) + ", and " + std::to_string(highest) +
+            " is no rank any job has";
+  else if (in_external_job())
+    text += "; launch one process per device, e.g. `torchrun --nproc-per-node " + n + " ...`";
+  else
+    text += "; launch one process per device, e.g. `mpirun -n " + n + " alloy run ...`";
+  if (!in_external_job() && !have_mpi()) text += " (this build has no MPI: rebuild with Open MPI installed, scripts/setup-deps)";
   return text;
 }
 

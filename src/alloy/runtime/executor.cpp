@@ -9,6 +9,7 @@
 #include "alloy/backend/backend.h"
 #include "alloy/common/settings.h"
 #include "alloy/ir/printer.h"
+#include "alloy/multidevice/agreement.h"
 #include "alloy/multidevice/communicator.h"
 #include "alloy/passes/sharding/propagate_sharding.h"
 #include "alloy/pipeline/pipeline.h"
@@ -37,7 +38,13 @@ struct FusionExecutor::Impl {
 
   const CompiledFusion& plan_for();
   void join_team();
-  Bindings bind(const std::vector<Tensor>& inputs);
+  Bindings bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
+  Bindings bind_checked(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
+  Bindings agree_and_bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
+  // The job agreement's facts that do not change between runs (made with the plan), and the
+  // record last agreed (ExecutorOptions::Agreement::on_change).
+  std::vector<multidevice::JobFact> fixed_facts;
+  std::optional<multidevice::AgreementRecord> last_agreed;
   void check_sizes(const CompiledFusion& plan, const Bindings& b);
   std::mutex sizes_mutex;
   std::optional<Bindings> sizes_checked;  // the last sizes check_sizes accepted
@@ -147,6 +154,14 @@ const CompiledFusion& FusionExecutor::Impl::plan_for() {
                                        {.program = parse_pipeline_option(options.pipeline)});
   for (auto& v : plan.local->values())
     if (v->literal) literal_values.emplace_back(v->id, literal_tensor(v.get()));
+  // the hash of the fusion as parsed and printed stands for its text (the same on every rank
+  // that parsed the same file, whatever its spacing and comments)
+  std::string text = print_fusion(*fusion);
+  fixed_facts = {{"fusion", "'" + fusion->name() + "' (printed text hash " + std::to_string(std::hash<std::string>{}(text)) + ")"},
+                 {"device kind", device.kind == DeviceKind::cpu ? "cpu" : "cuda"},
+                 {"pipeline", options.pipeline},
+                 {"poison_outputs", options.poison_outputs ? "on" : "off"}};
+  for (auto& [name, value] : options.job_facts) fixed_facts.push_back({name, value});
   compiled = std::move(plan);
   ++plans_built;
   ready.store(&*compiled, std::memory_order_release);
@@ -165,8 +180,6 @@ void FusionExecutor::Impl::join_team() {
   outside_mesh = team == nullptr;
 }
 
-// Binds and checks the inputs. In a team, the ranks agree before any collective: a rank whose
-// inputs are wrong fails, and every other rank fails with it instead of waiting for it.
 // Every value's size for these bindings can run (checked once per new set of sizes: the cached
 // path of repeated sizes stays a map comparison).
 void FusionExecutor::Impl::check_sizes(const CompiledFusion& plan, const Bindings& b) {
@@ -180,28 +193,78 @@ void FusionExecutor::Impl::check_sizes(const CompiledFusion& plan, const Binding
   sizes_checked = b;
 }
 
-Bindings FusionExecutor::Impl::bind(const std::vector<Tensor>& inputs) {
-  const CompiledFusion& plan = plan_for();
-  if (!team || team->size() == 1) {
-    Bindings b = bind_inputs(*plan.local, inputs);
-    if (plan.global) check_shardable(*plan.global, &b);
-    check_sizes(plan, b);
-    return b;
-  }
+Bindings FusionExecutor::Impl::bind_checked(const CompiledFusion& plan, const std::vector<Tensor>& inputs) {
+  Bindings b = bind_inputs(*plan.local, inputs);
+  if (plan.global) check_shardable(*plan.global, &b);
+  check_sizes(plan, b);
+  return b;
+}
+
+Bindings FusionExecutor::Impl::bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs) {
+  if (plan.mesh && multidevice::process().size > 1) return agree_and_bind(plan, inputs);
+  if (plan.mesh) join_team();
+  return bind_checked(plan, inputs);
+}
+
+namespace {
+
+std::string shape_fact(const Tensor& t) {
+  if (!t.defined()) return "none";
+  std::string out(dtype_name(t.dtype()));
+  out += '[';
+  for (size_t i = 0; i < t.sizes().size(); ++i) out += (i ? ", " : "") + std::to_string(t.sizes()[i]);
+  return out + (t.is_contiguous() ? "] contiguous" : "] strided");
+}
+
+}  // namespace
+
+// The job agreement (multidevice/agreement.h) of a run in a job of several processes, before any
+// collective, on every rank of the job (outside the mesh too, which binds nothing and returns no
+// outputs): this rank binds and checks its inputs, then every rank learns whether any failed and
+// whether all were given the same fusion, options, sizes and local shapes. Uneven parts (ranks
+// given parts of different sizes) are such a difference, so every collective's byte count is the
+// same on every rank of the team.
+Bindings FusionExecutor::Impl::agree_and_bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs) {
+  const std::vector<int64_t>& mesh = *plan.mesh;
+  bool in_mesh = std::find(mesh.begin(), mesh.end(), int64_t(multidevice::process().rank)) != mesh.end();
   Bindings b;
-  multidevice::agree_on_step(
-      *host_team,
-      [&] {
-        b = bind_inputs(*plan.local, inputs);
-        check_shardable(*plan.global, &b);
-        check_sizes(plan, b);
-      },
-      "fusion '" + fusion->name() + "'",
-      [&](int lowest) { return "rank " + std::to_string(fusion_mesh(*fusion)->at(size_t(lowest))) + " of the mesh"; });
+  std::exception_ptr failure;
+  if (in_mesh) {
+    try {
+      b = bind_checked(plan, inputs);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  std::vector<multidevice::JobFact> facts = fixed_facts;
+  std::string sizes;
+  if (in_mesh && !failure)
+    for (const std::string& symbol : plan.local->input_symbols())
+      if (auto it = b.find(symbol); it != b.end()) sizes += (sizes.empty() ? "" : " ") + symbol + "=" + std::to_string(it->second);
+  facts.push_back({"bound sizes", sizes, true});
+  const auto& declared = plan.local->inputs();
+  for (size_t i = 0; i < declared.size(); ++i)
+    facts.push_back({"local shape of input '" + declared[i]->name + "'",
+                     in_mesh && !failure && i < inputs.size() ? shape_fact(inputs[i]) : "", true});
+  multidevice::AgreementRecord record = multidevice::make_record(facts, in_mesh);
+  bool skip = options.agreement == ExecutorOptions::Agreement::on_change && !failure && last_agreed == record;
+  if (!skip) {
+    multidevice::agree_with_job(facts, in_mesh, failure, "fusion '" + fusion->name() + "'", [&](int rank) {
+      bool of_mesh = std::find(mesh.begin(), mesh.end(), int64_t(rank)) != mesh.end();
+      return "rank " + std::to_string(rank) + (of_mesh ? " of the mesh" : " of the job");
+    });
+    last_agreed = record;
+  }
+  join_team();  // (collective on the first run only; every rank reaches it after agreeing)
   return b;
 }
 
 std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs) {
+  // a mesh this job cannot hold, said before the passes check sizes against it (inspecting the
+  // shardings of such a fusion stays possible: only running it is an error)
+  if (!ready.load(std::memory_order_acquire))
+    if (auto mesh = fusion_mesh(*fusion))
+      if (auto misfit = multidevice::mesh_misfit(*mesh)) user_error_at("fusion '" + fusion->name() + "'", *misfit);
   const CompiledFusion& plan = plan_for();
   if (plan.mesh || device.kind == DeviceKind::cuda) {
     std::lock_guard<std::mutex> lock(run_mutex);
@@ -211,12 +274,9 @@ std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs)
 }
 
 std::vector<Tensor> FusionExecutor::Impl::run_locked(const CompiledFusion& plan, const std::vector<Tensor>& inputs) {
-  if (plan.mesh) {
-    join_team();
-    if (outside_mesh) return {};
-  }
   host_ir::RunState state;
-  state.bindings = bind(inputs);
+  state.bindings = bind(plan, inputs);
+  if (outside_mesh) return {};
   state.device = device;
   state.poison = options.poison_outputs;
   state.team = team.get();

@@ -31,6 +31,18 @@ struct ExecutorOptions {
   // cached, runtime/tune/machine_costs.h; CPU: off), "ring" or "chunks=N"; anything else is a user
   // error when the plan is made.
   std::string pipeline = "auto";
+  // A fusion with a mesh in a job of several processes: before the first collective of a run,
+  // every rank of the job agrees (multidevice/agreement.h) on the fusion, these options, the bound
+  // sizes and each input's local shape, dtype and strides class; any difference is a UserError on
+  // every rank naming it. `job_facts` are more facts that must be the same on every rank (the
+  // command line's command, seed, dumps, bench: name and value).
+  std::vector<std::pair<std::string, std::string>> job_facts;
+  // When the ranks agree: every_run (the default: always safe), or on_change, which skips the
+  // agreement on a run whose record is the one last agreed (same fusion, options, sizes, shapes).
+  // on_change is for programs whose ranks change their inputs' shapes at the same runs (every rank
+  // running the same code): a rank that agrees while another skips would wait for it forever.
+  enum class Agreement { every_run, on_change };
+  Agreement agreement = Agreement::every_run;
 };
 
 // How one run is issued.

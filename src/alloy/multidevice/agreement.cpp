@@ -1,0 +1,117 @@
+#include "alloy/multidevice/agreement.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string_view>
+
+#include "alloy/common/error.h"
+#include "alloy/multidevice/communicator.h"
+
+namespace alloy::multidevice {
+namespace {
+
+uint64_t fnv1a(std::string_view text, uint64_t h) {
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::atomic<bool> agreed_failure{false};
+
+size_t slot_of(size_t fact) { return std::min(fact, size_t(AgreementRecord::slots - 1)); }
+
+// The facts of one slot as lines ("name\tvalue"), what the error path gathers to name them.
+std::string slot_text(const std::vector<JobFact>& facts, size_t slot) {
+  std::string out;
+  for (size_t i = 0; i < facts.size(); ++i)
+    if (slot_of(i) == slot) out += facts[i].name + '\t' + facts[i].value + '\n';
+  return out;
+}
+
+// The first fact (of those lines) that differs between two ranks' texts: {name, value a, value b}.
+std::array<std::string, 3> first_difference(std::string_view a, std::string_view b) {
+  auto next = [](std::string_view& text) {
+    size_t end = text.find('\n');
+    std::string_view line = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
+    return line;
+  };
+  auto split = [](std::string_view line) -> std::pair<std::string, std::string> {
+    size_t tab = line.find('\t');
+    if (tab == std::string_view::npos) return {"", std::string(line)};
+    return {std::string(line.substr(0, tab)), std::string(line.substr(tab + 1))};
+  };
+  while (!a.empty() || !b.empty()) {
+    auto [na, va] = split(next(a));
+    auto [nb, vb] = split(next(b));
+    if (na != nb) return {"facts", na.empty() ? "none" : na + " " + va, nb.empty() ? "none" : nb + " " + vb};
+    if (va != vb) return {na, va, vb};
+  }
+  return {"facts", "(the same text: a hash collision)", "(the same text)"};
+}
+
+}  // namespace
+
+AgreementRecord make_record(const std::vector<JobFact>& facts, bool in_mesh) {
+  AgreementRecord record;
+  record.in_mesh = in_mesh ? 1 : 0;
+  record.facts = uint32_t(facts.size());
+  for (auto& h : record.hash) h = 14695981039346656037ull;
+  for (size_t i = 0; i < facts.size(); ++i) {
+    uint64_t& h = record.hash[slot_of(i)];
+    h = fnv1a(facts[i].value, fnv1a(std::string_view("\t", 1), fnv1a(facts[i].name, h)));
+    if (facts[i].mesh_only) record.mesh_only_slots |= 1u << slot_of(i);
+  }
+  return record;
+}
+
+void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::exception_ptr failure, const std::string& what,
+                    const std::function<std::string(int)>& name_rank) {
+  const ProcessInfo& p = process();
+  if (p.size == 1) {
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+  static_assert(sizeof(AgreementRecord) % 8 == 0);
+  AgreementRecord mine = make_record(facts, in_mesh);
+  mine.failed = failure ? 1 : 0;
+  std::vector<AgreementRecord> all(size_t(p.size));
+  job_all_gather(&mine, sizeof mine, all.data());
+  // 1. a rank that failed: its own error there, a PeerError elsewhere
+  for (int r = 0; r < p.size; ++r)
+    if (all[size_t(r)].failed) {
+      agreed_failure.store(true);
+      if (failure) std::rethrow_exception(failure);
+      throw PeerError(what + ": " + (name_rank ? name_rank(r) : "rank " + std::to_string(r) + " of the job") +
+                      " failed before communicating");
+    }
+  // 2. the first slot where two ranks that count there differ (a rank outside the mesh skips
+  // the slots its own record marks mesh-only): every rank reads the same records, so every rank
+  // finds the same slot, or none
+  for (size_t k = 0; k < size_t(AgreementRecord::slots); ++k) {
+    int reference = -1, other = -1;
+    for (int r = 0; r < p.size && other < 0; ++r) {
+      const AgreementRecord& rec = all[size_t(r)];
+      if (!rec.in_mesh && (rec.mesh_only_slots >> k & 1u)) continue;
+      if (reference < 0) reference = r;
+      else if (rec.hash[k] != all[size_t(reference)].hash[k] || rec.facts != all[size_t(reference)].facts) other = r;
+    }
+    if (other < 0) continue;
+    // the error path: one more all-gather, of the slot's facts in words (every rank is here)
+    constexpr size_t text_bytes = 1024;
+    std::vector<char> text(text_bytes, '\0'), texts(text_bytes * size_t(p.size));
+    std::string own = slot_text(facts, k);
+    std::memcpy(text.data(), own.data(), std::min(own.size(), text_bytes - 1));
+    job_all_gather(text.data(), text_bytes, texts.data());
+    auto text_of = [&](int r) { return std::string_view(texts.data() + size_t(r) * text_bytes); };
+    auto [name, value_other, value_reference] = first_difference(text_of(other), text_of(reference));
+    agreed_failure.store(true);
+    throw UserError(what + ": the ranks of the job disagree on the " + name + ": rank " + std::to_string(other) + " has " +
+                    value_other + ", rank " + std::to_string(reference) + " " + value_reference +
+                    " (every rank must run the same fusion with the same options and inputs of the same local shapes)");
+  }
+}
+
+bool failure_agreed() { return agreed_failure.load(); }
+
+}  // namespace alloy::multidevice

@@ -1,0 +1,52 @@
+// The job-wide agreement (issue 26): before the first collective of a run, every rank of the job
+// contributes a small fixed-size record (hashes of the facts that must be the same on every rank:
+// the fusion, the options, the command line's choices, the bound sizes, each input's local shape,
+// dtype and strides class) and whether it failed to make it; one all-gather over the job's host
+// team gives every rank every record, so every rank reaches the same verdict at once: a rank that
+// failed rethrows its error and the others throw PeerError; facts that differ are a UserError on
+// every rank naming the first fact that differs and two ranks that differ ("rank 1 bound T=16,
+// rank 0 T=8"). Ranks outside the mesh take part (their mesh-only facts are not compared).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace alloy::multidevice {
+
+// One fact a rank states: `name` as the message says it ("bound", "input 'x'", "fusion"), its value
+// in words. A mesh-only fact (bound sizes, local shapes) is compared among the mesh's ranks only.
+struct JobFact {
+  std::string name;
+  std::string value;
+  bool mesh_only = false;
+};
+
+// What one rank sends: fixed-size, whatever the number of facts (facts past the last slot share it).
+struct AgreementRecord {
+  static constexpr int slots = 24;  // (at most 32: mesh_only_slots)
+  uint32_t failed = 0;   // this rank failed before it could communicate
+  uint32_t in_mesh = 0;  // this rank is a device of the mesh (its mesh-only facts count)
+  uint32_t facts = 0;    // how many facts
+  uint32_t mesh_only_slots = 0;  // bit k: slot k holds a mesh-only fact (skipped on a rank outside the mesh)
+  std::array<uint64_t, slots> hash{};
+  bool operator==(const AgreementRecord&) const = default;
+};
+
+AgreementRecord make_record(const std::vector<JobFact>& facts, bool in_mesh);
+
+// Every rank of the job calls it together (one all-gather; nothing in a job of one). `failure`:
+// this rank's error, rethrown here after the others learnt of it. `what` prefixes the messages;
+// `name_rank` names a failed rank in a PeerError ("rank 1 of the mesh"; default "rank 1 of the job").
+void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::exception_ptr failure, const std::string& what,
+                    const std::function<std::string(int)>& name_rank = {});
+
+// Whether an error this process threw came out of an agreement (so every rank of the job threw
+// one at the same point): a tool ends such a job with one more agreement on who reports; any other
+// failure in a job of several may leave ranks waiting, so the tool aborts the job.
+bool failure_agreed();
+
+}  // namespace alloy::multidevice
