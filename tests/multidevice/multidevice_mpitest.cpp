@@ -508,11 +508,13 @@ TEST(ShardingProperty, RandomFusionsWithRandomShardings_EqualTheirUnshardedRuns)
 
 TEST(ShardedFailures, ABadInputOnOneRank_FailsEveryRankAndTheNextRunWorks) {
   if (process().size < 2) GTEST_SKIP() << "needs two ranks";
-  std::string text = "fusion f(x: f32[8, 4] " + world_mesh_text() + " shard(axis=0)) {\n  y = sum(x, dims=[0])\n  return y\n}";
-  FusionExecutor executor(parse_fusion(text, "bad.fusion"), {DeviceChoice::cpu});
   int n = process().size;
-  Tensor good = filled(DType::f32, {8 / n, 4}, [](int64_t) { return 1.0; });
-  Tensor wrong = filled(DType::f32, {8 / n, 5}, [](int64_t) { return 1.0; });
+  const int64_t rows = 4 * n;  // four a rank, whatever the job's size
+  std::string text = "fusion f(x: f32[" + std::to_string(rows) + ", 4] " + world_mesh_text() +
+                     " shard(axis=0)) {\n  y = sum(x, dims=[0])\n  return y\n}";
+  FusionExecutor executor(parse_fusion(text, "bad.fusion"), {DeviceChoice::cpu});
+  Tensor good = filled(DType::f32, {4, 4}, [](int64_t) { return 1.0; });
+  Tensor wrong = filled(DType::f32, {4, 5}, [](int64_t) { return 1.0; });
   bool peer = false, mine = false;
   try {
     executor.run({process().rank == 1 ? wrong : good});
@@ -527,7 +529,7 @@ TEST(ShardedFailures, ABadInputOnOneRank_FailsEveryRankAndTheNextRunWorks) {
   std::vector<Tensor> out = executor.run({good});
   EXPECT_TRUE(testing::tensors_close(multidevice::gather_global(out.at(0), *executor.output_shardings()[0],
                                                                 *multidevice::communicator_for(world_mesh(), Device{})),
-                                     filled(DType::f32, {4}, [](int64_t) { return 8.0; })));
+                                     filled(DType::f32, {4}, [rows](int64_t) { return double(rows); })));
 }
 
 // A local step that throws on one rank (as a cost measurement's allocation or probe GEMM can):
