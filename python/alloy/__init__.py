@@ -322,8 +322,13 @@ class FusionDefinition:
     definition is planned: ``"pipeline"``: ``"off"``, ``"auto"`` (the default), ``"ring"`` or
     ``"chunks=N"``, how a sharded fusion's collectives overlap the GEMMs next to them (the
     command line's ``--pipeline``); ``"poison_outputs"``: ``True`` fills every buffer a run
-    allocates with NaN first (a test sees any element a kernel failed to write). A bad name or
-    value raises ``alloy.Error``; ``fd.options`` reads them back.
+    allocates with NaN first (a test sees any element a kernel failed to write);
+    ``"agreement"``: ``"every_run"`` (the default) or ``"on_change"``, when the ranks of a job of
+    several processes agree on the fusion, options, sizes and shapes before a sharded run's first
+    collective: on every run, or only on a run whose record differs from the last agreed one
+    (cheaper; safe only when every rank changes shapes at the same runs, or a rank would wait for
+    an agreement the others skip). A bad name or value raises ``alloy.Error``; ``fd.options``
+    reads them back.
     """
 
     def __init__(self, name="fusion", *, options=None, _impl=None):
@@ -539,7 +544,7 @@ class FusionDefinition:
 
     @property
     def options(self):
-        """The executor options every run uses: {"pipeline": ..., "poison_outputs": ...}."""
+        """The executor options every run uses: {"pipeline": ..., "poison_outputs": ..., "agreement": ...}."""
         return dict(self._impl.options)
 
     @property

@@ -402,9 +402,15 @@ void Definition::set_options(const nb::dict& options) {
       if (!is_number(value) || flag.kind != Literal::Kind::boolean)
         user_error_at(place, "poison_outputs: expected True or False, found ", nb::cast<std::string>(nb::repr(value)));
       updated.poison_outputs = flag.b;
+    } else if (name == "agreement") {
+      std::string text = PyUnicode_Check(value.ptr()) ? nb::cast<std::string>(value) : std::string();
+      if (text == "every_run") updated.agreement = ExecutorOptions::Agreement::every_run;
+      else if (text == "on_change") updated.agreement = ExecutorOptions::Agreement::on_change;
+      else
+        user_error_at(place, "agreement: expected \"every_run\" or \"on_change\", found ", nb::cast<std::string>(nb::repr(value)));
     } else {
-      user_error_at(place, "unknown option '", name, "'; expected pipeline (\"off\", \"auto\", \"ring\" or \"chunks=N\") or "
-                    "poison_outputs (a bool)");
+      user_error_at(place, "unknown option '", name, "'; expected pipeline (\"off\", \"auto\", \"ring\" or \"chunks=N\"), "
+                    "poison_outputs (a bool) or agreement (\"every_run\" or \"on_change\")");
     }
   }
   std::lock_guard<std::mutex> lock(executors_mutex_);
@@ -418,6 +424,7 @@ nb::dict Definition::options() {
   nb::dict out;
   out["pipeline"] = options_.pipeline;
   out["poison_outputs"] = options_.poison_outputs;
+  out["agreement"] = options_.agreement == ExecutorOptions::Agreement::on_change ? "on_change" : "every_run";
   return out;
 }
 

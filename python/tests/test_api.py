@@ -323,18 +323,30 @@ def test_bad_layout_hints_are_located_errors_at_definition(hints, message):
 # ---- executor options per definition ---------------------------------------------------------
 
 def test_options_are_set_per_definition_and_read_back():
-    assert alloy.FusionDefinition().options == {"pipeline": "auto", "poison_outputs": False}
+    assert alloy.FusionDefinition().options == {"pipeline": "auto", "poison_outputs": False, "agreement": "every_run"}
     fd = alloy.FusionDefinition(options={"pipeline": "chunks=4", "poison_outputs": True})
-    assert fd.options == {"pipeline": "chunks=4", "poison_outputs": True}
+    assert fd.options == {"pipeline": "chunks=4", "poison_outputs": True, "agreement": "every_run"}
     text = "fusion f(x: f32[3]) {\n  y = exp(x)\n  return y\n}"
     assert alloy.parse(text, options={"pipeline": "ring"}).options["pipeline"] == "ring"
+
+
+def test_agreement_option_is_every_run_or_on_change():
+    fd = alloy.FusionDefinition(options={"agreement": "on_change"})
+    assert fd.options["agreement"] == "on_change"
+    with fd:
+        x = fd.define_tensor(shape=[3], dtype=alloy.float32)
+        fd.add_output(fd.ops.exp(x))
+    np.testing.assert_allclose(fd.execute([np.zeros(3, np.float32)])[0], np.ones(3))  # a job of one: nothing to agree on
+    for bad in ("sometimes", 1, None):
+        with pytest.raises(alloy.Error, match='agreement: expected "every_run" or "on_change"'):
+            alloy.FusionDefinition(options={"agreement": bad})
 
 
 def test_load_takes_options(tmp_path):
     path = tmp_path / "f.fusion"
     path.write_text("fusion f(x: f32[3]) {\n  y = exp(x)\n  return y\n}\n")
     fd = alloy.load(path, options={"pipeline": "off", "poison_outputs": np.bool_(True)})
-    assert fd.options == {"pipeline": "off", "poison_outputs": True}
+    assert fd.options == {"pipeline": "off", "poison_outputs": True, "agreement": "every_run"}
     np.testing.assert_allclose(fd.execute([np.zeros(3, np.float32)])[0], np.ones(3))
 
 

@@ -202,7 +202,7 @@ def test_a_bad_reference_output_is_named_as_one():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"pipline": "ring"}, r"^options: unknown option 'pipline'; expected pipeline .* or poison_outputs"),
+    ({"pipline": "ring"}, r"^options: unknown option 'pipline'; expected pipeline .* poison_outputs .* or agreement"),
     ({"pipeline": "sometimes"}, r"^options: pipeline: expected off, auto, ring or chunks=N, found 'sometimes'"),
     ({"pipeline": "chunks=0"}, r"^options: pipeline: chunks must be a whole number from 1 to 1024"),
     ({"pipeline": 4}, r"^options: pipeline: expected .* found int"),
