@@ -428,7 +428,7 @@ int run_command(const RunOptions& opts) {
   // any of them communicates (one all-gather: multidevice/agreement.h).
   std::vector<multidevice::JobFact> facts;
   for (auto& [name, value] : command_facts(opts)) facts.push_back({name, value});
-  facts.push_back({"fusion", std::to_string(std::hash<std::string>{}(fusion_text)) + " (the hash of the fusion as printed)"});
+  facts.push_back({"fusion", std::to_string(std::hash<std::string>{}(fusion_text)) + " (the hash of the fusion as printed)", false, fusion_text});
   facts.push_back({"pipeline", opts.pipeline});
   facts.push_back({"device", opts.device});
   if (made) {

@@ -751,7 +751,7 @@ TEST_F(CliMpiTest, RanksLaunchedDifferently_FailTogetherNamingTheFirstDifference
       {{"run " + tp + " --bind T=8 --device cpu", "run " + tp + " --bind T=8 --device cpu --bench 3"}, {"bench runs", "rank 1 has 3"}},
       {{"check " + tp, "run " + tp + " --bind T=8 --device cpu"}, {"command", "rank 1 has run, rank 0 check"}},
       {{"run " + tp + " --bind T=8 --device cpu --seed 1", "run " + tp + " --bind T=8 --device cpu"}, {"seed", "rank 1 has 0, rank 0 1"}},
-      {{"run '" + sum + "' --device cpu", "run '" + max + "' --device cpu"}, {"disagree on the fusion"}},
+      {{"run '" + sum + "' --device cpu", "run '" + max + "' --device cpu"}, {"disagree on the fusion", "first different at line 2: rank 1 has `  y = max(x, dims=[0]"}},
       {{"run " + tp + " --bind T=8 --device cpu --dump program", "run " + tp + " --bind T=8 --device cpu"}, {"dumps", "program"}},
   };
   for (const Case& c : cases) {

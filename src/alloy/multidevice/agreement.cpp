@@ -50,6 +50,43 @@ std::array<std::string, 3> first_difference(std::string_view a, std::string_view
   return {"facts", "(the same text: a hash collision)", "(the same text)"};
 }
 
+// Every rank's `detail` of the fact named `name` (empty where a rank has none): two all-gathers
+// over the job, its length and then the texts. Every rank calls it together (the error path).
+std::vector<std::string> gather_details(const std::vector<JobFact>& facts, const std::string& name, int ranks) {
+  std::string mine;
+  for (const JobFact& f : facts)
+    if (f.name == name) mine = f.detail;
+  constexpr uint64_t kMaxDetail = 1 << 20;  // a longer text is cut (the message names a line of it)
+  uint64_t length = std::min<uint64_t>(mine.size(), kMaxDetail);
+  std::vector<uint64_t> lengths(static_cast<size_t>(ranks));
+  job_all_gather(&length, sizeof length, lengths.data());
+  uint64_t longest = (*std::max_element(lengths.begin(), lengths.end()) + 7) / 8 * 8;
+  std::vector<std::string> out(static_cast<size_t>(ranks));
+  if (longest == 0) return out;
+  std::vector<char> own(longest, '\0'), all(longest * size_t(ranks));
+  std::memcpy(own.data(), mine.data(), length);
+  job_all_gather(own.data(), longest, all.data());
+  for (int r = 0; r < ranks; ++r) out[size_t(r)].assign(all.data() + size_t(r) * longest, lengths[size_t(r)]);
+  return out;
+}
+
+// " (first different at line N: rank A has `...`, rank B `...`)" for two texts, or "".
+std::string first_different_line(const std::string& a, int rank_a, const std::string& b, int rank_b) {
+  if (a.empty() || b.empty() || a == b) return "";
+  size_t pa = 0, pb = 0;
+  for (int line = 1;; ++line) {
+    size_t ea = std::min(a.find('\n', pa), a.size()), eb = std::min(b.find('\n', pb), b.size());
+    std::string la = a.substr(pa, ea - pa), lb = b.substr(pb, eb - pb);
+    if (la != lb || ea == a.size() || eb == b.size()) {
+      auto quoted = [](const std::string& l) { return l.empty() ? std::string("nothing") : "`" + l + "`"; };
+      return " (first different at line " + std::to_string(line) + ": rank " + std::to_string(rank_a) + " has " + quoted(la) +
+             ", rank " + std::to_string(rank_b) + " " + quoted(lb) + ")";
+    }
+    pa = ea + 1;
+    pb = eb + 1;
+  }
+}
+
 }  // namespace
 
 AgreementRecord make_record(const std::vector<JobFact>& facts, bool in_mesh) {
@@ -105,9 +142,15 @@ void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::except
     job_all_gather(text.data(), text_bytes, texts.data());
     auto text_of = [&](int r) { return std::string_view(texts.data() + size_t(r) * text_bytes); };
     auto [name, value_other, value_reference] = first_difference(text_of(other), text_of(reference));
+    // every rank found the same fact (from the same gathered texts): all gather its details or none
+    std::string where;
+    if (name == "fusion") {
+      std::vector<std::string> details = gather_details(facts, name, p.size);
+      where = first_different_line(details[size_t(other)], other, details[size_t(reference)], reference);
+    }
     agreed_failure.store(true);
     throw UserError(what + ": the ranks of the job disagree on the " + name + ": rank " + std::to_string(other) + " has " +
-                    value_other + ", rank " + std::to_string(reference) + " " + value_reference +
+                    value_other + ", rank " + std::to_string(reference) + " " + value_reference + where +
                     " (every rank must run the same fusion with the same options and inputs of the same local shapes)");
   }
 }

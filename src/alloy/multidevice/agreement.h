@@ -23,6 +23,9 @@ struct JobFact {
   std::string name;
   std::string value;
   bool mesh_only = false;
+  // A longer text the value stands for (the fusion as printed, where the value is its hash):
+  // gathered only when this fact is the one that differs, to name the first line that differs.
+  std::string detail = {};
 };
 
 // What one rank sends: fixed-size, whatever the number of facts (facts past the last slot share it).

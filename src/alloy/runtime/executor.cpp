@@ -157,7 +157,7 @@ const CompiledFusion& FusionExecutor::Impl::plan_for() {
   // the hash of the fusion as parsed and printed stands for its text (the same on every rank
   // that parsed the same file, whatever its spacing and comments)
   std::string text = print_fusion(*fusion);
-  fixed_facts = {{"fusion", "'" + fusion->name() + "' (printed text hash " + std::to_string(std::hash<std::string>{}(text)) + ")"},
+  fixed_facts = {{"fusion", "'" + fusion->name() + "' (printed text hash " + std::to_string(std::hash<std::string>{}(text)) + ")", false, text},
                  {"device kind", device.kind == DeviceKind::cpu ? "cpu" : "cuda"},
                  {"pipeline", options.pipeline},
                  {"poison_outputs", options.poison_outputs ? "on" : "off"}};
