@@ -484,20 +484,12 @@ TEST_F(CliTest, Settings_AreListedSetAndReportedInDumps) {
 }
 
 // `check` refuses what `run` refuses before planning: a collective stated in a fusion with a mesh.
-TEST(CliCheck, AStatedCollective_IsRefusedAsRunRefusesIt) {
-  std::string path = ::testing::TempDir() + "/stated_collective.fusion";
-  {
-    std::ofstream out(path);
-    out << "fusion f(x: f32[8] @mesh[0, 1] shard(axis=0)) {\n  y = all_gather(x, axis=0)\n  return y\n}\n";
-  }
-  std::string cmd = std::string(ALLOY_CLI_PATH) + " check '" + path + "' 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string output;
-  char buffer[512];
-  while (fgets(buffer, sizeof buffer, pipe)) output += buffer;
-  int status = pclose(pipe);
-  EXPECT_EQ(WEXITSTATUS(status), 1) << output;
+TEST_F(CliTest, Check_AStatedCollective_IsRefusedAsRunRefusesIt) {
+  std::string file = write("stated_collective.fusion",
+                           "fusion f(x: f32[8] @mesh[0, 1] shard(axis=0)) {\n  y = all_gather(x, axis=0)\n  return y\n}\n");
+  CliResult r = alloy("check '" + file + "'");
+  std::string output = r.out + r.err;
+  EXPECT_EQ(r.code, 1) << output;
   EXPECT_NE(output.find("stated_collective.fusion:2:"), std::string::npos) << output;
   EXPECT_NE(output.find("all_gather is a resharding step that Alloy inserts itself"), std::string::npos) << output;
   EXPECT_NE(output.find("1 error in"), std::string::npos) << output;

@@ -41,9 +41,12 @@ struct FusionExecutor::Impl {
   Bindings bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
   Bindings bind_checked(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
   Bindings agree_and_bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
-  // The job agreement's facts that do not change between runs (made with the plan), and the
-  // record last agreed (ExecutorOptions::Agreement::on_change).
-  std::vector<multidevice::JobFact> fixed_facts;
+  // The record last agreed (ExecutorOptions::Agreement::on_change), declared below, and the
+  // facts a run agrees on: the plan's fixed ones first (fixed_count of them, made once), then
+  // each run's sizes and shapes, rewritten in place (runs of a fusion with a mesh take turns under
+  // run_mutex), so a cached run copies none of the fixed ones (the fusion's printed text among them).
+  std::vector<multidevice::JobFact> facts;
+  size_t fixed_count = 0;
   std::optional<multidevice::AgreementRecord> last_agreed;
   void check_sizes(const CompiledFusion& plan, const Bindings& b);
   std::mutex sizes_mutex;
@@ -157,11 +160,12 @@ const CompiledFusion& FusionExecutor::Impl::plan_for() {
   // the hash of the fusion as parsed and printed stands for its text (the same on every rank
   // that parsed the same file, whatever its spacing and comments)
   std::string text = print_fusion(*fusion);
-  fixed_facts = {{"fusion", "'" + fusion->name() + "' (printed text hash " + std::to_string(std::hash<std::string>{}(text)) + ")", false, text},
+  facts = {{"fusion", "'" + fusion->name() + "' (printed text hash " + std::to_string(std::hash<std::string>{}(text)) + ")", false, text},
                  {"device kind", device.kind == DeviceKind::cpu ? "cpu" : "cuda"},
                  {"pipeline", options.pipeline},
                  {"poison_outputs", options.poison_outputs ? "on" : "off"}};
-  for (auto& [name, value] : options.job_facts) fixed_facts.push_back({name, value});
+  for (auto& [name, value] : options.job_facts) facts.push_back({name, value});
+  fixed_count = facts.size();
   compiled = std::move(plan);
   ++plans_built;
   ready.store(&*compiled, std::memory_order_release);
@@ -236,7 +240,7 @@ Bindings FusionExecutor::Impl::agree_and_bind(const CompiledFusion& plan, const 
       failure = std::current_exception();
     }
   }
-  std::vector<multidevice::JobFact> facts = fixed_facts;
+  facts.resize(fixed_count);
   std::string sizes;
   if (in_mesh && !failure)
     for (const std::string& symbol : plan.local->input_symbols())

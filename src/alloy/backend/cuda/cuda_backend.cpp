@@ -103,17 +103,19 @@ class CudaTimer final : public host_ir::DeviceTimer {
     stop_.synchronize();
     return start_.elapsed_ms(stop_);
   }
+  // The host function reads held_ms_ when the stream reaches it, before stop() can be recorded
+  // behind it, so the timer (which elapsed_ms() keeps alive until then) holds the length.
   void hold(double ms) override {
-    static thread_local double held_ms = 0;  // a host function takes one pointer: the length rides in a thread's slot
-    held_ms = ms;
+    held_ms_ = ms;
     auto sleep = [](void* length) {
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(*static_cast<double*>(length)));
     };
-    ALLOY_CUDA_CHECK(cudaLaunchHostFunc(raw(Stream::current(device_)), sleep, &held_ms));
+    ALLOY_CUDA_CHECK(cudaLaunchHostFunc(raw(Stream::current(device_)), sleep, &held_ms_));
   }
 
  private:
   int device_;
+  double held_ms_ = 0;
   Event start_, stop_;
 };
 
