@@ -50,6 +50,7 @@ struct RunOptions {
   int64_t seed = 0;
   std::string device = "auto";
   std::string pipeline = "auto";
+  std::string agreement = "every_run";
   std::string save_dir;
   std::vector<std::string> dumps;
   int bench = 0;
@@ -403,6 +404,7 @@ int run_command(const RunOptions& opts) {
     fusion_text = print_fusion(*fusion);
     ExecutorOptions options{device_choice(opts.device)};
     options.pipeline = opts.pipeline;
+    options.agreement = opts.agreement == "on_change" ? ExecutorOptions::Agreement::on_change : ExecutorOptions::Agreement::every_run;
     options.job_facts = command_facts(opts);
     made.emplace(std::move(fusion), options);
     const Fusion& f = made->fusion();
@@ -430,6 +432,7 @@ int run_command(const RunOptions& opts) {
   for (auto& [name, value] : command_facts(opts)) facts.push_back({name, value});
   facts.push_back({"fusion", std::to_string(std::hash<std::string>{}(fusion_text)) + " (the hash of the fusion as printed)", false, fusion_text});
   facts.push_back({"pipeline", opts.pipeline});
+  facts.push_back({"agreement", opts.agreement});
   facts.push_back({"device", opts.device});
   if (made) {
     std::string sizes = bindings_text(made->fusion(), bindings);
@@ -520,6 +523,11 @@ int run_cli(int argc, char** argv) {
           },
           "off|auto|ring|chunks=N", "pipeline"))
       ->default_val("auto");
+  run_cmd
+      ->add_option("--agreement", run.agreement,
+                   "When the ranks of a job agree on what they run: every_run, or on_change (a run like the last agreed one skips it)")
+      ->check(CLI::IsMember({"every_run", "on_change"}))
+      ->default_val("every_run");
   run_cmd
       ->add_option("--save-outputs", run.save_dir, "Write DIR/<output name>.npy for each output")
       ->check(CLI::Validator([](std::string& dir) { return dir.empty() ? std::string("the folder name is empty") : std::string(); },

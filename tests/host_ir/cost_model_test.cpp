@@ -32,7 +32,16 @@ TEST(CostModel, Formula_TimesOfEachCandidate) {
   PairShape s = shape(2, 1000, 500, 500, 490000);
   EXPECT_DOUBLE_EQ(gemm_us(c, 1000, s), 500);
   EXPECT_DOUBLE_EQ(off_us(c, s), 500 + 1000);                        // collective, then the GEMM over both blocks
-  EXPECT_DOUBLE_EQ(chunks_us(c, s, 2), 255 + 500 + 1 * 500);         // c = 10 + 245, g = 2 * 250
+  // all-gather -> GEMM, chunks=2: c = 10 + 245 a chunk, g = 250 a block's chunk; the own block's
+  // chunk runs at once, the other's once it arrived: chunk 0 ends at max(250, 255) + 250 = 505,
+  // chunk 1 at max(505 + 250, 510) + 250 = 1005
+  EXPECT_DOUBLE_EQ(chunks_us(c, s, 2), 1005);
+  EXPECT_DOUBLE_EQ(chunks_us(c, s, 1), 1000);  // max(500, 500) + 500: the own block hides the link
+  PairShape rs = s;
+  rs.kind = PairShape::Kind::gemm_reduce_scatter;
+  // the other block's chunk (250), sent (255) while the own one runs: 505, then 1005
+  EXPECT_DOUBLE_EQ(chunks_us(c, rs, 2), 1005);
+  EXPECT_DOUBLE_EQ(chunks_us(c, rs, 1), 1000);  // the send (500) from 500 to 1000, beside the own GEMM
   EXPECT_DOUBLE_EQ(ring_us(c, s), 500 + 1 * std::max(500.0, 500.0)); // g + (n - 1) * max(h, g)
   c.overlaps = false;
   EXPECT_DOUBLE_EQ(chunks_us(c, s, 2), 2 * (255 + 500));

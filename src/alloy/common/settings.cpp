@@ -61,6 +61,9 @@ const std::vector<Setting> kSettings = {
     {"ALLOY_NO_SIDE_STREAM", K::flag, "0", 0, 0, "no side streams for memory-bound kernels beside GEMMs"},
     // not an A/B: the path for devices NCCL refuses (ranks sharing a GPU) and its tests
     {"ALLOY_STAGED_COMMUNICATION", K::flag, "0", 0, 0, "device tensors communicate through host memory, not NCCL"},
+    // an A/B (issue 25): the pipelined loops' chunks moved by the copy engines, or by NCCL's kernels
+    {"ALLOY_NO_COPY_ENGINES", K::flag, "0", 0, 0,
+     "pipelined all-gathers and reduce-scatters between GPUs of one host use NCCL's kernels, not the copy engines"},
     // not an A/B: where NCCL is installed
     {"ALLOY_NCCL_LIBRARY", K::text, "", 0, 0, "the NCCL library to load (empty: libnccl.so.2)"},
     // not A/Bs: the measured rates' cache, refreshed or bypassed

@@ -12,6 +12,8 @@ std::string number(double v, const char* unit) {
   return text;
 }
 
+constexpr double kMargin = 0.03;
+
 double collective_us(const MachineCosts& c, double bytes) { return c.gather_latency_us + bytes / c.gather_bytes_per_us; }
 double hop_us(const MachineCosts& c, double bytes) { return c.hop_latency_us + bytes / c.hop_bytes_per_us; }
 
@@ -37,10 +39,24 @@ double off_us(const MachineCosts& c, const PairShape& s) {
 }
 
 double chunks_us(const MachineCosts& c, const PairShape& s, int chunks) {
-  double comm = collective_us(c, double(s.block_bytes) / chunks);
-  double gemms = s.parts * gemm_us(c, double(s.rows) / chunks, s);
-  if (!c.overlaps) return chunks * (comm + gemms);
-  return comm + gemms + (chunks - 1) * std::max(comm, gemms);
+  const double comm = collective_us(c, double(s.block_bytes) / chunks);
+  const double gemm = gemm_us(c, double(s.rows) / chunks, s);  // one block's chunk
+  const int others = s.parts - 1;
+  if (!c.overlaps) return chunks * (comm + s.parts * gemm);
+  double compute = 0, link = 0;
+  for (int i = 0; i < chunks; ++i) {
+    if (s.kind == PairShape::Kind::all_gather_gemm) {
+      link += comm;                                      // chunk i of every other block arrives
+      compute += gemm;                                   // the own block's chunk: nothing to wait for
+      compute = std::max(compute, link) + others * gemm; // the others' once they are here
+    } else {
+      compute += others * gemm;                          // the others' partial sums, sent ...
+      link = std::max(link, compute) + comm;             // ... while the own block's GEMM runs
+      compute += gemm;
+      link = std::max(link, compute);                    // this rank's part finished after it
+    }
+  }
+  return std::max(compute, link);
 }
 
 double ring_us(const MachineCosts& c, const PairShape& s) {
@@ -50,9 +66,12 @@ double ring_us(const MachineCosts& c, const PairShape& s) {
 
 PipelineChoice choose_pipeline(const MachineCosts& c, const PairShape& s) {
   PipelineChoice best;
-  double best_us = off_us(c, s);
-  std::string times = "off " + number(best_us, "us");
-  for (int chunks = 2; chunks <= 16 && chunks <= s.rows; chunks *= 2) {
+  // a pipelined program must win by a margin (kMargin of off, and a microsecond) to be chosen:
+  // the model's errors then cost little, where a near tie would pay the loop's own overheads
+  const double off = off_us(c, s);
+  double best_us = std::min(off * (1 - kMargin), off - 1);
+  std::string times = "off " + number(off, "us");
+  for (int chunks = 1; chunks <= 16 && chunks <= std::max<int64_t>(1, s.rows); chunks *= 2) {
     double t = chunks_us(c, s, chunks);
     times += ", chunks=" + std::to_string(chunks) + " " + number(t, "us");
     if (t < best_us) {

@@ -9,15 +9,21 @@
 //                 a reduce-scatter is costed as the all-gather of the same bytes);
 //   hop(bytes)  = hop_latency + bytes / hop_rate         (one send_recv between neighbours);
 //   off         = coll(B) + gemm(n * m);
-//   chunks S    = c + g + (S - 1) * max(c, g),  c = coll(B / S),  g = n * gemm(m / S)
-//                 (chunk i's collective overlaps chunk i-1's GEMMs: the first collective and the
-//                 last GEMMs are exposed), for S in 2, 4, 8, 16 up to m;
+//   chunks S    = the loop's timeline, S in 1, 2, 4, 8, 16 up to m, with c = coll(B / S) and
+//                 g = gemm(m / S) one block's chunk (host_ir/pipeline_collectives.h's bodies):
+//                 all-gather -> GEMM: the link brings chunk i of the other blocks at (i + 1) c;
+//                   the compute stream runs the own block's chunk (waiting for nothing), waits
+//                   for chunk i, then runs the other n - 1;
+//                 GEMM -> reduce-scatter: the compute stream runs the other blocks' chunk i, then
+//                   the own block's; the link sends chunk i once the others' GEMMs are done (c)
+//                   and finishes this rank's part after the own one;
+//                 the time is the later of the two streams' ends;
 //   ring        = g + (n - 1) * max(h, g),  g = gemm(m),  h = hop(B)
 //                 (step s's hop overlaps step s's GEMM; the reduce-scatter ring's add is a read
 //                 of two blocks and a write, neglected against its GEMM).
 // Where nothing overlaps (`overlaps` false: the CPU runs every node in order) the max becomes a
-// sum, so off is never slower. The cheapest wins; ties go to the simpler program (off, then
-// fewer chunks, then the ring).
+// sum, so off is never slower. The cheapest wins, where it is at least 3% (and 1 us) faster than
+// off by the model; ties go to the simpler program (off, then fewer chunks, then the ring).
 #pragma once
 
 #include <cstdint>

@@ -27,7 +27,7 @@ std::vector<int64_t> RunState::concrete_shape(const Value* v) const {
   return sizes;
 }
 
-void SegmentExecutable::run_chunk(RunState&) { internal_error("this segment cannot run inside a chunked loop"); }
+void SegmentExecutable::run_chunk(RunState&, ChunkPhase) { internal_error("this segment cannot run inside a chunked loop"); }
 
 Tensor DeviceRuntime::allocate(DType dtype, const std::vector<int64_t>& sizes, const RunState& state) const {
   Tensor t = empty(dtype, sizes, state.device.index);
@@ -42,6 +42,7 @@ struct Executable::LoopFrame {
   int count;                   // chunks this run (at most the loop's count, at most the rows)
   int rank = 0;                // this device's rank in the team (ring loops)
   std::vector<Tensor> whole;   // per loop.values entry (undefined for a ring_buffer)
+  std::vector<Tensor> own;     // per loop.values entry: its `own` value's tensor, where it has one
   std::vector<std::array<Tensor, 2>> scratch;  // per loop.values entry: a ring_buffer's two blocks
   std::array<Tensor, 2> sums;  // a reduce-scatter ring's running sums
 
@@ -59,6 +60,10 @@ struct Executable::LoopFrame {
     return t.as_strided(sizes, t.strides(), t.offset() + begin * t.stride(0));
   }
   Tensor chunk(size_t k, int part) const {
+    if (part == rank && own[k].defined()) {
+      auto [begin, end] = rows(own[k], 1);
+      return row_range(own[k], begin, end);
+    }
     const Tensor& t = whole[k];
     bool blocks = loop->values[k].layout == ChunkedValue::Layout::blocks;
     int parts = blocks ? loop->parts : 1;
@@ -177,7 +182,8 @@ struct Executable::NodeRunner {
     std::vector<std::pair<const Value*, Tensor>> bound;
     for (size_t k = 0; k < frame->loop->values.size(); ++k) {
       const Value* v = frame->loop->values[k].value;
-      Tensor view = frame->bound(k, std::max(l.part, 0), state);
+      int part = l.relative ? ((frame->rank + l.part) % frame->loop->parts + frame->loop->parts) % frame->loop->parts : std::max(l.part, 0);
+      Tensor view = frame->bound(k, part, state);
       state.values[v->id] = view;
       state.chunk_shapes[v->id] = view.sizes();
       if (std::find(s.outputs.begin(), s.outputs.end(), v) != s.outputs.end()) bound.emplace_back(v, view);
@@ -207,7 +213,7 @@ struct Executable::NodeRunner {
         const ChunkedValue& v = frame->loop->values[k];
         state.values[v.value->id] = v.layout == ChunkedValue::Layout::blocks ? frame->parts_view(k) : frame->chunk(k, 0);
       }
-      x.segments.at(size_t(c.segment))->run_chunk(state);
+      x.segments.at(size_t(c.segment))->run_chunk(state, c.phase);
     });
   }
 
@@ -277,9 +283,12 @@ void Executable::run_nodes(const std::vector<Node>& nodes, RunState& state, RunS
 }
 
 void Executable::run_loop(const ForChunks& loop, RunState& state, RunStreams* streams) const {
-  LoopFrame frame{&loop, 0, loop.count, 0, {}, {}, {}};
+  LoopFrame frame{&loop, 0, loop.count, 0, {}, {}, {}, {}};
   const bool ring = loop.schedule == ForChunks::Schedule::ring;
-  if (ring && state.team) frame.rank = state.team->rank();
+  if (state.team) frame.rank = state.team->rank();
+  frame.own.resize(loop.values.size());
+  for (size_t k = 0; k < loop.values.size(); ++k)
+    if (loop.values[k].own) frame.own[k] = state.at(loop.values[k].own);
   int64_t rows_per_block = -1;
   frame.scratch.resize(loop.values.size());
   for (size_t k = 0; k < loop.values.size(); ++k) {

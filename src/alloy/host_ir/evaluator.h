@@ -45,8 +45,8 @@ class SegmentExecutable {
   // Reads the segment's inputs from `state` and stores its outputs there.
   virtual void run(RunState& state) = 0;
   // Inside a ForChunks loop (communication segments): moves this iteration's chunk between the
-  // views the loop bound, writing into the bound output.
-  virtual void run_chunk(RunState& state);
+  // views the loop bound, writing into the bound output (a reduce-scatter in halves: `phase`).
+  virtual void run_chunk(RunState& state, ChunkPhase phase);
   // The generated source, for `--dump cuda`; empty where there is none.
   virtual std::string source() const { return {}; }
 };

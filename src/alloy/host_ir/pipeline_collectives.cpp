@@ -190,6 +190,7 @@ class Rewriter {
     std::vector<ChunkedValue> values;
     if (pair.kind == PairSizes::Kind::all_gather_gemm) {
       values = {{op.inputs[0], ChunkedValue::Layout::rows}, {op.outputs[0], ChunkedValue::Layout::blocks}};
+      values.back().own = op.inputs[0];
       for (Value* v : gemm.outputs) values.push_back({v, ChunkedValue::Layout::blocks});
     } else {
       values = {{matmul_op(gemm)->inputs[0], ChunkedValue::Layout::blocks}, {op.inputs[0], ChunkedValue::Layout::blocks},
@@ -200,15 +201,25 @@ class Rewriter {
     loop.pool_streams = kComputeStreams;
     int comm = loop.first_pool_stream - 1, event = p_.events++;
     if (pair.kind == PairSizes::Kind::all_gather_gemm) {
+      // the own block first (its rows are here: it waits for nothing), then the others in the
+      // order they arrive (the previous rank's first)
       loop.body.push_back(Communicate{c, comm});
       loop.body.push_back(Record{comm, event});
+      loop.body.push_back(Launch{m, kIterationStream, 0, true});
       loop.body.push_back(Wait{kIterationStream, event});
-      for (int r = 0; r < parts; ++r) loop.body.push_back(Launch{m, kIterationStream, r});
+      for (int j = 1; j < parts; ++j) loop.body.push_back(Launch{m, kIterationStream, -j, true});
     } else {
-      for (int r = 0; r < parts; ++r) loop.body.push_back(Launch{m, kIterationStream, r});
+      // the other ranks' blocks first (the next rank's first), sent while the own block's GEMM
+      // runs; this rank's part finished once that GEMM is done
+      int own_done = p_.events++;
+      for (int j = 1; j < parts; ++j) loop.body.push_back(Launch{m, kIterationStream, j, true});
       loop.body.push_back(Record{kIterationStream, event});
+      loop.body.push_back(Launch{m, kIterationStream, 0, true});
+      loop.body.push_back(Record{kIterationStream, own_done});
       loop.body.push_back(Wait{comm, event});
-      loop.body.push_back(Communicate{c, comm});
+      loop.body.push_back(Communicate{c, comm, ChunkPhase::send});
+      loop.body.push_back(Wait{comm, own_done});
+      loop.body.push_back(Communicate{c, comm, ChunkPhase::finish});
     }
     close_loop(std::move(loop), out);
   }

@@ -60,7 +60,8 @@ std::string stream_str(int stream, const ForChunks* loop) {
 std::string chunked_str(const ChunkedValue& v, const ForChunks& f) {
   switch (v.layout) {
     case ChunkedValue::Layout::rows: return v.value->name + " (rows)";
-    case ChunkedValue::Layout::blocks: return v.value->name + " (blocks of " + std::to_string(f.parts) + ")";
+    case ChunkedValue::Layout::blocks:
+      return v.value->name + " (blocks of " + std::to_string(f.parts) + (v.own ? "; its own block is " + v.own->name : "") + ")";
     case ChunkedValue::Layout::ring_block: {
       std::string shift = v.shift == 0 ? "" : v.shift > 0 ? " + " + std::to_string(v.shift) : " - " + std::to_string(-v.shift);
       return v.value->name + " (block (rank - s" + shift + ") mod " + std::to_string(f.parts) + ")";
@@ -86,7 +87,9 @@ void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& no
       os << ") -> (";
       for (size_t i = 0; i < s.outputs.size(); ++i) os << (i ? ", " : "") << s.outputs[i]->name;
       os << ")";
-      if (l->part >= 0) os << " on chunk i of block " << l->part;
+      if (l->relative && l->part == 0) os << " on chunk i of its own block";
+      else if (l->relative) os << " on chunk i of block (rank " << (l->part > 0 ? "+ " : "- ") << std::abs(l->part) << ") mod " << (loop ? loop->parts : 0);
+      else if (l->part >= 0) os << " on chunk i of block " << l->part;
       if (l->stream != 0) os << " on stream " << stream_str(l->stream, loop);
       os << "\n";
     } else if (auto* r = std::get_if<Record>(&node)) {
@@ -96,7 +99,9 @@ void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& no
          << (w->previous_step ? " of step s - 1 (none in step 0)" : "") << "\n";
     } else if (auto* c = std::get_if<Communicate>(&node)) {
       os << indent << communication_str(p.segmentation.segments.at(c->segment));
-      if (loop) os << " (chunk i)";
+      if (loop) os << (c->phase == ChunkPhase::send     ? " (chunk i: send the parts of the other ranks)"
+                       : c->phase == ChunkPhase::finish ? " (chunk i: finish this rank's part)"
+                                                        : " (chunk i)");
       if (c->stream != 0) os << " on stream " << stream_str(c->stream, loop);
       os << "\n";
     } else if (auto* sr = std::get_if<SendRecv>(&node)) {

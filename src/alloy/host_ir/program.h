@@ -24,13 +24,15 @@ struct Allocate {
 // `stream`: 0 is the run's own stream (the caller's current one), 1.. are side streams.
 // Inside a ForChunks loop, a stream of kIterationStream is the iteration's compute stream (the
 // loop's pool, chosen by the iteration's index), and `part` >= 0 binds the loop's `blocks` values
-// to this iteration's chunk of block `part` (one rank's rows).
+// to this iteration's chunk of block `part` (one rank's rows); with `relative`, of block
+// (team rank + part) mod parts (part 0: this device's own block, -1: the previous rank's).
 constexpr int kIterationStream = -1;
 
 struct Launch {
   int segment;
   int stream = 0;
   int part = -1;
+  bool relative = false;
 };
 
 // Event `event` marks the work enqueued on `stream` so far.
@@ -47,12 +49,18 @@ struct Wait {
   bool previous_step = false;
 };
 
+// Which half of a chunked reduce-scatter a Communicate node runs (Communicator's
+// reduce_scatter_parts_send / _finish): `send` moves the parts bound for other ranks once their
+// GEMMs ran, `finish` makes this rank's part once its own GEMM ran.
+enum class ChunkPhase { whole, send, finish };
+
 // Run communication segment `segment` (one resharding op: a collective over the mesh's team, or
 // shard_slice) on `stream`; its results are views or buffers it allocates itself. Inside a
 // ForChunks loop it moves this iteration's chunk, into the loop's preallocated buffers.
 struct Communicate {
   int segment;
   int stream = 0;
+  ChunkPhase phase = ChunkPhase::whole;
 };
 
 // One step of a ring loop (on `stream`): sends this step's `send` to the next rank of the team
@@ -83,6 +91,9 @@ using Node = std::variant<Allocate, Launch, Record, Wait, Communicate, SendRecv,
 //   blocks: the value's rows are the team's `parts` blocks (rank r's rows first), each cut into
 //           chunks: a Launch with part r sees chunk i of block r, a Communicate sees the [parts,
 //           chunk rows, ...] view of chunk i of every block (no copy: parts at the block stride).
+//           Where `own` is set, a Launch of this device's own block sees chunk i of `own` (its
+//           rows) instead: the all-gathered value's own block is the input it gathers, so the
+//           GEMM of it need not wait for the collective.
 // And in a ring loop (step s of `parts`, on team rank r):
 //   ring_block:  the value's rows are `parts` blocks; step s binds block (r - s + shift) mod parts;
 //   ring_buffer: a block-sized value that is never whole: step s binds one of two scratch blocks
@@ -94,6 +105,7 @@ struct ChunkedValue {
   int shift = 0;
   Value* first = nullptr;
   Value* last = nullptr;
+  Value* own = nullptr;
 };
 
 // A loop over chunks (issue 13): `body` runs `count` times; in iteration i the `values` are

@@ -33,13 +33,17 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
   }
 
   // Inside a pipelined loop: chunk i of every rank's block, into the loop's whole buffers.
-  void run_chunk(host_ir::RunState& state) override {
+  void run_chunk(host_ir::RunState& state, host_ir::ChunkPhase phase) override {
     ALLOY_CHECK(state.team, "a chunked ", op_name(op_.kind), " without a team");
     Communicator& comm = team_of(state);
     const Tensor& in = state.at(op_.inputs[0]);
     const Tensor& out = state.at(op_.outputs[0]);
     if (op_.kind == OpKind::all_gather) return comm.all_gather_into_parts(device_.contiguous(in), out);
-    if (op_.kind == OpKind::reduce_scatter) return comm.reduce_scatter_parts(in, out, reduce_of(op_));
+    if (op_.kind == OpKind::reduce_scatter) {
+      if (phase == host_ir::ChunkPhase::send) return comm.reduce_scatter_parts_send(in, reduce_of(op_));
+      if (phase == host_ir::ChunkPhase::finish) return comm.reduce_scatter_parts_finish(in, out, reduce_of(op_));
+      return comm.reduce_scatter_parts(in, out, reduce_of(op_));
+    }
     internal_error("run_chunk: ", op_name(op_.kind));
   }
 

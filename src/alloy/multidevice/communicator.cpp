@@ -67,6 +67,12 @@ void Communicator::reduce_scatter_parts(const Tensor& parts, const Tensor& out, 
   reduce_scatter(packed_cpu(parts), out, op);
 }
 
+void Communicator::reduce_scatter_parts_send(const Tensor&, PartialReduce) {}
+
+void Communicator::reduce_scatter_parts_finish(const Tensor& parts, const Tensor& out, PartialReduce op) {
+  reduce_scatter_parts(parts, out, op);
+}
+
 std::shared_ptr<Communicator> communicator_for(const std::vector<int64_t>& mesh, Device device,
                                                const host_ir::DeviceRuntime* runtime) {
   static std::mutex mutex;

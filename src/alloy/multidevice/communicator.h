@@ -91,6 +91,12 @@ class Communicator : public host_ir::Team {
   // of a whole buffer). The defaults go through a packed host buffer (host tensors).
   virtual void all_gather_into_parts(const Tensor& in, const Tensor& parts);
   virtual void reduce_scatter_parts(const Tensor& parts, const Tensor& out, PartialReduce op);
+  // reduce_scatter_parts in two halves, so that the parts bound for other ranks move while this
+  // rank still computes its own: `send` may move every part but part rank() (which need not be
+  // ready yet), `finish` makes `out` (part rank() ready by then). Called in that order, once
+  // each, with the same parts. The defaults: nothing, then reduce_scatter_parts.
+  virtual void reduce_scatter_parts_send(const Tensor& parts, PartialReduce op);
+  virtual void reduce_scatter_parts_finish(const Tensor& parts, const Tensor& out, PartialReduce op);
 
  protected:
   Communicator(int rank, int size) : Team(rank, size) {}

@@ -8,6 +8,7 @@
 
 #include "alloy/common/error.h"
 #include "alloy/common/settings.h"
+#include "alloy/multidevice/copy_engine_communicator.h"
 #include "alloy/multidevice/mpi_communicator.h"
 
 #if ALLOY_HAVE_CUDA
@@ -263,7 +264,7 @@ std::shared_ptr<Communicator> device_communicator(std::shared_ptr<Communicator> 
   std::string why = staged_wanted ? "ALLOY_STAGED_COMMUNICATION=1" : nccl().missing;
   // every rank takes the same path: the checks below are collective or the same everywhere
   if (why.empty() && host->size() > 1 && team_shares_a_gpu(*host, device)) why = "ranks share a GPU, which NCCL refuses";
-  if (why.empty()) return std::make_shared<NcclCommunicator>(*host, device, runtime);
+  if (why.empty()) return with_copy_engines(std::make_shared<NcclCommunicator>(*host, device, runtime), host, device, runtime);
   static std::once_flag said;
   std::call_once(said, [&] {
     if (host->rank() == 0)

@@ -1,0 +1,368 @@
+// The chunked collectives of the pipelined loops moved by the GPUs' copy engines (issue 25): no
+// kernel of the transfer occupies an SM while the GEMMs of the other chunks run.
+//
+// How: every rank of the team allocates, once, a small block of flags and a staging buffer, and
+// opens its peers' through CUDA IPC (the handles travel over the host team). A transfer is a
+// peer-to-peer cudaMemcpyAsync into the peer's staging buffer, then a 32-bit write into the peer's
+// flags (cuStreamWriteValue32, which fences the copy before it); the receiver's stream waits on
+// its own flag (cuStreamWaitValue32) and copies out of its staging buffer, or adds from it. Every
+// call is an epoch e (1, 2, ...; ranks call in the same order, as their programs are the same):
+//   flags[arrived + s] = e   rank s's data of epoch e is in my staging slot (s, e % 2)
+//   flags[freed + p]   = e   rank p has read what I put in its slot of epoch e
+// A sender waits for freed >= e - 2 before writing slot (me, e % 2) again: two slots a peer, so
+// epoch e's transfer never waits for the receiver to finish epoch e - 1. The comparisons are
+// cyclic (the driver's GEQ), so the epoch counter may wrap. Calls are ordered on the device too
+// (each waits for the previous call's event), whichever streams they are made on.
+//
+// Where: ranks of one host whose GPUs can reach each other (peer access), ALLOY_NO_COPY_ENGINES
+// not set. The probe at creation (a signal around the team) must complete within seconds, else
+// every rank falls back to NCCL's kernels. Everything else (the unchunked collectives, rings,
+// max/min reductions) goes to the NCCL communicator it wraps.
+#include "alloy/multidevice/copy_engine_communicator.h"
+
+#if ALLOY_HAVE_CUDA
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#endif
+
+#include "alloy/common/error.h"
+#include "alloy/common/settings.h"
+
+namespace alloy::multidevice {
+
+#if ALLOY_HAVE_CUDA
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) internal_error("copy engines: ", what, " failed: ", cudaGetErrorString(e));
+}
+
+struct StreamMemOps {
+  PFN_cuStreamWaitValue32_v11070 wait = nullptr;
+  PFN_cuStreamWriteValue32_v11070 write = nullptr;
+  bool ok() const { return wait && write; }
+};
+
+const StreamMemOps& mem_ops() {
+  static const StreamMemOps ops = [] {
+    StreamMemOps o;
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      o.wait = reinterpret_cast<PFN_cuStreamWaitValue32_v11070>(p);
+    p = nullptr;
+    if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      o.write = reinterpret_cast<PFN_cuStreamWriteValue32_v11070>(p);
+    cudaGetLastError();
+    return o;
+  }();
+  return ops;
+}
+
+size_t bytes_of(const Tensor& t) { return size_t(t.numel()) * size_t(dtype_size(t.dtype())); }
+
+// What each rank tells the others at creation.
+struct Card {
+  char host[64];
+  char bus[32];
+  cudaIpcMemHandle_t flags;
+  int32_t usable;  // this rank can do its part (stream memory operations, IPC)
+  int32_t pad;
+};
+
+class CopyEngineCommunicator final : public Communicator {
+ public:
+  // Collective over the team; `usable` says whether it can serve (else the caller keeps `inner`).
+  CopyEngineCommunicator(std::shared_ptr<Communicator> inner, std::shared_ptr<Communicator> host, int device,
+                         const host_ir::DeviceRuntime& runtime)
+      : Communicator(inner->rank(), inner->size()), inner_(std::move(inner)), host_(std::move(host)), device_(device), runtime_(runtime) {}
+
+  ~CopyEngineCommunicator() override {
+    // at process exit the driver may be gone: errors here are ignored
+    cudaSetDevice(device_);
+    for (char* p : peer_staging_)
+      if (p) cudaIpcCloseMemHandle(p);
+    for (uint32_t* p : peer_flags_)
+      if (p) cudaIpcCloseMemHandle(p);
+    if (staging_) cudaFree(staging_);
+    if (flags_) cudaFree(flags_);
+    if (last_) cudaEventDestroy(last_);
+    cudaGetLastError();
+  }
+
+  // Exchanges the cards, opens the peers' flags and probes the signalling; every rank returns the
+  // same answer, and the reason where it is false.
+  bool open(std::string& why) {
+    const int n = size();
+    Card mine{};
+    gethostname(mine.host, sizeof mine.host - 1);
+    mine.usable = mem_ops().ok() ? 1 : 0;
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    if (cudaDeviceGetPCIBusId(mine.bus, sizeof mine.bus, device_) != cudaSuccess) mine.usable = 0;
+    if (mine.usable && cudaMalloc(reinterpret_cast<void**>(&flags_), kFlagWords * sizeof(uint32_t)) == cudaSuccess &&
+        cudaMemset(flags_, 0, kFlagWords * sizeof(uint32_t)) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess &&
+        cudaIpcGetMemHandle(&mine.flags, flags_) == cudaSuccess) {
+    } else {
+      mine.usable = 0;
+    }
+    cudaGetLastError();
+    std::vector<Card> cards = exchange(mine);
+    for (int p = 0; p < n; ++p) {
+      if (!cards[size_t(p)].usable) return refuse(why, "rank " + std::to_string(p) + " cannot use stream memory operations or CUDA IPC");
+      if (std::strncmp(cards[size_t(p)].host, cards[0].host, sizeof mine.host) != 0) return refuse(why, "the team spans hosts");
+    }
+    // peer access from this process to every peer's GPU, and the peers' flags opened
+    int32_t ok = 1;
+    peer_flags_.assign(size_t(n), nullptr);
+    peer_staging_.assign(size_t(n), nullptr);
+    for (int p = 0; p < n && ok; ++p) {
+      if (p == rank()) continue;
+      int ordinal = -1, can = 0;
+      if (cudaDeviceGetByPCIBusId(&ordinal, cards[size_t(p)].bus) != cudaSuccess ||
+          (ordinal != device_ && (cudaDeviceCanAccessPeer(&can, device_, ordinal) != cudaSuccess || !can)))
+        ok = 0;
+      void* opened = nullptr;
+      if (ok && cudaIpcOpenMemHandle(&opened, cards[size_t(p)].flags, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess)
+        peer_flags_[size_t(p)] = static_cast<uint32_t*>(opened);
+      else
+        ok = 0;
+    }
+    cudaGetLastError();
+    if (!all_agree(ok)) return refuse(why, "peer access or CUDA IPC between the team's GPUs is unavailable");
+    check(cudaEventCreateWithFlags(&last_, cudaEventDisableTiming), "cudaEventCreate");
+    if (!all_agree(probe() ? 1 : 0)) return refuse(why, "a signal around the team did not arrive within 5 s");
+    return true;
+  }
+
+  std::string name() const override { return inner_->name() + " + copy engines"; }
+
+  void all_gather(const Tensor& in, const Tensor& out) override { inner_->all_gather(in, out); }
+  void reduce_scatter(const Tensor& in, const Tensor& out, PartialReduce op) override { inner_->reduce_scatter(in, out, op); }
+  void all_reduce(const Tensor& in, const Tensor& out, PartialReduce op) override { inner_->all_reduce(in, out, op); }
+  void all_to_all(const Tensor& in, const Tensor& out) override { inner_->all_to_all(in, out); }
+  void broadcast(const Tensor& buffer, int root) override { inner_->broadcast(buffer, root); }
+  void send(const Tensor& in, int peer) override { inner_->send(in, peer); }
+  void recv(const Tensor& out, int peer) override { inner_->recv(out, peer); }
+  void send_recv(const Tensor& in, int to, const Tensor& out, int from) override { inner_->send_recv(in, to, out, from); }
+
+  // Part rank() copied in place; `in` pushed to every peer's slot, the peers' blocks copied out of
+  // this rank's slots as they arrive (the nearest rank first: it pushes to this one first).
+  void all_gather_into_parts(const Tensor& in, const Tensor& parts) override {
+    const size_t bytes = bytes_of(in);
+    Tensor packed = runtime_.contiguous(in);
+    Calls call(*this, bytes);
+    const uint32_t e = call.epoch;
+    Tensor own = part_of(parts, rank());
+    ALLOY_CHECK(own.is_contiguous() && bytes_of(own) == bytes, name(), ": all_gather part ", own.str(), " for ", in.str());
+    copy(own.data(), packed.data(), bytes, call.stream);
+    for (int j = 1; j < size(); ++j) push((rank() + j) % size(), packed.data(), bytes, e, call.stream);
+    for (int j = 1; j < size(); ++j) {
+      int q = (rank() - j + size()) % size();
+      Tensor dst = part_of(parts, q);
+      ALLOY_CHECK(dst.is_contiguous(), name(), ": all_gather part ", q, " of ", parts.str(), " is not contiguous");
+      arrive(q, e, call.stream);
+      copy(dst.data(), slot(rank(), q, e), bytes, call.stream);
+      release(q, e, call.stream);
+    }
+  }
+
+  void reduce_scatter_parts(const Tensor& parts, const Tensor& out, PartialReduce op) override {
+    reduce_scatter_parts_send(parts, op);
+    reduce_scatter_parts_finish(parts, out, op);
+  }
+
+  // Every part but this rank's pushed to its owner.
+  void reduce_scatter_parts_send(const Tensor& parts, PartialReduce op) override {
+    if (op != PartialReduce::sum) return;  // max and min: NCCL's, whole, in finish
+    const size_t bytes = bytes_of(part_of(parts, 0));
+    Calls call(*this, bytes);
+    for (int j = 1; j < size(); ++j) {
+      int p = (rank() + j) % size();
+      Tensor part = part_of(parts, p);
+      ALLOY_CHECK(part.is_contiguous(), name(), ": reduce_scatter part ", p, " of ", parts.str(), " is not contiguous");
+      push(p, part.data(), bytes, call.epoch, call.stream);
+    }
+    sent_ = call.epoch;
+  }
+
+  // out = this rank's part + what every peer pushed for it.
+  void reduce_scatter_parts_finish(const Tensor& parts, const Tensor& out, PartialReduce op) override {
+    if (op != PartialReduce::sum) return inner_->reduce_scatter_parts(parts, out, op);
+    ALLOY_CHECK(sent_ != 0, name(), ": reduce_scatter finished without its send");
+    const uint32_t e = sent_;
+    sent_ = 0;
+    Tensor own = part_of(parts, rank());
+    const size_t bytes = bytes_of(own);
+    ALLOY_CHECK(own.is_contiguous() && out.is_contiguous() && bytes_of(out) == bytes, name(), ": reduce_scatter into ", out.str());
+    Calls call(*this, 0);
+    copy(out.data(), own.data(), bytes, call.stream);
+    for (int j = 1; j < size(); ++j) {
+      int q = (rank() - j + size()) % size();
+      arrive(q, e, call.stream);
+      Tensor staged = Tensor::borrow(slot(rank(), q, e), out.device(), out.dtype(), out.sizes(), contiguous_strides(out.sizes()));
+      runtime_.accumulate(out, staged);
+      release(q, e, call.stream);
+    }
+  }
+
+ private:
+  static constexpr int kMaxRanks = 64;
+  // arrived[kMaxRanks], freed[kMaxRanks], probe
+  static constexpr size_t kArrived = 0, kFreed = kMaxRanks, kProbe = 2 * kMaxRanks, kFlagWords = 2 * kMaxRanks + 1;
+
+  // One call: its epoch (a new one where `bytes` > 0), on the current stream, after the previous
+  // call; the staging slots at least `bytes`.
+  struct Calls {
+    CopyEngineCommunicator& c;
+    cudaStream_t stream;
+    uint32_t epoch = 0;
+    Calls(CopyEngineCommunicator& comm, size_t bytes) : c(comm) {
+      check(cudaSetDevice(c.device_), "cudaSetDevice");
+      if (bytes > c.slot_bytes_) c.grow(bytes);
+      stream = reinterpret_cast<cudaStream_t>(c.runtime_.current_stream(c.device_));
+      check(cudaStreamWaitEvent(stream, c.last_, 0), "cudaStreamWaitEvent");
+      if (bytes > 0) {
+        epoch = ++c.epoch_;
+        if (epoch == 0) epoch = ++c.epoch_;  // 0 is the flags' first value
+      }
+    }
+    ~Calls() { cudaEventRecord(c.last_, stream); }
+  };
+
+  std::vector<Card> exchange(const Card& mine) {
+    std::vector<Card> all(static_cast<size_t>(size()));
+    Tensor in = Tensor::borrow(const_cast<Card*>(&mine), Device{}, DType::boolean, {int64_t(sizeof(Card))}, {1});
+    Tensor out = Tensor::borrow(all.data(), Device{}, DType::boolean, {int64_t(sizeof(Card)) * size()}, {1});
+    host_->all_gather(in, out);
+    return all;
+  }
+  bool all_agree(int32_t ok) {
+    int32_t lowest = 0;
+    host_->all_reduce(Tensor::borrow(&ok, Device{}, DType::i32, {1}, {1}), Tensor::borrow(&lowest, Device{}, DType::i32, {1}, {1}),
+                      PartialReduce::min);
+    return lowest == 1;
+  }
+  bool refuse(std::string& why, std::string reason) {
+    why = std::move(reason);
+    return false;
+  }
+
+  char* slot(int owner, int source, uint32_t e) const {
+    char* base = owner == rank() ? staging_ : peer_staging_[size_t(owner)];
+    return base + (size_t(e % 2) * size_t(size()) + size_t(source)) * slot_bytes_;
+  }
+  void copy(void* dst, const void* src, size_t bytes, cudaStream_t s) {
+    if (bytes > 0 && dst != src) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+  }
+  void wait_flag(uint32_t* flag, uint32_t value, cudaStream_t s) {
+    if (mem_ops().wait(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(flag), value, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
+      internal_error("copy engines: cuStreamWaitValue32 failed");
+  }
+  void write_flag(uint32_t* flag, uint32_t value, cudaStream_t s) {
+    if (mem_ops().write(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(flag), value, CU_STREAM_WRITE_VALUE_DEFAULT) !=
+        CUDA_SUCCESS)
+      internal_error("copy engines: cuStreamWriteValue32 failed");
+  }
+  // `bytes` at `src` into peer p's slot for this rank, once p has read that slot's previous epoch.
+  void push(int p, const void* src, size_t bytes, uint32_t e, cudaStream_t s) {
+    if (e > 2) wait_flag(flags_ + kFreed + p, e - 2, s);
+    copy(slot(p, rank(), e), src, bytes, s);
+    write_flag(peer_flags_[size_t(p)] + kArrived + rank(), e, s);
+  }
+  void arrive(int q, uint32_t e, cudaStream_t s) { wait_flag(flags_ + kArrived + q, e, s); }
+  void release(int q, uint32_t e, cudaStream_t s) { write_flag(peer_flags_[size_t(q)] + kFreed + rank(), e, s); }
+
+  // Larger staging slots on every rank (each reaches the same call with the same size): the device
+  // idle and every rank past that point before the old buffers go.
+  void grow(size_t bytes) {
+    size_t want = size_t(1) << 20;
+    while (want < bytes) want *= 2;
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    all_agree(1);  // a barrier: no peer still writes into the old buffer
+    for (char*& p : peer_staging_)
+      if (p) {
+        cudaIpcCloseMemHandle(p);
+        p = nullptr;
+      }
+    if (staging_) check(cudaFree(staging_), "cudaFree");
+    staging_ = nullptr;
+    int32_t ok = cudaMalloc(reinterpret_cast<void**>(&staging_), 2 * size_t(size()) * want) == cudaSuccess ? 1 : 0;
+    Card mine{};
+    if (ok && cudaIpcGetMemHandle(&mine.flags, staging_) != cudaSuccess) ok = 0;
+    cudaGetLastError();
+    mine.usable = ok;
+    std::vector<Card> cards = exchange(mine);
+    for (const Card& c : cards)
+      if (!c.usable) user_error_at("copy engines", "cannot allocate staging buffers of ", 2 * size() * want, " bytes on every GPU");
+    for (int p = 0; p < size(); ++p) {
+      if (p == rank()) continue;
+      void* opened = nullptr;
+      check(cudaIpcOpenMemHandle(&opened, cards[size_t(p)].flags, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+      peer_staging_[size_t(p)] = static_cast<char*>(opened);
+    }
+    slot_bytes_ = want;
+  }
+
+  // Each rank signals the next and waits for the previous one's signal, on a stream of its own.
+  bool probe() {
+    cudaStream_t s = nullptr;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return false;
+    int next = (rank() + 1) % size();
+    bool ok = mem_ops().write(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(peer_flags_[size_t(next)] + kProbe), 1,
+                              CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS &&
+              mem_ops().wait(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(flags_ + kProbe), 1, CU_STREAM_WAIT_VALUE_GEQ) ==
+                  CUDA_SUCCESS;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    cudaError_t state = cudaErrorNotReady;
+    while (ok && (state = cudaStreamQuery(s)) == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ok = ok && state == cudaSuccess;
+    if (ok) cudaStreamDestroy(s);  // a stream still waiting is left to the process's end
+    cudaGetLastError();
+    return ok;
+  }
+
+  std::shared_ptr<Communicator> inner_, host_;
+  int device_;
+  const host_ir::DeviceRuntime& runtime_;
+  uint32_t* flags_ = nullptr;
+  std::vector<uint32_t*> peer_flags_;
+  char* staging_ = nullptr;
+  std::vector<char*> peer_staging_;
+  size_t slot_bytes_ = 0;
+  uint32_t epoch_ = 0;
+  uint32_t sent_ = 0;  // the epoch of the reduce-scatter sent and not yet finished
+  cudaEvent_t last_ = nullptr;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> with_copy_engines(std::shared_ptr<Communicator> nccl, std::shared_ptr<Communicator> host, int device,
+                                                const host_ir::DeviceRuntime& runtime) {
+  if (nccl->size() < 2 || nccl->size() > 64 || settings::flag("ALLOY_NO_COPY_ENGINES")) return nccl;
+  auto ce = std::make_shared<CopyEngineCommunicator>(nccl, std::move(host), device, runtime);
+  std::string why;
+  if (ce->open(why)) return ce;
+  if (nccl->rank() == 0) std::fprintf(stderr, "alloy: pipelined transfers use NCCL's kernels, not the copy engines: %s\n", why.c_str());
+  return nccl;
+}
+
+#else
+
+std::shared_ptr<Communicator> with_copy_engines(std::shared_ptr<Communicator> nccl, std::shared_ptr<Communicator>, int,
+                                                const host_ir::DeviceRuntime&) {
+  return nccl;
+}
+
+#endif
+
+}  // namespace alloy::multidevice
