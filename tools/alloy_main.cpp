@@ -356,11 +356,12 @@ int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Te
   const bool root = multidevice::process().rank == printer;
   auto out_shardings = executor.output_shardings();
   if (root) std::cout << header;
-  if (root) print_dumps(executor, opts.dumps, false, nullptr);
+  // the dumps of the plan for this rank's part of the inputs (the sharding is decided at their sizes)
+  if (root) print_dumps(executor, opts.dumps, false, &local);
   local = place_inputs(f, std::move(local), executor.device());
   std::vector<Tensor> outputs = executor.run(local);
   executor.synchronize();
-  if (root) print_dumps(executor, opts.dumps, true, nullptr);
+  if (root) print_dumps(executor, opts.dumps, true, &local);
   bool in_team = team_mesh.empty() || multidevice::team_rank_of(team_mesh) >= 0;
   auto team = team_mesh.empty() || !in_team ? nullptr : multidevice::communicator_for(team_mesh, Device{});
   std::vector<Tensor> global;

@@ -100,7 +100,6 @@ class FusionExecutor {
   struct Impl;
 
  private:
-  std::string dump_stage(std::string_view stage, const std::vector<Tensor>* inputs);
   std::unique_ptr<Impl> impl_;
 };
 
