@@ -76,7 +76,7 @@ struct FusionExecutor::Impl {
   std::optional<Bindings> sizes_checked;  // the last sizes check_sizes accepted
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
   std::vector<Tensor> run_locked(const std::vector<Tensor>& inputs);
-  std::string dump_stage(std::string_view stage, const Plan& plan, const Bindings& sizes);
+  std::string dump_stage(std::string_view stage, const Plan* plan, const Bindings& sizes);
 };
 
 namespace {
@@ -476,17 +476,17 @@ std::string FusionExecutor::dump(std::string_view stage, const std::vector<Tenso
   // inputs given: the plan is for their sizes, and they are checked as a run checks them (no
   // collective); otherwise the last run's plan, or before any the plan where no size is bound
   const Impl::Plan* plan = impl_->last_plan.load(std::memory_order_acquire);
-  Bindings sizes;
+  Bindings sizes = plan ? plan->sizes : Bindings{};
   if (inputs) {
     sizes = bind_inputs(*impl_->first_plan().compiled.local, *inputs);
     plan = &impl_->plan_for(sizes);
   }
-  if (!plan) plan = &impl_->first_plan();
-  return settings::dump_note() + impl_->dump_stage(stage, *plan, inputs ? sizes : plan->sizes);
+  return settings::dump_note() + impl_->dump_stage(stage, plan, sizes);
 }
 
-std::string FusionExecutor::Impl::dump_stage(std::string_view stage, const Plan& chosen, const Bindings& sizes) {
-  const CompiledFusion& plan = chosen.compiled;
+// `plan` null: the first plan, built only where the stage shows a plan (a fusion pass's result is
+// compiled again on its own, at `sizes`).
+std::string FusionExecutor::Impl::dump_stage(std::string_view stage, const Plan* chosen, const Bindings& sizes) {
   if (stage.starts_with("after=")) {
     std::string_view pass = stage.substr(6);
     const auto& names = pass_names();
@@ -496,7 +496,7 @@ std::string FusionExecutor::Impl::dump_stage(std::string_view stage, const Plan&
       user_error_at("--dump", "unknown pass '", pass, "'; expected one of: ", known);
     }
     if (is_lowered_step(pass)) {
-      for (auto& [name, text] : plan.after)
+      for (auto& [name, text] : (chosen ? *chosen : first_plan()).compiled.after)
         if (name == pass) return text;
     }
     std::string out;
@@ -509,6 +509,7 @@ std::string FusionExecutor::Impl::dump_stage(std::string_view stage, const Plan&
     compile_fusion(*fusion, target(), compile_options);
     return out;
   }
+  const CompiledFusion& plan = (chosen ? *chosen : first_plan()).compiled;
   std::lock_guard<std::mutex> lock(run_mutex);  // the segments' sources change as runs compile variants
   if (stage == "sharding") return plan.global ? sharding_report(*plan.global) : "no mesh: the fusion runs on one device\n";
   if (stage == "local") return print_fusion(*plan.local);
