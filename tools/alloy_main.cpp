@@ -357,11 +357,21 @@ int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Te
   const bool root = multidevice::process().rank == printer;
   auto out_shardings = executor.output_shardings();
   if (root) std::cout << header;
-  if (root) print_dumps(executor, opts.dumps, false, nullptr);
+  // the dumps of the plan for this rank's part of the inputs (the sharding is decided at their
+  // sizes); parts the run will refuse, on every rank at its agreement, show the unbound plan
+  const std::vector<Tensor>* sized = &local;
+  if (root && !opts.dumps.empty()) {
+    try {
+      executor.dump("sharding", &local);
+    } catch (const UserError&) {
+      sized = nullptr;
+    }
+  }
+  if (root) print_dumps(executor, opts.dumps, false, sized);
   local = place_inputs(f, std::move(local), executor.device());
   std::vector<Tensor> outputs = executor.run(local);
   executor.synchronize();
-  if (root) print_dumps(executor, opts.dumps, true, nullptr);
+  if (root) print_dumps(executor, opts.dumps, true, nullptr);  // (the run's plan)
   bool in_team = team_mesh.empty() || multidevice::team_rank_of(team_mesh) >= 0;
   auto team = team_mesh.empty() || !in_team ? nullptr : multidevice::communicator_for(team_mesh, Device{});
   std::vector<Tensor> global;

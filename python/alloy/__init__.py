@@ -550,7 +550,8 @@ class FusionDefinition:
     @property
     def compile_count(self):
         """How many plans were built for this definition (one per device it ran on); repeated
-        runs, new sizes and new strides reuse the plan."""
+        runs, new sizes and new strides reuse the plan, except that a fusion with a mesh builds
+        one more for each sharding its sizes decide (the plan moves the fewest bytes at them)."""
         return self._impl.plans_built
 
     def __str__(self):

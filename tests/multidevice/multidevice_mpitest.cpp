@@ -1,7 +1,10 @@
-// Multi-process tests, run by CTest under `mpirun -n 2` and `mpirun -n 4` (every rank runs every
-// test; the mesh is the whole job): each collective against values computed here, every sharded
-// fusion against the same fusion run unsharded in this process, a property test over random
-// fusions with random input shardings, and the failures that must not hang the job.
+// Multi-process tests, run by CTest under `mpirun -n 2`, `-n 3` and `-n 4` (every rank runs every
+// test; the mesh is the whole job, or all of it but the last rank where ranks outside a mesh are
+// the point): each collective against values computed here, every sharded fusion against the same
+// fusion run unsharded in this process, a property test over random fusions with random input
+// shardings, and the failures that must not hang the job. Sizes are built from the job's size, so
+// every test runs at any size from 1 to 4 (a test of ranks that disagree needs two, of a rank
+// outside the mesh two, and says so at one).
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
@@ -37,16 +40,29 @@ std::vector<int64_t> world_mesh() {
   return mesh;
 }
 
-std::string world_mesh_text() {
+// The mesh of ranks 0 to devices - 1.
+std::string mesh_text(int devices) {
   std::string out = "@mesh[";
-  for (int r = 0; r < process().size; ++r) out += (r ? ", " : "") + std::to_string(r);
+  for (int r = 0; r < devices; ++r) out += (r ? ", " : "") + std::to_string(r);
   return out + "]";
 }
 
-// `text` with every "@mesh[0, 1]" of the examples replaced by the whole job's mesh.
-std::string on_world_mesh(std::string text) {
-  const std::string two = "@mesh[0, 1]";
-  for (size_t at = text.find(two); at != std::string::npos; at = text.find(two, at + 1)) text.replace(at, two.size(), world_mesh_text());
+std::string world_mesh_text() { return mesh_text(process().size); }
+
+void replace_all(std::string& text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) text.replace(at, from.size(), to);
+}
+
+// `text` (an example) on a mesh of `devices` ranks: every "@mesh[0, 1]" becomes that mesh, and
+// the examples' feature sizes, 256 and 1024, become 64 and 256 a device where the mesh does not
+// divide them (192 and 768 on three devices), so every example runs on a mesh of any size.
+std::string on_mesh(std::string text, int devices) {
+  replace_all(text, "@mesh[0, 1]", mesh_text(devices));
+  if (256 % devices != 0) {
+    replace_all(text, "1024", "<H>");
+    replace_all(text, "256", std::to_string(64 * devices));
+    replace_all(text, "<H>", std::to_string(256 * devices));
+  }
   return text;
 }
 
@@ -248,13 +264,14 @@ void expect_sharded_matches_unsharded(const std::string& text, const Bindings& s
 // is still off by far more.
 constexpr double kDeepF32GemmScale = 4.0;
 
-std::string example(const std::string& name) {
-  return on_world_mesh(testing::read_file(testing::source_path("examples/" + name + ".fusion")));
+std::string example(const std::string& name, int devices = process().size) {
+  return on_mesh(testing::read_file(testing::source_path("examples/" + name + ".fusion")), devices);
 }
 
 std::string with_sizes(std::string text) {
-  // the examples' T, bound by replacing the symbol's declarations (inputs are drawn at T = 8)
-  for (size_t at = text.find("[T,"); at != std::string::npos; at = text.find("[T,", at + 1)) text.replace(at, 3, "[8,");
+  // the examples' T, bound by replacing the symbol's declarations: 4 rows a rank of the job (8 on
+  // two), so a mesh of the whole job divides it
+  replace_all(text, "[T,", "[" + std::to_string(4 * process().size) + ",");
   return text;
 }
 
@@ -264,6 +281,47 @@ TEST(ShardedFusions, TheTensorParallelMlp_ForwardAndBackward) {
 }
 
 TEST(ShardedFusions, TheSequenceParallelMlp) { expect_sharded_matches_unsharded(with_sizes(example("tp_mlp_sequence_parallel")), {}); }
+
+// Issue 25: the sharding is decided at the bound sizes, per binding. The sequence-parallel MLP
+// with only its output annotated, C = 12 features and H = 48 (divisible over 1 to 4 devices):
+// gathering the tokens and reduce-scattering the output moves 2 * T * 48 bytes, gathering the
+// weights 4800, so one cached executor moves the tokens at T = 4 a device, the weights at T = 128
+// a device, and the tokens again; each run equals the unsharded one, and a decision is compiled
+// once (the plan where T is unbound, 4096, is the weights').
+TEST(ShardedFusions, TheSequenceParallelMlp_DecidesPerBinding) {
+  const int n = process().size;
+  std::string m = world_mesh_text();
+  std::string text = "fusion sp(x: f32[T, 12] " + m + " shard(axis=0), w_fc: f32[48, 12] " + m + " shard(axis=0), b_fc: f32[48] " + m +
+                     " shard(axis=0),\n  w_proj: f32[12, 48] " + m + " shard(axis=1), b_proj: f32[12] " + m + R"( replicated) {
+    h = linear(x, w_fc, b_fc)
+    g = gelu(h, approximate="tanh")
+    y = linear(g, w_proj, b_proj) )" + m + R"( shard(axis=0)
+    return y
+  })";
+  auto fusion = parse_fusion(text, "sp.fusion");
+  FusionExecutor reference(without_shardings(*fusion), {DeviceChoice::cpu});
+  FusionExecutor sharded(parse_fusion(text, "sp.fusion"), ExecutorOptions{sharded_device()});
+  auto in_shardings = sharded.input_shardings();
+  const Sharding out_sharding = *sharded.output_shardings().at(0);
+  auto team = multidevice::communicator_for(world_mesh(), Device{});
+  for (int64_t rows : {4, 128, 4}) {
+    const int64_t t = rows * n;
+    SCOPED_TRACE("T = " + std::to_string(t));
+    std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(5), {{"T", t}}, uint64_t(t));
+    std::vector<Tensor> local;
+    for (size_t i = 0; i < inputs.size(); ++i) local.push_back(multidevice::local_part(inputs[i], *in_shardings[i], team->rank(), "in"));
+    std::vector<Tensor> out = sharded.run(local);
+    EXPECT_EQ(out.at(0).size(0), rows);
+    EXPECT_TRUE(testing::tensors_close(multidevice::gather_global(to_cpu(out.at(0)), out_sharding, *team), reference.run(inputs).at(0)));
+    std::string program = sharded.dump("program");  // the plan of the last run (no communication)
+    bool tokens = rows == 4;
+    EXPECT_EQ(program.find("all_gather(axis=0) x:") != std::string::npos, tokens) << program;
+    EXPECT_EQ(program.find("reduce_scatter(axis=0, reduce=\"sum\") y__computed") != std::string::npos, tokens) << program;
+    EXPECT_EQ(program.find("all_gather(axis=0) w_fc:") != std::string::npos, !tokens) << program;
+    EXPECT_EQ(program.find("all_gather(axis=1) w_proj:") != std::string::npos, !tokens) << program;
+  }
+  EXPECT_EQ(sharded.plans_built(), 2);
+}
 
 TEST(ShardedFusions, LayerNormAndReductionsOverAShardedAxis) {
   expect_sharded_matches_unsharded(with_sizes(example("sharded_layer_norm")), {});
@@ -279,7 +337,8 @@ TEST(ShardedFusions, LayerNormAndReductionsOverAShardedAxis) {
 
 TEST(ShardedFusions, EveryReshard) {
   std::string m = world_mesh_text();
-  expect_sharded_matches_unsharded("fusion f(x: f32[4, 8, 12] " + m + " shard(axis=1), w: f32[12, 12] " + m + R"( shard(axis=1)) {
+  std::string a0 = std::to_string(2 * process().size), a1 = std::to_string(4 * process().size);  // 12 divides over 1 to 4
+  expect_sharded_matches_unsharded("fusion f(x: f32[" + a0 + ", " + a1 + ", 12] " + m + " shard(axis=1), w: f32[12, 12] " + m + R"( shard(axis=1)) {
     a = exp(x) )" + m + R"( shard(axis=2)
     b = neg(a) )" + m + R"( replicated
     c = tanh(b) )" + m + R"( shard(axis=0)
@@ -314,8 +373,10 @@ TEST(PipelinedFusions, ChunkedGatherGemmAndGemmScatter_EqualTheUnshardedRun) {
   }
   std::string m = world_mesh_text();
   // a bias-free GEMM pair with a GELU between, bf16, and a gathered value also used after the GEMM
-  std::string chain = "fusion f(x: bf16[" + std::to_string(8 * n) + ", 16] " + m + " shard(axis=0), w1: bf16[32, 16] " + m +
-                      " shard(axis=0), w2: bf16[16, 32] " + m + R"( shard(axis=1)) {
+  // (16 hidden features a device)
+  std::string hidden = std::to_string(16 * n);
+  std::string chain = "fusion f(x: bf16[" + std::to_string(8 * n) + ", 16] " + m + " shard(axis=0), w1: bf16[" + hidden + ", 16] " + m +
+                      " shard(axis=0), w2: bf16[16, " + hidden + "] " + m + R"( shard(axis=1)) {
     h = linear(x, w1) )" + m + R"( shard(axis=1)
     g = gelu(h, approximate="tanh")
     y = linear(g, w2) )" + m + R"( shard(axis=0)
@@ -436,18 +497,21 @@ TEST(MachineCosts, ACorruptCacheFile_IsMeasuredAgainNotAnError) {
 
 // ---- a property: random fusions with random input shardings equal their unsharded runs ------
 
-// A chain of ops over [8, 12] values (both sizes divide 2 and 4), with random input shardings and
-// now and then a statement annotation that forces a reshard.
+// A chain of ops over [R, 12] values, R = 4 a device (12 divides over 1 to 4 devices; R / 2, a
+// reshape's outer axis, over the job's), with random input shardings and now and then a statement
+// annotation that forces a reshard.
 std::string random_fusion(uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int n) { return int(rng() % uint64_t(n)); };
   std::string m = world_mesh_text();
+  const int64_t rows = 4 * process().size;
+  const std::string R = std::to_string(rows), half = std::to_string(rows / 2), twice = std::to_string(2 * rows);
   auto placement = [&](int rank) {
     int k = pick(rank + 1);
     return k == rank ? m + " replicated" : m + " shard(axis=" + std::to_string(k) + ")";
   };
-  std::string text = "fusion random(a: f32[8, 12] " + placement(2) + ", b: f32[8, 12] " + placement(2) + ", w: f32[12, 12] " +
-                     placement(2) + ", v: f32[12] " + placement(1) + ") {\n";
+  std::string text = "fusion random(a: f32[" + R + ", 12] " + placement(2) + ", b: f32[" + R + ", 12] " + placement(2) +
+                     ", w: f32[12, 12] " + placement(2) + ", v: f32[12] " + placement(1) + ") {\n";
   std::string c = "a";
   int n = 0;
   // a statement may carry an annotation (a reshard); not one whose result has a size-1 axis,
@@ -481,14 +545,15 @@ std::string random_fusion(uint64_t seed) {
         break;
       }
       case 8: {
-        next("reshape(" + c + ", shape=[4, 2, 12])", false);
-        next("reshape(" + c + ", shape=[8, 12])");
+        next("reshape(" + c + ", shape=[" + half + ", 2, 12])", false);
+        next("reshape(" + c + ", shape=[" + R + ", 12])");
         break;
       }
       default: {
         int dim = pick(2);
         next("cat(" + c + ", b, dim=" + std::to_string(dim) + ")");
-        next(dim == 0 ? "slice(" + c + ", starts=[8, 0], ends=[16, 12])" : "slice(" + c + ", starts=[0, 12], ends=[8, 24])");
+        next(dim == 0 ? "slice(" + c + ", starts=[" + R + ", 0], ends=[" + twice + ", 12])"
+                      : "slice(" + c + ", starts=[0, 12], ends=[" + R + ", 24])");
         break;
       }
     }
@@ -506,9 +571,10 @@ TEST(ShardingProperty, RandomFusionsWithRandomShardings_EqualTheirUnshardedRuns)
 
 // ---- failures that must not hang ----------------------------------------------------------
 
+// (In a job of one the bad rank is alone: its own error, and no peer.)
 TEST(ShardedFailures, ABadInputOnOneRank_FailsEveryRankAndTheNextRunWorks) {
-  if (process().size < 2) GTEST_SKIP() << "needs two ranks";
   int n = process().size;
+  const int bad = std::min(1, n - 1);
   const int64_t rows = 4 * n;  // four a rank, whatever the job's size
   std::string text = "fusion f(x: f32[" + std::to_string(rows) + ", 4] " + world_mesh_text() +
                      " shard(axis=0)) {\n  y = sum(x, dims=[0])\n  return y\n}";
@@ -517,15 +583,15 @@ TEST(ShardedFailures, ABadInputOnOneRank_FailsEveryRankAndTheNextRunWorks) {
   Tensor wrong = filled(DType::f32, {4, 5}, [](int64_t) { return 1.0; });
   bool peer = false, mine = false;
   try {
-    executor.run({process().rank == 1 ? wrong : good});
+    executor.run({process().rank == bad ? wrong : good});
   } catch (const PeerError&) {
     peer = true;
   } catch (const UserError& e) {
     mine = true;
     EXPECT_NE(std::string(e.what()).find("input 'x', axis 1"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(mine, process().rank == 1);
-  EXPECT_EQ(peer, process().rank != 1);
+  EXPECT_EQ(mine, process().rank == bad);
+  EXPECT_EQ(peer, process().rank != bad);
   std::vector<Tensor> out = executor.run({good});
   EXPECT_TRUE(testing::tensors_close(multidevice::gather_global(out.at(0), *executor.output_shardings()[0],
                                                                 *multidevice::communicator_for(world_mesh(), Device{})),
@@ -536,7 +602,6 @@ TEST(ShardedFailures, ABadInputOnOneRank_FailsEveryRankAndTheNextRunWorks) {
 // that rank gets its own error, every other one a PeerError naming it, and the team still
 // communicates afterwards (no rank is left inside a collective).
 TEST(ShardedFailures, AStepFailingOnOneRank_FailsEveryRankWithoutAHang) {
-  if (process().size < 2) GTEST_SKIP() << "needs two ranks";
   auto team = multidevice::communicator_for(world_mesh(), Device{});
   const int failing = process().size - 1;
   bool peer = false, mine = false;
@@ -562,15 +627,18 @@ TEST(ShardedFailures, AStepFailingOnOneRank_FailsEveryRankWithoutAHang) {
   EXPECT_EQ(sum, team->size());
 }
 
+// A mesh of every rank but the last (one device in a job of two): the last runs nothing, and
+// takes part in each run's agreement.
 TEST(ShardedFailures, RanksOutsideTheMesh_RunNothing) {
-  if (process().size < 3) GTEST_SKIP() << "needs a rank outside a mesh of two";
-  FusionExecutor executor(parse_fusion(with_sizes(testing::read_file(testing::source_path("examples/tp_mlp.fusion"))), "t"),
-                          {DeviceChoice::cpu});
-  if (process().rank >= 2) {
+  if (process().size < 2) GTEST_SKIP() << "a job of one process has no rank outside a mesh";
+  const int devices = process().size - 1;
+  std::string text = with_sizes(example("tp_mlp", devices));
+  FusionExecutor executor(parse_fusion(text, "t"), {DeviceChoice::cpu});
+  if (process().rank >= devices) {
     EXPECT_TRUE(executor.run({}).empty());
     return;
   }
-  auto fusion = parse_fusion(with_sizes(testing::read_file(testing::source_path("examples/tp_mlp.fusion"))), "t");
+  auto fusion = parse_fusion(text, "t");
   std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(5), {}, 1);
   std::vector<Tensor> local;
   auto shardings = executor.input_shardings();
@@ -584,7 +652,7 @@ TEST(ShardedFailures, RanksOutsideTheMesh_RunNothing) {
 // Uneven parts (rank r given r+1 rows more than its part): refused on every rank before any byte
 // moves, naming the input and two ranks' shapes; the next even run works.
 TEST(JobAgreement, UnevenPartsAreRefusedOnEveryRank_TheNextEvenRunWorks) {
-  if (process().size < 2) GTEST_SKIP() << "needs two ranks";
+  if (process().size < 2) GTEST_SKIP() << "needs two ranks: a job of one process agrees with no one";
   std::string text = "fusion f(x: f32[T, 4] " + world_mesh_text() + " shard(axis=0)) {\n  y = mean(x, dims=[0])\n  return y\n}";
   FusionExecutor executor(parse_fusion(text, "uneven.fusion"), {DeviceChoice::cpu});
   Tensor uneven = filled(DType::f32, {2 + process().rank, 4}, [](int64_t) { return 1.0; });
@@ -601,10 +669,12 @@ TEST(JobAgreement, UnevenPartsAreRefusedOnEveryRank_TheNextEvenRunWorks) {
   EXPECT_TRUE(testing::tensors_close(out.at(0), filled(DType::f32, {4}, [](int64_t) { return 3.0; })));
 }
 
-// A size error on the mesh's ranks reaches a rank outside the mesh too (a PeerError there).
+// A size error on the mesh's ranks reaches a rank outside the mesh too (a PeerError there): a
+// mesh of every rank but the last.
 TEST(JobAgreement, ABindingErrorReachesRanksOutsideTheMesh) {
-  if (process().size < 3) GTEST_SKIP() << "needs a rank outside a mesh of two";
-  FusionExecutor executor(parse_fusion("fusion f(x: f32[T, 4] @mesh[0, 1] shard(axis=0)) {\n  y = sum(x, dims=[0])\n  return y\n}", "o"),
+  if (process().size < 2) GTEST_SKIP() << "a job of one process has no rank outside a mesh";
+  std::string mesh = mesh_text(process().size - 1);
+  FusionExecutor executor(parse_fusion("fusion f(x: f32[T, 4] " + mesh + " shard(axis=0)) {\n  y = sum(x, dims=[0])\n  return y\n}", "o"),
                           {DeviceChoice::cpu});
   Tensor wrong = filled(DType::f32, {2, 5}, [](int64_t) { return 1.0; });
   bool failed = false;
@@ -619,7 +689,7 @@ TEST(JobAgreement, ABindingErrorReachesRanksOutsideTheMesh) {
 // ExecutorOptions::Agreement::on_change: the same record again skips the collective (every rank
 // alike); a new shape agrees again.
 TEST(JobAgreement, OnChange_RepeatedShapesSkip_NewShapesAgree) {
-  if (process().size < 2) GTEST_SKIP() << "needs two ranks";
+  if (process().size < 2) GTEST_SKIP() << "needs two ranks: a job of one process agrees with no one";
   std::string text = "fusion f(x: f32[T, 4] " + world_mesh_text() + " shard(axis=0)) {\n  y = neg(x)\n  return y\n}";
   ExecutorOptions options{DeviceChoice::cpu};
   options.agreement = ExecutorOptions::Agreement::on_change;
@@ -635,7 +705,7 @@ TEST(JobAgreement, OnChange_RepeatedShapesSkip_NewShapesAgree) {
 // a cached run on 2 GPUs), and a cached run of a small sharded fusion with every run agreeing and
 // with on_change (no collective of its own).
 TEST(JobAgreement, Cost_IsPrinted) {
-  if (process().size < 2) GTEST_SKIP() << "needs two ranks";
+  if (process().size < 2) GTEST_SKIP() << "needs two ranks: a job of one process agrees with no one";
   std::vector<multidevice::JobFact> facts = {{"fusion", "'f' (printed text hash 1234567890)"}, {"device kind", "cpu"}, {"pipeline", "auto"},
                                              {"poison_outputs", "off"}, {"bound sizes", "T=8", true},
                                              {"local shape of input 'x'", "f32[4, 256] contiguous", true}};

@@ -12,6 +12,7 @@
 #include "alloy/passes/sharding/propagate_sharding.h"
 #include "alloy/pipeline/pipeline.h"
 #include "alloy/runtime/executor.h"
+#include "alloy/runtime/run_inputs.h"
 #include "test_util.h"
 
 namespace alloy {
@@ -197,6 +198,109 @@ TEST(ShardingRules, TheCostRule_GathersTheSmallerOperand) {
   })");
   EXPECT_TRUE(has(d.program, "all_gather(axis=0) w")) << d.program;
   EXPECT_TRUE(has(d.sharding, "y: f32[T, 64] @mesh[0, 1] shard(axis=0)  # propagated: batch-parallel from x")) << d.sharding;
+}
+
+// ---- the sharding decided at the bound sizes (issue 25) ------------------------------------
+
+// The sequence-parallel MLP with only the layouts of its inputs stated, and of its output where
+// `output` says so: tokens split over the mesh, w_fc by output features and w_proj by input
+// features (Megatron's). Moving the tokens (x gathered in front, the output reduce-scattered:
+// 2 * T * C * 4 bytes) or the weights (w_fc, b_fc, w_proj gathered: 2 * 4C * C * 4 + 4C * 4)
+// is cheaper depending on T.
+std::string sequence_parallel_mlp(int c, const std::string& mesh = "@mesh[0, 1]", bool output = true) {
+  std::string C = std::to_string(c), H = std::to_string(4 * c);
+  return "fusion sp(x: f32[T, " + C + "] " + mesh + " shard(axis=0), w_fc: f32[" + H + ", " + C + "] " + mesh +
+         " shard(axis=0),\n          b_fc: f32[" + H + "] " + mesh + " shard(axis=0), w_proj: f32[" + C + ", " + H + "] " + mesh +
+         " shard(axis=1),\n          b_proj: f32[" + C + "] " + mesh + " replicated) {\n"
+         "  h = linear(x, w_fc, b_fc)\n  g = gelu(h, approximate=\"tanh\")\n  y = linear(g, w_proj, b_proj)" +
+         (output ? " " + mesh + " shard(axis=0)" : "") + "\n  return y\n}\n";
+}
+
+Dumps dumps_at(const std::string& text, const Bindings& sizes) {
+  CompileOptions options;
+  options.sizes = sizes;
+  CompiledFusion c = compile_fusion(*parse_fusion(text, "t.fusion"), Target::cpu, options);
+  return {sharding_report(*c.global), c.executable->program.str()};
+}
+
+bool moves_the_tokens(const Dumps& d) {
+  return has(d.program, "all_gather(axis=0) x:") && has(d.program, "reduce_scatter(axis=0, reduce=\"sum\") y__computed") &&
+         !has(d.program, "w_fc__gathered") && !has(d.program, "w_proj__gathered");
+}
+bool moves_the_weights(const Dumps& d) {
+  return has(d.program, "all_gather(axis=0) w_fc:") && has(d.program, "all_gather(axis=1) w_proj:") &&
+         !has(d.program, "x__gathered") && !has(d.program, "reduce_scatter");
+}
+
+TEST(ShardingDecision, SequenceParallelMlp_MovesTheTokensAtSmallT_TheWeightsAtLargeT) {
+  std::string text = sequence_parallel_mlp(256);
+  Dumps small = dumps_at(text, {{"T", 64}});  // tokens 2 * 64 KiB, against weights 2 MiB
+  EXPECT_TRUE(moves_the_tokens(small)) << small.program;
+  EXPECT_TRUE(has(small.sharding, "h: f32[T, 1024] @mesh[0, 1] shard(axis=1)  # propagated: column-parallel from w_fc")) << small.sharding;
+  Dumps large = dumps_at(text, {{"T", 65536}});  // tokens 2 * 64 MiB
+  EXPECT_TRUE(moves_the_weights(large)) << large.program;
+  // with T unbound the rule counts it as 4096 (tokens 2 * 4 MiB): the weights
+  EXPECT_TRUE(moves_the_weights(dumps_of(text))) << dumps_of(text).program;
+}
+
+// The decision is the bytes at the bound sizes: h's choice is x gathered (T * 256 * 4 bytes)
+// against w_fc and b_fc gathered (1024 * 256 * 4 + 1024 * 4 = 1052672), equal at T = 1028.
+TEST(ShardingDecision, TheChoiceSwitchesWhereTheBytesCross) {
+  std::string text = sequence_parallel_mlp(256);
+  EXPECT_TRUE(moves_the_tokens(dumps_at(text, {{"T", 1024}})));
+  EXPECT_TRUE(moves_the_weights(dumps_at(text, {{"T", 1032}})));
+}
+
+// An output the user did not annotate keeps the layout it has where no size is bound (so a
+// caller lays the outputs out before it knows the sizes); what the op computes at the bound
+// sizes is resharded into it: at T = 64, partial sums reduce-scattered into split tokens.
+TEST(ShardingDecision, AnUnannotatedOutput_KeepsItsUnboundLayout) {
+  std::string text = sequence_parallel_mlp(256, "@mesh[0, 1]", false);
+  Dumps unbound = dumps_of(text);
+  EXPECT_TRUE(has(unbound.sharding, "y: f32[T, 256] @mesh[0, 1] shard(axis=0)  # propagated: batch-parallel from g")) << unbound.sharding;
+  Dumps small = dumps_at(text, {{"T", 64}});
+  EXPECT_TRUE(moves_the_tokens(small)) << small.program;
+  EXPECT_TRUE(has(small.sharding, "y: f32[T, 256] @mesh[0, 1] shard(axis=0)  # pinned: the layout 'y' has where no size is bound"))
+      << small.sharding;
+  // where the bound sizes decide as the unbound ones do, nothing is pinned: the same plan
+  EXPECT_EQ(dumps_at(text, {{"T", 65536}}).sharding, unbound.sharding);
+}
+
+// A cached executor decides per binding: a plan per decision, a new decision at the first sizes
+// that make it, the sizes seen before a look-up; every run equals the unsharded one. A mesh of
+// one device (this is a job of one process): the cost rule counts the same bytes on any mesh.
+TEST(ShardingDecision, ACachedExecutor_DecidesAgainForNewSizes) {
+  std::string text = sequence_parallel_mlp(16, "@mesh[0]");  // weights 8448 bytes: tokens cheaper below T = 66
+  FusionExecutor sharded(parse_fusion(text, "sp.fusion"), {DeviceChoice::cpu});
+  auto plain = parse_fusion(text, "sp.fusion");
+  for (auto& v : plain->values()) v->sharding.reset(), v->sharding_source = {};
+  FusionExecutor reference(std::move(plain), {DeviceChoice::cpu});
+  auto inputs_at = [](int64_t t) {
+    std::vector<Tensor> in;
+    for (std::vector<int64_t> sizes : std::vector<std::vector<int64_t>>{{t, 16}, {64, 16}, {64}, {16, 64}, {16}})
+      in.push_back(random_tensor(DType::f32, sizes, uint64_t(t + int64_t(in.size()))));
+    return in;
+  };
+  struct Step {
+    int64_t t;
+    bool tokens;
+    int plans;
+  };
+  // the unbound plan (T counted as 4096: the weights) is built first; T = 8 decides the tokens
+  for (Step step : {Step{8, true, 2}, Step{1024, false, 2}, Step{8, true, 2}, Step{40, true, 2}}) {
+    SCOPED_TRACE("T = " + std::to_string(step.t));
+    std::vector<Tensor> in = inputs_at(step.t);
+    std::vector<Tensor> out = sharded.run(in);
+    EXPECT_TRUE(testing::tensors_close(out.at(0), reference.run(in).at(0)));
+    Dumps d{sharded.dump("sharding"), sharded.dump("program")};  // the last run's plan
+    EXPECT_TRUE(step.tokens ? moves_the_tokens(d) : moves_the_weights(d)) << d.program;
+    EXPECT_EQ(sharded.plans_built(), step.plans);
+    // given inputs, a dump shows the plan for their sizes without running
+    std::vector<Tensor> other = inputs_at(step.tokens ? 1024 : 8);
+    Dumps for_other{sharded.dump("sharding", &other), sharded.dump("program", &other)};
+    EXPECT_TRUE(step.tokens ? moves_the_weights(for_other) : moves_the_tokens(for_other)) << for_other.program;
+  }
+  EXPECT_EQ(sharded.output_shardings().at(0)->shard_axis, std::optional<int>(0));
 }
 
 TEST(ShardingRules, PropagationDoesNotDependOnStatementOrder) {

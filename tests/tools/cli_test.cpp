@@ -680,6 +680,37 @@ TEST_F(CliMpiTest, Pipeline_ChunkedAndRingProgramsArePrintedAndGiveTheSameOutput
   }
 }
 
+// The sharding is decided at the bound sizes (issue 25), and the dumps show the plan the run
+// uses: the sequence-parallel MLP (16 features, 64 hidden; only its output annotated) gathers the
+// tokens and reduce-scatters the output at T = 8, gathers the weights at T = 1024; both equal
+// the unsharded run.
+TEST_F(CliMpiTest, SequenceParallelMlp_DumpsThePlanDecidedAtTheBoundSizes) {
+  std::string file = write("sp.fusion", R"(fusion sp(x: f32[T, 16] @mesh[0, 1] shard(axis=0), w_fc: f32[64, 16] @mesh[0, 1] shard(axis=0),
+          b_fc: f32[64] @mesh[0, 1] shard(axis=0), w_proj: f32[16, 64] @mesh[0, 1] shard(axis=1),
+          b_proj: f32[16] @mesh[0, 1] replicated) {
+  h = linear(x, w_fc, b_fc)
+  g = gelu(h, approximate="tanh")
+  y = linear(g, w_proj, b_proj) @mesh[0, 1] shard(axis=0)
+  return y
+})");
+  std::regex annotation(R"( @mesh\[[0-9, ]*\] (replicated|shard\(axis=[0-9]+\)))");
+  std::string plain = write("sp_plain.fusion", std::regex_replace(testing::read_file(file), annotation, ""));
+  for (int t : {8, 1024}) {
+    SCOPED_TRACE("T = " + std::to_string(t));
+    std::string bind = " --bind T=" + std::to_string(t) + " --device cpu --save-outputs ";
+    CliResult r = mpirun(2, "run " + file + bind + path("sharded") + " --dump sharding --dump program");
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    bool tokens = t == 8;
+    EXPECT_EQ(contains(r.out, "all_gather(axis=0) x: f32[T/2, 16] -> x__gathered"), tokens) << r.out;
+    EXPECT_EQ(contains(r.out, "reduce_scatter(axis=0, reduce=\"sum\") y__computed"), tokens) << r.out;
+    EXPECT_EQ(contains(r.out, "all_gather(axis=0) w_fc: f32[32, 16] -> w_fc__gathered"), !tokens) << r.out;
+    EXPECT_EQ(contains(r.out, "h: f32[T, 64] @mesh[0, 1] shard(axis=1)  # propagated: column-parallel from w_fc"), tokens) << r.out;
+    CliResult one = alloy("run '" + plain + "'" + bind + path("plain"));
+    ASSERT_EQ(one.code, 0) << one.err;
+    EXPECT_TRUE(testing::tensors_close(read_npy(path("sharded/y.npy")), read_npy(path("plain/y.npy"))));
+  }
+}
+
 TEST_F(CliMpiTest, OnlyRankZeroPrintsTheSummary) {
   CliResult one = alloy("run '" + unsharded("tp_mlp.fusion") + "' --bind T=8 --device cpu");
   ASSERT_EQ(one.code, 0) << one.err;

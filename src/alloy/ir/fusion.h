@@ -37,9 +37,12 @@ struct Sharding {
   static Sharding partial_of(std::vector<int64_t> mesh, PartialReduce r) { return Sharding{std::move(mesh), {}, r}; }
 };
 
-// Where a value's sharding came from. A user's annotation is never changed by a pass.
+// Where a value's sharding came from. A user's annotation is never changed by a pass. `pinned`:
+// a fusion output's layout decided where no size is bound, kept when the passes decide again at
+// a run's sizes (a caller lays out the outputs before it knows them); the passes treat it as an
+// annotation, the printer does not print it.
 struct ShardingSource {
-  enum class Kind { none, user, default_replicated, propagated, resharded } kind = Kind::none;
+  enum class Kind { none, user, default_replicated, propagated, resharded, pinned } kind = Kind::none;
   std::string from;  // propagated: the value (and rule) it came from; resharded: the value it reshards
   SourceLoc loc;     // user: where the annotation is written
 };

@@ -13,6 +13,7 @@
 #include "alloy/passes/sharding/insert_resharding.h"
 #include "alloy/passes/sharding/localize_shards.h"
 #include "alloy/passes/sharding/propagate_sharding.h"
+#include "alloy/passes/sharding/sharding_rules.h"
 #include "alloy/passes/split_var_mean.h"
 #include "alloy/passes/unify_extents.h"
 #include "alloy/segment/segmenter.h"
@@ -20,7 +21,10 @@
 namespace alloy {
 namespace {
 
-using Pass = std::unique_ptr<Fusion> (*)(const Fusion&);
+// A fusion pass; `sizes` are the bound sizes the sharding passes' cost rule counts (empty: none).
+using Pass = std::unique_ptr<Fusion> (*)(const Fusion&, const Bindings& sizes);
+
+constexpr std::string_view kPropagateSharding = "propagate_sharding", kInsertResharding = "insert_resharding";
 
 struct Step {
   std::string_view name;
@@ -33,8 +37,10 @@ struct Step {
 //     the sharding rules and the GPU kernels know primitives only (the CPU reference runs
 //     composites whole where nothing is sharded).
 //  2. split_var_mean: a variance becomes two means, so one over a sharded axis is partial sums.
-//  3. propagate_sharding: every value gets a sharding, over the whole finished fusion.
-//  4. insert_resharding: collectives where a consumer needs another sharding than it gets.
+//  3. propagate_sharding: every value gets a sharding, over the whole finished fusion, choosing
+//     by the bytes moved at CompileOptions::sizes (the executor's per binding).
+//  4. insert_resharding: collectives where a consumer needs another sharding than it gets (the
+//     same choices, at the same sizes).
 //  5. localize_shards: each device's fusion, with local shapes; after the passes above, so they
 //     reason in global shapes only.
 //  6. unify_extents (CUDA): sizes known to be equal become one extent, so kernels see one per axis.
@@ -44,12 +50,13 @@ struct Step {
 // program with the program passes.
 const std::vector<Step>& steps() {
   static const std::vector<Step> list = {
-      {"decompose_composites", decompose_composites, [](Target t, bool sharded) { return t == Target::cuda || sharded; }},
-      {"split_var_mean", split_var_mean, [](Target, bool sharded) { return sharded; }},
-      {"propagate_sharding", propagate_sharding, [](Target, bool sharded) { return sharded; }},
-      {"insert_resharding", insert_resharding, [](Target, bool sharded) { return sharded; }},
-      {"localize_shards", localize_shards, [](Target, bool sharded) { return sharded; }},
-      {"unify_extents", unify_extents, [](Target t, bool) { return t == Target::cuda; }},
+      {"decompose_composites", [](const Fusion& f, const Bindings&) { return decompose_composites(f); },
+       [](Target t, bool sharded) { return t == Target::cuda || sharded; }},
+      {"split_var_mean", [](const Fusion& f, const Bindings&) { return split_var_mean(f); }, [](Target, bool sharded) { return sharded; }},
+      {kPropagateSharding, propagate_sharding, [](Target, bool sharded) { return sharded; }},
+      {kInsertResharding, insert_resharding, [](Target, bool sharded) { return sharded; }},
+      {"localize_shards", [](const Fusion& f, const Bindings&) { return localize_shards(f); }, [](Target, bool sharded) { return sharded; }},
+      {"unify_extents", [](const Fusion& f, const Bindings&) { return unify_extents(f); }, [](Target t, bool) { return t == Target::cuda; }},
   };
   return list;
 }
@@ -160,13 +167,14 @@ CompiledFusion compile_fusion(const Fusion& fusion, Target target, const Compile
       if (options.observe) options.observe(step.name, nullptr);
       continue;
     }
-    timed(step.name, [&] { current = step.pass(current ? *current : fusion); });
-    if (step.pass == propagate_sharding) check_in_place_shardings(fusion, *current);  // the passes before drop the aliases
-    if (step.pass == insert_resharding) {
+    timed(step.name, [&] { current = step.pass(current ? *current : fusion, options.sizes); });
+    if (step.name == kPropagateSharding) check_in_place_shardings(fusion, *current);  // the passes before drop the aliases
+    if (step.name == kInsertResharding) {
       check_shardable(*current, nullptr);
       out.global = current->clone();
     }
     if (options.observe) options.observe(step.name, current.get());
+    if (options.stop_after_sharding && step.name == kInsertResharding) return out;
   }
   out.local = current ? std::move(current) : fusion.clone();
   Segmentation segmentation;
@@ -204,13 +212,44 @@ CompiledFusion compile_fusion(const Fusion& fusion, Target target, const Compile
   return out;
 }
 
+std::string sharding_decision(const Fusion& fusion, Target target, const Bindings& sizes) {
+  CompileOptions options;
+  options.sizes = sizes;
+  options.stop_after_sharding = true;
+  CompiledFusion decided = compile_fusion(fusion, target, options);
+  return decided.global ? sharding_report(*decided.global) : "";
+}
+
+namespace {
+
+// For `alloy compile`'s report: the sizes the sharding was decided at, and the ones assumed.
+std::string decided_at(const Fusion& fusion, const Bindings* sizes) {
+  std::string bound, assumed;
+  const Bindings none;
+  const Bindings& at = sizes ? *sizes : none;
+  for (const std::string& symbol : fusion.input_symbols()) {
+    auto it = at.find(symbol);
+    if (it != at.end()) bound += (bound.empty() ? "" : ", ") + symbol + "=" + std::to_string(it->second);
+    else assumed += (assumed.empty() ? "" : ", ") + symbol + "=" + std::to_string(sharding_rules::kSymbolGuess);
+  }
+  if (bound.empty() && assumed.empty()) return "";
+  std::string out = "; sharding decided";
+  if (!bound.empty()) out += " at " + bound + (assumed.empty() ? "" : ",");
+  if (!assumed.empty()) out += " assuming " + assumed + " (not bound; --bind SYMBOL=N decides at N)";
+  return out;
+}
+
+}  // namespace
+
 std::string compile_offline(const Fusion& fusion, const std::string& arch, bool dump_source, const Bindings* sizes) {
   CompileOptions options;
   options.stop_after_lowering = true;
+  if (sizes) options.sizes = *sizes;
   CompiledFusion compiled = compile_fusion(fusion, Target::cuda, options);
   if (compiled.global && sizes) check_shardable(*compiled.global, sizes);
   std::string report = backend::compile_offline(*compiled.local, compiled.lowered->segmentation, arch, dump_source, sizes);
-  if (compiled.mesh && !dump_source) report = "(the part one rank of " + mesh_str(*compiled.mesh) + " runs)\n" + report;
+  if (compiled.mesh && !dump_source)
+    report = "(the part one rank of " + mesh_str(*compiled.mesh) + " runs" + decided_at(fusion, sizes) + ")\n" + report;
   return report;
 }
 

@@ -24,8 +24,13 @@ using PassObserver = std::function<void(std::string_view pass, const Fusion* res
 struct CompileOptions {
   PassObserver observe;                    // called after each fusion pass
   host_ir::ProgramPassOptions program;     // --pipeline
+  // The sizes the sharding passes decide at (a run's bound sizes: the executor compiles a plan
+  // per sharding decision); a symbol not bound counts as 4096 (passes/sharding/sharding_rules.h).
+  Bindings sizes;
   // Stop once the segmentation is lowered (`alloy compile`: no executables, no device needed).
   bool stop_after_lowering = false;
+  // Stop after the sharding passes (insert_resharding): `global` only (sharding_decision).
+  bool stop_after_sharding = false;
 };
 
 struct CompiledFusion {
@@ -47,8 +52,14 @@ struct CompiledFusion {
 // every program pass in order.
 CompiledFusion compile_fusion(const Fusion& fusion, Target target, const CompileOptions& options = {});
 
+// What the sharding passes decide at `sizes` (nothing compiled): the global fusion's `--dump
+// sharding` text, which names every value's sharding, how it was chosen and every reshard. Two
+// sizes of one text share a plan. Empty for a fusion without a mesh.
+std::string sharding_decision(const Fusion& fusion, Target target, const Bindings& sizes);
+
 // `alloy compile`: the pipeline to the lowered program for CUDA (a sharded fusion compiles as the
-// part one rank runs), then every generated kernel NVRTC-compiled for `arch` with no GPU
+// part one rank runs, its sharding decided at `sizes`, or with every symbol counted as 4096, which
+// the report says), then every generated kernel NVRTC-compiled for `arch` with no GPU
 // (backend::compile_offline says how; with `sizes`, the variants a run at those sizes launches).
 std::string compile_offline(const Fusion& fusion, const std::string& arch, bool dump_source, const Bindings* sizes = nullptr);
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <deque>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -22,25 +24,46 @@ struct FusionExecutor::Impl {
   std::unique_ptr<Fusion> fusion;
   ExecutorOptions options;
   Device device;
-  // One plan serves every input signature: what depends on sizes, strides and alignment (the
-  // generated kernels' variants) is chosen and cached inside the segment executables.
-  std::optional<CompiledFusion> compiled;
-  // Set once `compiled` is complete: runs after the first read it without taking plan_mutex.
-  std::atomic<const CompiledFusion*> ready{nullptr};
-  std::mutex plan_mutex;  // building the plan and joining the team
+  // A compiled plan and what it runs with. One plan serves every input signature of a fusion
+  // without a mesh: what depends on sizes, strides and alignment (the generated kernels' variants)
+  // is chosen and cached inside the segment executables. A fusion with a mesh and symbolic sizes
+  // decides its sharding per binding (the cost rule counts the bound sizes): one plan per decision.
+  struct Plan {
+    CompiledFusion compiled;
+    std::vector<std::pair<int, Tensor>> literal_values;  // value id -> 0-dim CPU tensor, made once
+    std::string decision;  // pipeline's sharding_decision (empty without a mesh)
+    Bindings sizes;        // the sizes it was first decided at (none for the first plan)
+  };
+  // plans[0] is decided where no size is bound: it gives the inputs' and outputs' layouts (the
+  // same in every plan) and binds the first run; then one plan per new decision. A deque: a
+  // plan's address stays.
+  std::deque<Plan> plans;
+  // Set once plans[0] is complete: runs after the first read it without taking plan_mutex.
+  std::atomic<const Plan*> ready{nullptr};
+  std::atomic<const Plan*> last_plan{nullptr};  // the plan of the last run (dumps without inputs)
+  bool per_binding = false;                     // a mesh and symbolic sizes: decided per binding
+  std::vector<std::string> input_symbols;       // the key of plan_of_sizes, in this order
+  std::map<std::vector<int64_t>, const Plan*> plan_of_sizes;  // under plan_mutex
+  std::mutex plan_mutex;  // building plans and joining the team
   std::mutex run_mutex;   // runs that take turns (see the header)
-  int plans_built = 0;
-  std::vector<std::pair<int, Tensor>> literal_values;  // value id -> 0-dim CPU tensor, made once
   // A fusion with a mesh: the team's communicators (made once, collectively); none on a rank
   // outside the mesh.
   std::shared_ptr<multidevice::Communicator> team, host_team;
   bool outside_mesh = false;
 
-  const CompiledFusion& plan_for();
+  Target target() const { return device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda; }
+  const Plan& first_plan();
+  const Plan& plan_for(const Bindings& sizes);
+  Plan& build_plan(const Bindings& sizes);  // under plan_mutex
   void join_team();
-  Bindings bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
-  Bindings bind_checked(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
-  Bindings agree_and_bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
+  // A run's sizes and the plan they decide (none on a rank outside the mesh).
+  struct Bound {
+    Bindings sizes;
+    const Plan* plan = nullptr;
+  };
+  Bound bind(const std::vector<Tensor>& inputs);
+  Bound bind_checked(const std::vector<Tensor>& inputs);
+  Bound agree_and_bind(const std::vector<Tensor>& inputs);
   // The record last agreed (ExecutorOptions::Agreement::on_change), declared below, and the
   // facts a run agrees on: the plan's fixed ones first (fixed_count of them, made once), then
   // each run's sizes and shapes, rewritten in place (runs of a fusion with a mesh take turns under
@@ -48,11 +71,12 @@ struct FusionExecutor::Impl {
   std::vector<multidevice::JobFact> facts;
   size_t fixed_count = 0;
   std::optional<multidevice::AgreementRecord> last_agreed;
-  void check_sizes(const CompiledFusion& plan, const Bindings& b);
+  void check_sizes(const Plan& plan, const Bindings& b);
   std::mutex sizes_mutex;
   std::optional<Bindings> sizes_checked;  // the last sizes check_sizes accepted
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
-  std::vector<Tensor> run_locked(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
+  std::vector<Tensor> run_locked(const std::vector<Tensor>& inputs);
+  std::string dump_stage(std::string_view stage, const Plan* plan, const Bindings& sizes);
 };
 
 namespace {
@@ -149,14 +173,25 @@ Tensor own_copy(const Tensor& t) {
 
 }  // namespace
 
-const CompiledFusion& FusionExecutor::Impl::plan_for() {
-  if (const CompiledFusion* plan = ready.load(std::memory_order_acquire)) return *plan;
+FusionExecutor::Impl::Plan& FusionExecutor::Impl::build_plan(const Bindings& sizes) {
+  CompileOptions compile_options;
+  compile_options.program = parse_pipeline_option(options.pipeline);
+  compile_options.sizes = sizes;
+  Plan plan{compile_fusion(*fusion, target(), compile_options), {}, {}, sizes};
+  for (auto& v : plan.compiled.local->values())
+    if (v->literal) plan.literal_values.emplace_back(v->id, literal_tensor(v.get()));
+  if (plan.compiled.global) plan.decision = sharding_report(*plan.compiled.global);
+  plans.push_back(std::move(plan));
+  return plans.back();
+}
+
+const FusionExecutor::Impl::Plan& FusionExecutor::Impl::first_plan() {
+  if (const Plan* plan = ready.load(std::memory_order_acquire)) return *plan;
   std::lock_guard<std::mutex> lock(plan_mutex);
-  if (compiled) return *compiled;  // another thread built it while this one waited
-  CompiledFusion plan = compile_fusion(*fusion, device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda,
-                                       {.program = parse_pipeline_option(options.pipeline)});
-  for (auto& v : plan.local->values())
-    if (v->literal) literal_values.emplace_back(v->id, literal_tensor(v.get()));
+  if (!plans.empty()) return plans.front();  // another thread built it while this one waited
+  const Plan& plan = build_plan({});
+  input_symbols = plan.compiled.local->input_symbols();
+  per_binding = plan.compiled.mesh && !input_symbols.empty();
   // the hash of the fusion as parsed and printed stands for its text (the same on every rank
   // that parsed the same file, whatever its spacing and comments)
   std::string text = print_fusion(*fusion);
@@ -166,16 +201,38 @@ const CompiledFusion& FusionExecutor::Impl::plan_for() {
                  {"poison_outputs", options.poison_outputs ? "on" : "off"}};
   for (auto& [name, value] : options.job_facts) facts.push_back({name, value});
   fixed_count = facts.size();
-  compiled = std::move(plan);
-  ++plans_built;
-  ready.store(&*compiled, std::memory_order_release);
-  return *compiled;
+  ready.store(&plan, std::memory_order_release);
+  return plan;
+}
+
+// The plan for a run's sizes: the one its sharding decision names (the cost rule at these sizes),
+// compiled at the first sizes that decide so. Sizes seen before are a map look-up; the decision
+// itself runs the sharding passes alone (no compilation) once per new set of sizes.
+const FusionExecutor::Impl::Plan& FusionExecutor::Impl::plan_for(const Bindings& sizes) {
+  const Plan& first = first_plan();
+  if (!per_binding) return first;
+  std::vector<int64_t> key;
+  key.reserve(input_symbols.size());
+  for (const std::string& symbol : input_symbols) {
+    auto it = sizes.find(symbol);
+    key.push_back(it == sizes.end() ? -1 : it->second);
+  }
+  std::lock_guard<std::mutex> lock(plan_mutex);
+  if (auto it = plan_of_sizes.find(key); it != plan_of_sizes.end()) return *it->second;
+  std::string decision = sharding_decision(*fusion, target(), sizes);
+  const Plan* plan = nullptr;
+  for (const Plan& p : plans)
+    if (p.decision == decision) plan = &p;
+  if (!plan) plan = &build_plan(sizes);
+  if (plan_of_sizes.size() >= 4096) plan_of_sizes.clear();  // sizes that change at every run: a bounded map
+  plan_of_sizes.emplace(std::move(key), plan);
+  return *plan;
 }
 
 // Every rank of the job makes the mesh's communicators together, once (a deterministic point:
 // each rank reaches it with the same fusion, so none waits alone).
 void FusionExecutor::Impl::join_team() {
-  const auto& mesh = *plan_for().mesh;
+  const auto& mesh = *first_plan().compiled.mesh;
   std::lock_guard<std::mutex> lock(plan_mutex);
   if (team || outside_mesh) return;
   if (auto misfit = multidevice::mesh_misfit(mesh)) user_error_at("fusion '" + fusion->name() + "'", *misfit);
@@ -186,28 +243,35 @@ void FusionExecutor::Impl::join_team() {
 
 // Every value's size for these bindings can run (checked once per new set of sizes: the cached
 // path of repeated sizes stays a map comparison).
-void FusionExecutor::Impl::check_sizes(const CompiledFusion& plan, const Bindings& b) {
+void FusionExecutor::Impl::check_sizes(const Plan& plan, const Bindings& b) {
   {
     std::lock_guard<std::mutex> lock(sizes_mutex);
     if (sizes_checked && *sizes_checked == b) return;
   }
   int64_t memory = backend::device_runtime(device.kind).memory_bytes(device.index);
-  check_run_sizes(*plan.local, b, memory, device.str(), device.kind == DeviceKind::cpu);
+  check_run_sizes(*plan.compiled.local, b, memory, device.str(), device.kind == DeviceKind::cpu);
   std::lock_guard<std::mutex> lock(sizes_mutex);
   sizes_checked = b;
 }
 
-Bindings FusionExecutor::Impl::bind_checked(const CompiledFusion& plan, const std::vector<Tensor>& inputs) {
-  Bindings b = bind_inputs(*plan.local, inputs);
-  if (plan.global) check_shardable(*plan.global, &b);
+// Every plan declares the same inputs (their layouts do not depend on the sizes), so the last
+// run's plan binds them; a plan of another decision binds again (its derived sizes).
+FusionExecutor::Impl::Bound FusionExecutor::Impl::bind_checked(const std::vector<Tensor>& inputs) {
+  const Plan* last = last_plan.load(std::memory_order_acquire);
+  const Plan& guess = last ? *last : first_plan();
+  Bindings b = bind_inputs(*guess.compiled.local, inputs);
+  const Plan& plan = plan_for(b);
+  if (&plan != &guess) b = bind_inputs(*plan.compiled.local, inputs);
+  if (plan.compiled.global) check_shardable(*plan.compiled.global, &b);
   check_sizes(plan, b);
-  return b;
+  return {std::move(b), &plan};
 }
 
-Bindings FusionExecutor::Impl::bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs) {
-  if (plan.mesh && multidevice::process().size > 1) return agree_and_bind(plan, inputs);
-  if (plan.mesh) join_team();
-  return bind_checked(plan, inputs);
+FusionExecutor::Impl::Bound FusionExecutor::Impl::bind(const std::vector<Tensor>& inputs) {
+  bool mesh = first_plan().compiled.mesh.has_value();
+  if (mesh && multidevice::process().size > 1) return agree_and_bind(inputs);
+  if (mesh) join_team();
+  return bind_checked(inputs);
 }
 
 namespace {
@@ -228,14 +292,16 @@ std::string shape_fact(const Tensor& t) {
 // whether all were given the same fusion, options, sizes and local shapes. Uneven parts (ranks
 // given parts of different sizes) are such a difference, so every collective's byte count is the
 // same on every rank of the team.
-Bindings FusionExecutor::Impl::agree_and_bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs) {
+FusionExecutor::Impl::Bound FusionExecutor::Impl::agree_and_bind(const std::vector<Tensor>& inputs) {
+  const CompiledFusion& plan = first_plan().compiled;  // (every plan declares the same inputs)
   const std::vector<int64_t>& mesh = *plan.mesh;
   bool in_mesh = std::find(mesh.begin(), mesh.end(), int64_t(multidevice::process().rank)) != mesh.end();
-  Bindings b;
+  Bound bound;
+  const Bindings& b = bound.sizes;
   std::exception_ptr failure;
   if (in_mesh) {
     try {
-      b = bind_checked(plan, inputs);
+      bound = bind_checked(inputs);
     } catch (...) {
       failure = std::current_exception();
     }
@@ -260,7 +326,7 @@ Bindings FusionExecutor::Impl::agree_and_bind(const CompiledFusion& plan, const 
     last_agreed = record;
   }
   join_team();  // (collective on the first run only; every rank reaches it after agreeing)
-  return b;
+  return bound;
 }
 
 std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs) {
@@ -269,18 +335,21 @@ std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs)
   if (!ready.load(std::memory_order_acquire))
     if (auto mesh = fusion_mesh(*fusion))
       if (auto misfit = multidevice::mesh_misfit(*mesh)) user_error_at("fusion '" + fusion->name() + "'", *misfit);
-  const CompiledFusion& plan = plan_for();
-  if (plan.mesh || device.kind == DeviceKind::cuda) {
+  if (first_plan().compiled.mesh || device.kind == DeviceKind::cuda) {
     std::lock_guard<std::mutex> lock(run_mutex);
-    return run_locked(plan, inputs);
+    return run_locked(inputs);
   }
-  return run_locked(plan, inputs);
+  return run_locked(inputs);
 }
 
-std::vector<Tensor> FusionExecutor::Impl::run_locked(const CompiledFusion& plan, const std::vector<Tensor>& inputs) {
+std::vector<Tensor> FusionExecutor::Impl::run_locked(const std::vector<Tensor>& inputs) {
   host_ir::RunState state;
-  state.bindings = bind(plan, inputs);
+  Bound bound = bind(inputs);
   if (outside_mesh) return {};
+  const Plan& chosen = *bound.plan;
+  last_plan.store(&chosen, std::memory_order_release);
+  const CompiledFusion& plan = chosen.compiled;
+  state.bindings = std::move(bound.sizes);
   state.device = device;
   state.poison = options.poison_outputs;
   state.team = team.get();
@@ -305,7 +374,7 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const CompiledFusion& plan,
     }
     state.values[declared->id] = t;
   }
-  for (auto& [id, tensor] : literal_values) state.values[id] = tensor;
+  for (auto& [id, tensor] : chosen.literal_values) state.values[id] = tensor;
   plan.executable->run(state);
   std::vector<Tensor> outputs;
   for (Value* out : running.outputs()) outputs.push_back(state.at(out));
@@ -374,7 +443,7 @@ std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs, const
 
 int FusionExecutor::plans_built() const {
   std::lock_guard<std::mutex> lock(impl_->plan_mutex);
-  return impl_->plans_built;
+  return int(impl_->plans.size());
 }
 
 void FusionExecutor::synchronize() {
@@ -390,25 +459,34 @@ static std::vector<std::optional<Sharding>> shardings_of(const std::vector<Value
 }
 
 std::vector<std::optional<Sharding>> FusionExecutor::input_shardings() {
-  const CompiledFusion& plan = impl_->plan_for();
+  const CompiledFusion& plan = impl_->first_plan().compiled;
   return plan.global ? shardings_of(plan.global->inputs()) : std::vector<std::optional<Sharding>>{};
 }
 
+// (the plan where no size is bound: every plan lays the outputs out so, propagate_sharding's pins)
 std::vector<std::optional<Sharding>> FusionExecutor::output_shardings() {
-  const CompiledFusion& plan = impl_->plan_for();
+  const CompiledFusion& plan = impl_->first_plan().compiled;
   return plan.global ? shardings_of(plan.global->outputs()) : std::vector<std::optional<Sharding>>{};
 }
 
 Device FusionExecutor::device() const { return impl_->device; }
 
 std::string FusionExecutor::dump(std::string_view stage, const std::vector<Tensor>* inputs) {
-  // inputs given: the plan is for them, so they are checked as a run checks them (no collective)
-  if (inputs && stage != "ir") bind_inputs(*impl_->plan_for().local, *inputs);
-  return settings::dump_note() + dump_stage(stage, inputs);
+  if (stage == "ir") return settings::dump_note() + print_fusion(*impl_->fusion);
+  // inputs given: the plan is for their sizes, and they are checked as a run checks them (no
+  // collective); otherwise the last run's plan, or before any the plan where no size is bound
+  const Impl::Plan* plan = impl_->last_plan.load(std::memory_order_acquire);
+  Bindings sizes = plan ? plan->sizes : Bindings{};
+  if (inputs) {
+    sizes = bind_inputs(*impl_->first_plan().compiled.local, *inputs);
+    plan = &impl_->plan_for(sizes);
+  }
+  return settings::dump_note() + impl_->dump_stage(stage, plan, sizes);
 }
 
-std::string FusionExecutor::dump_stage(std::string_view stage, const std::vector<Tensor>*) {
-  if (stage == "ir") return print_fusion(*impl_->fusion);
+// `plan` null: the first plan, built only where the stage shows a plan (a fusion pass's result is
+// compiled again on its own, at `sizes`).
+std::string FusionExecutor::Impl::dump_stage(std::string_view stage, const Plan* chosen, const Bindings& sizes) {
   if (stage.starts_with("after=")) {
     std::string_view pass = stage.substr(6);
     const auto& names = pass_names();
@@ -418,20 +496,21 @@ std::string FusionExecutor::dump_stage(std::string_view stage, const std::vector
       user_error_at("--dump", "unknown pass '", pass, "'; expected one of: ", known);
     }
     if (is_lowered_step(pass)) {
-      for (auto& [name, text] : impl_->plan_for().after)
+      for (auto& [name, text] : (chosen ? *chosen : first_plan()).compiled.after)
         if (name == pass) return text;
     }
     std::string out;
-    CompileOptions options;
-    options.stop_after_lowering = true;
-    options.observe = [&](std::string_view name, const Fusion* result) {
+    CompileOptions compile_options;
+    compile_options.stop_after_lowering = true;
+    compile_options.sizes = sizes;
+    compile_options.observe = [&](std::string_view name, const Fusion* result) {
       if (name == pass) out = result ? print_fusion(*result) : "(skipped: " + std::string(name) + " does not apply)\n";
     };
-    compile_fusion(*impl_->fusion, impl_->device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda, options);
+    compile_fusion(*fusion, target(), compile_options);
     return out;
   }
-  const CompiledFusion& plan = impl_->plan_for();
-  std::lock_guard<std::mutex> lock(impl_->run_mutex);  // the segments' sources change as runs compile variants
+  const CompiledFusion& plan = (chosen ? *chosen : first_plan()).compiled;
+  std::lock_guard<std::mutex> lock(run_mutex);  // the segments' sources change as runs compile variants
   if (stage == "sharding") return plan.global ? sharding_report(*plan.global) : "no mesh: the fusion runs on one device\n";
   if (stage == "local") return print_fusion(*plan.local);
   if (stage == "segments") return plan.executable->program.segmentation.str();
@@ -441,7 +520,7 @@ std::string FusionExecutor::dump_stage(std::string_view stage, const std::vector
     std::string out;
     for (auto& s : plan.executable->segments) out += s->source();
     if (!out.empty()) return out;
-    if (impl_->device.kind != DeviceKind::cuda) return "no generated CUDA code (the plan runs on " + impl_->device.str() + ")\n";
+    if (device.kind != DeviceKind::cuda) return "no generated CUDA code (the plan runs on " + device.str() + ")\n";
     return "no generated CUDA code: none compiled yet (kernels are compiled at the first run for its sizes), or the plan has none\n";
   }
   user_error_at("--dump", "unknown stage '", stage, "'; expected ir, after=PASS, sharding, local, segments, program, steps or cuda");

@@ -1,7 +1,8 @@
 // The entry point for running a fusion: compiles it once for the chosen device through the
 // pipeline (pipeline/pipeline.h; one plan serves every input signature, since what depends on
-// sizes, strides and alignment is chosen per run inside the segment executables), binds and
-// checks the inputs against the declaration, and runs the host program.
+// sizes, strides and alignment is chosen per run inside the segment executables; a fusion with a
+// mesh has one plan per sharding decision, decided at each run's bound sizes), binds and checks
+// the inputs against the declaration, and runs the host program.
 #pragma once
 
 #include <cstdint>
@@ -79,28 +80,33 @@ class FusionExecutor {
 
   const Fusion& fusion() const;
   Device device() const;
-  // How many times the plan was built: 0 before the first run, then 1 (runs with new sizes
-  // or strides reuse it; the kernels' variants are cached inside it).
+  // How many plans were built: 0 before the first run, then 1 (runs with new sizes or strides
+  // reuse it; the kernels' variants are cached inside it). A fusion with a mesh and symbolic
+  // sizes decides its sharding at each run's sizes (the cost rule of
+  // passes/sharding/sharding_rules.h): one plan more for each decision the plan where no size is
+  // bound does not make, compiled at the first sizes that make it; sizes seen before are a look-up.
   int plans_built() const;
 
   // A fusion with a mesh runs one process per device: `run` takes this device's part of each
   // input and returns its part of each output (nothing on a rank outside the mesh). These say
-  // how each input and output is laid over the mesh (after propagation; nullopt for scalars);
-  // both are empty for a fusion without a mesh.
+  // how each input and output is laid over the mesh (after propagation; nullopt for scalars), the
+  // same at every size (an output the user did not annotate keeps the layout it has where no
+  // size is bound); both are empty for a fusion without a mesh.
   std::vector<std::optional<Sharding>> input_shardings();
   std::vector<std::optional<Sharding>> output_shardings();
 
   // Printable stages: "ir" (as written), "after=PASS" (the fusion or program after a pass of the
   // pipeline), "sharding" (every value's sharding and its source), "local" (the fusion one device
   // runs), "segments", "program" and "cuda" (the kernels the runs so far compiled). The later
-  // stages describe the plan (with `inputs`, checked as a run checks them). Each starts with the
-  // settings that differ from their defaults (settings::dump_note), where any do.
+  // stages describe a plan: with `inputs`, the plan for their sizes (checked as a run checks
+  // them; no communication), else the last run's, or before any run the plan where no size is
+  // bound. Each starts with the settings that differ from their defaults (settings::dump_note),
+  // where any do.
   std::string dump(std::string_view stage, const std::vector<Tensor>* inputs = nullptr);
 
   struct Impl;
 
  private:
-  std::string dump_stage(std::string_view stage, const std::vector<Tensor>* inputs);
   std::unique_ptr<Impl> impl_;
 };
 

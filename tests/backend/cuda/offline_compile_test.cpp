@@ -62,8 +62,11 @@ TEST(OfflineCompile, ShardedFusionCompilesWhatOneRankRuns) {
   auto fusion = parse_fusion(testing::read_file(testing::source_path("examples/tp_mlp.fusion")), "tp_mlp.fusion", std::nullopt);
   Bindings sizes{{"T", 64}};
   std::string report = compile_offline(*fusion, "sm_90", false, &sizes);
-  EXPECT_NE(report.find("(the part one rank of @mesh[0, 1] runs)"), std::string::npos) << report;
+  EXPECT_NE(report.find("(the part one rank of @mesh[0, 1] runs; sharding decided at T=64)"), std::string::npos) << report;
   EXPECT_NE(report.find("[communication]: all_reduce, no kernel"), std::string::npos) << report;
+  // unbound, the sharding passes count T as 4096, and the report says so
+  std::string unbound = compile_offline(*fusion, "sm_90", false);
+  EXPECT_NE(unbound.find("sharding decided assuming T=4096 (not bound; --bind SYMBOL=N decides at N)"), std::string::npos) << unbound;
   // the same GELU over one rank's [64, 512] block, written without a mesh, launches the same grid
   auto local = parse_fusion(R"(fusion g(h: f32[64, 512]) {
   y = gelu(h, approximate="tanh")

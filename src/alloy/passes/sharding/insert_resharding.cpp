@@ -9,7 +9,11 @@
 namespace alloy {
 namespace {
 
-bool user_annotated(const Value* v) { return v->sharding_source.kind == ShardingSource::Kind::user; }
+// The user's annotation, or an output's pinned layout (propagate_sharding): what the op computes
+// is resharded into it.
+bool fixed(const Value* v) {
+  return v->sharding_source.kind == ShardingSource::Kind::user || v->sharding_source.kind == ShardingSource::Kind::pinned;
+}
 
 class Resharder {
  public:
@@ -71,19 +75,19 @@ const Sharding& old_sharding(const Value* v) {
 
 // The choice the op's outputs were propagated from: the cheapest, or (a value sharded by its
 // consumers) the one that computes its sharding.
-sharding_rules::Choice choice_for(const Op& op) {
+sharding_rules::Choice choice_for(const Op& op, const Bindings& sizes) {
   const Value* out = op.outputs[0];
-  if (user_annotated(out)) return sharding_rules::choose(op, old_sharding, out->sharding);
-  sharding_rules::Choice c = sharding_rules::choose(op, old_sharding);
+  if (fixed(out)) return sharding_rules::choose(op, old_sharding, sizes, out->sharding);
+  sharding_rules::Choice c = sharding_rules::choose(op, old_sharding, sizes);
   if (*out->sharding == c.output) return c;
-  auto required = sharding_rules::require(op, *out->sharding, old_sharding);
+  auto required = sharding_rules::require(op, *out->sharding, old_sharding, sizes);
   ALLOY_CHECK(required.has_value(), "'", out->name, "' was given ", sharding_str(*out->sharding), ", which its op cannot compute");
   return *required;
 }
 
 }  // namespace
 
-std::unique_ptr<Fusion> insert_resharding(const Fusion& fusion) {
+std::unique_ptr<Fusion> insert_resharding(const Fusion& fusion, const Bindings& sizes) {
   auto out = std::make_unique<Fusion>(fusion.name());
   Rebuilder b{*out, {}};
   Resharder resharder(b);
@@ -94,13 +98,13 @@ std::unique_ptr<Fusion> insert_resharding(const Fusion& fusion) {
   for (auto& v : fusion.values())
     if (v->literal) b.map[v.get()] = out->add_literal(*v->literal);
   for (auto& op : fusion.ops()) {
-    sharding_rules::Choice c = choice_for(*op);
+    sharding_rules::Choice c = choice_for(*op, sizes);
     std::vector<Value*> inputs;
     for (size_t i = 0; i < op->inputs.size(); ++i) {
       Value* v = b[op->inputs[i]];
       inputs.push_back(c.inputs[i] ? resharder.reshard(v, *c.inputs[i]) : v);
     }
-    bool annotated_elsewhere = user_annotated(op->outputs[0]) && !(*op->outputs[0]->sharding == c.output);
+    bool annotated_elsewhere = fixed(op->outputs[0]) && !(*op->outputs[0]->sharding == c.output);
     std::vector<std::string> names;
     for (Value* o : op->outputs) names.push_back(annotated_elsewhere ? b.name_for(o, "computed") : o->name);
     auto results = out->add_op(op->kind, inputs, op->attrs, op->loc, names);

@@ -9,7 +9,9 @@
 //   replicated -> shard(b)   shard_slice(axis=b)                  (this device's part; no traffic)
 // One reshard of a value serves every consumer that needs the same sharding. A partial fusion
 // output is all-reduced; its name moves to the reduced value.
-// Precondition: propagate_sharding ran. Postcondition: every op's inputs have the shardings its
+// The choices are propagate_sharding's, made again at the same `sizes` (the cost rule's), so an
+// annotated statement computes what propagation costed before its reshard.
+// Precondition: propagate_sharding ran at `sizes`. Postcondition: every op's inputs have the shardings its
 // rule computes from, so each device computes its part alone; names, outputs and user
 // annotations are kept.
 #pragma once
@@ -20,6 +22,6 @@
 
 namespace alloy {
 
-std::unique_ptr<Fusion> insert_resharding(const Fusion& fusion);
+std::unique_ptr<Fusion> insert_resharding(const Fusion& fusion, const Bindings& sizes = {});
 
 }  // namespace alloy

@@ -13,11 +13,15 @@ namespace {
 
 using sharding_rules::Choice;
 
-bool user_annotated(const Value* v) { return v->sharding_source.kind == ShardingSource::Kind::user; }
+// The user's annotation, or an output's pinned layout: what the op computes is resharded into it.
+bool fixed(const Value* v) {
+  return v->sharding_source.kind == ShardingSource::Kind::user || v->sharding_source.kind == ShardingSource::Kind::pinned;
+}
 
 class Propagation {
  public:
-  Propagation(Fusion& fusion, std::vector<int64_t> mesh) : fusion_(fusion), mesh_(std::move(mesh)) {
+  Propagation(Fusion& fusion, std::vector<int64_t> mesh, const Bindings& sizes)
+      : fusion_(fusion), mesh_(std::move(mesh)), sizes_(sizes) {
     for (auto& op : fusion_.ops())
       for (size_t i = 0; i < op->inputs.size(); ++i) consumers_[op->inputs[i]].push_back({op.get(), i});
     for (Value* out : fusion_.outputs()) outputs_.insert(out);
@@ -44,14 +48,14 @@ class Propagation {
 
   void forward(const Op& op) {
     std::optional<Sharding> wanted;
-    if (user_annotated(op.outputs[0])) wanted = op.outputs[0]->sharding;
-    Choice c = sharding_rules::choose(op, lookup(), wanted);
+    if (fixed(op.outputs[0])) wanted = op.outputs[0]->sharding;
+    Choice c = sharding_rules::choose(op, lookup(), sizes_, wanted);
     if (c.output.mesh.empty()) {  // no tensor inputs to take a mesh from (iota): the fusion's, replicated
-      c = *sharding_rules::require(op, Sharding::replicated(mesh_), lookup());
+      c = *sharding_rules::require(op, Sharding::replicated(mesh_), lookup(), sizes_);
       c.rule = "replicated";
     }
     for (Value* out : op.outputs) {
-      if (user_annotated(out)) continue;
+      if (fixed(out)) continue;
       out->sharding = c.output;
       out->sharding_source = {ShardingSource::Kind::propagated, c.rule, {}};
     }
@@ -77,7 +81,7 @@ class Propagation {
       wanted = w;
       if (!first) first = consumer;
     }
-    std::optional<Choice> c = sharding_rules::require(op, *wanted, lookup());
+    std::optional<Choice> c = sharding_rules::require(op, *wanted, lookup(), sizes_);
     if (!c || c->cost > choices_.at(&op).cost) return;
     v->sharding = *wanted;
     v->sharding_source = {ShardingSource::Kind::propagated, "from its consumer " + first->outputs[0]->name, {}};
@@ -86,6 +90,7 @@ class Propagation {
 
   Fusion& fusion_;
   std::vector<int64_t> mesh_;
+  const Bindings& sizes_;
   std::map<const Value*, std::vector<std::pair<const Op*, size_t>>> consumers_;
   std::set<const Value*> outputs_;
   std::map<const Op*, Choice> choices_;
@@ -98,13 +103,39 @@ std::string source_str(const Value& v) {
     case ShardingSource::Kind::default_replicated: return "default (an unannotated parameter is replicated)";
     case ShardingSource::Kind::propagated: return "propagated: " + v.sharding_source.from;
     case ShardingSource::Kind::resharded: return "reshard of " + v.sharding_source.from;
+    case ShardingSource::Kind::pinned: return "pinned: " + v.sharding_source.from;
   }
   internal_error("bad sharding source");
 }
 
+// A fusion output's layout: a partial one is reduced into a replicated one (insert_resharding).
+Sharding layout_of(const Value& output) {
+  Sharding layout = *output.sharding;
+  layout.partial.reset();
+  return layout;
+}
+
+bool layouts_differ(const Fusion& sized, const Fusion& unbound) {
+  for (size_t i = 0; i < sized.outputs().size(); ++i)
+    if (!(layout_of(*sized.outputs()[i]) == layout_of(*unbound.outputs()[i]))) return true;
+  return false;
+}
+
+// Pins every output the user did not annotate to its layout in `unbound` (the fusion propagated
+// where no size is bound). Only single-output ops' outputs: var_mean, the one op of two outputs,
+// is split before sharding.
+void pin_outputs(Fusion& fusion, const Fusion& unbound) {
+  for (size_t i = 0; i < fusion.outputs().size(); ++i) {
+    Value* v = fusion.outputs()[i];
+    if (!v->producer || v->producer->outputs.size() != 1 || v->sharding_source.kind == ShardingSource::Kind::user) continue;
+    v->sharding = layout_of(*unbound.outputs()[i]);
+    v->sharding_source = {ShardingSource::Kind::pinned, "the layout '" + v->name + "' has where no size is bound", {}};
+  }
+}
+
 }  // namespace
 
-std::unique_ptr<Fusion> propagate_sharding(const Fusion& fusion) {
+std::unique_ptr<Fusion> propagate_sharding(const Fusion& fusion, const Bindings& sizes) {
   auto mesh = fusion_mesh(fusion);
   std::unique_ptr<Fusion> out = fusion.clone();
   if (!mesh) return out;
@@ -116,7 +147,17 @@ std::unique_ptr<Fusion> propagate_sharding(const Fusion& fusion) {
       user_error(op->loc, op_name(op->kind), " is a resharding step that Alloy inserts itself (--dump after=insert_resharding "
                  "shows them), not an op a fusion with a mesh may state; expected placements instead: annotate the value "
                  "`", op->outputs[0]->name, " = ... @mesh[...] shard(axis=K)` or `replicated`, and the collective follows");
-  Propagation(*out, *mesh).run();
+  Propagation(*out, *mesh, sizes).run();
+  if (!sizes.empty()) {
+    // the outputs keep their layouts from where no size is bound: where the sizes lay one out
+    // otherwise, propagate again with them pinned (what an op computes is resharded into its pin)
+    std::unique_ptr<Fusion> unbound = propagate_sharding(fusion);
+    if (layouts_differ(*out, *unbound)) {
+      out = fusion.clone();
+      pin_outputs(*out, *unbound);
+      Propagation(*out, *mesh, sizes).run();
+    }
+  }
   check_in_place_shardings(fusion, *out);
   return out;
 }

@@ -10,8 +10,13 @@
 //      it sharded the same way (values made from literals or replicated inputs alone, broadcasts
 //      of a sharded axis) takes that sharding from its consumers, when its op can compute it
 //      locally at no higher cost.
-// A user's annotation is never changed. Precondition: a checked fusion; every annotation on one
-// mesh (else a located user error). Postcondition: every tensor value has a sharding.
+// A user's annotation is never changed. The cost rule counts each symbol at its size in `sizes`
+// (a run's bindings; the executor decides per binding) and at 4096 where unbound. With sizes
+// bound, a fusion output the user did not annotate keeps the layout it gets where none is
+// (source `pinned`, treated as an annotation): the outputs' layouts are the fusion's interface,
+// the same at every size, and only what moves inside follows the sizes.
+// Precondition: a checked fusion; every annotation on one mesh (else a located user error).
+// Postcondition: every tensor value has a sharding.
 #pragma once
 
 #include <memory>
@@ -22,7 +27,7 @@
 
 namespace alloy {
 
-std::unique_ptr<Fusion> propagate_sharding(const Fusion& fusion);
+std::unique_ptr<Fusion> propagate_sharding(const Fusion& fusion, const Bindings& sizes = {});
 
 // The in-place outputs of `declared` (`return y -> p`, which passes need not carry) against the
 // shardings `propagated` (propagate_sharding's result for it, or for a rewrite of it with the same

@@ -10,7 +10,6 @@ namespace alloy::sharding_rules {
 namespace {
 
 using Kind = AxisRole::Kind;
-constexpr int64_t kSymbolGuess = 4096;  // what a symbolic size counts as in the cost rule
 constexpr double kImpossible = std::numeric_limits<double>::infinity();
 
 AxisRole maps(int out) { return {Kind::maps, out, PartialReduce::sum}; }
@@ -264,18 +263,25 @@ std::string matmul_rule(const Op& op, const Choice& c, const Value* from) {
   return "batch-parallel from " + from->name;
 }
 
-double value_bytes(const Value& v) {
+}  // namespace
+
+double value_bytes(const Value& v, const Bindings& sizes) {
   double n = 1;
   for (const Extent& e : v.shape()) {
-    Bindings guess;
-    for (auto& [sym, power] : e.powers()) guess[sym] = kSymbolGuess;
-    auto size = e.evaluate(guess);
+    if (auto c = e.constant_value()) {
+      n *= double(*c);
+      continue;
+    }
+    Bindings at;
+    for (auto& [sym, power] : e.powers()) {
+      auto it = sizes.find(sym);
+      at[sym] = it == sizes.end() ? kSymbolGuess : it->second;
+    }
+    auto size = e.evaluate(at);
     n *= size ? double(*size) : double(kSymbolGuess);
   }
   return n * double(dtype_size(v.dtype()));
 }
-
-}  // namespace
 
 OpAxes op_axes(const Op& op) {
   OpAxes r;
@@ -294,17 +300,17 @@ OpAxes op_axes(const Op& op) {
   return r;
 }
 
-double reshard_bytes(const Value& v, const Sharding& from, const Sharding& to) {
+double reshard_bytes(const Value& v, const Sharding& from, const Sharding& to, const Bindings& sizes) {
   if (from == to) return 0;
   if (to.partial) return kImpossible;
-  double bytes = value_bytes(v);
+  double bytes = value_bytes(v, sizes);
   double n = double(std::max<size_t>(from.mesh.size(), 1));
   if (from.partial) return to.is_replicated() ? 2 * bytes : bytes;
   if (from.is_replicated()) return 0;
   return to.is_replicated() ? bytes : bytes / n;
 }
 
-std::optional<Choice> require(const Op& op, const Sharding& output, const ShardingOf& sharding_of) {
+std::optional<Choice> require(const Op& op, const Sharding& output, const ShardingOf& sharding_of, const Bindings& sizes) {
   ALLOY_CHECK(!output.partial, "require: a partial output is chosen, not required");
   OpAxes axes = op_axes(op);
   Choice c;
@@ -327,26 +333,30 @@ std::optional<Choice> require(const Op& op, const Sharding& output, const Shardi
         mapped = true;
       }
     }
-    c.cost += reshard_bytes(*in, sharding_of(in), need);
+    c.cost += reshard_bytes(*in, sharding_of(in), need, sizes);
     c.inputs.push_back(need);
   }
   if (output.shard_axis && !mapped && !axes.free_out_axes[size_t(*output.shard_axis)]) return std::nullopt;
   return c;
 }
 
-Choice choose(const Op& op, const ShardingOf& sharding_of, const std::optional<Sharding>& wanted) {
+Choice choose(const Op& op, const ShardingOf& sharding_of, const Bindings& sizes, const std::optional<Sharding>& wanted) {
   OpAxes axes = op_axes(op);
   std::vector<int64_t> mesh;
   for (const Value* in : op.inputs)
     if (!in->is_scalar()) mesh = sharding_of(in).mesh;
   if (mesh.empty() && wanted) mesh = wanted->mesh;  // an op without tensor inputs (iota)
   std::optional<Choice> best;
+  // The reduction a partial output still needs: the reshard into the annotation where there is
+  // one, else the output's bytes (what its consumers' reshard will move, counted here so the
+  // choice sees it).
   auto consider = [&](std::optional<Choice> c) {
-    if (c && wanted) c->cost += reshard_bytes(*op.outputs[0], c->output, *wanted);
+    if (c && wanted) c->cost += reshard_bytes(*op.outputs[0], c->output, *wanted, sizes);
+    else if (c && c->output.partial) c->cost += value_bytes(*op.outputs[0], sizes);
     if (c && (!best || c->cost < best->cost)) best = std::move(c);
   };
   if (wanted && !wanted->partial) {
-    auto direct = require(op, *wanted, sharding_of);
+    auto direct = require(op, *wanted, sharding_of, sizes);
     if (direct) direct->rule = "as annotated";
     consider(std::move(direct));
   }
@@ -357,7 +367,7 @@ Choice choose(const Op& op, const ShardingOf& sharding_of, const std::optional<S
     if (!s.shard_axis) continue;
     const AxisRole& role = axes.inputs[i][size_t(*s.shard_axis)];
     if (role.kind == Kind::maps) {
-      auto c = require(op, Sharding::shard(mesh, role.out_axis), sharding_of);
+      auto c = require(op, Sharding::shard(mesh, role.out_axis), sharding_of, sizes);
       if (c) c->rule = op_row(op.kind).op_class == OpClass::matmul ? matmul_rule(op, *c, in) : c->rule + " from " + in->name;
       consider(std::move(c));
     } else if (role.kind == Kind::contracted || role.kind == Kind::reduced) {
@@ -376,15 +386,14 @@ Choice choose(const Op& op, const ShardingOf& sharding_of, const std::optional<S
             need = Sharding::shard(mesh, int(a));
             break;
           }
-        c.cost += reshard_bytes(*other, sharding_of(other), need);
+        c.cost += reshard_bytes(*other, sharding_of(other), need, sizes);
         c.inputs.push_back(need);
       }
-      c.cost += value_bytes(*op.outputs[0]);  // the reduction still to come
       c.rule = role.kind == Kind::contracted ? matmul_rule(op, c, in) : "reduction over sharded " + in->name + " -> partial";
       consider(std::move(c));
     }
   }
-  auto whole = require(op, Sharding::replicated(mesh), sharding_of);
+  auto whole = require(op, Sharding::replicated(mesh), sharding_of, sizes);
   ALLOY_CHECK(whole.has_value(), "every op computes a replicated output from replicated inputs");
   whole->rule = "replicated";
   consider(std::move(whole));

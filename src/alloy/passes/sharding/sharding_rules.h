@@ -5,11 +5,13 @@
 // passes/propagate_sharding picks with it; passes/insert_resharding asks it what an op needs.
 //
 // The cost rule (where two choices are possible): the choice whose reshards move fewer bytes
-// wins. Bytes are global element counts times the dtype size, with every symbolic size counted
-// as 4096 (so the choice, and the plan, is the same for every run-time size). An all-gather
+// wins. Bytes are global element counts times the dtype size, at the sizes the caller passes
+// (`sizes`: a run's bound sizes, so the executor decides per binding; a symbol not bound counts
+// as kSymbolGuess, 4096, which is what `alloy compile` without --bind assumes). An all-gather
 // counts the value's bytes, an all-to-all 1/N of them, an all-reduce twice them, a
 // reduce-scatter once, and taking a replicated value's part nothing. A choice that leaves its
-// output partial also counts the output's bytes, for the reduction still to come.
+// output partial also counts the output's bytes, for the reduction still to come, except where
+// the output is annotated: there the reshard into the annotation is that reduction, counted once.
 // Ties go to the candidate met first: sharded axes of the first input first, replicated last.
 #pragma once
 
@@ -54,15 +56,21 @@ struct Choice {
 
 using ShardingOf = std::function<const Sharding&(const Value*)>;
 
+// What a symbolic size counts as in the cost rule where `sizes` does not bind it.
+constexpr int64_t kSymbolGuess = 4096;
+
 // The cheapest choice given the inputs' current shardings. With `wanted` (a statement the user
 // annotated), each choice also pays for resharding its output into `wanted`, and computing
 // `wanted` directly is a candidate too.
-Choice choose(const Op& op, const ShardingOf& sharding_of, const std::optional<Sharding>& wanted = std::nullopt);
+Choice choose(const Op& op, const ShardingOf& sharding_of, const Bindings& sizes,
+              const std::optional<Sharding>& wanted = std::nullopt);
 // What producing `output` (replicated or sharded, not partial) asks of the inputs; nullopt when
 // no device could compute its part locally.
-std::optional<Choice> require(const Op& op, const Sharding& output, const ShardingOf& sharding_of);
+std::optional<Choice> require(const Op& op, const Sharding& output, const ShardingOf& sharding_of, const Bindings& sizes);
 
 // Bytes a reshard of `v` from one sharding to another moves (the cost rule above).
-double reshard_bytes(const Value& v, const Sharding& from, const Sharding& to);
+double reshard_bytes(const Value& v, const Sharding& from, const Sharding& to, const Bindings& sizes);
+// The bytes of `v` at `sizes` (symbols not bound counted as kSymbolGuess).
+double value_bytes(const Value& v, const Bindings& sizes);
 
 }  // namespace alloy::sharding_rules
