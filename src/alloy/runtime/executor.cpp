@@ -14,6 +14,7 @@
 #include "alloy/passes/sharding/propagate_sharding.h"
 #include "alloy/pipeline/pipeline.h"
 #include "alloy/runtime/input_binding.h"
+#include "alloy/runtime/trace_file.h"
 #include "alloy/runtime/tune/machine_costs.h"
 
 namespace alloy {
@@ -38,9 +39,9 @@ struct FusionExecutor::Impl {
 
   const CompiledFusion& plan_for();
   void join_team();
-  Bindings bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
+  Bindings bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs, bool traced);
   Bindings bind_checked(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
-  Bindings agree_and_bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
+  Bindings agree_and_bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs, bool traced);
   // The record last agreed (ExecutorOptions::Agreement::on_change), declared below, and the
   // facts a run agrees on: the plan's fixed ones first (fixed_count of them, made once), then
   // each run's sizes and shapes, rewritten in place (runs of a fusion with a mesh take turns under
@@ -51,8 +52,10 @@ struct FusionExecutor::Impl {
   void check_sizes(const CompiledFusion& plan, const Bindings& b);
   std::mutex sizes_mutex;
   std::optional<Bindings> sizes_checked;  // the last sizes check_sizes accepted
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
-  std::vector<Tensor> run_locked(const CompiledFusion& plan, const std::vector<Tensor>& inputs);
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, RunTrace* trace);
+  std::vector<Tensor> run_locked(const CompiledFusion& plan, const std::vector<Tensor>& inputs, RunTrace* trace);
+  // A traced run's spans, gathered from every rank where the run's ranks agreed to trace it.
+  void fill_trace(const CompiledFusion& plan, std::vector<host_ir::Span> spans, RunTrace& trace) const;
 };
 
 namespace {
@@ -204,8 +207,8 @@ Bindings FusionExecutor::Impl::bind_checked(const CompiledFusion& plan, const st
   return b;
 }
 
-Bindings FusionExecutor::Impl::bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs) {
-  if (plan.mesh && multidevice::process().size > 1) return agree_and_bind(plan, inputs);
+Bindings FusionExecutor::Impl::bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs, bool traced) {
+  if (plan.mesh && multidevice::process().size > 1) return agree_and_bind(plan, inputs, traced);
   if (plan.mesh) join_team();
   return bind_checked(plan, inputs);
 }
@@ -228,7 +231,7 @@ std::string shape_fact(const Tensor& t) {
 // whether all were given the same fusion, options, sizes and local shapes. Uneven parts (ranks
 // given parts of different sizes) are such a difference, so every collective's byte count is the
 // same on every rank of the team.
-Bindings FusionExecutor::Impl::agree_and_bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs) {
+Bindings FusionExecutor::Impl::agree_and_bind(const CompiledFusion& plan, const std::vector<Tensor>& inputs, bool traced) {
   const std::vector<int64_t>& mesh = *plan.mesh;
   bool in_mesh = std::find(mesh.begin(), mesh.end(), int64_t(multidevice::process().rank)) != mesh.end();
   Bindings b;
@@ -241,6 +244,8 @@ Bindings FusionExecutor::Impl::agree_and_bind(const CompiledFusion& plan, const 
     }
   }
   facts.resize(fixed_count);
+  // a traced run ends with a gather of every rank's spans: every rank of the job traces it, or none
+  facts.push_back({"trace", traced ? "on" : "off"});
   std::string sizes;
   if (in_mesh && !failure)
     for (const std::string& symbol : plan.local->input_symbols())
@@ -263,7 +268,7 @@ Bindings FusionExecutor::Impl::agree_and_bind(const CompiledFusion& plan, const 
   return b;
 }
 
-std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs) {
+std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs, RunTrace* trace) {
   // a mesh this job cannot hold, said before the passes check sizes against it (inspecting the
   // shardings of such a fusion stays possible: only running it is an error)
   if (!ready.load(std::memory_order_acquire))
@@ -272,15 +277,23 @@ std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs)
   const CompiledFusion& plan = plan_for();
   if (plan.mesh || device.kind == DeviceKind::cuda) {
     std::lock_guard<std::mutex> lock(run_mutex);
-    return run_locked(plan, inputs);
+    return run_locked(plan, inputs, trace);
   }
-  return run_locked(plan, inputs);
+  return run_locked(plan, inputs, trace);
 }
 
-std::vector<Tensor> FusionExecutor::Impl::run_locked(const CompiledFusion& plan, const std::vector<Tensor>& inputs) {
+void FusionExecutor::Impl::fill_trace(const CompiledFusion& plan, std::vector<host_ir::Span> spans, RunTrace& trace) const {
+  if (plan.mesh && multidevice::process().size > 1) trace.ranks = gather_job_spans(spans);
+  else trace.ranks = {{multidevice::process().rank, std::move(spans)}};
+}
+
+std::vector<Tensor> FusionExecutor::Impl::run_locked(const CompiledFusion& plan, const std::vector<Tensor>& inputs, RunTrace* trace) {
   host_ir::RunState state;
-  state.bindings = bind(plan, inputs);
-  if (outside_mesh) return {};
+  state.bindings = bind(plan, inputs, trace != nullptr);
+  if (outside_mesh) {
+    if (trace) fill_trace(plan, {}, *trace);  // (the gather's other side: this rank ran nothing)
+    return {};
+  }
   state.device = device;
   state.poison = options.poison_outputs;
   state.team = team.get();
@@ -306,7 +319,13 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const CompiledFusion& plan,
     state.values[declared->id] = t;
   }
   for (auto& [id, tensor] : literal_values) state.values[id] = tensor;
+  std::optional<host_ir::TraceRecorder> recorder;
+  if (trace) {
+    recorder.emplace(backend::device_runtime(device.kind).trace_clock(device.index), fusion->name());
+    state.trace = &*recorder;
+  }
   plan.executable->run(state);
+  if (trace) fill_trace(plan, recorder->finish(), *trace);
   std::vector<Tensor> outputs;
   for (Value* out : running.outputs()) outputs.push_back(state.at(out));
   const std::vector<Value*>& aliases = fusion->output_aliases();
@@ -363,13 +382,13 @@ FusionExecutor::~FusionExecutor() = default;
 FusionExecutor::FusionExecutor(FusionExecutor&&) noexcept = default;
 FusionExecutor& FusionExecutor::operator=(FusionExecutor&&) noexcept = default;
 
-std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs) { return impl_->run(inputs); }
+std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs) { return impl_->run(inputs, nullptr); }
 
 std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs, const RunOptions& run_options) {
-  if (!run_options.stream || impl_->device.kind != DeviceKind::cuda) return impl_->run(inputs);
+  if (!run_options.stream || impl_->device.kind != DeviceKind::cuda) return impl_->run(inputs, run_options.trace);
   // Every stage of the run asks for the thread's current stream: make it the caller's.
   auto scope = backend::device_runtime(impl_->device.kind).use_stream(impl_->device.index, *run_options.stream);
-  return impl_->run(inputs);
+  return impl_->run(inputs, run_options.trace);
 }
 
 int FusionExecutor::plans_built() const {
