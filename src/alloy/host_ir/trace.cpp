@@ -51,8 +51,10 @@ std::vector<Span> TraceRecorder::finish() {
   out.push_back({"run " + run_name_, SpanKind::host, kHostTrack, 0, host_us(host_end)});
   for (const Open& s : spans_) {
     ALLOY_CHECK(s.stream == kHostTrack || s.end_mark >= 0, "span '", s.name, "' was never closed");
+    // A wait's first mark, on a side stream idle before the run, may pass before mark 0 (which
+    // follows the run's stream's earlier work): such a wait counts from the run's start.
     if (s.stream != kHostTrack)
-      out.push_back({s.name, s.kind, s.stream, device.at(size_t(s.start_mark)), device.at(size_t(s.end_mark))});
+      out.push_back({s.name, s.kind, s.stream, std::max(0.0, device.at(size_t(s.start_mark))), std::max(0.0, device.at(size_t(s.end_mark)))});
     out.push_back({s.name, s.stream == kHostTrack ? s.kind : SpanKind::host, kHostTrack, host_us(s.host_start), host_us(s.host_end)});
   }
   spans_.clear();
