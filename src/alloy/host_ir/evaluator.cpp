@@ -309,27 +309,27 @@ struct Executable::NodeRunner {
     ALLOY_CHECK(frame == nullptr, "a Choose inside a loop");
     size_t variant = 0;
     state.chosen_chunks = 0;
-    host_span([] { return std::string("choose pipeline (cost model)"); }, [&] { choose_variant(choose, variant); });
+    host_span([] { return std::string("choose pipeline (cost model)"); }, [&] { variant = chosen_variant(choose); });
     x.run_nodes(choose.variants.at(variant), state, streams, nullptr);
     state.chosen_chunks = 0;
   }
 
-  void choose_variant(const Choose& choose, size_t& variant) const {
-    if (state.choose) {
-      PairShape shape = shape_of(choose.sizes, state);
-      shape.ring_ok = std::find(choose.names.begin(), choose.names.end(), "ring") != choose.names.end();
-      PipelineChoice choice = state.choose(shape);
-      const char* name = choice.variant == PipelineChoice::Variant::chunks ? "chunks"
-                         : choice.variant == PipelineChoice::Variant::ring ? "ring"
-                                                                            : "off";
-      auto it = std::find(choose.names.begin(), choose.names.end(), name);
-      ALLOY_CHECK(it != choose.names.end(), "the cost model chose '", name, "', which the pair has no program for");
-      variant = size_t(it - choose.names.begin());
-      state.chosen_chunks = choice.chunks;
-      *choose.last = choice.why;
-    } else {
+  size_t chosen_variant(const Choose& choose) const {
+    if (!state.choose) {
       *choose.last = "off (no cost model in this run)";
+      return 0;
     }
+    PairShape shape = shape_of(choose.sizes, state);
+    shape.ring_ok = std::find(choose.names.begin(), choose.names.end(), "ring") != choose.names.end();
+    PipelineChoice choice = state.choose(shape);
+    const char* name = choice.variant == PipelineChoice::Variant::chunks ? "chunks"
+                       : choice.variant == PipelineChoice::Variant::ring ? "ring"
+                                                                          : "off";
+    auto it = std::find(choose.names.begin(), choose.names.end(), name);
+    ALLOY_CHECK(it != choose.names.end(), "the cost model chose '", name, "', which the pair has no program for");
+    state.chosen_chunks = choice.chunks;
+    *choose.last = choice.why;
+    return size_t(it - choose.names.begin());
   }
 };
 
