@@ -29,6 +29,7 @@
 #include "alloy/tensor/npy.h"
 #include "alloy/pipeline/pipeline.h"
 #include "alloy/runtime/run_inputs.h"
+#include "alloy/runtime/trace_file.h"
 
 namespace alloy {
 namespace {
@@ -54,6 +55,7 @@ struct RunOptions {
   std::string save_dir;
   std::vector<std::string> dumps;
   int bench = 0;
+  std::string trace;  // a Chrome trace-event file of the last run (--trace)
 };
 
 // ---- reading and choosing fusions ---------------------------------------------------------
@@ -315,7 +317,9 @@ void print_dumps(FusionExecutor& executor, const std::vector<std::string>& dumps
   }
 }
 
-void bench(FusionExecutor& executor, const std::vector<Tensor>& inputs, int runs) {
+// Times `runs` runs after a warm-up; returns the `bench median_us=... min_us=... runs=N` line
+// (other scripts parse it: it stays the last line).
+std::string bench(FusionExecutor& executor, const std::vector<Tensor>& inputs, int runs) {
   executor.run(inputs);  // warm-up beyond the first run: caches and allocators settle
   executor.synchronize();
   std::vector<double> times;
@@ -330,7 +334,51 @@ void bench(FusionExecutor& executor, const std::vector<Tensor>& inputs, int runs
   double median = times.size() % 2 ? times[mid] : (times[mid - 1] + times[mid]) / 2;
   char line[128];
   std::snprintf(line, sizeof line, "bench median_us=%.1f min_us=%.1f runs=%d", median, times.front(), runs);
-  std::cout << line << std::endl;
+  return line;
+}
+
+// One run with its timeline (alloy::RunOptions::trace): every rank of the job calls it together.
+// The executor gathers every rank's spans for a fusion with a mesh; a fusion without one runs
+// whole on each rank, and its ranks' spans are gathered here.
+RunTrace traced_run(FusionExecutor& executor, const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs = nullptr) {
+  RunTrace trace;
+  alloy::RunOptions options;
+  options.trace = &trace;
+  std::vector<Tensor> made = executor.run(inputs, options);
+  executor.synchronize();
+  if (executor.input_shardings().empty() && multidevice::process().size > 1) trace.ranks = gather_job_spans(trace.ranks.at(0).spans);
+  if (outputs) *outputs = std::move(made);
+  return trace;
+}
+
+// What a traced run tells: the trace file, written by the printing rank (`root`); and after
+// --bench, where the run communicated, the share of its communication under compute.
+void report_trace(const RunOptions& opts, const RunTrace& trace, bool root, bool after_bench) {
+  if (!root) return;
+  if (after_bench) {
+    host_ir::CommunicationOverlap overlap = communication_under_compute(trace.ranks);
+    if (overlap.communication_us > 0) {
+      char line[160];
+      std::snprintf(line, sizeof line, "overlap comm_under_compute=%.2f comm_us=%.1f under_compute_us=%.1f ranks=%zu", overlap.share(),
+                    overlap.communication_us, overlap.under_compute_us, trace.ranks.size());
+      std::cout << line << "\n";
+    }
+  }
+  if (opts.trace.empty()) return;
+  write_chrome_trace(opts.trace, trace.ranks);
+  size_t spans = 0;
+  for (const RankSpans& r : trace.ranks) spans += r.spans.size();
+  std::cout << "wrote " << opts.trace << " (" << spans << " spans of " << trace.ranks.size() << " rank"
+            << (trace.ranks.size() == 1 ? "" : "s") << ")\n";
+}
+
+// --bench: the timed runs; then, with --trace or for a fusion with a mesh (whose communication
+// share it reports), one more run, traced (a traced run waits for the device and marks every
+// node, so it is not one of the timed ones). The bench line comes last.
+void bench_and_report(const RunOptions& opts, FusionExecutor& executor, const std::vector<Tensor>& inputs, bool root) {
+  std::string line = bench(executor, inputs, opts.bench);
+  if (!opts.trace.empty() || !executor.input_shardings().empty()) report_trace(opts, traced_run(executor, inputs), root, true);
+  if (root) std::cout << line << std::endl;
 }
 
 // What every rank of a job must be given alike, beyond the fusion and its inputs' shapes: the
@@ -343,7 +391,8 @@ std::vector<std::pair<std::string, std::string>> command_facts(const RunOptions&
   return {{"command", "run"},
           {"seed", std::to_string(opts.seed)},
           {"dumps", dumps.empty() ? "none" : dumps},
-          {"bench runs", std::to_string(opts.bench)}};
+          {"bench runs", std::to_string(opts.bench)},
+          {"trace", opts.trace.empty() ? "off" : "on"}};
 }
 
 // Under mpirun every rank runs this: it reads the same global inputs (files, or the same seeded
@@ -369,7 +418,10 @@ int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Te
   }
   if (root) print_dumps(executor, opts.dumps, false, sized);
   local = place_inputs(f, std::move(local), executor.device());
-  std::vector<Tensor> outputs = executor.run(local);
+  std::vector<Tensor> outputs;
+  std::optional<RunTrace> trace;
+  if (!opts.trace.empty() && opts.bench == 0) trace = traced_run(executor, local, &outputs);
+  else outputs = executor.run(local);
   executor.synchronize();
   if (root) print_dumps(executor, opts.dumps, true, nullptr);  // (the run's plan)
   bool in_team = team_mesh.empty() || multidevice::team_rank_of(team_mesh) >= 0;
@@ -389,13 +441,9 @@ int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Te
       write_npy((fs::path(opts.save_dir) / (f.outputs()[i]->name + ".rank" + std::to_string(multidevice::process().rank) + ".npy")).string(),
                 outputs[i]);
   }
-  if (opts.bench > 0) {
-    // every rank, in the mesh or not, makes the same runs (each begins with the job's agreement)
-    std::ostringstream quiet;
-    std::streambuf* old = root ? nullptr : std::cout.rdbuf(quiet.rdbuf());
-    bench(executor, local, opts.bench);  // (already on the device)
-    if (old) std::cout.rdbuf(old);
-  }
+  if (trace) report_trace(opts, *trace, root, false);
+  // every rank, in the mesh or not, makes the same runs (each begins with the job's agreement)
+  if (opts.bench > 0) bench_and_report(opts, executor, local, root);  // (already on the device)
   return 0;
 }
 
@@ -470,7 +518,10 @@ int run_command(const RunOptions& opts) {
   inputs = place_inputs(f, std::move(inputs), executor.device());
   print_dumps(executor, opts.dumps, false, &inputs);
 
-  std::vector<Tensor> outputs = executor.run(inputs);
+  std::vector<Tensor> outputs;
+  std::optional<RunTrace> trace;
+  if (!opts.trace.empty() && opts.bench == 0) trace = traced_run(executor, inputs, &outputs);
+  else outputs = executor.run(inputs);
   executor.synchronize();
   for (size_t i = 0; i < outputs.size(); ++i) {
     Tensor out = to_cpu(outputs[i]);
@@ -478,7 +529,8 @@ int run_command(const RunOptions& opts) {
   }
   print_dumps(executor, opts.dumps, true, &inputs);
   if (!opts.save_dir.empty()) save_outputs(opts.save_dir, f, outputs);
-  if (opts.bench > 0) bench(executor, inputs, opts.bench);
+  if (trace) report_trace(opts, *trace, true, false);
+  if (opts.bench > 0) bench_and_report(opts, executor, inputs, true);
   return 0;
 }
 
@@ -557,8 +609,19 @@ int run_cli(int argc, char** argv) {
             return "expected ir, after=PASS, sharding, local, segments, program, steps or cuda; found '" + stage + "'";
           },
           "STAGE"));
-  run_cmd->add_option("--bench", run.bench, "Time N runs after warm-up; the last line is `bench median_us=... min_us=... runs=N`")
+  run_cmd->add_option("--bench", run.bench,
+                      "Time N runs after warm-up; a fusion with a mesh then runs once more, traced, for the line `overlap "
+                      "comm_under_compute=SHARE ...` (the share of communication time under compute on another stream); "
+                      "the last line is `bench median_us=... min_us=... runs=N`")
       ->check(CLI::Range(1, 1000000));
+  run_cmd
+      ->add_option("--trace", run.trace,
+                   "Write FILE, a Chrome trace-event timeline (Perfetto, chrome://tracing) of the run: a span for each kernel, GEMM "
+                   "chunk, collective, copy and wait on its stream (device time), and the host's enqueue time; a process per rank "
+                   "under mpirun, all in one file. With --bench, of one more run after the timed ones; without, of the one run "
+                   "(which compiles the kernels for its sizes)")
+      ->check(CLI::Validator([](std::string& file) { return file.empty() ? std::string("the file name is empty") : std::string(); },
+                             "FILE", "non-empty"));
 
   std::string check_file;
   CLI::App* check_cmd = app.add_subcommand("check", "Parse and validate a .fusion file, printing every error");

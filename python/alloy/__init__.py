@@ -432,7 +432,7 @@ class FusionDefinition:
         self._impl.add_output(value, alias_input, file, line, col)
 
     # -- running --
-    def execute(self, inputs, *, device=None, stream=None):
+    def execute(self, inputs, *, device=None, stream=None, trace=None):
         """Runs the fusion on ``inputs`` (in definition order: tensors and Python numbers) and
         returns the outputs as a list of the first tensor input's kind (torch in, torch out;
         NumPy in, NumPy out), viewing Alloy's memory. Runs where the tensors are (``device``:
@@ -443,19 +443,33 @@ class FusionDefinition:
 
         A fusion with a mesh runs one process per device (``alloy.distributed``): each takes its
         part of every input and returns its part of every output; DTensor inputs are accepted
-        (and redistributed to the fusion's placements) and then outputs come back as DTensors."""
+        (and redistributed to the fusion's placements) and then outputs come back as DTensors.
+
+        ``trace="out.json"`` (a path) writes the run's timeline as a Chrome trace-event file (open
+        it in https://ui.perfetto.dev or chrome://tracing): a span for each kernel, GEMM chunk,
+        collective, copy and wait on its stream, timed on the device, and the host's time
+        enqueueing each; the run waits for the device. With a mesh, every rank of the job passes
+        ``trace`` for the same run (the ranks agree on it) and rank 0 writes one file with a
+        process per rank; without one, rank 0 writes its own run's. A path that cannot be written
+        raises ``alloy.Error``."""
+        if trace is not None:
+            if not isinstance(trace, (str, _os.PathLike)):
+                raise Error(f"execute: trace: expected a file path (str or os.PathLike), found {type(trace).__name__}")
+            trace = _os.fspath(trace)
+            if not isinstance(trace, str) or not trace:
+                raise Error("execute: trace: expected a non-empty file path")
         if self._layout is False:  # the fast path: no mesh (known after the first run)
             if not isinstance(inputs, (list, tuple)):
                 _check_sequence(inputs, "execute")
-            return self._impl.execute(inputs, device, stream)
+            return self._impl.execute(inputs, device, stream, trace)
         _check_sequence(inputs, "execute")
         layout = self._layout_or_none()
         if layout is None:
-            return self._impl.execute(inputs, device, stream)
+            return self._impl.execute(inputs, device, stream, trace)
         distributed._maybe_join_torch()
         mesh = next(s[0] for s in layout[0] + layout[1] if s is not None)
         if distributed.rank() not in mesh:
-            return self._impl.join_outside_mesh()  # its inputs are not read; []
+            return self._impl.join_outside_mesh(trace)  # its inputs are not read; []
         device_mesh = None
         inputs = list(inputs)
         for i, (x, sharding) in enumerate(zip(inputs, layout[0])):
@@ -463,7 +477,7 @@ class FusionDefinition:
                 mesh, placement = sharding
                 where = f"input '{self._impl.inputs[i].name}'"
                 inputs[i], device_mesh = distributed.dtensor_to_local(x, mesh, distributed.placement_axis(placement), where)
-        outputs = self._impl.execute(inputs, device, stream)
+        outputs = self._impl.execute(inputs, device, stream, trace)
         if device_mesh is None:
             return outputs
         return [y if s is None else distributed.to_dtensor(y, device_mesh, s[1]) for y, s in zip(outputs, layout[1])]

@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "alloy/backend/backend.h"
+#include "alloy/multidevice/communicator.h"
+#include "alloy/runtime/trace_file.h"
 #include "alloy/runtime/validate.h"
 #include "alloy/ir/op_table.h"
 #include "alloy/ir/parser.h"
@@ -446,10 +448,20 @@ static RunOptions run_options(const Device& device, const CallerKind& kind, nb::
   return options;
 }
 
-nb::list Definition::execute(const nb::sequence& inputs, nb::handle device, nb::handle stream) {
+// A traced run's file: written by rank 0 of the job (with every rank's spans where the executor
+// gathered them: a fusion with a mesh).
+static void write_trace(const std::string& path, const RunTrace& trace) {
+  if (multidevice::process().rank == 0) write_chrome_trace(path, trace.ranks);
+}
+
+nb::list Definition::execute(const nb::sequence& inputs, nb::handle device, nb::handle stream, const std::optional<std::string>& trace) {
   Prepared p = prepare(inputs, device);
   FusionExecutor& executor = executor_for(p.device);
-  std::vector<Tensor> outputs = run_released(executor, p.tensors, run_options(p.device, p.kind, stream));
+  RunOptions options = run_options(p.device, p.kind, stream);
+  RunTrace run_trace;
+  if (trace) options.trace = &run_trace;
+  std::vector<Tensor> outputs = run_released(executor, p.tensors, options);
+  if (trace) write_trace(*trace, run_trace);
   nb::list result;
   for (const Tensor& t : outputs) result.append(export_output(t, p.kind, p.any_read_only && views_read_only_input(t, p)));
   return result;
@@ -469,11 +481,15 @@ bool Definition::views_read_only_input(const Tensor& output, const Prepared& p) 
   return false;
 }
 
-nb::list Definition::join_outside_mesh() {
+nb::list Definition::join_outside_mesh(const std::optional<std::string>& trace) {
   check_usable("execute");
   if (!finished) user_error_at("execute", "fusion '", fusion->name(), "' is still being defined: execute it after its `with` block");
-  std::vector<Tensor> outputs = run_released(executor_for(Device{DeviceKind::cpu, 0}), {}, {});
+  RunOptions options;
+  RunTrace run_trace;
+  if (trace) options.trace = &run_trace;
+  std::vector<Tensor> outputs = run_released(executor_for(Device{DeviceKind::cpu, 0}), {}, options);
   if (!outputs.empty()) internal_error("a rank outside the mesh got ", outputs.size(), " outputs");
+  if (trace) write_trace(*trace, run_trace);
   return nb::list();
 }
 

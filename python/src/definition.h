@@ -51,10 +51,12 @@ struct Definition : std::enable_shared_from_this<Definition> {
   // ---- running ----
   // `device`: None (where the tensor inputs are), "cpu", "cuda", "cuda:N" or an int N.
   // `stream`: None (torch's current stream for torch tensors, else the thread's), or a handle.
-  nb::list execute(const nb::sequence& inputs, nb::handle device, nb::handle stream);
+  // `trace`: a path, or None: the run's timeline as a Chrome trace-event file (runtime/trace_file.h),
+  // written by rank 0 of the job.
+  nb::list execute(const nb::sequence& inputs, nb::handle device, nb::handle stream, const std::optional<std::string>& trace);
   // On a rank outside the fusion's mesh: takes part in making the mesh's teams (collective over
-  // the job) and returns no outputs.
-  nb::list join_outside_mesh();
+  // the job), and in gathering a traced run's spans, and returns no outputs.
+  nb::list join_outside_mesh(const std::optional<std::string>& trace);
   std::string dump(const std::string& stage, nb::handle inputs, nb::handle device);
   // Mismatches between a run on the inputs' device and `reference` outputs (or, when None, a run of
   // the CPU reference on the same inputs), one line each; empty when every output matches.

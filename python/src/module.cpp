@@ -190,14 +190,15 @@ NB_MODULE(_alloy, m) {
            "value"_a, "alias_input"_a.none() = nb::none(), "file"_a.none() = nb::none(), "line"_a = 0, "col"_a = 0)
       .def("finish", &Definition::finish)
       .def("fail", &Definition::fail, "message"_a)
-      .def("execute", &Definition::execute, "inputs"_a, "device"_a.none() = nb::none(), "stream"_a.none() = nb::none())
+      .def("execute", &Definition::execute, "inputs"_a, "device"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
+           "trace"_a.none() = nb::none())
       .def("dump", &Definition::dump, "stage"_a, "inputs"_a.none() = nb::none(), "device"_a.none() = nb::none())
       .def("validate", &Definition::validate, "inputs"_a, "reference"_a.none() = nb::none(), "device"_a.none() = nb::none())
       .def_prop_ro("plans_built", &Definition::plans_built)
       .def("set_options", &Definition::set_options, "options"_a)
       .def_prop_ro("options", &Definition::options)
       .def("shardings", &Definition::shardings)
-      .def("join_outside_mesh", &Definition::join_outside_mesh)
+      .def("join_outside_mesh", &Definition::join_outside_mesh, "trace"_a.none() = nb::none())
       .def("text", [](const Definition& d) { return print_fusion(*d.fusion); });
 
   bind_distributed(m);

@@ -21,6 +21,7 @@
 #include "alloy/multidevice/communicator.h"
 #include "alloy/multidevice/shards.h"
 #include "alloy/runtime/executor.h"
+#include "alloy/runtime/trace_file.h"
 #include "alloy/runtime/tune/machine_costs.h"
 #include "alloy/runtime/run_inputs.h"
 #include "test_util.h"
@@ -645,6 +646,52 @@ TEST(ShardedFailures, RanksOutsideTheMesh_RunNothing) {
   for (size_t i = 0; i < inputs.size(); ++i) local.push_back(multidevice::local_part(inputs[i], *shardings[i], process().rank, "in"));
   FusionExecutor reference(without_shardings(*fusion), {DeviceChoice::cpu});
   EXPECT_TRUE(testing::tensors_close(executor.run(local).at(0), reference.run(inputs).at(0)));
+}
+
+// ---- traced runs (runtime/trace_file.h) -------------------------------------------------------
+
+// A traced run of a fusion with a mesh of two: every rank of the job gets every rank's spans, by
+// rank (the mesh's ranks with the all-reduce, a rank outside the mesh none).
+TEST(TracedRuns, EveryRanksSpansAreGathered_RanksOutsideTheMeshHaveNone) {
+  if (process().size < 2) GTEST_SKIP() << "needs two ranks";
+  std::string text = "fusion f(x: f32[T, 4] @mesh[0, 1] shard(axis=0)) {\n  y = sum(x, dims=[0])\n  return y\n}";
+  FusionExecutor executor(parse_fusion(text, "traced.fusion"), {sharded_device()});
+  RunTrace trace;
+  RunOptions options;
+  options.trace = &trace;
+  std::vector<Tensor> inputs;
+  if (process().rank < 2) inputs = {filled(DType::f32, {2, 4}, [](int64_t) { return 1.0; })};
+  executor.run(inputs, options);
+  ASSERT_EQ(int(trace.ranks.size()), process().size);
+  for (int r = 0; r < process().size; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(trace.ranks[size_t(r)].rank, r);
+    const auto& spans = trace.ranks[size_t(r)].spans;
+    bool reduced = std::any_of(spans.begin(), spans.end(), [](const host_ir::Span& s) {
+      return s.kind == host_ir::SpanKind::communication && s.name.starts_with("all_reduce");
+    });
+    EXPECT_EQ(reduced, r < 2);
+    if (r >= 2) EXPECT_TRUE(spans.empty());
+  }
+}
+
+// Every rank traces a run or none: a run traced on one rank only is refused on every rank before
+// any collective (the gather at its end would wait for ranks that never reach it); the next works.
+TEST(TracedRuns, TracedOnOneRankOnly_IsRefusedOnEveryRank) {
+  if (process().size < 2) GTEST_SKIP() << "needs two ranks";
+  std::string text = "fusion f(x: f32[T, 4] " + world_mesh_text() + " shard(axis=0)) {\n  y = neg(x)\n  return y\n}";
+  FusionExecutor executor(parse_fusion(text, "traced_once.fusion"), {DeviceChoice::cpu});
+  Tensor x = filled(DType::f32, {2, 4}, [](int64_t) { return 1.0; });
+  RunTrace trace;
+  RunOptions options;
+  if (process().rank == 1) options.trace = &trace;
+  try {
+    executor.run({x}, options);
+    ADD_FAILURE() << "a run traced on rank 1 only ran";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("trace"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(executor.run({x}).size(), 1u);
 }
 
 // ---- the job agreement (issue 26) ------------------------------------------------------------

@@ -12,7 +12,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <string>
 
 #include "alloy/common/settings.h"
@@ -73,6 +75,29 @@ class CliTest : public ::testing::Test {
 };
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The complete events ("X") of a trace file, by process (rank) and thread (stream, or kHostTid for
+// the host): their names. Reading the file parses it: invalid JSON throws.
+using TraceEvents = std::map<std::pair<int, int>, std::vector<std::string>>;
+TraceEvents trace_events(const std::string& path, std::map<std::pair<int, int>, std::string>* thread_names = nullptr,
+                         std::set<int>* processes = nullptr) {
+  nlohmann::json file = nlohmann::json::parse(testing::read_file(path));
+  EXPECT_EQ(file.at("displayTimeUnit"), "ms");
+  TraceEvents events;
+  for (const auto& e : file.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "thread_name" && thread_names) (*thread_names)[{e.at("pid"), e.at("tid")}] = e.at("args").at("name");
+    if (e.at("ph") == "M" && e.at("name") == "process_name" && processes) processes->insert(e.at("pid").get<int>());
+    if (e.at("ph") != "X") continue;
+    EXPECT_GE(e.at("ts").get<double>(), 0) << e.dump();
+    EXPECT_GE(e.at("dur").get<double>(), 0) << e.dump();
+    events[{e.at("pid"), e.at("tid")}].push_back(e.at("name"));
+  }
+  return events;
+}
+
+bool has(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
 
 std::string last_line(const std::string& text) {
   std::string trimmed = text.substr(0, text.find_last_not_of('\n') + 1);
@@ -569,6 +594,40 @@ TEST_F(CliTest, Run_EmptyNpyOfShape2x0_IsAValidInput) {
   EXPECT_EQ(read_npy(path("out/y.npy")).sizes(), (std::vector<int64_t>{2, 0}));
 }
 
+// ---- alloy run --trace ---------------------------------------------------------------------
+
+constexpr int kHostTid = 1000;  // runtime/trace_file.h
+
+TEST_F(CliTest, Run_Trace_WritesAChromeTraceWithASpanPerNodeOnItsStreamAndTheHosts) {
+  CliResult r = alloy("run " + example("mlp.fusion") + " --bind B=1 --bind S=2 --device cpu --trace " + path("t.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "wrote " + path("t.json") + " (")) << r.out;
+  std::map<std::pair<int, int>, std::string> threads;
+  TraceEvents events = trace_events(path("t.json"), &threads);
+  EXPECT_EQ(events[std::make_pair(0, 0)], (std::vector<std::string>{"linear h", "gelu g", "linear y"}));
+  for (const char* name : {"run mlp", "linear h", "gelu g", "linear y"}) EXPECT_TRUE(has(events[std::make_pair(0, kHostTid)], name)) << name;
+  EXPECT_EQ(events.size(), 2u);  // one rank: its stream and the host
+  EXPECT_EQ(threads[std::make_pair(0, 0)], "stream 0 (run)");
+  EXPECT_EQ(threads[std::make_pair(0, kHostTid)], "host");
+}
+
+TEST_F(CliTest, Run_TraceWithBench_TracesOneMoreRun_TheBenchLineStaysLast) {
+  CliResult r = alloy("run " + example("softmax.fusion") + " --device cpu --bench 2 --trace " + path("t.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(last_line(r.out).starts_with("bench median_us=")) << r.out;
+  EXPECT_TRUE(contains(r.out, "wrote " + path("t.json"))) << r.out;
+  EXPECT_FALSE(contains(r.out, "overlap")) << "no communication, no share: " << r.out;
+  EXPECT_FALSE(trace_events(path("t.json"))[std::make_pair(0, 0)].empty());
+}
+
+TEST_F(CliTest, Run_TraceToAnEmptyNameIsAUsageError_ToAMissingFolderAUserError) {
+  CliResult empty = alloy("run " + example("softmax.fusion") + " --device cpu --trace ''");
+  EXPECT_EQ(empty.code, 2) << empty.err;
+  CliResult missing = alloy("run " + example("softmax.fusion") + " --device cpu --trace " + path("no/such/t.json"));
+  EXPECT_EQ(missing.code, 1) << missing.err;
+  EXPECT_TRUE(contains(missing.err, "trace file " + path("no/such/t.json"))) << missing.err;
+}
+
 TEST_F(CliTest, Run_SaveOutputs_ReplacesASymlinkRatherThanWritingThroughIt) {
   std::string outside = write("outside.txt", "keep me");
   fs::create_directories(path("out"));
@@ -833,6 +892,72 @@ TEST_F(CliMpiTest, UsageErrorOnOneRank_EndsTheJob) {
   EXPECT_NE(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.code, 124) << "a hang";
   EXPECT_TRUE(contains(r.err, "--bind T=x")) << r.err;
+}
+
+// Two ranks, the sequence-parallel MLP in two chunks: one file, a process per rank, each with the
+// chunks' collectives on the communication stream and their GEMMs on the two compute streams; and
+// --bench's share of communication under compute before the bench line. A rank outside the mesh
+// is a process with no spans.
+TEST_F(CliMpiTest, Trace_TwoRanks_OneFileWithAProcessPerRank_ChunksOnTheirStreams_AndTheOverlapShare) {
+  CliResult r = mpirun(2, "run " + example("tp_mlp_sequence_parallel.fusion") + " --bind T=12 --device cpu --pipeline chunks=2 --bench 2 --trace " +
+                              path("t.json"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(last_line(r.out).starts_with("bench median_us=")) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("\noverlap comm_under_compute=[0-9.]+ comm_us=[0-9.]+ under_compute_us=[0-9.]+ ranks=2\n")))
+      << r.out;
+  std::map<std::pair<int, int>, std::string> threads;
+  std::set<int> processes;
+  TraceEvents events = trace_events(path("t.json"), &threads, &processes);
+  EXPECT_EQ(processes, (std::set<int>{0, 1}));
+  for (int rank : {0, 1}) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const auto& communication = events[std::make_pair(rank, 1)];
+    for (const char* name : {"all_gather x chunk 0", "all_gather x chunk 1", "reduce_scatter y__computed chunk 0", "reduce_scatter y__computed chunk 1"})
+      EXPECT_TRUE(has(communication, name)) << name;
+    EXPECT_EQ(threads[std::make_pair(rank, 1)], "stream 1 (communication)");
+    EXPECT_TRUE(has(events[std::make_pair(rank, 2)], "linear h chunk 0 block 0"));
+    EXPECT_TRUE(has(events[std::make_pair(rank, 2)], "linear h chunk 0 block 1"));
+    EXPECT_TRUE(has(events[std::make_pair(rank, 3)], "linear h chunk 1 block 1"));
+    EXPECT_TRUE(has(events[std::make_pair(rank, 0)], "gelu g"));
+    EXPECT_TRUE(has(events[std::make_pair(rank, kHostTid)], "run tp_mlp_sp"));
+  }
+  CliResult outside = mpirun(3, "run " + example("tp_mlp.fusion") + " --bind T=8 --device cpu --trace " + path("three.json"));
+  ASSERT_EQ(outside.code, 0) << outside.out << outside.err;
+  processes.clear();
+  events = trace_events(path("three.json"), nullptr, &processes);
+  EXPECT_EQ(processes, (std::set<int>{0, 1, 2}));
+  EXPECT_TRUE(has(events[std::make_pair(1, 0)], "all_reduce y__partial")) << "rank 1's spans";
+  for (auto& [where, names] : events) EXPECT_NE(where.first, 2) << "rank 2, outside the mesh, ran " << names.at(0);
+}
+
+// The same on the GPU (scripts/gpu-check): the chunks' collectives and GEMMs on streams of their
+// own, timed by CUDA events, and the GEMMs taking device time.
+TEST_F(CliMpiTest, TraceGpu_TwoRanks_ChunkedCollectivesAndGemmsOnSideStreams) {
+  if (!testing::gpu_available()) ALLOY_SKIP_GPU_TEST("no CUDA GPU available: " << testing::gpu_unavailable_reason());
+  CliResult r = mpirun(2, "run " + example("tp_mlp_sequence_parallel.fusion") + " --bind T=4096 --device cuda --pipeline chunks=2 --bench 5 --trace " +
+                              path("t.json"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "\noverlap comm_under_compute=")) << r.out;
+  nlohmann::json file = nlohmann::json::parse(testing::read_file(path("t.json")));
+  for (int rank : {0, 1}) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    std::set<int> communication, compute;
+    int timed_gemms = 0;
+    for (const auto& e : file.at("traceEvents")) {
+      if (e.at("ph") != "X" || e.at("pid") != rank || e.at("tid") == kHostTid) continue;
+      std::string name = e.at("name");
+      if (name.starts_with("all_gather x chunk") || name.starts_with("reduce_scatter")) communication.insert(e.at("tid").get<int>());
+      if (name.starts_with("linear h chunk") || name.starts_with("matmul h chunk")) {
+        compute.insert(e.at("tid").get<int>());
+        timed_gemms += e.at("dur").get<double>() > 0;
+      }
+    }
+    ASSERT_EQ(communication.size(), 1u) << "the collectives on one stream";
+    EXPECT_NE(*communication.begin(), 0) << "on a side stream";
+    EXPECT_EQ(compute.size(), 2u) << "the chunks' GEMMs on the pool of two compute streams";
+    EXPECT_FALSE(compute.count(*communication.begin()));
+    EXPECT_GT(timed_gemms, 0);
+  }
 }
 
 TEST_F(CliTest, PipelineChunksZero_PrintsItsPrefixOnce) {

@@ -23,6 +23,7 @@ seed = int(os.environ.get("ALLOY_FUZZ_SEED", str(random.randrange(1 << 30))))
 rng = random.Random(seed)
 env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 print(f"mpmd_fuzz: seed {seed}, {seconds:g} s", flush=True)
+trace_dir = tempfile.mkdtemp(prefix="alloy_mpmd_fuzz_")
 
 CHOICES = {
     "file": ["tp_mlp.fusion", "tp_mlp_sequence_parallel.fusion"],
@@ -30,6 +31,7 @@ CHOICES = {
     "pipeline": [None, "off", "ring", "chunks=2"],
     "seed": [None, "1"],
     "bench": [None, "2"],
+    "trace": [None, None, os.path.join(trace_dir, "t.json")],
     "command": ["run", "run", "run", "check"],
 }
 
@@ -43,7 +45,7 @@ def argv(a):
     if a["command"] == "check":
         return [alloy, "check", file]
     out = [alloy, "run", file, "--device", "cpu", "--bind", a["bind"]]
-    for k in ("pipeline", "seed", "bench"):
+    for k in ("pipeline", "seed", "bench", "trace"):
         if a[k] is not None:
             out += ["--" + k, a[k]]
     return out
@@ -97,5 +99,6 @@ while time.monotonic() < deadline:
     if problem:
         failures += 1
         print(f"FAIL ({problem}): {' '.join(command)}\n--- stdout\n{out}\n--- stderr\n{err}", flush=True)
+shutil.rmtree(trace_dir, ignore_errors=True)
 print(f"mpmd_fuzz: {cases} cases, {failures} failures (seed {seed})")
 sys.exit(1 if failures else 0)

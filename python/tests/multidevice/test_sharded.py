@@ -2,6 +2,7 @@
 of one device) and under `mpirun -n 2` and `-n 4` (python_mpi_tests_np*), where every rank runs
 every test in the same order (a test that communicates is collective) and checks its own part
 against NumPy computed from the whole tensors, which every rank makes from the same seed."""
+import json
 import os
 
 import numpy as np
@@ -120,6 +121,44 @@ def test_the_pipeline_option_of_a_definition_shapes_its_program(pipeline, progra
         assert program_says in program, program
     (y,) = fd.execute(parts)
     np.testing.assert_allclose(y, distributed.local_part(whole[0] @ whole[1].T, MESH, 1), rtol=1e-4, atol=1e-4)
+
+
+def test_a_traced_run_is_one_file_written_by_rank_zero_with_a_process_per_rank(tmp_path):
+    # the gathered linear in two chunks: every rank's gathers and GEMMs, each on its stream
+    with alloy.FusionDefinition("traced_linear", options={"pipeline": "chunks=2"}) as fd:
+        x = fd.define_tensor(name="x", shape=[4 * SIZE, 64], dtype=alloy.float32, mesh=MESH, placement=alloy.Shard(0))
+        w = fd.define_tensor(name="w", shape=[256 * SIZE, 64], dtype=alloy.float32, mesh=MESH, placement=alloy.Shard(0))
+        fd.add_output(fd.ops.linear(x, w))
+    rng = np.random.default_rng(17)
+    whole = [rng.standard_normal((4 * SIZE, 64)).astype(np.float32), rng.standard_normal((256 * SIZE, 64)).astype(np.float32)]
+    path = tmp_path / "trace.json"  # (each rank's own folder: only rank 0 writes)
+    (y,) = fd.execute(fd.local_inputs(whole), trace=path)
+    np.testing.assert_allclose(y, distributed.local_part(whole[0] @ whole[1].T, MESH, 1), rtol=1e-4, atol=1e-4)
+    if RANK != 0:
+        assert not path.exists()
+        return
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    assert {e["pid"] for e in events} == set(range(SIZE))
+    for rank in range(SIZE):
+        names = {(e["name"], e["tid"]) for e in events if e["ph"] == "X" and e["pid"] == rank}
+        if SIZE > 1:
+            assert ("all_gather x chunk 1", 1) in names, names
+        assert any(name.startswith("linear t0 chunk 1") and tid not in (0, 1, 1000) for name, tid in names), names
+
+
+def test_ranks_outside_the_mesh_take_part_in_a_traced_run(tmp_path):
+    if SIZE < 3:
+        pytest.skip("needs a rank outside a mesh of two")
+    fd = alloy.load(os.path.join(EXAMPLES, "tp_mlp.fusion"))
+    whole = whole_mlp_inputs(np.random.default_rng(3), 8, 256, 1024)
+    outputs = fd.execute(fd.local_inputs(whole), trace=tmp_path / "t.json")
+    assert (outputs == []) == (RANK >= 2)
+    if RANK == 0:
+        with open(tmp_path / "t.json") as f:
+            events = json.load(f)["traceEvents"]
+        assert {e["pid"] for e in events} == set(range(SIZE))
+        assert not [e for e in events if e["ph"] == "X" and e["pid"] >= 2]
 
 
 def test_a_mesh_larger_than_the_job_names_the_launch_that_would_hold_it():

@@ -1,6 +1,6 @@
 // The one interface through which everything above the backends reaches a device: tensors
 // (allocate, copy, accumulate, moves to and from the host), the streams and events of a run, the
-// few facts about the machine the layers above need, and device timing for benchmarks.
+// few facts about the machine the layers above need, and device timing for benchmarks and traces.
 // backend/cpu and backend/cuda implement it (backend/backend.h hands out the one for a device
 // kind); the host program's evaluator, the communication segments, the executor, the command
 // line, the Python module and the benchmarks use it. Nothing here names a CUDA type: a stream
@@ -51,6 +51,18 @@ class DeviceTimer {
   virtual void hold(double ms) = 0;
 };
 
+// The clock of one traced run (host_ir/trace.h): mark() records a point on the current stream,
+// behind the work enqueued on it so far (CUDA: a timing event, recorded on the stream; the CPU,
+// which runs every node as it is enqueued: the host's steady clock, read then), and returns its
+// number, 0 first; times_us() waits for the device and gives each mark's microseconds after mark 0.
+// Made only for a traced run, so an untraced run marks nothing.
+class TraceClock {
+ public:
+  virtual ~TraceClock() = default;
+  virtual int mark() = 0;
+  virtual std::vector<double> times_us() = 0;
+};
+
 class DeviceRuntime {
  public:
   virtual ~DeviceRuntime() = default;
@@ -91,6 +103,8 @@ class DeviceRuntime {
 
   // ---- timing ----
   virtual std::unique_ptr<DeviceTimer> timer(int index) const = 0;
+  // A traced run's clock, for the streams of device `index`.
+  virtual std::unique_ptr<TraceClock> trace_clock(int index) const = 0;
 
   // An Allocate node's buffer: empty() on the run's device, poisoned where the run asks for it.
   Tensor allocate(DType dtype, const std::vector<int64_t>& sizes, const RunState& state) const;

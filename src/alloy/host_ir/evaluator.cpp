@@ -4,6 +4,7 @@
 #include <array>
 
 #include "alloy/common/error.h"
+#include "alloy/ir/op_table.h"
 
 namespace alloy::host_ir {
 
@@ -108,6 +109,7 @@ void Executable::run(RunState& state) const {
   std::unique_ptr<RunStreams> streams;
   ALLOY_CHECK(device != nullptr, "an executable without a device runtime");
   if (program.streams > 1 && program.segmentation.target == Target::cuda) streams = device->open_streams(program, state);
+  if (state.trace) state.trace->begin_run();
   try {
     run_nodes(program.nodes, state, streams.get(), nullptr);
   } catch (...) {
@@ -141,6 +143,14 @@ PairShape shape_of(const PairSizes& p, const RunState& state) {
   return s;
 }
 
+// A launch's span name: its op, or for several the segment's scheduler, and what it writes
+// ("linear h", "matmul h", "pointwise g").
+std::string launch_name(const Segment& s) {
+  std::string name = s.ops.size() == 1 ? std::string(op_name(s.ops[0]->kind)) : std::string(scheduler_name(s.scheduler));
+  for (size_t i = 0; i < s.outputs.size() && i < 3; ++i) name += (i ? ", " : " ") + s.outputs[i]->name;
+  return s.outputs.size() > 3 ? name + ", ..." : name;
+}
+
 }  // namespace
 
 // One node at a time, each kind by its own overload. Without RunStreams (the CPU runs every node
@@ -164,14 +174,54 @@ struct Executable::NodeRunner {
   }
   bool last_step() const { return frame && frame->iteration == frame->count - 1; }
 
+  // A node's place in its loop, for span names: " chunk 2" (" block 1"), " step 1", or nothing.
+  std::string place(int part = -1) const {
+    if (!frame) return "";
+    if (frame->ring()) return " step " + std::to_string(frame->iteration);
+    return " chunk " + std::to_string(frame->iteration) + (part >= 0 ? " block " + std::to_string(part) : "");
+  }
+  // Runs `body`, which enqueues on the node's stream `stream` (made current), in a span of the
+  // trace where the run is traced; `name` is called only then.
+  template <class Name, class Body>
+  void span(int stream, SpanKind kind, Name&& name, Body&& body) const {
+    if (!state.trace) return body();
+    int id = state.trace->open(name(), kind, frame ? frame->stream(stream) : stream);
+    body();
+    state.trace->close(id);
+  }
+  // Likewise for work of the host alone (on the host's track).
+  template <class Name, class Body>
+  void host_span(Name&& name, Body&& body) const {
+    if (!state.trace) return body();
+    int id = state.trace->open(name(), SpanKind::host, kHostTrack);
+    body();
+    state.trace->close(id);
+  }
+
   void operator()(const Allocate& a) const {
-    state.values[a.value->id] = x.device->allocate(a.value->dtype(), state.concrete_shape(a.value), state);
+    host_span([&] { return "allocate " + a.value->name; }, [&] {
+      state.values[a.value->id] = x.device->allocate(a.value->dtype(), state.concrete_shape(a.value), state);
+    });
+  }
+
+  // The block a Launch in a loop binds (its part, or the part relative to this device's rank).
+  int part_of(const Launch& l) const {
+    if (!frame) return l.part;
+    int n = frame->loop->parts;
+    return l.relative ? ((frame->rank + l.part) % n + n) % n : std::max(l.part, 0);
+  }
+
+  // The segment's executable, in a span (a view segment's is a copy's: it computes nothing).
+  void launch(const Launch& l) const {
+    const Segment& s = x.program.segmentation.segments.at(size_t(l.segment));
+    span(l.stream, s.scheduler == SchedulerKind::noop ? SpanKind::copy : SpanKind::compute,
+         [&] { return launch_name(s) + place(part_of(l)); }, [&] { x.segments.at(size_t(l.segment))->run(state); });
   }
 
   void operator()(const Launch& l) const {
     with_stream(l.stream, [&] {
       if (frame) launch_chunk(l);
-      else x.segments.at(size_t(l.segment))->run(state);
+      else launch(l);
     });
   }
 
@@ -182,17 +232,16 @@ struct Executable::NodeRunner {
     std::vector<std::pair<const Value*, Tensor>> bound;
     for (size_t k = 0; k < frame->loop->values.size(); ++k) {
       const Value* v = frame->loop->values[k].value;
-      int part = l.relative ? ((frame->rank + l.part) % frame->loop->parts + frame->loop->parts) % frame->loop->parts : std::max(l.part, 0);
-      Tensor view = frame->bound(k, part, state);
+      Tensor view = frame->bound(k, part_of(l), state);
       state.values[v->id] = view;
       state.chunk_shapes[v->id] = view.sizes();
       if (std::find(s.outputs.begin(), s.outputs.end(), v) != s.outputs.end()) bound.emplace_back(v, view);
     }
-    x.segments.at(size_t(l.segment))->run(state);
+    launch(l);
     for (auto& [v, view] : bound) {
       const Tensor& made = state.values[v->id];
       if (made.data() == view.data()) continue;
-      x.device->copy(view, made);
+      span(l.stream, SpanKind::copy, [&] { return "copy " + v->name + place(part_of(l)); }, [&] { x.device->copy(view, made); });
       state.values[v->id] = view;
     }
   }
@@ -203,17 +252,26 @@ struct Executable::NodeRunner {
 
   void operator()(const Wait& w) const {
     if (w.previous_step && (!frame || frame->iteration == 0)) return;
-    if (streams) streams->wait(frame ? frame->stream(w.stream) : w.stream, w.event);
+    if (!streams) return;  // one stream, or the CPU: every node runs in order, nothing to wait for
+    // marked on the waiting stream before and after the wait: the span is the time it idled
+    int stream = frame ? frame->stream(w.stream) : w.stream;
+    if (state.trace) streams->use(stream);
+    span(w.stream, SpanKind::wait, [&] { return "wait event " + std::to_string(w.event) + place(); },
+         [&] { streams->wait(stream, w.event); });
+    if (state.trace) streams->use(0);
   }
 
   void operator()(const Communicate& c) const {
     with_stream(c.stream, [&] {
-      if (!frame) return x.segments.at(size_t(c.segment))->run(state);
+      const Op& op = *x.program.segmentation.segments.at(size_t(c.segment)).ops.at(0);
+      auto name = [&] { return std::string(op_name(op.kind)) + " " + op.inputs.at(0)->name + place(); };
+      SpanKind kind = op.kind == OpKind::shard_slice ? SpanKind::copy : SpanKind::communication;  // this device's part: no message
+      if (!frame) return span(c.stream, kind, name, [&] { x.segments.at(size_t(c.segment))->run(state); });
       for (size_t k = 0; k < frame->loop->values.size(); ++k) {
         const ChunkedValue& v = frame->loop->values[k];
         state.values[v.value->id] = v.layout == ChunkedValue::Layout::blocks ? frame->parts_view(k) : frame->chunk(k, 0);
       }
-      x.segments.at(size_t(c.segment))->run_chunk(state, c.phase);
+      span(c.stream, kind, name, [&] { x.segments.at(size_t(c.segment))->run_chunk(state, c.phase); });
     });
   }
 
@@ -224,26 +282,32 @@ struct Executable::NodeRunner {
     if (last_step()) return;
     ALLOY_CHECK(state.team != nullptr, "a ring without a team");
     with_stream(sr.stream, [&] {
-      Tensor send = frame->ring_view(frame->index_of(sr.send), frame->iteration, state);
-      Tensor receive = sr.receive ? frame->ring_view(frame->index_of(sr.receive), frame->iteration + 1, state)
-                                  : frame->sums[size_t((frame->iteration + 1) % 2)];
-      if (!send.is_contiguous()) {  // the device's own rows, as the caller laid them out
-        Tensor packed = x.device->allocate(send.dtype(), send.sizes(), state);
-        x.device->copy(packed, send);
-        state.scratch.push_back(packed);  // used on this stream: kept to the run's end, as the ring's scratch
-        send = packed;
-      }
-      ALLOY_CHECK(receive.is_contiguous(), "a ring receives into ", receive.str());
-      int n = frame->loop->parts;
-      state.team->send_recv(send, (frame->rank + 1) % n, receive, (frame->rank + n - 1) % n);
+      span(sr.stream, SpanKind::communication, [&] { return "send_recv " + sr.send->name + place(); }, [&] { exchange(sr); });
     });
+  }
+
+  void exchange(const SendRecv& sr) const {
+    Tensor send = frame->ring_view(frame->index_of(sr.send), frame->iteration, state);
+    Tensor receive = sr.receive ? frame->ring_view(frame->index_of(sr.receive), frame->iteration + 1, state)
+                                : frame->sums[size_t((frame->iteration + 1) % 2)];
+    if (!send.is_contiguous()) {  // the device's own rows, as the caller laid them out
+      Tensor packed = x.device->allocate(send.dtype(), send.sizes(), state);
+      x.device->copy(packed, send);
+      state.scratch.push_back(packed);  // used on this stream: kept to the run's end, as the ring's scratch
+      send = packed;
+    }
+    ALLOY_CHECK(receive.is_contiguous(), "a ring receives into ", receive.str());
+    int n = frame->loop->parts;
+    state.team->send_recv(send, (frame->rank + 1) % n, receive, (frame->rank + n - 1) % n);
   }
 
   void operator()(const Accumulate& acc) const {
     ALLOY_CHECK(frame && frame->ring(), "Accumulate outside a ring loop");
     if (frame->iteration == 0) return;
     with_stream(acc.stream, [&] {
-      x.device->accumulate(frame->ring_view(frame->index_of(acc.into), frame->iteration, state), frame->sums[size_t(frame->iteration % 2)]);
+      span(acc.stream, SpanKind::compute, [&] { return "accumulate " + acc.into->name + place(); }, [&] {
+        x.device->accumulate(frame->ring_view(frame->index_of(acc.into), frame->iteration, state), frame->sums[size_t(frame->iteration % 2)]);
+      });
     });
   }
 
@@ -257,23 +321,27 @@ struct Executable::NodeRunner {
     ALLOY_CHECK(frame == nullptr, "a Choose inside a loop");
     size_t variant = 0;
     state.chosen_chunks = 0;
-    if (state.choose) {
-      PairShape shape = shape_of(choose.sizes, state);
-      shape.ring_ok = std::find(choose.names.begin(), choose.names.end(), "ring") != choose.names.end();
-      PipelineChoice choice = state.choose(shape);
-      const char* name = choice.variant == PipelineChoice::Variant::chunks ? "chunks"
-                         : choice.variant == PipelineChoice::Variant::ring ? "ring"
-                                                                            : "off";
-      auto it = std::find(choose.names.begin(), choose.names.end(), name);
-      ALLOY_CHECK(it != choose.names.end(), "the cost model chose '", name, "', which the pair has no program for");
-      variant = size_t(it - choose.names.begin());
-      state.chosen_chunks = choice.chunks;
-      *choose.last = choice.why;
-    } else {
-      *choose.last = "off (no cost model in this run)";
-    }
+    host_span([] { return std::string("choose pipeline (cost model)"); }, [&] { variant = chosen_variant(choose); });
     x.run_nodes(choose.variants.at(variant), state, streams, nullptr);
     state.chosen_chunks = 0;
+  }
+
+  size_t chosen_variant(const Choose& choose) const {
+    if (!state.choose) {
+      *choose.last = "off (no cost model in this run)";
+      return 0;
+    }
+    PairShape shape = shape_of(choose.sizes, state);
+    shape.ring_ok = std::find(choose.names.begin(), choose.names.end(), "ring") != choose.names.end();
+    PipelineChoice choice = state.choose(shape);
+    const char* name = choice.variant == PipelineChoice::Variant::chunks ? "chunks"
+                       : choice.variant == PipelineChoice::Variant::ring ? "ring"
+                                                                          : "off";
+    auto it = std::find(choose.names.begin(), choose.names.end(), name);
+    ALLOY_CHECK(it != choose.names.end(), "the cost model chose '", name, "', which the pair has no program for");
+    state.chosen_chunks = choice.chunks;
+    *choose.last = choice.why;
+    return size_t(it - choose.names.begin());
   }
 };
 

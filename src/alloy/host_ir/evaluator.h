@@ -10,6 +10,7 @@
 #include "alloy/host_ir/cost_model.h"
 #include "alloy/host_ir/device_runtime.h"
 #include "alloy/host_ir/program.h"
+#include "alloy/host_ir/trace.h"
 #include "alloy/tensor/tensor.h"
 
 namespace alloy::host_ir {
@@ -34,6 +35,8 @@ struct RunState {
   // Buffers a loop allocated for itself (a ring's scratch blocks), kept to the end of the run:
   // other streams use them, and the run's stream joins those before the run ends.
   std::vector<Tensor> scratch;
+  // A traced run (host_ir/trace.h): a span for each node that enqueues work. Null: nothing is marked.
+  TraceRecorder* trace = nullptr;
 
   const Tensor& at(const Value* v) const;
   std::vector<int64_t> concrete_shape(const Value* v) const;  // evaluates the value's extents

@@ -16,6 +16,7 @@
 #include "alloy/passes/sharding/propagate_sharding.h"
 #include "alloy/pipeline/pipeline.h"
 #include "alloy/runtime/input_binding.h"
+#include "alloy/runtime/trace_file.h"
 #include "alloy/runtime/tune/machine_costs.h"
 
 namespace alloy {
@@ -61,9 +62,9 @@ struct FusionExecutor::Impl {
     Bindings sizes;
     const Plan* plan = nullptr;
   };
-  Bound bind(const std::vector<Tensor>& inputs);
+  Bound bind(const std::vector<Tensor>& inputs, bool traced);
   Bound bind_checked(const std::vector<Tensor>& inputs);
-  Bound agree_and_bind(const std::vector<Tensor>& inputs);
+  Bound agree_and_bind(const std::vector<Tensor>& inputs, bool traced);
   // The record last agreed (ExecutorOptions::Agreement::on_change), declared below, and the
   // facts a run agrees on: the plan's fixed ones first (fixed_count of them, made once), then
   // each run's sizes and shapes, rewritten in place (runs of a fusion with a mesh take turns under
@@ -74,8 +75,10 @@ struct FusionExecutor::Impl {
   void check_sizes(const Plan& plan, const Bindings& b);
   std::mutex sizes_mutex;
   std::optional<Bindings> sizes_checked;  // the last sizes check_sizes accepted
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
-  std::vector<Tensor> run_locked(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, RunTrace* trace);
+  std::vector<Tensor> run_locked(const std::vector<Tensor>& inputs, RunTrace* trace);
+  // A traced run's spans, gathered from every rank where the run's ranks agreed to trace it.
+  void fill_trace(std::vector<host_ir::Span> spans, RunTrace& trace);
   std::string dump_stage(std::string_view stage, const Plan* plan, const Bindings& sizes);
 };
 
@@ -267,9 +270,9 @@ FusionExecutor::Impl::Bound FusionExecutor::Impl::bind_checked(const std::vector
   return {std::move(b), &plan};
 }
 
-FusionExecutor::Impl::Bound FusionExecutor::Impl::bind(const std::vector<Tensor>& inputs) {
+FusionExecutor::Impl::Bound FusionExecutor::Impl::bind(const std::vector<Tensor>& inputs, bool traced) {
   bool mesh = first_plan().compiled.mesh.has_value();
-  if (mesh && multidevice::process().size > 1) return agree_and_bind(inputs);
+  if (mesh && multidevice::process().size > 1) return agree_and_bind(inputs, traced);
   if (mesh) join_team();
   return bind_checked(inputs);
 }
@@ -292,7 +295,7 @@ std::string shape_fact(const Tensor& t) {
 // whether all were given the same fusion, options, sizes and local shapes. Uneven parts (ranks
 // given parts of different sizes) are such a difference, so every collective's byte count is the
 // same on every rank of the team.
-FusionExecutor::Impl::Bound FusionExecutor::Impl::agree_and_bind(const std::vector<Tensor>& inputs) {
+FusionExecutor::Impl::Bound FusionExecutor::Impl::agree_and_bind(const std::vector<Tensor>& inputs, bool traced) {
   const CompiledFusion& plan = first_plan().compiled;  // (every plan declares the same inputs)
   const std::vector<int64_t>& mesh = *plan.mesh;
   bool in_mesh = std::find(mesh.begin(), mesh.end(), int64_t(multidevice::process().rank)) != mesh.end();
@@ -307,6 +310,8 @@ FusionExecutor::Impl::Bound FusionExecutor::Impl::agree_and_bind(const std::vect
     }
   }
   facts.resize(fixed_count);
+  // a traced run ends with a gather of every rank's spans: every rank of the job traces it, or none
+  facts.push_back({"trace", traced ? "on" : "off"});
   std::string sizes;
   if (in_mesh && !failure)
     for (const std::string& symbol : plan.local->input_symbols())
@@ -329,7 +334,7 @@ FusionExecutor::Impl::Bound FusionExecutor::Impl::agree_and_bind(const std::vect
   return bound;
 }
 
-std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs) {
+std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs, RunTrace* trace) {
   // a mesh this job cannot hold, said before the passes check sizes against it (inspecting the
   // shardings of such a fusion stays possible: only running it is an error)
   if (!ready.load(std::memory_order_acquire))
@@ -337,15 +342,23 @@ std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs)
       if (auto misfit = multidevice::mesh_misfit(*mesh)) user_error_at("fusion '" + fusion->name() + "'", *misfit);
   if (first_plan().compiled.mesh || device.kind == DeviceKind::cuda) {
     std::lock_guard<std::mutex> lock(run_mutex);
-    return run_locked(inputs);
+    return run_locked(inputs, trace);
   }
-  return run_locked(inputs);
+  return run_locked(inputs, trace);
 }
 
-std::vector<Tensor> FusionExecutor::Impl::run_locked(const std::vector<Tensor>& inputs) {
+void FusionExecutor::Impl::fill_trace(std::vector<host_ir::Span> spans, RunTrace& trace) {
+  if (first_plan().compiled.mesh && multidevice::process().size > 1) trace.ranks = gather_job_spans(spans);
+  else trace.ranks = {{multidevice::process().rank, std::move(spans)}};
+}
+
+std::vector<Tensor> FusionExecutor::Impl::run_locked(const std::vector<Tensor>& inputs, RunTrace* trace) {
   host_ir::RunState state;
-  Bound bound = bind(inputs);
-  if (outside_mesh) return {};
+  Bound bound = bind(inputs, trace != nullptr);
+  if (outside_mesh) {
+    if (trace) fill_trace({}, *trace);  // (the gather's other side: this rank ran nothing)
+    return {};
+  }
   const Plan& chosen = *bound.plan;
   last_plan.store(&chosen, std::memory_order_release);
   const CompiledFusion& plan = chosen.compiled;
@@ -375,7 +388,13 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const std::vector<Tensor>& 
     state.values[declared->id] = t;
   }
   for (auto& [id, tensor] : chosen.literal_values) state.values[id] = tensor;
+  std::optional<host_ir::TraceRecorder> recorder;
+  if (trace) {
+    recorder.emplace(backend::device_runtime(device.kind).trace_clock(device.index), fusion->name());
+    state.trace = &*recorder;
+  }
   plan.executable->run(state);
+  if (trace) fill_trace(recorder->finish(), *trace);
   std::vector<Tensor> outputs;
   for (Value* out : running.outputs()) outputs.push_back(state.at(out));
   const std::vector<Value*>& aliases = fusion->output_aliases();
@@ -432,13 +451,13 @@ FusionExecutor::~FusionExecutor() = default;
 FusionExecutor::FusionExecutor(FusionExecutor&&) noexcept = default;
 FusionExecutor& FusionExecutor::operator=(FusionExecutor&&) noexcept = default;
 
-std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs) { return impl_->run(inputs); }
+std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs) { return impl_->run(inputs, nullptr); }
 
 std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs, const RunOptions& run_options) {
-  if (!run_options.stream || impl_->device.kind != DeviceKind::cuda) return impl_->run(inputs);
+  if (!run_options.stream || impl_->device.kind != DeviceKind::cuda) return impl_->run(inputs, run_options.trace);
   // Every stage of the run asks for the thread's current stream: make it the caller's.
   auto scope = backend::device_runtime(impl_->device.kind).use_stream(impl_->device.index, *run_options.stream);
-  return impl_->run(inputs);
+  return impl_->run(inputs, run_options.trace);
 }
 
 int FusionExecutor::plans_built() const {

@@ -19,6 +19,8 @@ namespace alloy {
 
 enum class DeviceChoice { automatic, cpu, cuda };
 
+struct RunTrace;  // runtime/trace_file.h
+
 struct ExecutorOptions {
   DeviceChoice device = DeviceChoice::automatic;  // automatic: a GPU where one exists, else the CPU
   // The GPU to run on (cuda or automatic). -1: GPU 0, or in a job of several processes the
@@ -56,6 +58,12 @@ struct RunOptions {
   // stream when their last view goes, so a consumer on another stream makes the run's stream wait
   // for its work before it drops them (what torch's record_stream does).
   std::optional<uintptr_t> stream;
+  // Where the run's timeline goes (runtime/trace_file.h), or null: with it, the run opens a span
+  // for each node of its host program (host_ir/trace.h), waits for the device, and fills it. In a
+  // job of several processes, a run of a fusion with a mesh is traced on every rank of the job or on
+  // none (the job's agreement says so), and `ranks` holds every rank's spans (gathered: ranks
+  // outside the mesh have none); otherwise this process's alone.
+  RunTrace* trace = nullptr;
 };
 
 // Thread safety: one executor may run on several threads at once. The plan is built once, under a

@@ -95,8 +95,27 @@ class CpuRuntime final : public host_ir::DeviceRuntime {
   }
   uintptr_t current_stream(int) const override { return 0; }
   std::unique_ptr<host_ir::DeviceTimer> timer(int) const override { return std::make_unique<HostTimer>(); }
+  std::unique_ptr<host_ir::TraceClock> trace_clock(int) const override { return std::make_unique<HostClock>(); }
 
  private:
+  // Every node has run when the next is enqueued: a mark is the host's time then.
+  class HostClock final : public host_ir::TraceClock {
+   public:
+    int mark() override {
+      marks_.push_back(std::chrono::steady_clock::now());
+      return int(marks_.size()) - 1;
+    }
+    std::vector<double> times_us() override {
+      std::vector<double> out;
+      out.reserve(marks_.size());
+      for (auto& t : marks_) out.push_back(std::chrono::duration<double, std::micro>(t - marks_.front()).count());
+      return out;
+    }
+
+   private:
+    std::vector<std::chrono::steady_clock::time_point> marks_;
+  };
+
   class HostTimer final : public host_ir::DeviceTimer {
    public:
     void start() override { start_ = std::chrono::steady_clock::now(); }

@@ -119,6 +119,38 @@ class CudaTimer final : public host_ir::DeviceTimer {
   Event start_, stop_;
 };
 
+// A traced run's marks: a timing event each, recorded on the current stream, read against mark 0
+// once the run is done (cudaEventElapsedTime works across the streams of a device). The events are
+// kept per thread and device and reused run after run, so a traced run creates none once warm.
+class CudaTraceClock final : public host_ir::TraceClock {
+ public:
+  explicit CudaTraceClock(int device) : device_(device), events_(std::move(pool()[device])) {}
+  ~CudaTraceClock() override { pool()[device_] = std::move(events_); }
+  int mark() override {
+    if (size_t(marks_) == events_.size()) events_.emplace_back(device_, true);
+    events_[size_t(marks_)].record(Stream::current(device_));
+    return marks_++;
+  }
+  std::vector<double> times_us() override {
+    std::vector<double> out;
+    out.reserve(size_t(marks_));
+    for (int k = 0; k < marks_; ++k) {
+      events_[size_t(k)].synchronize();
+      out.push_back(double(events_[0].elapsed_ms(events_[size_t(k)])) * 1000.0);
+    }
+    return out;
+  }
+
+ private:
+  static std::map<int, std::vector<Event>>& pool() {
+    thread_local std::map<int, std::vector<Event>> events;  // by device
+    return events;
+  }
+  int device_;
+  int marks_ = 0;
+  std::vector<Event> events_;
+};
+
 class StreamScope final : public host_ir::Scope {
  public:
   explicit StreamScope(const Stream& stream) : guard_(stream) {}
@@ -158,6 +190,7 @@ class CudaRuntime final : public host_ir::DeviceRuntime {
   }
   uintptr_t current_stream(int index) const override { return reinterpret_cast<uintptr_t>(Stream::current(index).handle()); }
   std::unique_ptr<host_ir::DeviceTimer> timer(int index) const override { return std::make_unique<CudaTimer>(index); }
+  std::unique_ptr<host_ir::TraceClock> trace_clock(int index) const override { return std::make_unique<CudaTraceClock>(index); }
 
  private:
   static Stream current(const Tensor& t) { return Stream::current(t.device().index); }

@@ -32,6 +32,7 @@ class UnavailableRuntime final : public host_ir::DeviceRuntime {
   std::unique_ptr<host_ir::Scope> use_stream(int, uintptr_t) const override { unavailable("stream"); }
   uintptr_t current_stream(int) const override { unavailable("cuda"); }
   std::unique_ptr<host_ir::DeviceTimer> timer(int) const override { unavailable("cuda"); }
+  std::unique_ptr<host_ir::TraceClock> trace_clock(int) const override { unavailable("cuda"); }
 };
 
 }  // namespace
