@@ -4,7 +4,8 @@
 and asserts: no signal, no hang (a time bound), and either every rank exits 0 with the outputs of
 the same command given to every rank alike, or the job exits non-zero with an error message.
 
-Usage: mpmd_fuzz.py ALLOY EXAMPLES_DIR. ALLOY_FUZZ_SECONDS (default 25) bounds the run;
+Usage: mpmd_fuzz.py ALLOY EXAMPLES_DIR. ALLOY_FUZZ_SECONDS (default 25) bounds the run,
+ALLOY_FUZZ_CASES (default: no bound) the cases, ALLOY_FUZZ_JOBS (default 1) the cases at once;
 ALLOY_FUZZ_SEED picks the cases (default: random, printed)."""
 import os
 import random
@@ -12,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 alloy, examples = sys.argv[1], sys.argv[2]
@@ -65,19 +67,36 @@ def outputs(stdout):  # the summary lines of the outputs (the bench line's times
 
 reference = {}  # a command every rank was given alike -> its outputs
 deadline = time.monotonic() + seconds
+most_cases = int(os.environ.get("ALLOY_FUZZ_CASES", "0"))  # 0: as many as the time allows
+jobs = max(1, int(os.environ.get("ALLOY_FUZZ_JOBS", "1")))   # cases launched at once
+lock = threading.Lock()
 cases = failures = 0
-while time.monotonic() < deadline:
-    n = rng.randint(2, 4)
-    base = draw()
-    ranks = [dict(base) for _ in range(n)]
-    if rng.random() < 0.7:  # most cases: one rank differs in one or two choices
-        for _ in range(rng.randint(1, 2)):
-            k = rng.choice(list(CHOICES))
-            ranks[rng.randrange(n)][k] = rng.choice(CHOICES[k])
+signals = hangs = wrong = 0
+
+
+def next_case():
+    """The next case's ranks, drawn in order from the one seeded generator (None when done)."""
+    global cases
+    with lock:
+        if time.monotonic() >= deadline or (most_cases and cases >= most_cases):
+            return None
+        cases += 1
+        n = rng.randint(2, 4)
+        base = draw()
+        ranks = [dict(base) for _ in range(n)]
+        if rng.random() < 0.7:  # most cases: one rank differs in one or two choices
+            for _ in range(rng.randint(1, 2)):
+                k = rng.choice(list(CHOICES))
+                ranks[rng.randrange(n)][k] = rng.choice(CHOICES[k])
+        return ranks
+
+
+def check(ranks):
+    global failures, signals, hangs, wrong
+    n = len(ranks)
     start = time.monotonic()
     code, out, err, command = launch(ranks)
     took = time.monotonic() - start
-    cases += 1
     same = all(argv(r) == argv(ranks[0]) for r in ranks)
     problem = None
     if code == 124 or code == 137:
@@ -93,12 +112,29 @@ while time.monotonic() < deadline:
     elif code == 0:
         key = (n, tuple(argv(ranks[0])))
         got = outputs(out)
-        if key in reference and reference[key] != got:
-            problem = f"outputs differ from an earlier run of the same command: {reference[key]} vs {got}"
-        reference.setdefault(key, got)
+        with lock:
+            if key in reference and reference[key] != got:
+                problem = f"outputs differ from an earlier run of the same command: {reference[key]} vs {got}"
+            reference.setdefault(key, got)
     if problem:
-        failures += 1
-        print(f"FAIL ({problem}): {' '.join(command)}\n--- stdout\n{out}\n--- stderr\n{err}", flush=True)
+        with lock:
+            failures += 1
+            signals += problem.startswith("a signal")
+            hangs += problem.startswith("a hang")
+            wrong += problem.startswith("outputs differ") or problem.startswith("exit 0")
+            print(f"FAIL ({problem}): {' '.join(command)}\n--- stdout\n{out}\n--- stderr\n{err}", flush=True)
+
+
+def worker():
+    while (ranks := next_case()) is not None:
+        check(ranks)
+
+
+threads = [threading.Thread(target=worker) for _ in range(jobs)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
 shutil.rmtree(trace_dir, ignore_errors=True)
-print(f"mpmd_fuzz: {cases} cases, {failures} failures (seed {seed})")
+print(f"mpmd_fuzz: {cases} cases, {failures} failures ({signals} signals, {hangs} hangs, {wrong} wrong values; seed {seed}, {jobs} at once)")
 sys.exit(1 if failures else 0)

@@ -195,6 +195,7 @@ class Rewriter {
     } else {
       values = {{matmul_op(gemm)->inputs[0], ChunkedValue::Layout::blocks}, {op.inputs[0], ChunkedValue::Layout::blocks},
                 {op.outputs[0], ChunkedValue::Layout::rows}};
+      values[1].own = op.outputs[0];  // the own block's partial sums go straight into the output
     }
     ForChunks loop = open_loop(parts, std::move(values), {}, describe_pair(pair) + ": " + why, nodes, pair.first, pair.last, out);
     loop.count = chunks_;

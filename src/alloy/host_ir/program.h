@@ -93,7 +93,8 @@ using Node = std::variant<Allocate, Launch, Record, Wait, Communicate, SendRecv,
 //           chunk rows, ...] view of chunk i of every block (no copy: parts at the block stride).
 //           Where `own` is set, a Launch of this device's own block sees chunk i of `own` (its
 //           rows) instead: the all-gathered value's own block is the input it gathers, so the
-//           GEMM of it need not wait for the collective.
+//           GEMM of it need not wait for the collective; the reduce-scattered partial sums' own
+//           block is the output they reduce into, which the reduce-scatter then adds to.
 // And in a ring loop (step s of `parts`, on team rank r):
 //   ring_block:  the value's rows are `parts` blocks; step s binds block (r - s + shift) mod parts;
 //   ring_buffer: a block-sized value that is never whole: step s binds one of two scratch blocks

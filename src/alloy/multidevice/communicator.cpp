@@ -70,6 +70,10 @@ void Communicator::reduce_scatter_parts(const Tensor& parts, const Tensor& out, 
 void Communicator::reduce_scatter_parts_send(const Tensor&, PartialReduce) {}
 
 void Communicator::reduce_scatter_parts_finish(const Tensor& parts, const Tensor& out, PartialReduce op) {
+  Tensor own = part_of(parts, rank());
+  ALLOY_CHECK(own.device().kind == DeviceKind::cpu && own.is_contiguous() && out.is_contiguous(), name(),
+              ": reduce_scatter_parts_finish of ", out.str());
+  if (own.data() != out.data()) std::memcpy(own.data(), out.data(), size_t(out.numel()) * size_t(dtype_size(out.dtype())));
   reduce_scatter_parts(parts, out, op);
 }
 

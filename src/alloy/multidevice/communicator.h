@@ -92,9 +92,10 @@ class Communicator : public host_ir::Team {
   virtual void all_gather_into_parts(const Tensor& in, const Tensor& parts);
   virtual void reduce_scatter_parts(const Tensor& parts, const Tensor& out, PartialReduce op);
   // reduce_scatter_parts in two halves, so that the parts bound for other ranks move while this
-  // rank still computes its own: `send` may move every part but part rank() (which need not be
-  // ready yet), `finish` makes `out` (part rank() ready by then). Called in that order, once
-  // each, with the same parts. The defaults: nothing, then reduce_scatter_parts.
+  // rank still computes its own: `send` may move every part but part rank(), `finish` adds the
+  // other ranks' parts to `out`, which holds this rank's own part by then (part rank() of `parts`
+  // is not read: the loop computed it into `out`). Called in that order, once each, with the
+  // same parts. The defaults: nothing, then `out` copied into part rank() and reduce_scatter_parts.
   virtual void reduce_scatter_parts_send(const Tensor& parts, PartialReduce op);
   virtual void reduce_scatter_parts_finish(const Tensor& parts, const Tensor& out, PartialReduce op);
 

@@ -176,7 +176,9 @@ class CopyEngineCommunicator final : public Communicator {
   }
 
   void reduce_scatter_parts(const Tensor& parts, const Tensor& out, PartialReduce op) override {
+    if (op != PartialReduce::sum) return inner_->reduce_scatter_parts(parts, out, op);
     reduce_scatter_parts_send(parts, op);
+    runtime_.copy(out, part_of(parts, rank()));
     reduce_scatter_parts_finish(parts, out, op);
   }
 
@@ -194,17 +196,14 @@ class CopyEngineCommunicator final : public Communicator {
     sent_ = call.epoch;
   }
 
-  // out = this rank's part + what every peer pushed for it.
+  // out (this rank's part) += what every peer pushed for it.
   void reduce_scatter_parts_finish(const Tensor& parts, const Tensor& out, PartialReduce op) override {
-    if (op != PartialReduce::sum) return inner_->reduce_scatter_parts(parts, out, op);
+    if (op != PartialReduce::sum) return inner_->reduce_scatter_parts_finish(parts, out, op);
     ALLOY_CHECK(sent_ != 0, name(), ": reduce_scatter finished without its send");
     const uint32_t e = sent_;
     sent_ = 0;
-    Tensor own = part_of(parts, rank());
-    const size_t bytes = bytes_of(own);
-    ALLOY_CHECK(own.is_contiguous() && out.is_contiguous() && bytes_of(out) == bytes, name(), ": reduce_scatter into ", out.str());
+    ALLOY_CHECK(out.is_contiguous() && bytes_of(out) == bytes_of(part_of(parts, rank())), name(), ": reduce_scatter into ", out.str());
     Calls call(*this, 0);
-    copy(out.data(), own.data(), bytes, call.stream);
     for (int j = 1; j < size(); ++j) {
       int q = (rank() - j + size()) % size();
       arrive(q, e, call.stream);

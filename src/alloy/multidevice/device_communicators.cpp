@@ -159,6 +159,10 @@ class NcclCommunicator final : public Communicator {
               "ncclReduce");
     n.check(n.group_end(), "ncclGroupEnd");
   }
+  void reduce_scatter_parts_finish(const Tensor& parts, const Tensor& out, PartialReduce op) override {
+    runtime_.copy(part_of(parts, rank()), out);
+    reduce_scatter_parts(parts, out, op);
+  }
   void send(const Tensor& in, int peer) override {
     nccl().check(nccl().send(in.data(), bytes_of(in), nccl_uint8, peer, comm_, stream()), "ncclSend");
   }
@@ -215,6 +219,10 @@ class StagedCommunicator final : public Communicator {
   }
   void reduce_scatter_parts(const Tensor& parts, const Tensor& out, PartialReduce op) override {
     through_host(out, [&](const Tensor& h) { host_->reduce_scatter(down(parts), h, op); });
+  }
+  void reduce_scatter_parts_finish(const Tensor& parts, const Tensor& out, PartialReduce op) override {
+    runtime_.copy(part_of(parts, rank()), out);
+    reduce_scatter_parts(parts, out, op);
   }
   void send(const Tensor& in, int peer) override { host_->send(down(in), peer); }
   void recv(const Tensor& out, int peer) override {
