@@ -38,6 +38,7 @@ def main():
     p.add_argument("--forms", default="off,auto,chunks=1,chunks=2,chunks=4,ring")
     p.add_argument("--env", action="append", default=[], help="NAME=VALUE for the Alloy runs (repeatable)")
     p.add_argument("--label", default="")
+    p.add_argument("--skip-floor", action="store_true", help="no floor run (ratios then read 'nan')")
     args = p.parse_args()
     for kv in args.env:
         name, _, value = kv.partition("=")
@@ -46,7 +47,7 @@ def main():
     for shape in args.pairs.split(","):
         m, k, n = (int(v) for v in shape.split("x"))
         for kind in ("ag_gemm", "gemm_rs"):
-            floor, _ = alloy_median_us(args.alloy, local_text(kind, m, k, n, args.ranks), 0, 1, args.runs)
+            floor = float("nan") if args.skip_floor else alloy_median_us(args.alloy, local_text(kind, m, k, n, args.ranks), 0, 1, args.runs)[0]
             row = {"label": label, "pair": kind, "shape": shape, "ranks": args.ranks, "floor_us": floor}
             cells = []
             for form in args.forms.split(","):
