@@ -69,6 +69,7 @@ reference = {}  # a command every rank was given alike -> its outputs
 deadline = time.monotonic() + seconds
 most_cases = int(os.environ.get("ALLOY_FUZZ_CASES", "0"))  # 0: as many as the time allows
 jobs = max(1, int(os.environ.get("ALLOY_FUZZ_JOBS", "1")))   # cases launched at once
+progress = int(os.environ.get("ALLOY_FUZZ_PROGRESS", "0"))   # a line every N cases (0: none)
 lock = threading.Lock()
 cases = failures = 0
 signals = hangs = wrong = 0
@@ -81,6 +82,8 @@ def next_case():
         if time.monotonic() >= deadline or (most_cases and cases >= most_cases):
             return None
         cases += 1
+        if progress and cases % progress == 0:
+            print(f"mpmd_fuzz: {cases} cases begun, {failures} failures so far", flush=True)
         n = rng.randint(2, 4)
         base = draw()
         ranks = [dict(base) for _ in range(n)]

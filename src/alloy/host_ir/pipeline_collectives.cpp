@@ -202,11 +202,12 @@ class Rewriter {
     loop.pool_streams = kComputeStreams;
     int comm = loop.first_pool_stream - 1, event = p_.events++;
     if (pair.kind == PairSizes::Kind::all_gather_gemm) {
-      // the own block first (its rows are here: it waits for nothing), then the others in the
-      // order they arrive (the previous rank's first)
+      // the own block first (its rows are here: it waits for nothing, and is enqueued before
+      // the collective, whose host calls would delay it), then the others in the order they
+      // arrive (the previous rank's first)
+      loop.body.push_back(Launch{m, kIterationStream, 0, true});
       loop.body.push_back(Communicate{c, comm});
       loop.body.push_back(Record{comm, event});
-      loop.body.push_back(Launch{m, kIterationStream, 0, true});
       loop.body.push_back(Wait{kIterationStream, event});
       for (int j = 1; j < parts; ++j) loop.body.push_back(Launch{m, kIterationStream, -j, true});
     } else {
