@@ -86,7 +86,7 @@ TEST(PipelinedGpu, RingChunksAndAuto_OnAMeshOfOne_EqualOff) {
       // mesh of one has no ring), with the model's times; the chunked variant is there to be taken
       EXPECT_EQ(count(program, "Choose per run (--pipeline auto"), 2) << program;
       EXPECT_EQ(count(program, "last run: none yet"), 0) << program;
-      std::regex choice(R"(; last run: (off|chunks=(2|4|8|16)) \(model: off [^\n]*; [0-9]+ rows a block, K [0-9]+, N [0-9]+, )"
+      std::regex choice(R"(; last run: (off|chunks=(1|2|4|8|16)) \(model: off [^\n]*; [0-9]+ rows a block, K [0-9]+, N [0-9]+, )"
                         R"([0-9]+ bytes a block, 1 ranks; machine: )");
       EXPECT_EQ(std::distance(std::sregex_iterator(program.begin(), program.end(), choice), std::sregex_iterator()), 2) << program;
       EXPECT_NE(program.find("For i in 0..16 (all_gather -> linear h: chunks chosen per run (--pipeline auto))"), std::string::npos) << program;
