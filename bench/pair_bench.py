@@ -57,7 +57,7 @@ def main():
                 except RuntimeError as e:
                     print(f"{kind} {form}: failed: {str(e)[-600:]}", file=sys.stderr, flush=True)
                     us = float("nan")
-                row[form] = us
+                row[form + "_us"] = us
                 cells.append(f"{form} {us:.0f} ({us / floor:.3f}x)")
             print(f"[{label}] {kind} {shape} n={args.ranks}: floor {floor:.0f} us | " + " | ".join(cells), flush=True)
             print("json " + json.dumps(row), flush=True)
