@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using std::fmax;
@@ -76,12 +77,26 @@ inline unsigned __ballot_sync(unsigned, int predicate) {
 #define __align__(n) alignas(n)
 
 // Runs kernel(params) over the grid, one block at a time: `threads` std::threads take every block
-// in turn and meet at a barrier between blocks.
+// in turn and meet at a barrier between blocks. The blocks run in order (x fastest), or, where
+// `order_seed` is not 0, in an order shuffled by it: a kernel whose blocks combine their partials
+// (the last block to arrive, as column kernels and grid reductions do) must give the same bits
+// whichever block arrives last.
 template <class Params>
-void alloy_emulate_grid(void (*kernel)(const Params), unsigned gx, unsigned gy, unsigned threads, const void* params) {
+void alloy_emulate_grid(void (*kernel)(const Params), unsigned gx, unsigned gy, unsigned threads, const void* params,
+                        unsigned order_seed = 0) {
   gridDim = {gx, gy, 1};
   blockDim = {threads, 1, 1};
   const Params& p = *static_cast<const Params*>(params);
+  std::vector<AlloyEmuDim3> blocks;
+  for (unsigned by = 0; by < gy; ++by)
+    for (unsigned bx = 0; bx < gx; ++bx) blocks.push_back({bx, by, 0});
+  if (order_seed != 0) {  // Fisher-Yates with a xorshift generator
+    unsigned long long state = 0x9E3779B97F4A7C15ull ^ order_seed;
+    for (size_t i = blocks.size(); i > 1; --i) {
+      state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+      std::swap(blocks[i - 1], blocks[size_t(state % i)]);
+    }
+  }
   std::barrier<> block(threads), between(threads);
   std::vector<std::unique_ptr<AlloyEmuWarp>> warps;
   for (unsigned w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<AlloyEmuWarp>());
@@ -92,12 +107,11 @@ void alloy_emulate_grid(void (*kernel)(const Params), unsigned gx, unsigned gy, 
       threadIdx = {t, 0, 0};
       alloy_emu_block = &block;
       alloy_emu_warp = warps[t / 32].get();
-      for (unsigned by = 0; by < gy; ++by)
-        for (unsigned bx = 0; bx < gx; ++bx) {
-          blockIdx = {bx, by, 0};
-          kernel(p);
-          between.arrive_and_wait();
-        }
+      for (const AlloyEmuDim3& b : blocks) {
+        blockIdx = b;
+        kernel(p);
+        between.arrive_and_wait();
+      }
     });
   for (auto& th : pool) th.join();
 }

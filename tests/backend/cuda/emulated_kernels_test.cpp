@@ -42,7 +42,8 @@ namespace {
 TEST(EmulatedKernels, NeedTheCudaBackend) { ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT(); }
 #else
 
-using EmulateFn = void (*)(unsigned, unsigned, unsigned, const void*);
+// (grid x, grid y, threads, Params, block order: 0 in order, else shuffled by it)
+using EmulateFn = void (*)(unsigned, unsigned, unsigned, const void*, unsigned);
 
 // Compiles a generated kernel for the host once per source; the launcher runs it over a grid.
 EmulateFn compile_for_host(const std::string& source) {
@@ -54,8 +55,8 @@ EmulateFn compile_for_host(const std::string& source) {
   {
     std::ofstream out(stem + ".cpp");
     out << "#include \"" << testing::source_path("tests/backend/cuda/cuda_emulation.h") << "\"\n"
-        << source << "\nextern \"C\" void alloy_emulate(unsigned gx, unsigned gy, unsigned threads, const void* p) {\n"
-        << "  alloy_emulate_grid(&alloy_kernel, gx, gy, threads, p);\n}\n";
+        << source << "\nextern \"C\" void alloy_emulate(unsigned gx, unsigned gy, unsigned threads, const void* p, unsigned order) {\n"
+        << "  alloy_emulate_grid(&alloy_kernel, gx, gy, threads, p, order);\n}\n";
   }
   std::string command = std::string(ALLOY_HOST_CXX) + " -std=c++20 -O1 -w -shared -fPIC -pthread -o " + stem + ".so " + stem +
                         ".cpp > " + stem + ".log 2>&1";
@@ -104,16 +105,26 @@ void emulate_bitmask_segment(const Op& op, const Bindings& bound, int sm_count, 
   if (!plan.launch) return;
   EmulateFn run = compile_for_host(cuda::generate_bitmask_kernel(op.kind, op.inputs[0]->dtype(), "alloy_kernel"));
   ASSERT_NE(run, nullptr);
-  run(plan.grid, 1, plan.block, plan.words.data());
+  run(plan.grid, 1, plan.block, plan.words.data(), 0);
 }
 
+// What an emulated run of a fusion launched and computed.
+struct EmulatedRun {
+  std::vector<Tensor> outputs;        // the fusion's outputs as the kernels wrote them
+  std::vector<Tensor> expected;       // the CPU reference's
+  std::vector<std::string> names;     // the outputs' names
+  std::vector<std::string> launches;  // each kernel launched: "<variant key> grid <x>x<y>"
+  int split_passes = 0;               // kernels run as passes of split normalizations
+};
+
 // One generated kernel as the runtime launches it: host views made, outputs poisoned, the launch
-// planned, the kernel generated, compiled for the host and run. Where the plan asks for a kernel a
-// pass (split_stages), the passes run instead, as GeneratedKernel runs them, each counted in
-// `split_passes`. `offsets64`: 64-bit offsets, as tensors of 2^30 elements or more get.
+// planned, the kernel generated, compiled for the host and run (its blocks in order, or shuffled
+// by `block_order`). Where the plan asks for a kernel a pass (split_stages), the passes run
+// instead, as GeneratedKernel runs them, each counted in `run.split_passes`. `offsets64`: 64-bit
+// offsets, as tensors of 2^30 elements or more get.
 void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, const std::vector<Value*>& inputs,
-                    const Bindings& bound, const cuda::LaunchTarget& target, bool offsets64, std::map<const Value*, Tensor>& values,
-                    int& split_passes) {
+                    const Bindings& bound, const cuda::LaunchTarget& target, bool offsets64, unsigned block_order,
+                    std::map<const Value*, Tensor>& values, EmulatedRun& run) {
   for (const Op* view : a.host_views) {
     Tensor t = apply_view(*view, values.at(view->inputs[0]), concrete(view->outputs[0], bound));
     ASSERT_TRUE(t.defined()) << "a view the test cannot make on the host";
@@ -139,8 +150,8 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
         values[v] = t;
       }
       for (const KernelAnalysis& pass : split->kernels) {
-        ++split_passes;
-        emulate_kernel(pass, {}, {}, bound, target, offsets64, values, split_passes);
+        ++run.split_passes;
+        emulate_kernel(pass, {}, {}, bound, target, offsets64, block_order, values, run);
       }
       return;
     }
@@ -155,11 +166,12 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
     plan.words[plan.workspace_word] = uint64_t(reinterpret_cast<uintptr_t>(workspace.data()));
     plan.words[plan.counters_word] = uint64_t(reinterpret_cast<uintptr_t>(counters.data()));
   }
-  EmulateFn run = compile_for_host(cuda::generate_kernel(a, plan.variant, "alloy_kernel"));
-  ASSERT_NE(run, nullptr);
+  EmulateFn emulate = compile_for_host(cuda::generate_kernel(a, plan.variant, "alloy_kernel"));
+  ASSERT_NE(emulate, nullptr);
   SCOPED_TRACE("variant " + plan.variant.key());
-  run(plan.grid_x, plan.grid_y, plan.block, plan.words.data());
-  for (unsigned c : counters) EXPECT_EQ(c, 0u) << "a column kernel left its arrival counter set";
+  run.launches.push_back(plan.variant.key() + " grid " + std::to_string(plan.grid_x) + "x" + std::to_string(plan.grid_y));
+  emulate(plan.grid_x, plan.grid_y, plan.block, plan.words.data(), block_order);
+  for (unsigned c : counters) EXPECT_EQ(c, 0u) << "a kernel left its arrival counter set";
 }
 
 // The kernel flavours a run can choose (LaunchTarget): the final pass's leaves loaded in that pass
@@ -169,19 +181,16 @@ enum class Flavour { late_loads, recompute, default_choice };
 constexpr Flavour kFlavours[] = {Flavour::late_loads, Flavour::recompute, Flavour::default_choice};
 
 // Runs `text` segment by segment through emulated kernels (every segment must be a generated
-// kernel or views) and compares with the CPU reference. sm_count shapes the column kernels' splits.
-// `given`: inputs by position (undefined ones are drawn at random).
-
-// `split_passes`, where given, gets the count of kernels run as passes of split normalizations.
-void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
-                                  std::vector<Tensor> given = {}, int* split_passes = nullptr) {
-  const char* names[] = {"late loads, 64-bit offsets", "values recomputed", "default kernels"};
-  SCOPED_TRACE(names[int(flavour)]);
+// kernel or views), and the CPU reference. sm_count shapes the column kernels' and grid
+// reductions' splits. `given`: inputs by position (undefined ones are drawn at random);
+// `block_order`: the blocks of every kernel in order (0) or shuffled by it.
+void emulate_fusion(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count, std::vector<Tensor> given,
+                    unsigned block_order, EmulatedRun& run) {
   auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
   given.resize(fusion->inputs().size());
   std::vector<Tensor> inputs = complete_inputs(*fusion, given, sizes, 11);
   FusionExecutor reference(parse_fusion(text, "emulated.fusion", std::nullopt), {DeviceChoice::cpu});
-  std::vector<Tensor> expected = reference.run(inputs);
+  run.expected = reference.run(inputs);
 
   auto lowered = unify_extents(*decompose_composites(*fusion));  // as the CUDA pipeline runs them
   const Bindings bound = bind_inputs(*lowered, inputs);  // `sizes` and the sizes derived from them (a cat's)
@@ -193,7 +202,6 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   target.shared_per_sm = 228 * 1024;
   target.tuning.recompute_values = flavour == Flavour::recompute;
   target.early_loads = flavour != Flavour::late_loads;
-  int passes = 0;
   for (const Segment& s : segmentation.segments) {
     if (s.scheduler == SchedulerKind::noop) {  // views only, made on the host as the runtime makes them
       for (const Op* view : s.ops) {
@@ -208,12 +216,26 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
       continue;
     }
     ASSERT_TRUE(is_generated_kernel(s.scheduler) && s.analysis) << segmentation.str();
-    emulate_kernel(*s.analysis, s.ops, s.inputs, bound, target, flavour == Flavour::late_loads, values, passes);
+    emulate_kernel(*s.analysis, s.ops, s.inputs, bound, target, flavour == Flavour::late_loads, block_order, values, run);
   }
-  if (split_passes) *split_passes = passes;
-  ASSERT_EQ(expected.size(), lowered->outputs().size());
-  for (size_t i = 0; i < expected.size(); ++i)
-    EXPECT_TRUE(testing::tensors_close(values.at(lowered->outputs()[i]), expected[i])) << "output " << lowered->outputs()[i]->name;
+  ASSERT_EQ(run.expected.size(), lowered->outputs().size());
+  for (const Value* out : lowered->outputs()) {
+    run.outputs.push_back(values.at(out));
+    run.names.push_back(out->name);
+  }
+}
+
+// Runs `text` through emulated kernels (emulate_fusion) and compares with the CPU reference.
+// `split_passes`, where given, gets the count of kernels run as passes of split normalizations.
+void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
+                                  std::vector<Tensor> given = {}, int* split_passes = nullptr) {
+  const char* names[] = {"late loads, 64-bit offsets", "values recomputed", "default kernels"};
+  SCOPED_TRACE(names[int(flavour)]);
+  EmulatedRun run;
+  emulate_fusion(text, sizes, flavour, sm_count, std::move(given), 0, run);
+  if (split_passes) *split_passes = run.split_passes;
+  ASSERT_EQ(run.outputs.size(), run.expected.size());
+  for (size_t i = 0; i < run.expected.size(); ++i) EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
 }
 
 void every_flavour(const std::string& text, const Bindings& sizes, int sm_count = 4) {
@@ -430,6 +452,124 @@ TEST(EmulatedKernels, ColumnGridFitsTheKernelsOccupancy) {
   EXPECT_EQ(plan.workspace_bytes, 3 * plan.workspace_bytes_per_split);
   cuda::fit_column_grid(plan, 64, target);  // never more splits than 16 rows a thread allow
   EXPECT_EQ(plan.grid_y, 32u);
+}
+
+// Grid reductions (KernelVariant::grid): few long rows read along the reduced axis, each row split
+// over blocks whose partials the row's last block to arrive combines. Each test states the
+// structure first — one kernel, a grid reduction, its grid — then compares with the CPU reference.
+void expect_one_grid_reduction(const EmulatedRun& run, const std::string& grid) {
+  ASSERT_EQ(run.launches.size(), 1u) << ::testing::PrintToString(run.launches);
+  EXPECT_NE(run.launches[0].find("_g_"), std::string::npos) << "not a grid reduction: " << run.launches[0];
+  EXPECT_NE(run.launches[0].find(" grid " + grid), std::string::npos) << run.launches[0];
+}
+
+void expect_grid_reduction_matches_cpu(const std::string& text, const Bindings& sizes, const std::string& grid,
+                                       std::vector<Tensor> given = {}) {
+  for (Flavour f : kFlavours) {
+    SCOPED_TRACE(int(f));
+    EmulatedRun run;
+    emulate_fusion(text, sizes, f, 4, given, 0, run);
+    expect_one_grid_reduction(run, grid);
+    ASSERT_EQ(run.outputs.size(), run.expected.size());
+    for (size_t i = 0; i < run.expected.size(); ++i)
+      EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+  }
+}
+
+// A bf16 vector of 10^6 + 3 elements to scalars: its sum (bf16), the sum of its squares in f32 and
+// the root of that (a gradient norm), max, min and mean, in one kernel. On 4 SMs of 4 blocks: 16
+// blocks of 256 threads, 8 elements a vector, the last 3 elements edge elements. Then the same
+// vector starting 3 elements past a vector boundary (5 edge elements before the first vector).
+TEST(EmulatedKernels, GridReductionsOfAnOddLengthBf16Vector) {
+  const std::string text = R"(fusion f(x: bf16[N]) {
+  s = sum(x)
+  x32 = cast(x, dtype=f32)
+  sq = mul(x32, x32)
+  ss = sum(sq)
+  norm = sqrt(ss)
+  m = max(x)
+  n = min(x)
+  a = mean(x)
+  return s, ss, norm, m, n, a
+})";
+  const int64_t n = 1000003;
+  expect_grid_reduction_matches_cpu(text, {{"N", n}}, "16x1");
+  Tensor storage = Tensor::empty(DType::bf16, {n + 3});
+  for (int64_t i = 0; i < storage.numel(); ++i) store_double(storage.data(), DType::bf16, i, std::sin(double(i) * 0.37) * 3.0 + 0.25);
+  expect_grid_reduction_matches_cpu(text, {{"N", n}}, "16x1", {storage.as_strided({n}, {1}, 3)});
+}
+
+// [3, N] reduced over the long axis: each row (starting at another residue of the vector) split
+// over 5 blocks (16 a wave, over 3 rows); sum, max and var_mean per row.
+TEST(EmulatedKernels, GridReductionOfFewLongRows) {
+  expect_grid_reduction_matches_cpu(R"(fusion f(x: bf16[R, N]) {
+  s = sum(x, dims=[1])
+  m = max(x, dims=[1], keepdim=true)
+  v, mu = var_mean(x, dims=[1], correction=1)
+  return s, m, v, mu
+})", {{"R", 3}, {"N", 100003}}, "5x3");
+}
+
+// var_mean of a long vector of values far from zero with a small spread: every thread's steps sum
+// their values less its running mean, blocks and the grid merge by Chan's formula. A first value
+// far from the rest, then 1000 plus noise of 1e-3 with a slow drift; in f32, and in bf16 shifted
+// by 1000 in f32 (the values' deviations near f32's resolution at 1000).
+TEST(EmulatedKernels, GridVarMeanOfValuesFarFromZero) {
+  const int64_t n = 300007;
+  Tensor x = Tensor::empty(DType::f32, {n});
+  float* v = x.data_as<float>();
+  for (int64_t i = 0; i < n; ++i) v[i] = 1000.0f + float((i * 7919) % 2001 - 1000) * 1e-6f + float(i) * 1e-8f;
+  v[0] = 1.0e4f;
+  expect_grid_reduction_matches_cpu(R"(fusion f(x: f32[N]) {
+  v, m = var_mean(x, dims=[0], correction=1)
+  return v, m
+})", {{"N", n}}, "16x1", {x});
+  expect_grid_reduction_matches_cpu(R"(fusion f(x: bf16[N]) {
+  x32 = cast(x, dtype=f32)
+  y = add(x32, 1000.0)
+  v, m = var_mean(y, dims=[0], correction=0)
+  return v, m
+})", {{"N", n}}, "16x1");
+}
+
+// Bit-identical results whatever the order the blocks run in, hence whichever block of a row
+// arrives last and combines the partials: the emulation runs every block in order twice, then in
+// three shuffled orders, and every run's outputs must have the same bytes.
+TEST(EmulatedKernels, GridReductionsGiveTheSameBitsInAnyBlockOrder) {
+  const std::vector<std::pair<std::string, Bindings>> cases = {
+      {R"(fusion g(x: bf16[N]) {
+  x32 = cast(x, dtype=f32)
+  sq = mul(x32, x32)
+  ss = sum(sq)
+  norm = sqrt(ss)
+  return ss, norm
+})", {{"N", 1000003}}},
+      {R"(fusion f(x: f32[R, N]) {
+  y = add(x, 1000.0)
+  s = sum(y, dims=[1])
+  m = max(x, dims=[1])
+  v, mu = var_mean(y, dims=[1], correction=1)
+  return s, m, v, mu
+})", {{"R", 3}, {"N", 200001}}}};
+  for (const auto& [text, sizes] : cases) {
+    SCOPED_TRACE(text);
+    EmulatedRun first;
+    emulate_fusion(text, sizes, Flavour::default_choice, 4, {}, 0, first);
+    ASSERT_EQ(first.launches.size(), 1u);
+    ASSERT_NE(first.launches[0].find("_g_"), std::string::npos) << first.launches[0];
+    for (unsigned order : {0u, 1u, 2u, 3u}) {
+      SCOPED_TRACE("block order " + std::to_string(order));
+      EmulatedRun again;
+      emulate_fusion(text, sizes, Flavour::default_choice, 4, {}, order, again);
+      ASSERT_EQ(again.outputs.size(), first.outputs.size());
+      for (size_t i = 0; i < first.outputs.size(); ++i) {
+        const Tensor &a = first.outputs[i], &b = again.outputs[i];
+        ASSERT_EQ(a.numel(), b.numel());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), size_t(a.numel()) * dtype_size(a.dtype())), 0)
+            << "output " << first.names[i] << " changed with the block order";
+      }
+    }
+  }
 }
 
 // Why `text` is not all generated kernels and views on CUDA ("" when it is): the segments the

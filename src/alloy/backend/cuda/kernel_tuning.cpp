@@ -31,6 +31,12 @@ namespace {
 // - recompute_values false: on the H200 rows above 74.7/83.4/75.8 us recomputing (softmax slower);
 //   nanoGPT's layer norm on an H100 9.2 against 10.3 us (session 22): a case for an entry by shape
 //   some day, not by architecture.
+// - grid_threads 256, grid_blocks_per_sm 4, grid_min_vectors 8 (issue 27, not measured yet): 1024
+//   threads an SM, each with up to four 16-byte loads in flight (64 KiB an SM, above the ~25 KiB
+//   an H100's bandwidth-latency product asks of each SM), at most 64 registers (var_mean's step
+//   sums fit); a row split only where each thread then loads at least 8 vectors. To sweep on the
+//   GPU: the grad-norm bench case (grad_norm_1e8); grid_blocks_per_sm 0 is the A/B against the
+//   column kernels that ran these shapes before.
 // sm_80 (A100) has not been measured: it takes the same values.
 const KernelTuningTable kBuiltin = {
     {80, KernelTuning{}},
@@ -49,6 +55,9 @@ const IntegerKey kIntegerKeys[] = {
     {"streaming_threads", &KernelTuning::streaming_threads, 32, 1024, 32},
     {"column_min_steps", &KernelTuning::column_min_steps, 1, 1 << 20, 1},
     {"column_blocks_per_sm", &KernelTuning::column_blocks_per_sm, 0, 32, 1},
+    {"grid_threads", &KernelTuning::grid_threads, 32, 1024, 32},
+    {"grid_blocks_per_sm", &KernelTuning::grid_blocks_per_sm, 0, 32, 1},
+    {"grid_min_vectors", &KernelTuning::grid_min_vectors, 1, 1 << 20, 1},
 };
 constexpr const char* kRecomputeKey = "recompute_values";
 

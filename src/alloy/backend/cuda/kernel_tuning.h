@@ -1,5 +1,5 @@
 // The per-architecture table of kernel choices the launch plan reads (issue 24): the block sizes,
-// launch bounds and column splits of the generated kernels and whether row kernels recompute
+// launch bounds, column splits and grid reductions' splits of the generated kernels and whether row kernels recompute
 // values, one entry per compute capability. The built-in table holds the fastest measured
 // (`scripts/gpu-sweep` prints an entry to commit there); the setting ALLOY_KERNEL_TUNING names a
 // JSON file whose entries are laid over it, for sweeps and A/B timings:
@@ -19,6 +19,12 @@ struct KernelTuning {
   int streaming_threads = 256;    // streaming log-sum-exp kernels: threads a block (a multiple of 32, 32 to 1024)
   int column_min_steps = 16;      // column kernels: at least this many reduced indices a thread (1 to 2^20)
   int column_blocks_per_sm = 0;   // column kernels: size the split for N blocks an SM (0 to 32; 0: the occupancy)
+  // Grid reductions (few long rows split over blocks, launch_plan's grid_splits): threads a block,
+  // the blocks an SM holds (a full wave is SMs * this; also __launch_bounds__' minimum; 0: no grid
+  // reductions, few long rows run as column kernels) and the vectors a thread loads at least.
+  int grid_threads = 256;         // a multiple of 32, 32 to 1024
+  int grid_blocks_per_sm = 4;     // 0 to 32
+  int grid_min_vectors = 8;       // 1 to 2^20
   bool recompute_values = false;  // row kernels recompute costly values (exp, tanh, ...) instead of holding them
   bool operator==(const KernelTuning&) const = default;
 };

@@ -327,6 +327,28 @@ bool use_column_kernel(const KernelAnalysis& a, const std::vector<Slot>& slots, 
   return rows < target.sm_count && cols >= 8192;
 }
 
+// Grid reductions (KernelVariant::grid): a single-pass reduction that stores only values per row,
+// whose first leaf read per element walks the innermost reduced axis contiguously, and whose rows
+// are too few and too long for a block (or a warp) each: each row is split over
+//   splits = min(SMs * grid_blocks_per_sm / rows, vectors of a row / (grid_threads * grid_min_vectors))
+// blocks, and taken where that is at least 2 (one full wave of blocks over every row, each thread
+// loading at least grid_min_vectors vectors). The split depends on the sizes, the SM count and the
+// tuning table only, never on timing, so the result's bits are the same on every run of one device.
+// grid_blocks_per_sm 0 turns grid reductions off (few long rows run as column kernels, as before).
+// Returns the split (0: not a grid reduction).
+int64_t grid_splits(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<Axis>& inner, int64_t rows, int64_t cols,
+                    int vector, const LaunchTarget& target) {
+  const KernelTuning& t = target.tuning;
+  if (!a.is_reduction() || !a.single_pass || t.grid_blocks_per_sm <= 0 || !only_row_outputs(a)) return 0;
+  int main = main_slot(a, slots);
+  if (main < 0 || inner.empty() || std::llabs(inner.back().strides[main]) != 1 || rows < 1) return 0;
+  int64_t vectors = (cols + vector - 1) / vector;
+  int64_t by_wave = int64_t(target.sm_count) * t.grid_blocks_per_sm / rows;
+  int64_t by_work = vectors / (int64_t(t.grid_threads) * t.grid_min_vectors);
+  int64_t splits = std::min(by_wave, by_work);
+  return splits >= 2 ? splits : 0;
+}
+
 // The first leaf read per element walks the innermost kept axis contiguously and the innermost
 // reduced axis not: a block per row would read each row strided.
 bool rows_across_memory(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<Axis>& outer,
@@ -480,9 +502,29 @@ std::vector<int> cat_axes_of(const std::vector<CatSources>& cats, const std::vec
   return positions;
 }
 
-// The kernel shape and its launch-time choices; `columns` says whether it is a column kernel.
+// The kernel shape and its launch-time choices; `columns` says whether it is a column kernel,
+// `splits` the blocks a row of a grid reduction is split over (0: not one).
 KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTensors& lt, const LaunchTarget& target, bool& columns,
-                             std::vector<Axis>& axes) {
+                             std::vector<Axis>& axes, int64_t& splits) {
+  splits = 0;
+  if (a.is_reduction()) {  // few long rows read along the reduced axis: a grid reduction
+    axes = l.outer;
+    axes.insert(axes.end(), l.inner.begin(), l.inner.end());
+    KernelVariant g;
+    g.outer_rank = int(l.outer.size());
+    g.inner_rank = int(l.inner.size());
+    g.cat_axes = cat_axes_of(lt.cats, axes);
+    choose_vector(a, lt.slots, g, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats, target.edge_elements);
+    splits = grid_splits(a, lt.slots, l.inner, l.rows, l.cols, g.vector, target);
+    if (splits > 0) {
+      columns = false;
+      g.grid = true;
+      g.threads = target.tuning.grid_threads / 32 * 32;
+      g.min_blocks = target.tuning.grid_blocks_per_sm;
+      g.index32 = small_offsets(axes, l.numel);
+      return g;
+    }
+  }
   columns = a.is_reduction() && use_column_kernel(a, lt.slots, l.outer, l.inner, l.rows, l.cols, target);
   if (columns && l.outer.empty()) l.outer.push_back(Axis{1, std::vector<int64_t>(lt.tensors.size(), 0)});
   axes = l.outer;
@@ -554,7 +596,8 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   if (a.is_reduction() && l.rows == 0) return plan;
   bool columns = false;
   std::vector<Axis> axes;
-  KernelVariant v = choose_variant(a, l, lt, target, columns, axes);
+  int64_t splits = 0;
+  KernelVariant v = choose_variant(a, l, lt, target, columns, axes, splits);
 
   std::vector<uint64_t>& words = plan.words;
   auto push_i = [&](int64_t x) { words.push_back(uint64_t(x)); };
@@ -582,6 +625,16 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
     push_i(0);  // the workspace and counters, filled in by the launcher
     push_i(0);
   }
+  if (v.grid) {  // a block a stretch of a row (gridDim.x), a row a line of blocks (gridDim.y)
+    plan.grid_x = unsigned(splits);
+    plan.grid_y = unsigned(l.rows);
+    plan.workspace_bytes = size_t(l.rows) * size_t(splits) * size_t(column_workspace_words(a)) * 8;
+    plan.counter_bytes = size_t(l.rows) * 4;
+    plan.workspace_word = int(words.size());
+    plan.counters_word = int(words.size()) + 1;
+    push_i(0);  // the workspace and counters, filled in by the launcher
+    push_i(0);
+  }
   int dims = std::max(1, int(axes.size()));
   for (int d = 0; d < dims; ++d) push_i(d < int(axes.size()) ? axes[d].size : 1);
   size_t cat = 0;
@@ -595,7 +648,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
     }
   }
   words.insert(words.end(), scalar_words.begin(), scalar_words.end());
-  if (!columns) {
+  if (!columns && !v.grid) {
     int64_t rows_per_block = std::max(1, v.rows_per_block);
     int64_t blocks = a.is_reduction() ? (l.rows + rows_per_block - 1) / rows_per_block : (l.numel / v.vector + v.threads - 1) / v.threads;
     if (v.transpose_axis >= 0) {  // a block a tile

@@ -1,7 +1,8 @@
 // How a generated kernel is launched on given tensors: their strides laid over the kernel's
 // domain (kept axes, then reduced), contiguous axes collapsed (never a cat's axis), the kernel
-// shape (pointwise, row or column kernel), vector width and block chosen, and the Params words
-// filled (a cat source's pointer moved back by its start along the cat's axis). No GPU calls: the
+// shape (pointwise, row, column or grid reduction kernel), vector width and block chosen, and the Params words
+// filled (a cat source's pointer moved back by its start along the cat's axis); few long rows of a
+// single-pass reduction become a grid reduction, each row split over blocks. No GPU calls: the
 // CUDA runtime (generated_kernel) and the CPU emulation tests share it.
 #pragma once
 
@@ -45,8 +46,9 @@ struct LaunchPlan {
   bool launch = false;  // false: nothing to compute (an empty domain)
   KernelVariant variant;
   std::vector<uint64_t> words;  // Params (param_words), the workspace and counter words left 0
-  // Column kernels split over blocks: a scratch workspace and zeroed arrival counters, whose
-  // pointers go into words[workspace_word] and words[counters_word]; -1 when not needed.
+  // Column kernels and grid reductions split over blocks: a scratch workspace and zeroed arrival
+  // counters, whose pointers go into words[workspace_word] and words[counters_word]; -1 when not
+  // needed.
   int workspace_word = -1, counters_word = -1;
   size_t workspace_bytes = 0, counter_bytes = 0;
   unsigned grid_x = 1, grid_y = 1, block = 256;

@@ -20,11 +20,12 @@ std::string cat_key(const std::vector<int>& cat_axes) {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (index32 ? "_32" : "") + (recompute ? "_rc" : "") + (early_loads ? "_el" : "") + (full_rows ? "_f" : "") + (edge_elements ? "_e" : "") + (streaming_online ? "_so" : "") + "_" +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (grid ? "_g" : "") + (index32 ? "_32" : "") + (recompute ? "_rc" : "") + (early_loads ? "_el" : "") + (full_rows ? "_f" : "") + (edge_elements ? "_e" : "") + (streaming_online ? "_so" : "") + "_" +
          leaf_modes + cat_key(cat_axes) + (transpose_axis >= 0 ? "_t" + std::to_string(transpose_axis) + staged : "");
 }
 
 std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name) {
+  if (analysis.is_reduction() && variant.grid) return emit_grid_reduction_kernel(analysis, variant, name);
   if (analysis.is_reduction() && variant.tile_x > 0) return emit_column_kernel(analysis, variant, name);
   if (analysis.is_reduction()) return emit_row_kernel(analysis, variant, name);
   if (variant.transpose_axis >= 0) return emit_transpose_kernel(analysis, variant, name);
@@ -33,7 +34,7 @@ std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant&
 
 int param_words(const KernelAnalysis& a, const KernelVariant& v) {
   int dims = std::max(1, v.outer_rank + v.inner_rank);
-  int header = a.is_reduction() ? (v.tile_x > 0 ? 5 : 3) : 1;
+  int header = a.is_reduction() ? (v.tile_x > 0 || v.grid ? 5 : 3) : 1;
   int tensors = int(a.outputs.size()), ends = 0;
   for (const Value* leaf : a.leaves) {
     const CatLeaf* cat = a.cat_leaf(leaf);

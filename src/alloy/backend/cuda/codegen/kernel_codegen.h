@@ -28,6 +28,13 @@ struct KernelVariant {
   // (for few long rows whose reduced axis is the contiguous one). 0 = a row kernel.
   int tile_x = 0;
   bool ty_fast = false;
+  // Grid reductions (grid_reduction_kernel.cpp): single-pass reductions of a few long rows whose
+  // reduced axis is contiguous (a sum of squares of 10^8 elements to one value, [4, 25M] over its
+  // last axis). gridDim.y = the rows, gridDim.x = the blocks a row is split over: each block reduces
+  // a contiguous stretch of the row's vectors into a partial (f32 for 16-bit inputs), and the last
+  // block of the row to arrive combines every partial of the row in a fixed order, so the bits do
+  // not depend on which block finished last. min_blocks is __launch_bounds__' blocks an SM.
+  bool grid = false;
   // Offsets fit in 32 bits (every tensor spans under 2^30 elements): int index arithmetic, fewer
   // registers than 64-bit.
   bool index32 = false;
@@ -80,7 +87,7 @@ std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant&
 // Words of the Params struct, in order (every field is 8 bytes):
 //   pointwise:  numel, size[outer_rank]
 //   row kernel: rows, cols, count (double: elements reduced per row), size[outer_rank + inner_rank]
-//               (column kernels add: workspace pointer, counters pointer, after count)
+//               (column kernels and grid reductions add: workspace pointer, counters pointer, after count)
 //   then for each leaf, then each output: pointer, stride[outer_rank + inner_rank]
 //     (a cat leaf of n sources: that for each source, its pointer moved back by the source's start
 //     along the cat's axis, then the n - 1 positions where sources 0..n-2 end along that axis)
@@ -100,7 +107,8 @@ struct OnlineSoftmaxStage {
 std::vector<OnlineSoftmaxStage> online_softmax_stages(const KernelAnalysis& analysis);
 
 // Column kernels: the static shared memory the block-level combine needs, and the 8-byte words
-// of workspace one split needs per kept element (one per sum/max/min, three per var_mean).
+// of workspace one split needs per kept element (one per sum/max/min, three per var_mean; a grid
+// reduction's partial of a block takes as many).
 // Above kMaxColumnSharedBytes a reduction runs as a row kernel instead.
 int column_shared_bytes(const KernelAnalysis& analysis, const KernelVariant& variant);
 constexpr int kMaxColumnSharedBytes = 40 * 1024;

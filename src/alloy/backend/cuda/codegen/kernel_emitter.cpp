@@ -32,7 +32,7 @@ void KernelEmitter::emit_params() {
   os_ << "struct Params {\n";
   if (a_.is_reduction()) os_ << "  long long rows, cols;\n  double count;\n";
   else os_ << "  long long numel;\n";
-  if (a_.is_reduction() && v_.tile_x > 0) os_ << "  unsigned long long* ws;\n  unsigned* counters;\n";
+  if (a_.is_reduction() && (v_.tile_x > 0 || v_.grid)) os_ << "  unsigned long long* ws;\n  unsigned* counters;\n";
   os_ << "  long long size[" << std::max(1, dims()) << "];\n";
   for (size_t k = 0; k < a_.leaves.size(); ++k) {
     const CatLeaf* cat = a_.cat_leaf(a_.leaves[k]);

@@ -1,4 +1,5 @@
-// What the kernel emitters (pointwise_kernel, transpose_kernel, row_kernel, column_kernel) share: the Params struct,
+// What the kernel emitters (pointwise_kernel, transpose_kernel, row_kernel, column_kernel,
+// grid_reduction_kernel) share: the Params struct,
 // offsets from a linear index, leaf loads (multi-source cat leaves included), each op's register
 // expression, and vector stores. Internal to codegen/; kernel_codegen.h is the public interface.
 #pragma once
@@ -19,8 +20,9 @@ std::string emit_pointwise_kernel(const KernelAnalysis& analysis, const KernelVa
 std::string emit_row_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
 std::string emit_column_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
 std::string emit_transpose_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
+std::string emit_grid_reduction_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
 
-// The base of the four emitters: the text is written to os_ (emit_header first, then the kernel).
+// The base of the five emitters: the text is written to os_ (emit_header first, then the kernel).
 class KernelEmitter {
  public:
   KernelEmitter(const KernelAnalysis& a, const KernelVariant& v, std::string name);
