@@ -119,6 +119,32 @@ inline const std::vector<KernelCase>& kernel_cases() {
   s = sum(x)
   return s
 })", "", {{"N", 100000}}},
+      // Grid reductions (few long rows split over blocks, the last block of a row combining the
+      // partials): a long bf16 vector to scalars (its sum, a gradient norm, max, min, mean), an odd
+      // length; rows of 2.5M; var_mean of values near 1000
+      {"GridReductionOfALongBf16Vector", R"(fusion f(x: bf16[N]) {
+  s = sum(x)
+  x32 = cast(x, dtype=f32)
+  sq = mul(x32, x32)
+  ss = sum(sq)
+  norm = sqrt(ss)
+  m = max(x)
+  n = min(x)
+  a = mean(x)
+  return s, ss, norm, m, n, a
+})", "", {{"N", 10000003}}, {{"N", 200003}}},
+      {"GridReductionOfFewLongRows", R"(fusion f(x: bf16[R, N]) {
+  s = sum(x, dims=[1])
+  m = max(x, dims=[1], keepdim=true)
+  v, mu = var_mean(x, dims=[1], correction=1)
+  return s, m, v, mu
+})", "", {{"R", 4}, {"N", 2500001}}, {{"R", 3}, {"N", 100003}}},
+      {"GridVarMeanOfValuesNear1000", R"(fusion f(x: f32[N]) {
+  y = add(x, 1000.0)
+  v, m = var_mean(y, dims=[0], correction=0)
+  s = sum(y)
+  return v, m, s
+})", "", {{"N", 10000019}}, {{"N", 100003}}},
       {"VarMeanWithCorrection", R"(fusion f(x: f32[16, 1000]) {
   v, m = var_mean(x, dims=[1], correction=1)
   return v, m

@@ -56,6 +56,9 @@ TEST(KernelTuning, BuiltInTableTakesTheNearestArchitectureAtOrBelow) {
   EXPECT_EQ(h100.streaming_threads, 256);
   EXPECT_EQ(h100.column_min_steps, 16);
   EXPECT_EQ(h100.column_blocks_per_sm, 0);
+  EXPECT_EQ(h100.grid_threads, 256);
+  EXPECT_EQ(h100.grid_blocks_per_sm, 4);
+  EXPECT_EQ(h100.grid_min_vectors, 8);
   EXPECT_FALSE(h100.recompute_values);
   EXPECT_EQ(h100, KernelTuning{}) << "the struct's defaults are the built-in entry";
   EXPECT_EQ(cuda::tuning_for(table, 89), table.at(80));   // sm_89: the sm_80 entry
@@ -66,11 +69,13 @@ TEST(KernelTuning, BuiltInTableTakesTheNearestArchitectureAtOrBelow) {
 
 TEST(KernelTuning, AFileSetsTheKeysItNamesOverTheBuiltInEntry) {
   cuda::KernelTuningTable table = cuda::with_tuning_file(
-      cuda::builtin_kernel_tuning(), R"({"sm_90": {"row_threads": 128, "recompute_values": true}, "sm_86": {"column_min_steps": 32}})",
+      cuda::builtin_kernel_tuning(),
+      R"({"sm_90": {"row_threads": 128, "recompute_values": true, "grid_blocks_per_sm": 0}, "sm_86": {"column_min_steps": 32}})",
       "tuning.json");
   KernelTuning h100 = cuda::tuning_for(table, 90);
   EXPECT_EQ(h100.row_threads, 128);
   EXPECT_TRUE(h100.recompute_values);
+  EXPECT_EQ(h100.grid_blocks_per_sm, 0) << "grid reductions off";
   EXPECT_EQ(h100.streaming_threads, 256) << "a key the file does not name keeps its value";
   KernelTuning ampere = cuda::tuning_for(table, 86);  // a new entry, from sm_80's
   EXPECT_EQ(ampere.column_min_steps, 32);
@@ -107,6 +112,9 @@ TEST(KernelTuning, BadFilesAreUserErrorsNamingTheFileAndTheKey) {
   expect_error(R"({"sm_90": {"row_min_blocks": -1}})", "\"row_min_blocks\" is -1; expected an integer from 0 to 16");
   expect_error(R"({"sm_90": {"column_min_steps": 16.5}})", "\"column_min_steps\" is 16.5; expected an integer from 1 to 1048576");
   expect_error(R"({"sm_90": {"column_blocks_per_sm": "4"}})", "\"column_blocks_per_sm\" is \"4\"; expected an integer from 0 to 32");
+  expect_error(R"({"sm_90": {"grid_threads": 100}})", "\"grid_threads\" is 100; expected a multiple of 32 from 32 to 1024");
+  expect_error(R"({"sm_90": {"grid_blocks_per_sm": 33}})", "\"grid_blocks_per_sm\" is 33; expected an integer from 0 to 32");
+  expect_error(R"({"sm_90": {"grid_min_vectors": 0}})", "\"grid_min_vectors\" is 0; expected an integer from 1 to 1048576");
   expect_error(R"({"sm_90": {"recompute_values": 1}})", "\"recompute_values\" is 1; expected true or false");
 }
 

@@ -1,6 +1,7 @@
 // The launch planning's decisions (plan_launch), on fake tensors laid out as a run would pass
 // them (no GPU, nothing read): when a pointwise kernel is a tile transpose and with which tiles and
-// vectors, and how rows and totals that are not a multiple of the vector keep vectorized bodies.
+// vectors, how rows and totals that are not a multiple of the vector keep vectorized bodies, and
+// when a reduction of a few long rows is a grid reduction and over how many blocks.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -260,6 +261,97 @@ TEST(LaunchPlan, NormalizationOverANonContiguousAxisRunsAKernelAPass) {
   Planned rows = plan_of("fusion f(x: f32[N, D]) {\n  s = softmax(x, dim=1)\n  return s\n}\n", {{"N", 1000}, {"D", 4096}});
   EXPECT_FALSE(rows.plan.split_stages);
   EXPECT_EQ(rows.plan.grid_x, 1000u);
+}
+
+// A gradient norm: the sum of the squares of a bf16 vector, in f32, and its root.
+const char* const kGradNorm = R"(fusion f(x: bf16[N]) {
+  x32 = cast(x, dtype=f32)
+  sq = mul(x32, x32)
+  s = sum(sq)
+  n = sqrt(s)
+  return n
+})";
+
+TEST(LaunchPlan, LongReductionsToAFewValuesRunAsGridReductions) {
+  // 10^8 bf16 to one value: one row split over a full wave (132 SMs x 4 blocks of 256 threads),
+  // 16-byte vectors, a partial of one word a block and one arrival counter
+  Planned p = plan_of(kGradNorm, {{"N", 100000000}});
+  ASSERT_TRUE(p.plan.launch);
+  const cuda::KernelVariant& v = p.plan.variant;
+  EXPECT_TRUE(v.grid);
+  EXPECT_NE(v.key().find("_g_"), std::string::npos);
+  EXPECT_EQ(v.tile_x, 0);
+  EXPECT_EQ(v.vector, 8);
+  EXPECT_EQ(v.leaf_modes, "v");
+  EXPECT_FALSE(v.edge_elements);
+  EXPECT_EQ(v.threads, 256);
+  EXPECT_EQ(v.min_blocks, 4);
+  EXPECT_EQ(p.plan.grid_x, 528u);
+  EXPECT_EQ(p.plan.grid_y, 1u);
+  EXPECT_EQ(p.plan.block, 256u);
+  EXPECT_EQ(p.plan.workspace_bytes, 528u * 8);
+  EXPECT_EQ(p.plan.counter_bytes, 4u);
+  EXPECT_EQ(p.plan.workspace_word, 3);
+  EXPECT_EQ(p.plan.counters_word, 4);
+  EXPECT_EQ(p.plan.column_max_splits, 0) << "the split is not resized by the compiled kernel's occupancy";
+  // the split depends on the sizes, the SM count and the tuning only: planned again, the same launch
+  Planned again = plan_of(kGradNorm, {{"N", 100000000}});
+  EXPECT_EQ(again.plan.words, p.plan.words);
+  EXPECT_EQ(again.plan.grid_x, p.plan.grid_x);
+  // an odd length keeps its vectors, with edge elements
+  Planned odd = plan_of(kGradNorm, {{"N", 100000003}});
+  EXPECT_TRUE(odd.plan.variant.grid);
+  EXPECT_EQ(odd.plan.variant.vector, 8);
+  EXPECT_TRUE(odd.plan.variant.edge_elements);
+  EXPECT_EQ(odd.plan.grid_x, 528u);
+  // [4, 25M] over its last axis: 132 blocks a row; var_mean's partials take three words
+  Planned rows = plan_of("fusion f(x: bf16[R, N]) {\n  v, m = var_mean(x, dims=[1])\n  s = sum(x, dims=[1])\n  return v, m, s\n}\n",
+                         {{"R", 4}, {"N", 25000000}});
+  EXPECT_TRUE(rows.plan.variant.grid);
+  EXPECT_EQ(rows.plan.grid_x, 132u);
+  EXPECT_EQ(rows.plan.grid_y, 4u);
+  EXPECT_EQ(rows.plan.workspace_bytes, 4u * 132 * (3 + 1) * 8);
+  EXPECT_EQ(rows.plan.counter_bytes, 4u * 4);
+  // a shorter vector: split only as far as each thread loads grid_min_vectors (8) vectors
+  Planned shorter = plan_of(kGradNorm, {{"N", 1 << 20}});
+  EXPECT_TRUE(shorter.plan.variant.grid);
+  EXPECT_EQ(shorter.plan.grid_x, unsigned((1 << 20) / 8 / (256 * 8)));
+  // the tuning table sets the block and the wave
+  cuda::KernelTuning tuning;
+  tuning.grid_threads = 512;
+  tuning.grid_blocks_per_sm = 2;
+  Planned tuned = plan_of(kGradNorm, {{"N", 100000000}}, 0, true, tuning);
+  EXPECT_EQ(tuned.plan.block, 512u);
+  EXPECT_EQ(tuned.plan.variant.min_blocks, 2);
+  EXPECT_EQ(tuned.plan.grid_x, 264u);
+}
+
+TEST(LaunchPlan, GridReductionsLeaveOtherShapesToTheirKernels) {
+  const char* row_sum = "fusion f(x: bf16[R, N]) {\n  s = sum(x, dims=[1])\n  return s\n}\n";
+  // rows of moderate length, enough of them for a block each: a row kernel
+  Planned many = plan_of(row_sum, {{"R", 8192}, {"N", 8192}});
+  EXPECT_FALSE(many.plan.variant.grid);
+  EXPECT_EQ(many.plan.variant.tile_x, 0);
+  EXPECT_EQ(many.plan.grid_x, 8192u);
+  // few rows too short to split (each thread would load under 8 vectors): the column kernel of
+  // few long rows
+  Planned few = plan_of(row_sum, {{"R", 4}, {"N", 20000}});
+  EXPECT_FALSE(few.plan.variant.grid);
+  EXPECT_TRUE(few.plan.variant.ty_fast);
+  // a reduction over the outer axis reads the kept axis contiguously: a column kernel
+  Planned outer = plan_of("fusion f(x: bf16[N, R]) {\n  s = sum(x, dims=[0])\n  return s\n}\n", {{"R", 4}, {"N", 25000000}});
+  EXPECT_FALSE(outer.plan.variant.grid);
+  EXPECT_GT(outer.plan.variant.tile_x, 0);
+  // a value stored per element beside the sum: the column kernel stores it as it goes
+  Planned stored = plan_of("fusion f(x: bf16[N]) {\n  y = mul(x, 2.0)\n  s = sum(x)\n  return y, s\n}\n", {{"N", 100000000}});
+  EXPECT_FALSE(stored.plan.variant.grid);
+  EXPECT_TRUE(stored.plan.variant.ty_fast);
+  // grid_blocks_per_sm 0 turns grid reductions off: the column kernel of before
+  cuda::KernelTuning off;
+  off.grid_blocks_per_sm = 0;
+  Planned before = plan_of(kGradNorm, {{"N", 100000000}}, 0, true, off);
+  EXPECT_FALSE(before.plan.variant.grid);
+  EXPECT_TRUE(before.plan.variant.ty_fast);
 }
 
 #endif  // ALLOY_HAVE_CUDA

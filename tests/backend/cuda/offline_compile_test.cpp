@@ -109,6 +109,32 @@ TEST(OfflineCompile, BoundOddWidthsAndTotalsCompileVectorsWithEdgeElements) {
   EXPECT_NE(report.find("2 kernels compiled for sm_90"), std::string::npos) << report;
 }
 
+// Grid reductions (issue 27): the variants runs of a gradient norm of 10^8 + 3 bf16 and of
+// var_mean over [4, 25M] rows launch (a wave of 132 SMs x 4 blocks over the rows), and without
+// sizes the representative ones, compile.
+TEST(OfflineCompile, GridReductionsCompile) {
+  REQUIRE_CUDA_BUILD();
+  auto fusion = parse_fusion(R"(fusion f(x: bf16[N], r: bf16[R, M]) {
+  x32 = cast(x, dtype=f32)
+  sq = mul(x32, x32)
+  ss = sum(sq)
+  norm = sqrt(ss)
+  v, mu = var_mean(r, dims=[1])
+  return norm, v, mu
+})", "grid.fusion", std::nullopt);
+  Bindings sizes{{"N", 100000003}, {"R", 4}, {"M", 25000000}};
+  std::string report = compile_offline(*fusion, "sm_90", false, &sizes);
+  EXPECT_NE(report.find("variant r0.1_v8_t256_i0_b4_g_32_e_v:"), std::string::npos) << report;  // the odd length: edge elements
+  EXPECT_NE(report.find("grid 528x1, block 256"), std::string::npos) << report;
+  EXPECT_NE(report.find("variant r1.1_v8_t256_i0_b4_g_32_v:"), std::string::npos) << report;
+  EXPECT_NE(report.find("grid 132x4, block 256"), std::string::npos) << report;
+  EXPECT_NE(report.find("2 kernels compiled for sm_90"), std::string::npos) << report;
+  std::string unbound = compile_offline(*fusion, "sm_90", false);
+  EXPECT_NE(unbound.find("_g_"), std::string::npos) << unbound;
+  EXPECT_NE(unbound.find("_g_32_e_"), std::string::npos) << unbound;
+  EXPECT_EQ(unbound.find(" 0 bytes"), std::string::npos) << unbound;
+}
+
 TEST(OfflineCompile, EveryOpFamilyGeneratesCompilableCode) {
   REQUIRE_CUDA_BUILD();
   auto fusion = parse_fusion(R"(fusion f(x: bf16[N, 64], y: f32[N, 64], i: i32[N, 64], m: bool[N, 64], s: f32) {

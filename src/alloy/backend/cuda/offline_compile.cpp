@@ -20,7 +20,8 @@ namespace {
 // The variants every kernel is checked in: scalar accesses over the uncollapsed domain, and
 // 16-byte vectors with the row cached in registers, as contiguous inputs get at run time, also
 // with 32-bit offsets; for reductions also a warp per row (and with early loads), and
-// (single-pass ones) the column and few-long-rows kernels; for pointwise kernels of two or more
+// (single-pass ones) the column and few-long-rows kernels and, where only values per row are
+// stored, grid reductions; for pointwise kernels of two or more
 // axes a tile transpose; and (no cats) vectors with edge elements.
 std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a) {
   int min_size = 8;
@@ -77,8 +78,26 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
   cuda::KernelVariant long_rows = scalar;  // few long rows, split over blocks
   long_rows.tile_x = 1;
   long_rows.ty_fast = true;
-  if (cuda::column_shared_bytes(a, columns) > cuda::kMaxColumnSharedBytes) return with_edges({scalar, vector, warp_rows, index32, long_rows});
-  return with_edges({scalar, vector, warp_rows, index32, columns, long_rows});
+  std::vector<cuda::KernelVariant> variants{scalar, vector, warp_rows, index32, long_rows};
+  if (cuda::column_shared_bytes(a, columns) <= cuda::kMaxColumnSharedBytes) variants.push_back(columns);
+  // only values per row stored: a grid reduction (few long rows split over blocks), of rows and
+  // of a whole tensor to one value with edge elements
+  bool row_outputs_only = true;
+  for (const Value* out : a.outputs) row_outputs_only &= a.at(out).per_row;
+  if (row_outputs_only) {
+    cuda::KernelVariant grid = index32;
+    grid.items = 0;
+    grid.grid = true;
+    grid.min_blocks = 4;
+    variants.push_back(grid);
+    if (!edges.empty()) {
+      grid.outer_rank = 0;
+      grid.edge_elements = true;
+      grid.leaf_modes = edges[0].leaf_modes;
+      variants.push_back(grid);
+    }
+  }
+  return with_edges(variants);
 }
 
 // The variant the runtime would launch for contiguous tensors of the bound sizes (fake, never
