@@ -385,6 +385,20 @@ int main(int argc, char** argv) {
   cases.push_back({"gelu_chain_1e8p3",
                    "fusion chain(a: bf16[N], b: bf16[N], c: bf16[N]) {\n  m = mul(a, b)\n  s = add(m, c)\n  y = gelu(s)\n  return y\n}\n",
                    {{"N", 100000003}}, 4 * int64_t(100000003) * 2});
+  // Issue 27's grid reductions: a gradient norm (the squares of 10^8 bf16 summed in f32, and the
+  // root; against torch.linalg.vector_norm(x, dtype=torch.float32)), and var_mean of 4 rows of 25M
+  // over the long axis (against torch.var_mean)
+  cases.push_back({"grad_norm_1e8", R"(fusion gn(x: bf16[N]) {
+  x32 = cast(x, dtype=f32)
+  sq = mul(x32, x32)
+  s = sum(sq)
+  n = sqrt(s)
+  return n
+}
+)",
+                   {{"N", 100000000}}, int64_t(100000000) * 2 + 4});
+  cases.push_back({"var_mean_rows_4x25m", "fusion vm(x: bf16[R, N]) {\n  v, m = var_mean(x, dims=[1])\n  return v, m\n}\n",
+                   {{"R", 4}, {"N", 25000000}}, int64_t(4) * 25000000 * 2 + 4 * 2 * 2});
   const std::array<int64_t, 3> gemm_shapes[] = {{{2048, 1600, 6400}}, {{8192, 4096, 11008}}, {{16384, 8192, 8192}}};
   for (const auto& [m, k, n] : gemm_shapes) cases.push_back(linear_gelu(m, k, n));
   cases.push_back(mlp_backward(8192, 1600, 6400));

@@ -327,13 +327,16 @@ bool use_column_kernel(const KernelAnalysis& a, const std::vector<Slot>& slots, 
   return rows < target.sm_count && cols >= 8192;
 }
 
+// The blocks of grid_threads an SM holds: the tuning's grid_blocks_per_sm, within 2048 threads.
+int grid_blocks_per_sm(const KernelTuning& t) { return std::min(t.grid_blocks_per_sm, std::max(1, 2048 / t.grid_threads)); }
+
 // Grid reductions (KernelVariant::grid): a single-pass reduction that stores only values per row,
 // whose first leaf read per element walks the innermost reduced axis contiguously, and whose rows
-// are too few and too long for a block (or a warp) each: each row is split over
+// are too few and too long for a block (or a warp) each. Each row is split over
 //   splits = min(SMs * grid_blocks_per_sm / rows, vectors of a row / (grid_threads * grid_min_vectors))
-// blocks, and taken where that is at least 2 (one full wave of blocks over every row, each thread
-// loading at least grid_min_vectors vectors). The split depends on the sizes, the SM count and the
-// tuning table only, never on timing, so the result's bits are the same on every run of one device.
+// blocks (one full wave over every row, each thread loading at least grid_min_vectors vectors),
+// taken where that is at least 2. The split depends on the sizes, the SM count and the tuning
+// table only, never on timing, so one device gives the same bits on every run.
 // grid_blocks_per_sm 0 turns grid reductions off (few long rows run as column kernels, as before).
 // Returns the split (0: not a grid reduction).
 int64_t grid_splits(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<Axis>& inner, int64_t rows, int64_t cols,
@@ -343,7 +346,7 @@ int64_t grid_splits(const KernelAnalysis& a, const std::vector<Slot>& slots, con
   int main = main_slot(a, slots);
   if (main < 0 || inner.empty() || std::llabs(inner.back().strides[main]) != 1 || rows < 1) return 0;
   int64_t vectors = (cols + vector - 1) / vector;
-  int64_t by_wave = int64_t(target.sm_count) * t.grid_blocks_per_sm / rows;
+  int64_t by_wave = int64_t(target.sm_count) * grid_blocks_per_sm(t) / rows;
   int64_t by_work = vectors / (int64_t(t.grid_threads) * t.grid_min_vectors);
   int64_t splits = std::min(by_wave, by_work);
   return splits >= 2 ? splits : 0;
@@ -520,7 +523,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
       columns = false;
       g.grid = true;
       g.threads = target.tuning.grid_threads / 32 * 32;
-      g.min_blocks = target.tuning.grid_blocks_per_sm;
+      g.min_blocks = grid_blocks_per_sm(target.tuning);
       g.index32 = small_offsets(axes, l.numel);
       return g;
     }

@@ -1,9 +1,9 @@
 // How a generated kernel is launched on given tensors: their strides laid over the kernel's
 // domain (kept axes, then reduced), contiguous axes collapsed (never a cat's axis), the kernel
-// shape (pointwise, row, column or grid reduction kernel), vector width and block chosen, and the Params words
-// filled (a cat source's pointer moved back by its start along the cat's axis); few long rows of a
-// single-pass reduction become a grid reduction, each row split over blocks. No GPU calls: the
-// CUDA runtime (generated_kernel) and the CPU emulation tests share it.
+// shape (pointwise, row or column kernel, or a grid reduction: few long rows split over blocks),
+// vector width and block chosen, and the Params words filled (a cat source's pointer moved back by
+// its start along the cat's axis). No GPU calls: the CUDA runtime (generated_kernel) and the CPU
+// emulation tests share it.
 #pragma once
 
 #include <cstddef>
