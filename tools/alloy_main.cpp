@@ -191,7 +191,7 @@ int compile_command(const std::string& file, const std::string& arch, const std:
     for (const std::string& stage : dumps)
       if (stage != "cuda")
         std::cout << "== dump " << stage << " (cuda): " << (stage == "segments" ? "the fusion after the passes, cut into segments" : "the host program that runs the segments")
-                  << "\n" << offline_dump(*fusion, stage, sizes ? &*sizes : nullptr);
+                  << "\n" << settings::dump_note() << offline_dump(*fusion, stage, sizes ? &*sizes : nullptr);
     if (!dump_cuda) std::cout << "fusion " << fusion->name() << ":\n";
     std::cout << compile_offline(*fusion, arch, dump_cuda, sizes ? &*sizes : nullptr);
   }
