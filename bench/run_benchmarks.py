@@ -139,9 +139,18 @@ def torch_cases():
             return torch.cat((-x[..., 64:], x[..., :64]), dim=-1)
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin, v
 
+    def adam_step(p, g, m, v):
+        # examples/adam_step.fusion in place (step 1: bc1 = 0.1, bc2 = 0.001; lr 1e-3, wd 0.01)
+        m.mul_(0.9).add_(g, alpha=0.1)
+        v.mul_(0.999).addcmul_(g, g, value=0.001)
+        p.mul_(1 - 1e-3 * 0.01).addcdiv_(m / 0.1, (v / 0.001).sqrt_().add_(1e-8), value=-1e-3)
+        return p, m, v
+
     n = 1 << 28
     t, h = 8192, 6400
     return {
+        "adam_step_2e28": (adam_step, lambda: (torch.randn(n, device=dev), torch.randn(n, device=dev), torch.randn(n, device=dev),
+                                               torch.randn(n, device=dev).abs_())),
         "qkv_rope_llama13b": (qkv_rope, lambda: (torch.randn(2, 4096, 15360, device=dev, dtype=bf),
                                                  torch.randn(4096, 128, device=dev, dtype=bf), torch.randn(4096, 128, device=dev, dtype=bf))),
         "layer_norm_nanogpt": (ln_trace, lambda: (torch.randn(16, 128, 1600, device=dev, dtype=bf),

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -177,17 +178,22 @@ int print_command(const std::string& file, const std::string& name) {
 std::vector<SizeRequest> parse_binds(const std::vector<std::string>& binds);
 
 // With --bind, only the variant the runtime would launch for contiguous inputs of those sizes.
-int compile_command(const std::string& file, const std::string& arch, bool dump_cuda, const std::vector<std::string>& binds) {
+// --dump segments|program print the CUDA plan (as a run on a GPU makes it) before the kernels are
+// compiled; --dump cuda prints the kernels' source instead of the report.
+int compile_command(const std::string& file, const std::string& arch, const std::vector<std::string>& dumps,
+                    const std::vector<std::string>& binds) {
   auto fusions = parse_fusions(read_source(file), file);
   std::vector<SizeRequest> requests = parse_binds(binds);
+  bool dump_cuda = std::find(dumps.begin(), dumps.end(), "cuda") != dumps.end();
   for (auto& fusion : fusions) {
+    std::optional<Bindings> sizes;
+    if (!requests.empty()) sizes = resolve_input_sizes(*fusion, std::vector<Tensor>(fusion->inputs().size()), requests);
+    for (const std::string& stage : dumps)
+      if (stage != "cuda")
+        std::cout << "== dump " << stage << " (cuda): " << (stage == "segments" ? "the fusion after the passes, cut into segments" : "the host program that runs the segments")
+                  << "\n" << settings::dump_note() << offline_dump(*fusion, stage, sizes ? &*sizes : nullptr);
     if (!dump_cuda) std::cout << "fusion " << fusion->name() << ":\n";
-    if (requests.empty()) {
-      std::cout << compile_offline(*fusion, arch, dump_cuda);
-      continue;
-    }
-    Bindings sizes = resolve_input_sizes(*fusion, std::vector<Tensor>(fusion->inputs().size()), requests);
-    std::cout << compile_offline(*fusion, arch, dump_cuda, &sizes);
+    std::cout << compile_offline(*fusion, arch, dump_cuda, sizes ? &*sizes : nullptr);
   }
   return 0;
 }
@@ -638,7 +644,9 @@ int run_cli(int argc, char** argv) {
       app.add_subcommand("compile", "Generate and compile every GPU kernel of a fusion for an architecture (no GPU needed)");
   compile_cmd->add_option("file", compile_file, "The .fusion file")->required();
   compile_cmd->add_option("--arch", arch, "GPU architecture, e.g. sm_90")->default_val("sm_90");
-  compile_cmd->add_option("--dump", compile_dumps, "Print a stage")->check(CLI::IsMember({"cuda"}));
+  compile_cmd->add_option("--dump", compile_dumps,
+                          "Print a stage (repeatable): segments, program (the CUDA plan, before compiling), cuda (the kernels' source)")
+      ->check(CLI::IsMember({"segments", "program", "cuda"}));
   std::vector<std::string> compile_binds;
   compile_cmd->add_option("--bind", compile_binds,
                           "SYMBOL=N: compile only the variant a run at these sizes would launch, and report its registers (repeatable)");
@@ -670,7 +678,7 @@ int run_cli(int argc, char** argv) {
     if (run_cmd->parsed()) return run_command(run);
     if (check_cmd->parsed()) return check_command(check_file);
     if (print_cmd->parsed()) return print_command(print_file, print_name);
-    if (compile_cmd->parsed()) return compile_command(compile_file, arch, !compile_dumps.empty(), compile_binds);
+    if (compile_cmd->parsed()) return compile_command(compile_file, arch, compile_dumps, compile_binds);
   } catch (const UsageError& e) {
     std::cerr << e.what() << "\nRun with --help for more information.\n";
     return 2;

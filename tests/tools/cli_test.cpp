@@ -134,7 +134,9 @@ const std::map<std::string, std::string>& single_device_examples() {
       {"rms_norm.fusion", ""},
       {"rope.fusion", "--bind B=1 --bind S=4"},
       {"masked_mean.fusion", "--bind B=3 --bind T=5 --bind h.2=16"},
-      {"cross_entropy.fusion", "--bind T=4 --bind V=16"}};  // random targets are 0..9: V >= 10
+      {"cross_entropy.fusion", "--bind T=4 --bind V=16"},  // random targets are 0..9: V >= 10
+      {"adam_step.fusion", "--bind N=1000"},
+      {"sgd_momentum.fusion", "--bind N=1000"}};
   return runs;
 }
 
@@ -451,6 +453,24 @@ TEST_F(CliTest, Compile_BuildsEveryKernelForTheArchitectureWithoutAGpu) {
   CliResult bad = alloy("compile " + example("mlp.fusion") + " --arch vulkan");
   EXPECT_EQ(bad.code, 1);
   EXPECT_TRUE(contains(bad.err, "--arch vulkan")) << bad.err;
+}
+
+// `alloy compile --dump segments|program`: the plan a GPU run makes, offline. The AdamW step is
+// one kernel writing p, m and v in place; its program copies nothing.
+TEST_F(CliTest, Compile_DumpsTheCudaPlanWithItsInPlaceOutputs) {
+#ifndef ALLOY_HAVE_CUDA
+  ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();
+#endif
+  CliResult r = alloy("compile " + example("adam_step.fusion") + " --dump segments --dump program");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "== dump segments (cuda)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "segments (cuda): 1\n  segment 0 [pointwise]")) << r.out;
+  EXPECT_TRUE(contains(r.out, "in-place outputs:\n  p2 -> p: written in place by segment 0: pointwise")) << r.out;
+  EXPECT_TRUE(contains(r.out, "Allocate v2: f32[N] = the memory of input v (written in place)")) << r.out;
+  EXPECT_FALSE(contains(r.out, "Copy ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "compiled for sm_90")) << r.out;  // and the kernels still compile
+  CliResult bad = alloy("compile " + example("adam_step.fusion") + " --dump ir");
+  EXPECT_EQ(bad.code, 2) << bad.out;
 }
 
 TEST_F(CliTest, Compile_WithBoundSizes_ReportsTheKernelARunWouldLaunch) {

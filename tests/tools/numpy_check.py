@@ -97,6 +97,32 @@ def masked_mean_case(rng):
     return "masked_mean.fusion", dict(h=h, mask=mask), {"pooled": (pooled.astype(np.float32), 1e-5, 1e-6, False)}
 
 
+def adam_step_case(rng):
+    n = 4099  # not a whole number of vectors
+    p, g, m = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    v = np.abs(rng.standard_normal(n)).astype(np.float32)
+    lr, wd, t = 1e-3, 0.01, 3
+    bc1, bc2 = 1 - 0.9**t, 1 - 0.999**t
+    p64, g64 = p.astype(np.float64), g.astype(np.float64)
+    m2 = 0.9 * m + 0.1 * g64
+    v2 = 0.999 * v + 0.001 * g64 * g64
+    p2 = p64 * (1 - lr * wd) - lr * (m2 / bc1) / (np.sqrt(v2 / bc2) + 1e-8)
+    scalars = {name: np.array(value, np.float32) for name, value in dict(lr=lr, wd=wd, bc1=bc1, bc2=bc2).items()}
+    return "adam_step.fusion", dict(p=p, g=g, m=m, v=v, **scalars), {
+        "p2": (p2.astype(np.float32), 1e-5, 1e-6, False), "m2": (m2.astype(np.float32), 1e-5, 1e-6, False),
+        "v2": (v2.astype(np.float32), 1e-5, 1e-6, False)}
+
+
+def sgd_momentum_case(rng):
+    n = 1027
+    p, g, buf = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    lr, wd = 0.05, 1e-4
+    buf2 = 0.9 * buf.astype(np.float64) + g + wd * p.astype(np.float64)
+    p2 = p - lr * buf2
+    return "sgd_momentum.fusion", dict(p=p, g=g, buf=buf, lr=np.array(lr, np.float32), wd=np.array(wd, np.float32)), {
+        "p2": (p2.astype(np.float32), 1e-5, 1e-6, False), "buf2": (buf2.astype(np.float32), 1e-5, 1e-6, False)}
+
+
 # The sharded examples run under `mpirun -n 2` (one process per mesh device): every rank reads
 # the same global inputs, and rank 0 saves the global outputs.
 MPI_RANKS = {"tp_mlp.fusion": 2, "tp_mlp_sequence_parallel.fusion": 2, "tp_mlp_backward.fusion": 2,
@@ -296,7 +322,7 @@ def main():
         args.device = "cuda"  # a GPU that is not usable must fail here, not run the CPU quietly
     cases = [mlp_case, layer_norm_case, softmax_case, rms_norm_case, masked_mean_case, mlp_backward_case, tp_mlp_case,
              tp_mlp_sequence_parallel_case, tp_mlp_backward_case, sharded_layer_norm_case, rope_case, mlp_relu_case,
-             mlp_relu_backward_case, cross_entropy_case]
+             mlp_relu_backward_case, cross_entropy_case, adam_step_case, sgd_momentum_case]
     known = {case(np.random.default_rng(0))[0] for case in cases}
     unchecked = sorted(f for f in os.listdir(args.examples) if f.endswith(".fusion") and f not in known)
     if unchecked:

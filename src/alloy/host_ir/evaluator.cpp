@@ -199,8 +199,19 @@ struct Executable::NodeRunner {
   }
 
   void operator()(const Allocate& a) const {
-    host_span([&] { return "allocate " + a.value->name; }, [&] {
-      state.values[a.value->id] = x.device->allocate(a.value->dtype(), state.concrete_shape(a.value), state);
+    host_span([&] { return "allocate " + a.value->name + (a.input ? " (input " + a.input->name + "'s memory)" : ""); }, [&] {
+      std::vector<int64_t> sizes = state.concrete_shape(a.value);
+      if (a.input) {
+        const Tensor& memory = state.at(a.input);
+        // the executor has checked the aliasing rule (no overlap with another input, no zero
+        // stride) before the run; a tensor of other sizes (symbols the run finds unequal) gets
+        // a buffer, and the executor's in-place write reports the mismatch
+        if (memory.sizes() == sizes && memory.dtype() == a.value->dtype() && memory.device() == state.device && memory.is_contiguous()) {
+          state.values[a.value->id] = memory;
+          return;
+        }
+      }
+      state.values[a.value->id] = x.device->allocate(a.value->dtype(), std::move(sizes), state);
     });
   }
 

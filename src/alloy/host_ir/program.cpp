@@ -43,7 +43,7 @@ Program lower_to_program(Segmentation segmentation) {
     // CPU reference kernels and views return their own results; GPU kernels write into buffers
     // the program allocates from the stream-ordered pool.
     if (cuda && s.scheduler != SchedulerKind::noop)
-      for (Value* out : s.outputs) program.nodes.push_back(Allocate{out});
+      for (Value* out : s.outputs) program.nodes.push_back(Allocate{out, segmentation.direct_target(out)});
     program.nodes.push_back(Launch{s.id, 0});
   }
   program.segmentation = std::move(segmentation);
@@ -79,7 +79,9 @@ std::string chunked_str(const ChunkedValue& v, const ForChunks& f) {
 void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& nodes, const std::string& indent, const ForChunks* loop) {
   for (const Node& node : nodes) {
     if (auto* a = std::get_if<Allocate>(&node)) {
-      os << indent << "Allocate " << a->value->name << ": " << a->value->type_str() << "\n";
+      os << indent << "Allocate " << a->value->name << ": " << a->value->type_str();
+      if (a->input) os << " = the memory of input " << a->input->name << " (written in place)";
+      os << "\n";
     } else if (auto* l = std::get_if<Launch>(&node)) {
       const Segment& s = p.segmentation.segments.at(l->segment);
       os << indent << "Launch segment " << s.id << " [" << scheduler_name(s.scheduler) << "] (";
@@ -141,6 +143,9 @@ std::string Program::str() const {
   os << "):\n";
   for (const std::string& note : notes) os << "  # " << note << "\n";
   print_nodes(os, *this, nodes, "  ", nullptr);
+  // what the run does after the program: each in-place output a kernel did not write in place
+  for (const InPlaceOutput& o : segmentation.in_place)
+    if (!o.direct) os << "  Copy " << o.value->name << " into input " << o.input->name << " after the run: " << o.why << "\n";
   return os.str();
 }
 

@@ -15,9 +15,13 @@
 namespace alloy::host_ir {
 
 // Allocate the buffer of a segment output before the segment that writes it runs (on the run's
-// own stream, whichever stream then writes it).
+// own stream, whichever stream then writes it). With `input`, a direct in-place output
+// (Segmentation::in_place): the buffer is that input's memory, which the segment writes in place
+// (a run whose input tensor does not fit, as y's sizes, dtype and device, allocates instead, and
+// the run's in-place write copies).
 struct Allocate {
   Value* value;
+  Value* input = nullptr;
 };
 
 // Run segment `segment` of the segmentation through its executable, its device work going to
@@ -161,8 +165,10 @@ struct Program {
 };
 
 // Lowers a segmentation to a program on one stream: for each segment in order, Allocate its
-// outputs where its scheduler writes into preallocated buffers (CUDA), then Launch it; a
-// communication segment becomes a Communicate node. Streams come from the program passes.
+// outputs where its scheduler writes into preallocated buffers (CUDA; a direct in-place output's
+// is its input's memory), then Launch it; a communication segment becomes a Communicate node.
+// Streams come from the program passes. The in-place outputs that go through a copy are copied by
+// the run after the program (`--dump program` lists them last).
 Program lower_to_program(Segmentation segmentation);
 
 // A Program -> Program rewrite, listed by name in the pipeline (pipeline/pipeline.cpp).

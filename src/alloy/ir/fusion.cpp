@@ -309,6 +309,21 @@ void Fusion::add_output(Value* value, const SourceLoc& loc, Value* alias_input) 
   output_locs_.push_back(loc);
 }
 
+void Fusion::take_output_aliases_from(const Fusion& declared) {
+  ALLOY_CHECK(declared.inputs().size() == inputs_.size() && declared.outputs().size() == outputs_.size(),
+              "in-place outputs taken from a fusion of other inputs or outputs");
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const Value* alias = declared.output_aliases()[i];
+    if (!alias) {
+      output_aliases_[i] = nullptr;
+      continue;
+    }
+    size_t input = size_t(std::find(declared.inputs().begin(), declared.inputs().end(), alias) - declared.inputs().begin());
+    ALLOY_CHECK(input < inputs_.size(), "in-place target '", alias->name, "' is not an input");
+    output_aliases_[i] = inputs_[input];
+  }
+}
+
 std::unique_ptr<Fusion> Fusion::clone() const {
   auto copy = std::make_unique<Fusion>(name_);
   std::unordered_map<const Value*, Value*> map;

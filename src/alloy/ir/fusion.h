@@ -149,6 +149,10 @@ class Fusion {
   const std::vector<Value*>& outputs() const { return outputs_; }
   // Per output, the input it updates in place (nullptr for none); as long as outputs().
   const std::vector<Value*>& output_aliases() const { return output_aliases_; }
+  // The in-place outputs of `declared`, a fusion this one was rewritten from (a pass's result: the
+  // same inputs and outputs, in the same order), taken by position: passes need not carry them,
+  // and the pipeline gives the fusion it segments those of the fusion it was given.
+  void take_output_aliases_from(const Fusion& declared);
   // Where output i is returned (the `return` statement's name; unknown for outputs a pass adds).
   SourceLoc output_loc(size_t i) const { return i < output_locs_.size() ? output_locs_[i] : SourceLoc{}; }
   const std::vector<std::unique_ptr<Op>>& ops() const { return ops_; }

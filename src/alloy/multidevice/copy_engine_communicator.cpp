@@ -6,12 +6,13 @@
 // peer-to-peer cudaMemcpyAsync into the peer's staging buffer, then a 32-bit write into the peer's
 // flags (cuStreamWriteValue32, which fences the copy before it); the receiver's stream waits on
 // its own flag (cuStreamWaitValue32) and copies out of its staging buffer, or adds from it. Every
-// call is an epoch e (1, 2, ...; ranks call in the same order, as their programs are the same):
+// call is an epoch e (1, 2, ..., as 32 bits; ranks call in the same order, as their programs are
+// the same):
 //   flags[arrived + s] = e   rank s's data of epoch e is in my staging slot (s, e % 2)
 //   flags[freed + p]   = e   rank p has read what I put in its slot of epoch e
 // A sender waits for freed >= e - 2 before writing slot (me, e % 2) again: two slots a peer, so
-// epoch e's transfer never waits for the receiver to finish epoch e - 1. The comparisons are
-// cyclic (the driver's GEQ), so the epoch counter may wrap. Calls are ordered on the device too
+// epoch e's transfer never waits for the receiver to finish epoch e - 1 (the first two calls wait
+// for nothing). The comparisons are cyclic (the driver's GEQ), so the 32-bit epoch may wrap. Calls are ordered on the device too
 // (each waits for the previous call's event), whichever streams they are made on.
 //
 // Where: ranks of one host whose GPUs can reach each other (peer access), ALLOY_NO_COPY_ENGINES
@@ -164,7 +165,7 @@ class CopyEngineCommunicator final : public Communicator {
     Tensor own = part_of(parts, rank());
     ALLOY_CHECK(own.is_contiguous() && bytes_of(own) == bytes, name(), ": all_gather part ", own.str(), " for ", in.str());
     copy(own.data(), packed.data(), bytes, call.stream);
-    for (int j = 1; j < size(); ++j) push((rank() + j) % size(), packed.data(), bytes, e, call.stream);
+    for (int j = 1; j < size(); ++j) push((rank() + j) % size(), packed.data(), bytes, e, call.fresh_slots, call.stream);
     for (int j = 1; j < size(); ++j) {
       int q = (rank() - j + size()) % size();
       Tensor dst = part_of(parts, q);
@@ -191,17 +192,18 @@ class CopyEngineCommunicator final : public Communicator {
       int p = (rank() + j) % size();
       Tensor part = part_of(parts, p);
       ALLOY_CHECK(part.is_contiguous(), name(), ": reduce_scatter part ", p, " of ", parts.str(), " is not contiguous");
-      push(p, part.data(), bytes, call.epoch, call.stream);
+      push(p, part.data(), bytes, call.epoch, call.fresh_slots, call.stream);
     }
     sent_ = call.epoch;
+    sending_ = true;
   }
 
   // out (this rank's part) += what every peer pushed for it.
   void reduce_scatter_parts_finish(const Tensor& parts, const Tensor& out, PartialReduce op) override {
     if (op != PartialReduce::sum) return inner_->reduce_scatter_parts_finish(parts, out, op);
-    ALLOY_CHECK(sent_ != 0, name(), ": reduce_scatter finished without its send");
+    ALLOY_CHECK(sending_, name(), ": reduce_scatter finished without its send");
     const uint32_t e = sent_;
-    sent_ = 0;
+    sending_ = false;
     ALLOY_CHECK(out.is_contiguous() && bytes_of(out) == bytes_of(part_of(parts, rank())), name(), ": reduce_scatter into ", out.str());
     Calls call(*this, 0);
     for (int j = 1; j < size(); ++j) {
@@ -224,14 +226,16 @@ class CopyEngineCommunicator final : public Communicator {
     CopyEngineCommunicator& c;
     cudaStream_t stream;
     uint32_t epoch = 0;
+    bool fresh_slots = false;  // the first two calls: no earlier epoch used the slots
     Calls(CopyEngineCommunicator& comm, size_t bytes) : c(comm) {
       check(cudaSetDevice(c.device_), "cudaSetDevice");
       if (bytes > c.slot_bytes_) c.grow(bytes);
       stream = reinterpret_cast<cudaStream_t>(c.runtime_.current_stream(c.device_));
       check(cudaStreamWaitEvent(stream, c.last_, 0), "cudaStreamWaitEvent");
       if (bytes > 0) {
-        epoch = ++c.epoch_;
-        if (epoch == 0) epoch = ++c.epoch_;  // 0 is the flags' first value
+        ++c.calls_;
+        epoch = uint32_t(c.calls_);
+        fresh_slots = c.calls_ <= 2;
       }
     }
     ~Calls() { cudaEventRecord(c.last_, stream); }
@@ -272,8 +276,8 @@ class CopyEngineCommunicator final : public Communicator {
       internal_error("copy engines: cuStreamWriteValue32 failed");
   }
   // `bytes` at `src` into peer p's slot for this rank, once p has read that slot's previous epoch.
-  void push(int p, const void* src, size_t bytes, uint32_t e, cudaStream_t s) {
-    if (e > 2) wait_flag(flags_ + kFreed + p, e - 2, s);
+  void push(int p, const void* src, size_t bytes, uint32_t e, bool fresh_slots, cudaStream_t s) {
+    if (!fresh_slots) wait_flag(flags_ + kFreed + p, e - 2, s);
     copy(slot(p, rank(), e), src, bytes, s);
     write_flag(peer_flags_[size_t(p)] + kArrived + rank(), e, s);
   }
@@ -338,8 +342,9 @@ class CopyEngineCommunicator final : public Communicator {
   char* staging_ = nullptr;
   std::vector<char*> peer_staging_;
   size_t slot_bytes_ = 0;
-  uint32_t epoch_ = 0;
-  uint32_t sent_ = 0;  // the epoch of the reduce-scatter sent and not yet finished
+  uint64_t calls_ = 0;  // calls that moved bytes: the epoch is its low 32 bits
+  uint32_t sent_ = 0;   // the epoch of the reduce-scatter sent and not yet finished
+  bool sending_ = false;
   cudaEvent_t last_ = nullptr;
 };
 

@@ -177,6 +177,7 @@ CompiledFusion compile_fusion(const Fusion& fusion, Target target, const Compile
     if (options.stop_after_sharding && step.name == kInsertResharding) return out;
   }
   out.local = current ? std::move(current) : fusion.clone();
+  out.local->take_output_aliases_from(fusion);  // the segmenter decides how each in-place output is written
   Segmentation segmentation;
   timed(kSegment, [&] { segmentation = segment_fusion(*out.local, target); });
   out.after.emplace_back(kSegment, segmentation.str());
@@ -210,6 +211,18 @@ CompiledFusion compile_fusion(const Fusion& fusion, Target target, const Compile
     out.after.emplace_back(step.name, after == before ? "(unchanged)\n" + after : after);
   }
   return out;
+}
+
+std::string offline_dump(const Fusion& fusion, std::string_view stage, const Bindings* sizes) {
+  CompileOptions options;
+  options.stop_after_lowering = true;
+  if (sizes) options.sizes = *sizes;
+  CompiledFusion compiled = compile_fusion(fusion, Target::cuda, options);
+  if (stage == "segments") return compiled.lowered->segmentation.str();
+  ALLOY_CHECK(stage == "program", "offline_dump of stage '", stage, "'");
+  host_ir::Program program = std::move(*compiled.lowered);
+  for (const ProgramStep& step : program_steps()) program = step.pass(std::move(program), options.program);
+  return program.str();
 }
 
 std::string sharding_decision(const Fusion& fusion, Target target, const Bindings& sizes) {

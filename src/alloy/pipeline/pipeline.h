@@ -63,6 +63,11 @@ std::string sharding_decision(const Fusion& fusion, Target target, const Binding
 // (backend::compile_offline says how; with `sizes`, the variants a run at those sizes launches).
 std::string compile_offline(const Fusion& fusion, const std::string& arch, bool dump_source, const Bindings* sizes = nullptr);
 
+// `alloy compile --dump segments|program`: the CUDA segmentation, or the host program after the
+// program passes, as a run on a GPU makes them (no GPU needed; a sharded fusion as the part one
+// rank runs, decided at `sizes` as compile_offline decides it). --pipeline is auto.
+std::string offline_dump(const Fusion& fusion, std::string_view stage, const Bindings* sizes = nullptr);
+
 // The steps' names, in execution order: the fusion passes, then segment, lower, executables,
 // then the program passes.
 const std::vector<std::string_view>& pass_names();

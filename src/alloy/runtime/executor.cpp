@@ -139,7 +139,9 @@ ByteSpan span_of(const Tensor& t) {
 // The aliasing rule of in-place outputs: a target (an input that `return y -> x` writes) shares no
 // byte with any other input, target or not, and no two of its elements share an address (a zero
 // stride on an axis of size > 1). Otherwise the result would depend on the order of the writes,
-// or an input read for one output would change under another. Checked before any write.
+// or an input read for one output would change under another. A target on a GPU is contiguous.
+// Checked when the inputs are bound, before the run: a kernel may write a target in place
+// (segment/in_place.h), and in a job of several processes every rank learns of a failure.
 void check_in_place_targets(const Fusion& fusion, const std::vector<Tensor>& inputs) {
   const std::vector<Value*>& params = fusion.inputs();
   for (size_t i = 0; i < fusion.outputs().size(); ++i) {
@@ -154,6 +156,8 @@ void check_in_place_targets(const Fusion& fusion, const std::vector<Tensor>& inp
         user_error_at(place, "is ", update, " but has stride 0 on axis ", axis, " of size ", written.sizes()[size_t(axis)],
                       " (a broadcast or expanded view, ", written.str(), "): several elements would be written to one "
                       "address; pass a tensor of its own memory (a copy)");
+    if (written.device().kind != DeviceKind::cpu && !written.is_contiguous())
+      user_error_at(place, "an input updated in place on ", written.device().str(), " must be contiguous; found strides of ", written.str());
     ByteSpan span = span_of(written);
     for (size_t other = 0; other < params.size(); ++other) {
       if (other == t || params[other]->is_scalar() || !span.meets(span_of(inputs.at(other)))) continue;
@@ -263,6 +267,7 @@ FusionExecutor::Impl::Bound FusionExecutor::Impl::bind_checked(const std::vector
   const Plan* last = last_plan.load(std::memory_order_acquire);
   const Plan& guess = last ? *last : first_plan();
   Bindings b = bind_inputs(*guess.compiled.local, inputs);
+  check_in_place_targets(*fusion, inputs);
   const Plan& plan = plan_for(b);
   if (&plan != &guess) b = bind_inputs(*plan.compiled.local, inputs);
   if (plan.compiled.global) check_shardable(*plan.compiled.global, &b);
@@ -404,11 +409,13 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const std::vector<Tensor>& 
     size_t input = size_t(std::find(fusion->inputs().begin(), fusion->inputs().end(), aliases[i]) - fusion->inputs().begin());
     return &inputs.at(input);
   };
-  check_in_place_targets(*fusion, inputs);
+  // (the aliasing rule was checked when the inputs were bound)
   // Every output is its value before any in-place write: one that shares memory with an input
   // about to be overwritten (`permute(x)` or `x` itself beside `return y -> x`, or the other
-  // half of a swap) is copied first. An in-place result that is its target already writes nothing.
-  // Memory is compared by address, not by buffer, so the rule holds however the memory came.
+  // half of a swap) is copied first. An in-place result that is its target already writes nothing:
+  // its kernel wrote the target (segment/in_place.h, which also keeps every output that views a
+  // target off that path). Memory is compared by address, not by buffer, so the rule holds
+  // however the memory came.
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor* own = target_of(i);
     if (own && outputs[i].data() == own->data() && outputs[i].strides() == own->strides() && outputs[i].device() == own->device())

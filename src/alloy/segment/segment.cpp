@@ -62,6 +62,18 @@ bool is_generated_kernel(SchedulerKind kind) {
   return kind == SchedulerKind::normalization || kind == SchedulerKind::reduction || kind == SchedulerKind::pointwise;
 }
 
+std::string InPlaceOutput::str() const {
+  std::string head = value->name + " -> " + input->name + ": ";
+  if (!direct) return head + "through a copy after the run: " + why;
+  return head + "written in place by segment " + std::to_string(segment) + ": " + why;
+}
+
+Value* Segmentation::direct_target(const Value* value) const {
+  for (const InPlaceOutput& o : in_place)
+    if (o.direct && o.value == value) return o.input;
+  return nullptr;
+}
+
 static std::string value_list(const std::vector<Value*>& values) {
   std::string out;
   for (Value* v : values) out += (out.empty() ? "" : ", ") + v->name;
@@ -79,6 +91,10 @@ std::string Segmentation::str() const {
       os << " " << (op->outputs.empty() ? std::string("?") : op->outputs[0]->name) << "=" << op_name(op->kind);
     }
     os << "\n";
+  }
+  if (!in_place.empty()) {
+    os << "in-place outputs:\n";
+    for (const InPlaceOutput& o : in_place) os << "  " << o.str() << "\n";
   }
   if (!refusals.empty()) {
     os << "refusals:\n";

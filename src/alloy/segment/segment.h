@@ -47,10 +47,26 @@ struct Refusal {
   std::string why;
 };
 
+// An in-place output (`return y -> x`) and how a run writes it (segment/in_place.h decides):
+// `direct`, the kernel that computes y (segment `segment`) stores it into x's memory, which is
+// y's buffer (no buffer of its own, no copy); otherwise y gets a buffer and the run copies it into
+// x after everything else. `why` says why, for `--dump segments` and `--dump program`.
+struct InPlaceOutput {
+  Value* value = nullptr;
+  Value* input = nullptr;
+  bool direct = false;
+  int segment = -1;
+  std::string why;
+  std::string str() const;  // "y -> x: written in place by segment 0 [...]: why" or "y -> x: through a copy after the run: why"
+};
+
 struct Segmentation {
   Target target = Target::cpu;
   std::vector<Segment> segments;  // a topological order
   std::vector<Refusal> refusals;
+  std::vector<InPlaceOutput> in_place;  // one per in-place output, in return order
+  // The input whose memory `value` is written into by its own kernel (a direct in-place output), or null.
+  Value* direct_target(const Value* value) const;
   std::string str() const;        // the `--dump segments` text
 };
 

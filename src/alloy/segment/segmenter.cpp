@@ -1,6 +1,7 @@
 #include "alloy/segment/segmenter.h"
 
 #include "alloy/ir/op_table.h"
+#include "alloy/segment/in_place.h"
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 
 namespace alloy {
@@ -27,8 +28,9 @@ Segmentation segment_for_cpu(const Fusion& fusion) {
 }  // namespace
 
 Segmentation segment_fusion(const Fusion& fusion, Target target) {
-  if (target == Target::cpu) return segment_for_cpu(fusion);
-  return segment_for_cuda(fusion);
+  Segmentation result = target == Target::cpu ? segment_for_cpu(fusion) : segment_for_cuda(fusion);
+  result.in_place = decide_in_place(fusion, result);
+  return result;
 }
 
 }  // namespace alloy

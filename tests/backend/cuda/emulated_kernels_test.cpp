@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +32,7 @@
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
 #include "alloy/segment/schedulers/stage_split.h"
+#include "alloy/segment/segmenter.h"
 #include "backend/cuda/kernel_cases.h"
 #include "backend/cuda/random_fusions.h"
 #include "test_util.h"
@@ -115,22 +117,28 @@ struct EmulatedRun {
   std::vector<std::string> names;     // the outputs' names
   std::vector<std::string> launches;  // each kernel launched: "<variant key> grid <x>x<y>"
   int split_passes = 0;               // kernels run as passes of split normalizations
+  int in_place_written = 0;           // in-place outputs their kernels wrote into their inputs' memory
 };
 
-// One generated kernel as the runtime launches it: host views made, outputs poisoned, the launch
+// One generated kernel as the runtime launches it: host views made, outputs poisoned (a direct
+// in-place output is its input's memory instead, as the program's Allocate makes it), the launch
 // planned, the kernel generated, compiled for the host and run (its blocks in order, or shuffled
 // by `block_order`). Where the plan asks for a kernel a pass (split_stages), the passes run
 // instead, as GeneratedKernel runs them, each counted in `run.split_passes`. `offsets64`: 64-bit
 // offsets, as tensors of 2^30 elements or more get.
 void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, const std::vector<Value*>& inputs,
                     const Bindings& bound, const cuda::LaunchTarget& target, bool offsets64, unsigned block_order,
-                    std::map<const Value*, Tensor>& values, EmulatedRun& run) {
+                    std::map<const Value*, Tensor>& values, EmulatedRun& run, const Segmentation* in_place = nullptr) {
   for (const Op* view : a.host_views) {
     Tensor t = apply_view(*view, values.at(view->inputs[0]), concrete(view->outputs[0], bound));
     ASSERT_TRUE(t.defined()) << "a view the test cannot make on the host";
     values[view->outputs[0]] = t;
   }
   for (Value* out : a.outputs) {
+    if (const Value* input = in_place ? in_place->direct_target(out) : nullptr) {
+      values[out] = values.at(input);
+      continue;
+    }
     Tensor t = Tensor::empty(out->dtype(), concrete(out, bound));
     std::memset(t.data(), 0xFF, size_t(t.numel()) * dtype_size(t.dtype()));  // poison: NaN, -1
     values[out] = t;
@@ -190,11 +198,18 @@ void emulate_fusion(const std::string& text, const Bindings& sizes, Flavour flav
   given.resize(fusion->inputs().size());
   std::vector<Tensor> inputs = complete_inputs(*fusion, given, sizes, 11);
   FusionExecutor reference(parse_fusion(text, "emulated.fusion", std::nullopt), {DeviceChoice::cpu});
-  run.expected = reference.run(inputs);
+  std::vector<Tensor> reference_inputs;  // in-place outputs write their inputs: the reference gets its own
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& targets = fusion->output_aliases();
+    bool written = std::find(targets.begin(), targets.end(), fusion->inputs()[i]) != targets.end();
+    reference_inputs.push_back(written ? cpu_copy(inputs[i]) : inputs[i]);
+  }
+  run.expected = reference.run(reference_inputs);
 
   auto lowered = unify_extents(*decompose_composites(*fusion));  // as the CUDA pipeline runs them
+  lowered->take_output_aliases_from(*fusion);
   const Bindings bound = bind_inputs(*lowered, inputs);  // `sizes` and the sizes derived from them (a cat's)
-  Segmentation segmentation = segment_for_cuda(*lowered);
+  Segmentation segmentation = segment_fusion(*lowered, Target::cuda);
   std::map<const Value*, Tensor> values;
   for (size_t i = 0; i < inputs.size(); ++i) values[lowered->inputs()[i]] = inputs[i];
   cuda::LaunchTarget target;
@@ -216,26 +231,33 @@ void emulate_fusion(const std::string& text, const Bindings& sizes, Flavour flav
       continue;
     }
     ASSERT_TRUE(is_generated_kernel(s.scheduler) && s.analysis) << segmentation.str();
-    emulate_kernel(*s.analysis, s.ops, s.inputs, bound, target, flavour == Flavour::late_loads, block_order, values, run);
+    emulate_kernel(*s.analysis, s.ops, s.inputs, bound, target, flavour == Flavour::late_loads, block_order, values, run, &segmentation);
   }
   ASSERT_EQ(run.expected.size(), lowered->outputs().size());
   for (const Value* out : lowered->outputs()) {
     run.outputs.push_back(values.at(out));
     run.names.push_back(out->name);
+    if (const Value* input = segmentation.direct_target(out)) {  // the kernel wrote its input's memory
+      EXPECT_EQ(values.at(out).data(), values.at(input).data()) << out->name;
+      ++run.in_place_written;
+    }
   }
 }
 
 // Runs `text` through emulated kernels (emulate_fusion) and compares with the CPU reference.
-// `split_passes`, where given, gets the count of kernels run as passes of split normalizations.
+// `split_passes`, where given, gets the count of kernels run as passes of split normalizations;
+// `in_place_written` the count of in-place outputs their kernels wrote into their inputs' memory.
 void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
-                                  std::vector<Tensor> given = {}, int* split_passes = nullptr) {
+                                  std::vector<Tensor> given = {}, int* split_passes = nullptr, int* in_place_written = nullptr) {
   const char* names[] = {"late loads, 64-bit offsets", "values recomputed", "default kernels"};
   SCOPED_TRACE(names[int(flavour)]);
   EmulatedRun run;
   emulate_fusion(text, sizes, flavour, sm_count, std::move(given), 0, run);
   if (split_passes) *split_passes = run.split_passes;
+  if (in_place_written) *in_place_written = run.in_place_written;
   ASSERT_EQ(run.outputs.size(), run.expected.size());
-  for (size_t i = 0; i < run.expected.size(); ++i) EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+  for (size_t i = 0; i < run.expected.size(); ++i)
+    EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
 }
 
 void every_flavour(const std::string& text, const Bindings& sizes, int sm_count = 4) {
@@ -364,6 +386,44 @@ TEST(EmulatedKernels, LogSumExpOverLongRowsInOnePass) {
       store_double(x.data(), DType::bf16, r * width + c, v);
     }
   for (Flavour f : kFlavours) expect_emulation_matches_cpu(testing::kLogSumExpRows, {{"R", rows}, {"W", width}}, f, 4, {x});
+}
+
+// In-place outputs their kernels write into their inputs' memory (segment/in_place.h): a thread
+// reads each element, then writes it. The results equal the reference run on copies: the AdamW
+// step over a total off the vectors (edge elements, v non-negative), a bf16 target beside a
+// broadcast operand and a scalar, and a target beside a transposed operand (a tile transpose: the
+// other operand goes through shared memory, the target does not). The default kernels (the
+// optimizer steps of kernel_cases.h run in every flavour).
+TEST(EmulatedKernels, InPlaceOutputsWrittenByTheirKernels) {
+  const int64_t n = 1001;
+  Tensor v = Tensor::empty(DType::f32, {n});
+  for (int64_t i = 0; i < n; ++i) store_double(v.data(), DType::f32, i, 0.5 + std::sin(double(i) * 0.37) * 0.4);
+  struct Case {
+    std::string text;
+    Bindings sizes;
+    std::vector<Tensor> given;
+    int written;
+  };
+  std::vector<Case> cases = {
+      {testing::read_file(testing::source_path("examples/adam_step.fusion")), {{"N", n}}, {Tensor(), Tensor(), Tensor(), v}, 3},
+      {R"(fusion f(x: bf16[R, C], b: bf16[C], s: f32) {
+  y = mul(x, b)
+  z = add(y, s)
+  w = cast(z, dtype=bf16)
+  return w -> x
+})", {{"R", 37}, {"C", 72}}, {}, 1},
+      {R"(fusion f(x: f32[R, C], z: f32[C, R]) {
+  zt = permute(z, dims=[1, 0])
+  y = add(x, zt)
+  return y -> x
+})", {{"R", 70}, {"C", 96}}, {}, 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    int written = 0;
+    expect_emulation_matches_cpu(c.text, c.sizes, Flavour::default_choice, 4, c.given, nullptr, &written);
+    EXPECT_EQ(written, c.written);
+  }
 }
 
 TEST(EmulatedKernels, LongRowsReReadFromMemory) {

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
+#include "alloy/backend/backend.h"
 #include "alloy/ir/parser.h"
 #include "alloy/runtime/executor.h"
 #include "alloy/runtime/run_inputs.h"
@@ -98,6 +100,56 @@ int count(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
   return n;
+}
+
+// The AdamW step on tensors already on the GPU (issue 27): one kernel reads p, g, m and v once and
+// writes p, m and v in place (`--dump segments` says so; each output is its input's device
+// memory), and the results equal the CPU reference run on copies, three steps in a row.
+TEST(GpuEndToEnd, AdamStepOnDeviceTensors_WritesThemInPlace) {
+  ALLOY_REQUIRE_GPU();
+  const std::string text = testing::read_file(testing::source_path("examples/adam_step.fusion"));
+  auto fusion = parse_fusion(text, "adam_step.fusion", std::nullopt);
+  std::vector<Tensor> host = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), {{"N", 1000003}}, 7);
+  Tensor& v = host[3];
+  for (int64_t i = 0; i < v.numel(); ++i) store_double(v.data(), DType::f32, i, std::fabs(load_as_double(v.data(), DType::f32, i)));
+  const host_ir::DeviceRuntime& cuda = backend::device_runtime(DeviceKind::cuda);
+  std::vector<Tensor> device = host;
+  for (size_t i = 0; i < 4; ++i) device[i] = cuda.to_device(host[i], 0);
+  FusionExecutor cpu(parse_fusion(text, "adam_step.fusion", std::nullopt), {DeviceChoice::cpu});
+  ExecutorOptions options{DeviceChoice::cuda};
+  options.poison_outputs = true;
+  FusionExecutor gpu(std::move(fusion), options);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Tensor> expected = cpu.run(host);  // updates host's p, m and v
+    std::vector<Tensor> actual = gpu.run(device);
+    gpu.synchronize();
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(actual[i].data(), device[i].data()) << "output " << i << " is not its input's memory";
+      EXPECT_TRUE(testing::tensors_close(to_cpu(actual[i]), expected[i])) << "output " << i << ", step " << step;
+    }
+  }
+  std::string segments = gpu.dump("segments"), program = gpu.dump("program");
+  EXPECT_EQ(count(segments, "written in place by segment 0"), 3) << segments;
+  EXPECT_EQ(program.find("Copy"), std::string::npos) << program;
+}
+
+// Steps that go through a copy on the GPU: the old parameters returned beside the new ones, the
+// momentum also read by a reduction.
+TEST(GpuEndToEnd, AnInPlaceStepThroughACopy_MatchesTheCpu) {
+  ALLOY_REQUIRE_GPU();
+  testing::GpuRun ran;
+  expect_gpu_matches_cpu(R"(fusion step(p: f32[N], g: f32[N], buf: f32[N]) {
+  kept = mul(buf, 0.9)
+  buf2 = add(kept, g)
+  s = mul(buf2, 0.1)
+  p2 = sub(p, s)
+  sq = mul(buf, buf)
+  norm = sum(sq, dims=[0])
+  return p2 -> p, p, buf2 -> buf, norm
+})", {{"N", 100003}}, 7, 1.0, &ran);
+  EXPECT_NE(ran.segments.find("p2 -> p: through a copy after the run: 'p' is also returned"), std::string::npos) << ran.segments;
+  EXPECT_NE(ran.segments.find("buf2 -> buf: through a copy after the run: 'buf2' is computed by segment 0 [normalization]"),
+            std::string::npos) << ran.segments;
 }
 
 // Every matmul segment the plan holds (`--dump segments`: "segment N [matmul]") launched on

@@ -425,6 +425,10 @@ inline const std::vector<KernelCase>& kernel_cases() {
   cs = sum(yw, dims=[0])
   return rs, cs
 })", "", {{"T", 500}}},
+      // in-place outputs written by their kernel into the inputs' memory (segment/in_place.h): the
+      // AdamW step, a total off the vectors (edge elements); the results land in p, m and v
+      {"AdamStepExampleInPlace", "", "examples/adam_step.fusion", {{"N", 1000003}}, {{"N", 1001}}},
+      {"SgdMomentumExampleInPlace", "", "examples/sgd_momentum.fusion", {{"N", 4099}}},
   };
   return cases;
 }
