@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@
 
 #include "alloy/backend/cuda/codegen/bitmask_kernel.h"
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
+#include "alloy/backend/cuda/gather_fault.h"
 #include "alloy/backend/cuda/launch_plan.h"
 #include "alloy/ir/parser.h"
 #include "alloy/passes/decompose_composites.h"
@@ -124,8 +126,10 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
     std::memset(t.data(), 0xFF, size_t(t.numel()) * dtype_size(t.dtype()));  // poison: NaN, -1
     values[out] = t;
   }
-  std::vector<const Tensor*> tensors;  // each leaf (a cat leaf: its sources), then each output
-  for (Value* v : a.launch_values()) tensors.push_back(&values.at(v));
+  // each leaf (a cat leaf: its sources; a position: made), each gather's source and positions, each output
+  std::deque<Tensor> positions;
+  std::vector<const Tensor*> tensors = cuda::launch_tensors(
+      a, [&](const Value* v) -> const Tensor& { return values.at(v); }, [&](const Value* v) { return concrete(v, bound); }, positions);
   std::vector<int64_t> domain;
   for (const Extent& e : a.domain) domain.push_back(*e.evaluate(bound));
   std::vector<uint64_t> scalars = cuda::scalar_words(a, [&](const Value* v) -> const Tensor& { return values.at(v); });
@@ -155,11 +159,17 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
     plan.words[plan.workspace_word] = uint64_t(reinterpret_cast<uintptr_t>(workspace.data()));
     plan.words[plan.counters_word] = uint64_t(reinterpret_cast<uintptr_t>(counters.data()));
   }
+  uint64_t flag[4] = {0, 0, 0, 0};  // gathers' out-of-range indices (backend/cuda/gather_fault.h)
+  if (plan.error_word >= 0) plan.words[plan.error_word] = uint64_t(reinterpret_cast<uintptr_t>(flag));
   EmulateFn run = compile_for_host(cuda::generate_kernel(a, plan.variant, "alloy_kernel"));
   ASSERT_NE(run, nullptr);
   SCOPED_TRACE("variant " + plan.variant.key());
   run(plan.grid_x, plan.grid_y, plan.block, plan.words.data());
   for (unsigned c : counters) EXPECT_EQ(c, 0u) << "a column kernel left its arrival counter set";
+  // as the runtime does at the run's end: a set flag is the CPU reference's user error
+  std::vector<cuda::GatherShapes> shapes;
+  for (const GatherLoad& g : a.gathers) shapes.push_back({concrete(g.op->outputs[0], bound), concrete(g.op->inputs[0], bound)});
+  cuda::check_gather_flag(a, flag, shapes);
 }
 
 // The kernel flavours a run can choose (LaunchTarget): the final pass's leaves loaded in that pass
