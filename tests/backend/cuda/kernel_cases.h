@@ -401,10 +401,13 @@ inline const std::vector<KernelCase>& kernel_cases() {
 })", "", {{"T", 500}}},
       // gather and iota in generated kernels (random integer inputs are 0..9, so every gathered axis
       // is 10 long or longer; at 10 the indices 0 and size - 1 are both drawn): along the last axis
-      // with an i64 index of an odd total (edge elements), an index shorter off the axis
-      {"GatherAlongTheLastAxis", R"(fusion f(x: f32[R, 10], i: i64[R, 5], y: f32[R, 5]) {
+      // with an i64 index, and a second gather of the same index from a bf16 input (two gathers in
+      // one kernel)
+      {"GatherAlongTheLastAxis", R"(fusion f(x: f32[R, 10], i: i64[R, 5], y: bf16[R, 12], w: f32[R, 5]) {
   g = gather(x, i, dim=1)
-  z = mul(g, y)
+  h = gather(y, i, dim=1)
+  s = add(g, h)
+  z = mul(s, w)
   return z, g
 })", "", {{"R", 37}}},
       // along a middle axis, an i32 index shorter than the bf16 input on the other axes, and along

@@ -1,8 +1,9 @@
 // How a generated kernel is launched on given tensors: their strides laid over the kernel's
 // domain (kept axes, then reduced), contiguous axes collapsed (never a cat's axis), the kernel
 // shape (pointwise, row or column kernel), vector width and block chosen, and the Params words
-// filled (a cat source's pointer moved back by its start along the cat's axis). No GPU calls: the
-// CUDA runtime (generated_kernel) and the CPU emulation tests share it.
+// filled (a cat source's pointer moved back by its start along the cat's axis; a position's first
+// value; a gather's step and size along its axis). No GPU calls: the CUDA runtime
+// (generated_kernel), `alloy compile` and the CPU emulation tests share it.
 #pragma once
 
 #include <cstddef>
