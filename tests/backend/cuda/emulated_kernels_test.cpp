@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@
 
 #include "alloy/backend/cuda/codegen/bitmask_kernel.h"
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
+#include "alloy/backend/cuda/gather_fault.h"
 #include "alloy/backend/cuda/launch_plan.h"
 #include "alloy/ir/parser.h"
 #include "alloy/passes/decompose_composites.h"
@@ -131,8 +133,10 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
     std::memset(t.data(), 0xFF, size_t(t.numel()) * dtype_size(t.dtype()));  // poison: NaN, -1
     values[out] = t;
   }
-  std::vector<const Tensor*> tensors;  // each leaf (a cat leaf: its sources), then each output
-  for (Value* v : a.launch_values()) tensors.push_back(&values.at(v));
+  // each leaf (a cat leaf: its sources; a position: made), each gather's source and positions, each output
+  std::deque<Tensor> positions;
+  std::vector<const Tensor*> tensors = cuda::launch_tensors(
+      a, [&](const Value* v) -> const Tensor& { return values.at(v); }, [&](const Value* v) { return concrete(v, bound); }, positions);
   std::vector<int64_t> domain;
   for (const Extent& e : a.domain) domain.push_back(*e.evaluate(bound));
   std::vector<uint64_t> scalars = cuda::scalar_words(a, [&](const Value* v) -> const Tensor& { return values.at(v); });
@@ -162,11 +166,17 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
     plan.words[plan.workspace_word] = uint64_t(reinterpret_cast<uintptr_t>(workspace.data()));
     plan.words[plan.counters_word] = uint64_t(reinterpret_cast<uintptr_t>(counters.data()));
   }
+  uint64_t flag[4] = {0, 0, 0, 0};  // gathers' out-of-range indices (backend/cuda/gather_fault.h)
+  if (plan.error_word >= 0) plan.words[plan.error_word] = uint64_t(reinterpret_cast<uintptr_t>(flag));
   EmulateFn run = compile_for_host(cuda::generate_kernel(a, plan.variant, "alloy_kernel"));
   ASSERT_NE(run, nullptr);
   SCOPED_TRACE("variant " + plan.variant.key());
   run(plan.grid_x, plan.grid_y, plan.block, plan.words.data());
   for (unsigned c : counters) EXPECT_EQ(c, 0u) << "a column kernel left its arrival counter set";
+  // as the runtime does at the run's end: a set flag is the CPU reference's user error
+  std::vector<cuda::GatherShapes> shapes;
+  for (const GatherLoad& g : a.gathers) shapes.push_back({concrete(g.op->outputs[0], bound), concrete(g.op->inputs[0], bound)});
+  cuda::check_gather_flag(a, flag, shapes);
 }
 
 // The kernel flavours a run can choose (LaunchTarget): the final pass's leaves loaded in that pass
@@ -175,31 +185,18 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
 enum class Flavour { late_loads, recompute, default_choice };
 constexpr Flavour kFlavours[] = {Flavour::late_loads, Flavour::recompute, Flavour::default_choice};
 
-// Runs `text` segment by segment through emulated kernels (every segment must be a generated
-// kernel or views) and compares with the CPU reference. sm_count shapes the column kernels' splits.
-// `given`: inputs by position (undefined ones are drawn at random).
-
+// Runs `text` on `inputs` segment by segment through emulated kernels (every segment must be a
+// generated kernel or views) into `outputs`. sm_count shapes the column kernels' splits;
 // `split_passes`, where given, gets the count of kernels run as passes of split normalizations;
-// `in_place_written` the count of in-place outputs their kernels wrote into their inputs' memory.
-void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
-                                  std::vector<Tensor> given = {}, int* split_passes = nullptr, int* in_place_written = nullptr) {
-  const char* names[] = {"late loads, 64-bit offsets", "values recomputed", "default kernels"};
-  SCOPED_TRACE(names[int(flavour)]);
+// `in_place_written` the count of in-place outputs their kernels wrote into their inputs' memory
+// (each checked to be that memory). A gather's out-of-range index is the UserError the runtime
+// raises at the run's end.
+void emulate_fusion(const std::string& text, const std::vector<Tensor>& inputs, Flavour flavour, int sm_count, std::vector<Tensor>& outputs,
+                    int* split_passes = nullptr, int* in_place_written = nullptr) {
   auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
-  given.resize(fusion->inputs().size());
-  std::vector<Tensor> inputs = complete_inputs(*fusion, given, sizes, 11);
-  FusionExecutor reference(parse_fusion(text, "emulated.fusion", std::nullopt), {DeviceChoice::cpu});
-  std::vector<Tensor> reference_inputs;  // in-place outputs write their inputs: the reference gets its own
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const auto& targets = fusion->output_aliases();
-    bool written = std::find(targets.begin(), targets.end(), fusion->inputs()[i]) != targets.end();
-    reference_inputs.push_back(written ? cpu_copy(inputs[i]) : inputs[i]);
-  }
-  std::vector<Tensor> expected = reference.run(reference_inputs);
-
   auto lowered = unify_extents(*decompose_composites(*fusion));  // as the CUDA pipeline runs them
   lowered->take_output_aliases_from(*fusion);
-  const Bindings bound = bind_inputs(*lowered, inputs);  // `sizes` and the sizes derived from them (a cat's)
+  const Bindings bound = bind_inputs(*lowered, inputs);  // the inputs' sizes and the sizes derived from them (a cat's)
   Segmentation segmentation = segment_fusion(*lowered, Target::cuda);
   std::map<const Value*, Tensor> values;
   for (size_t i = 0; i < inputs.size(); ++i) values[lowered->inputs()[i]] = inputs[i];
@@ -227,15 +224,43 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   }
   if (split_passes) *split_passes = passes;
   if (in_place_written) *in_place_written = 0;
-  ASSERT_EQ(expected.size(), lowered->outputs().size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const Value* out = lowered->outputs()[i];
-    EXPECT_TRUE(testing::tensors_close(values.at(out), expected[i])) << "output " << out->name;
+  outputs.clear();
+  for (Value* out : lowered->outputs()) {
+    outputs.push_back(values.at(out));
     if (const Value* input = segmentation.direct_target(out)) {  // the kernel wrote its input's memory
       EXPECT_EQ(values.at(out).data(), values.at(input).data()) << out->name;
       if (in_place_written) ++*in_place_written;
     }
   }
+}
+
+const char* flavour_name(Flavour flavour) {
+  const char* names[] = {"late loads, 64-bit offsets", "values recomputed", "default kernels"};
+  return names[int(flavour)];
+}
+
+// Runs `text` through emulated kernels and compares with the CPU reference (which gets its own
+// copies of the inputs that in-place outputs write). `given`: inputs by position (undefined ones
+// are drawn at random).
+void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
+                                  std::vector<Tensor> given = {}, int* split_passes = nullptr, int* in_place_written = nullptr) {
+  SCOPED_TRACE(flavour_name(flavour));
+  auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
+  given.resize(fusion->inputs().size());
+  std::vector<Tensor> inputs = complete_inputs(*fusion, given, sizes, 11);
+  FusionExecutor reference(parse_fusion(text, "emulated.fusion", std::nullopt), {DeviceChoice::cpu});
+  std::vector<Tensor> reference_inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& targets = fusion->output_aliases();
+    bool written = std::find(targets.begin(), targets.end(), fusion->inputs()[i]) != targets.end();
+    reference_inputs.push_back(written ? cpu_copy(inputs[i]) : inputs[i]);
+  }
+  std::vector<Tensor> expected = reference.run(reference_inputs);
+  std::vector<Tensor> actual;
+  emulate_fusion(text, inputs, flavour, sm_count, actual, split_passes, in_place_written);
+  ASSERT_EQ(expected.size(), actual.size());
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_TRUE(testing::tensors_close(actual[i], expected[i])) << "output " << fusion->outputs()[i]->name;
 }
 
 void every_flavour(const std::string& text, const Bindings& sizes, int sm_count = 4) {
@@ -410,6 +435,91 @@ TEST(EmulatedKernels, LongRowsReReadFromMemory) {
   v, m = var_mean(x, dims=[1])
   return y, v, m
 })", {});
+}
+
+// Cross-entropy (examples/cross_entropy.fusion: each row's target logit gathered once a row, the
+// one-hot rows from iota) in every row-kernel shape: a warp per row (70 rows of 100), a block per
+// row holding it in registers (5 of 1001, with edge elements), rows re-read from memory each pass
+// (2 of 70001); targets at both ends of the vocabulary (0 and V - 1), i64 (and i32 in registers).
+TEST(EmulatedKernels, CrossEntropyInEveryRowKernelShape) {
+  const std::string text = testing::read_file(testing::source_path("examples/cross_entropy.fusion"));
+  std::string i32_text = text;
+  i32_text.replace(i32_text.find("target: i64[T]"), 14, "target: i32[T]");
+  for (auto [rows, vocabulary] : {std::pair<int64_t, int64_t>{70, 100}, {5, 1001}, {2, 70001}})
+    for (DType dtype : {DType::i64, DType::i32}) {
+      if (dtype == DType::i32 && vocabulary != 1001) continue;
+      SCOPED_TRACE(std::to_string(rows) + " rows of " + std::to_string(vocabulary) + ", " + std::string(dtype_name(dtype)) + " targets");
+      Tensor target = Tensor::empty(dtype, {rows});
+      for (int64_t r = 0; r < rows; ++r)
+        store_int(target.data(), dtype, r, r % 3 == 0 ? 0 : r % 3 == 1 ? vocabulary - 1 : (r * 7919) % vocabulary);
+      for (Flavour f : kFlavours)
+        expect_emulation_matches_cpu(dtype == DType::i64 ? text : i32_text, {{"T", rows}, {"V", vocabulary}}, f, 4, {Tensor(), target});
+    }
+}
+
+// The UserError a run raises, or "" where it runs.
+template <class Run>
+std::string user_error_of(Run&& run) {
+  try {
+    run();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// An index outside its gather's axis: the kernel loads nothing there and sets its error flag, which
+// the run reads at its end as the CPU reference's user error, word for word (one bad index, so the
+// same position): an element gather past the axis' end, a negative i32 index along a middle axis,
+// one inside a row reduction, and a cross-entropy target past the vocabulary in a row kernel
+// holding the row and in the streaming log-sum-exp (i32). An index longer than its input off the
+// axis is refused before the launch, as the reference refuses it.
+TEST(EmulatedKernels, GatherIndexOutOfRange_IsTheCpusUserError) {
+  const std::string cross_entropy = testing::read_file(testing::source_path("examples/cross_entropy.fusion"));
+  const std::string loss_only = testing::kernel_cases().back().text;  // CrossEntropyLossOverLongRows
+  struct Case {
+    std::string text;
+    Bindings sizes;
+    int64_t at;      // the element of input 1 (the index) made bad
+    int64_t value;
+    const char* expected;  // a part of the message
+  };
+  const Case cases[] = {
+      {"fusion f(x: f32[R, 10], i: i64[R, 5]) {\n  g = gather(x, i, dim=1)\n  y = mul(g, 2.0)\n  return y\n}\n", {{"R", 7}}, 13, 10,
+       "gather: index value 10 at index position [2, 3] is out of range for axis 1 of the input 'x' [7, 10]; expected 0 to 9"},
+      {"fusion f(x: bf16[3, 10, 40], i: i32[3, 7, 32]) {\n  g = gather(x, i, dim=1)\n  return g\n}\n", {}, 300, -1,
+       "index value -1 at index position [1, 2, 12] is out of range for axis 1 of the input 'x' [3, 10, 40]; expected 0 to 9 "
+       "(negative indices are not taken"},
+      {"fusion f(x: f32[R, 40], i: i64[R, K]) {\n  g = gather(x, i, dim=1)\n  s = sum(g, dims=[1])\n  return s\n}\n",
+       {{"R", 3}, {"K", 301}}, 650, 40, "index value 40 at index position [2, 48] is out of range for axis 1"},
+      {cross_entropy, {{"T", 5}, {"V", 1001}}, 3, 1001,
+       "emulated.fusion:12:8: gather: index value 1001 at index position [3, 0] is out of range for axis 1 of the input 'x' "
+       "[5, 1001]; expected 0 to 1000"},
+      {loss_only, {{"T", 3}, {"V", 20003}}, 1, 50300, "index value 50300 at index position [1, 0] is out of range for axis 1"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    auto fusion = parse_fusion(c.text, "emulated.fusion", std::nullopt);
+    std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), c.sizes, 11);
+    store_int(inputs[1].data(), inputs[1].dtype(), c.at, c.value);
+    FusionExecutor reference(parse_fusion(c.text, "emulated.fusion", std::nullopt), {DeviceChoice::cpu});
+    std::string expected = user_error_of([&] { reference.run(inputs); });
+    EXPECT_NE(expected.find(c.expected), std::string::npos) << expected;
+    for (Flavour f : kFlavours) {
+      SCOPED_TRACE(flavour_name(f));
+      std::vector<Tensor> outputs;
+      EXPECT_EQ(user_error_of([&] { emulate_fusion(c.text, inputs, f, 4, outputs); }), expected);
+    }
+  }
+  // declared [A, 10] and [B, 3]: bound as 2 and 4 rows, the index is longer than the input on axis 0
+  const std::string longer = "fusion f(x: f32[A, 10], i: i64[B, 3]) {\n  g = gather(x, i, dim=1)\n  return g\n}\n";
+  auto fusion = parse_fusion(longer, "emulated.fusion", std::nullopt);
+  std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(2), {{"A", 2}, {"B", 4}}, 11);
+  FusionExecutor reference(parse_fusion(longer, "emulated.fusion", std::nullopt), {DeviceChoice::cpu});
+  std::string expected = user_error_of([&] { reference.run(inputs); });
+  EXPECT_NE(expected.find("gather: index [4, 3] is longer than the input [2, 10] on axis 0 (4 > 2)"), std::string::npos) << expected;
+  std::vector<Tensor> outputs;
+  EXPECT_EQ(user_error_of([&] { emulate_fusion(longer, inputs, Flavour::default_choice, 4, outputs); }), expected);
 }
 
 TEST(EmulatedKernels, ColumnReductionsOfBoolsAndHalves) {
