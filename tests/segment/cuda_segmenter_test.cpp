@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "alloy/ir/op_table.h"
 #include "alloy/ir/parser.h"
 #include "alloy/passes/decompose_composites.h"
@@ -157,16 +159,42 @@ fusion f(a: i32[4, 8], b: i32[8, 4]) {
   EXPECT_NE(s.str().find("segment 0 [cpu_fallback] (i32 matmul: the cuBLASLt path"), std::string::npos) << s.str();
 }
 
-// gather and iota have no generated kernel yet: each is a cpu_fallback segment of its own that says
-// why, and the kernels around them are cut there (cross-entropy: the row statistics, the loss,
-// the gradient).
-TEST(CudaSegmenter, GatherAndIotaFallBackToTheCpuAndSayWhy) {
+// Cross-entropy, forward and backward, is one normalization kernel: the target logit gathered once
+// a row (through the cast it reads, recomputed on the loaded element), the one-hot rows from iota's
+// positions, nothing on the CPU fallback.
+TEST(CudaSegmenter, CrossEntropyWithGatherAndIotaIsOneKernel) {
   auto f = parse_fusion_file(testing::source_path("examples/cross_entropy.fusion"));
   Segmentation s = segment_for_cuda(*f);
-  ASSERT_EQ(schedulers(s), (V{"normalization", "noop", "cpu_fallback", "pointwise", "noop", "cpu_fallback", "pointwise"})) << s.str();
-  EXPECT_EQ(s.segments[2].note, "(xt = gather: gather has no generated kernel yet; it runs on the CPU fallback)") << s.str();
-  EXPECT_EQ(s.segments[5].note, "(ids = iota: iota has no generated kernel yet; it runs on the CPU fallback)") << s.str();
-  EXPECT_TRUE(s.segments[5].inputs.empty()) << s.str();
+  ASSERT_EQ(schedulers(s), V{"normalization"}) << s.str();
+  const KernelAnalysis& a = *s.segments[0].analysis;
+  ASSERT_EQ(a.gathers.size(), 1u);
+  EXPECT_EQ(a.gathers[0].source->name, "logits");
+  ASSERT_EQ(a.gathers[0].chain.size(), 1u);
+  EXPECT_EQ(a.gathers[0].chain[0]->outputs[0]->name, "x");
+  EXPECT_TRUE(a.at(a.gathers[0].op->outputs[0]).per_row) << "one target logit a row";
+  ASSERT_EQ(a.iotas.size(), 1u);
+  EXPECT_TRUE(a.is_position(a.iotas[0]->outputs[0]));
+  EXPECT_FALSE(std::count(a.leaves.begin(), a.leaves.end(), a.gathers[0].op->inputs[0])) << "x is never loaded in vectors";
+}
+
+// A gather of a value a kernel computes otherwise than by one-input pointwise ops of a host-side
+// value (here a softmax) loads it from memory: the kernel ends before the gather, saying why, and
+// the next one gathers; an iota stored on its own is a kernel writing its positions.
+TEST(CudaSegmenter, GatherOfAComputedValueStartsTheNextKernel) {
+  auto f = decompose_composites(*parse_fusion(R"(
+fusion f(x: f32[R, 40], i: i64[R, 3]) {
+  p = softmax(x, dim=1)
+  g = gather(p, i, dim=1)
+  ids = iota(length=R, dtype=i32)
+  return g, ids
+})", "t.fusion", std::nullopt));
+  Segmentation s = segment_for_cuda(*f);
+  ASSERT_EQ(schedulers(s), (V{"normalization", "pointwise", "pointwise"})) << s.str();
+  ASSERT_FALSE(s.refusals.empty());
+  EXPECT_NE(s.refusals[0].why.find("g = gather: gather of p, which is not a segment input, a view of one or one-input pointwise ops"),
+            std::string::npos)
+      << s.str();
+  EXPECT_TRUE(s.segments[2].inputs.empty()) << s.str();
 }
 
 TEST(CudaSegmenter, ScalarResultIsComputedOnTheHostAndSaysWhy) {

@@ -119,6 +119,13 @@ void Executable::run(RunState& state) const {
     }
     throw;
   }
+  for (auto& [owner, check] : state.end_checks) check();
+}
+
+void RunState::check_at_end(const void* owner, std::function<void()> check) {
+  for (auto& [known, _] : end_checks)
+    if (known == owner) return;
+  end_checks.emplace_back(owner, std::move(check));
 }
 
 namespace {

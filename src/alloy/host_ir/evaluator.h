@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "alloy/host_ir/cost_model.h"
@@ -37,6 +38,12 @@ struct RunState {
   std::vector<Tensor> scratch;
   // A traced run (host_ir/trace.h): a span for each node that enqueues work. Null: nothing is marked.
   TraceRecorder* trace = nullptr;
+  // What the run checks once its last node is enqueued (every stream joined into the run's), in
+  // the order asked, one check an owner: a generated kernel's flag of out-of-range gather indices,
+  // read back from the device, which waits for the run's work there (backend/cuda/gather_fault.h).
+  // A check that fails throws the user error.
+  std::vector<std::pair<const void*, std::function<void()>>> end_checks;
+  void check_at_end(const void* owner, std::function<void()> check);
 
   const Tensor& at(const Value* v) const;
   std::vector<int64_t> concrete_shape(const Value* v) const;  // evaluates the value's extents

@@ -35,8 +35,8 @@ using InferFn = std::function<std::vector<ValueType>(const InferContext&)>;
 
 // bitmask: relu_mask and relu_backward_mask, whose last axis is packed 32 elements to an i32 word
 // (not pointwise: the mask's last axis is ceil(N / 32) for the tensor's N).
-// indexing: gather and iota, whose loads and values depend on element positions (no generated
-// kernel yet: the CUDA segmenter runs them on the CPU fallback).
+// indexing: gather and iota, whose loads and values depend on element positions (in generated
+// kernels: iota a leaf of positions, gather a range-checked load; segment/schedulers/kernel_analysis.h).
 enum class OpClass { unary, binary, pointwise, bitmask, reduction, shape, matmul, composite, control, communication, indexing };
 
 struct OpRow {

@@ -89,7 +89,7 @@ TEST(ReferenceIndexing, GatherIndexPastTheAxis_IsALocatedErrorNamingTheValueAndT
   Tensor x = make(DType::f32, {2, 3}, {1, 2, 3, 4, 5, 6});
   std::string err = gather_error({2, 3}, x, make_ints(DType::i64, {2, 1}, {0, 3}), 1);
   EXPECT_NE(err.find("t.fusion:4:3: gather: index value 3 at index position [1, 0] is out of range for axis 1 of the input "
-                     "[2, 3]; expected 0 to 2"), std::string::npos) << err;
+                     "'in0' [2, 3]; expected 0 to 2"), std::string::npos) << err;
   err = gather_error({2, 3}, x, make_ints(DType::i32, {1, 3}, {0, 1, 7}), 0);
   EXPECT_NE(err.find("t.fusion:4:3: gather: index value 7 at index position [0, 2] is out of range for axis 0"), std::string::npos)
       << err;
@@ -99,7 +99,7 @@ TEST(ReferenceIndexing, GatherIndexPastTheAxis_IsALocatedErrorNamingTheValueAndT
 TEST(ReferenceIndexing, GatherNegativeIndex_IsALocatedErrorAsInTorch) {
   Tensor x = make(DType::f32, {4}, {10, 20, 30, 40});
   std::string err = gather_error({4}, x, make_ints(DType::i64, {2}, {1, -1}), 0);
-  EXPECT_NE(err.find("t.fusion:4:3: gather: index value -1 at index position [1] is out of range for axis 0 of the input [4]; "
+  EXPECT_NE(err.find("t.fusion:4:3: gather: index value -1 at index position [1] is out of range for axis 0 of the input 'in0' [4]; "
                      "expected 0 to 3 (negative indices are not taken"), std::string::npos) << err;
 }
 

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@
 
 #include "alloy/backend/cuda/codegen/bitmask_kernel.h"
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
+#include "alloy/backend/cuda/gather_fault.h"
 #include "alloy/backend/cuda/launch_plan.h"
 #include "alloy/ir/parser.h"
 #include "alloy/passes/decompose_composites.h"
@@ -110,25 +112,17 @@ void emulate_bitmask_segment(const Op& op, const Bindings& bound, int sm_count, 
   run(plan.grid, 1, plan.block, plan.words.data(), 0);
 }
 
-// What an emulated run of a fusion launched and computed.
-struct EmulatedRun {
-  std::vector<Tensor> outputs;        // the fusion's outputs as the kernels wrote them
-  std::vector<Tensor> expected;       // the CPU reference's
-  std::vector<std::string> names;     // the outputs' names
-  std::vector<std::string> launches;  // each kernel launched: "<variant key> grid <x>x<y>"
-  int split_passes = 0;               // kernels run as passes of split normalizations
-  int in_place_written = 0;           // in-place outputs their kernels wrote into their inputs' memory
-};
-
 // One generated kernel as the runtime launches it: host views made, outputs poisoned (a direct
 // in-place output is its input's memory instead, as the program's Allocate makes it), the launch
-// planned, the kernel generated, compiled for the host and run (its blocks in order, or shuffled
-// by `block_order`). Where the plan asks for a kernel a pass (split_stages), the passes run
-// instead, as GeneratedKernel runs them, each counted in `run.split_passes`. `offsets64`: 64-bit
-// offsets, as tensors of 2^30 elements or more get.
+// planned, the kernel generated, compiled for the host and run (its blocks in order, or shuffled by
+// `block_order`; each launch's variant and grid appended to `launches` where given). Where the
+// plan asks for a kernel a pass (split_stages), the passes run instead, as GeneratedKernel runs
+// them, each counted in `split_passes`. `offsets64`: 64-bit offsets, as tensors of 2^30 elements
+// or more get.
 void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, const std::vector<Value*>& inputs,
-                    const Bindings& bound, const cuda::LaunchTarget& target, bool offsets64, unsigned block_order,
-                    std::map<const Value*, Tensor>& values, EmulatedRun& run, const Segmentation* in_place = nullptr) {
+                    const Bindings& bound, const cuda::LaunchTarget& target, bool offsets64, std::map<const Value*, Tensor>& values,
+                    int& split_passes, const Segmentation* in_place = nullptr, unsigned block_order = 0,
+                    std::vector<std::string>* launches = nullptr) {
   for (const Op* view : a.host_views) {
     Tensor t = apply_view(*view, values.at(view->inputs[0]), concrete(view->outputs[0], bound));
     ASSERT_TRUE(t.defined()) << "a view the test cannot make on the host";
@@ -143,8 +137,10 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
     std::memset(t.data(), 0xFF, size_t(t.numel()) * dtype_size(t.dtype()));  // poison: NaN, -1
     values[out] = t;
   }
-  std::vector<const Tensor*> tensors;  // each leaf (a cat leaf: its sources), then each output
-  for (Value* v : a.launch_values()) tensors.push_back(&values.at(v));
+  // each leaf (a cat leaf: its sources; a position: made), each gather's source and positions, each output
+  std::deque<Tensor> positions;
+  std::vector<const Tensor*> tensors = cuda::launch_tensors(
+      a, [&](const Value* v) -> const Tensor& { return values.at(v); }, [&](const Value* v) { return concrete(v, bound); }, positions);
   std::vector<int64_t> domain;
   for (const Extent& e : a.domain) domain.push_back(*e.evaluate(bound));
   std::vector<uint64_t> scalars = cuda::scalar_words(a, [&](const Value* v) -> const Tensor& { return values.at(v); });
@@ -158,8 +154,8 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
         values[v] = t;
       }
       for (const KernelAnalysis& pass : split->kernels) {
-        ++run.split_passes;
-        emulate_kernel(pass, {}, {}, bound, target, offsets64, block_order, values, run);
+        ++split_passes;
+        emulate_kernel(pass, {}, {}, bound, target, offsets64, values, split_passes, nullptr, block_order, launches);
       }
       return;
     }
@@ -174,12 +170,18 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
     plan.words[plan.workspace_word] = uint64_t(reinterpret_cast<uintptr_t>(workspace.data()));
     plan.words[plan.counters_word] = uint64_t(reinterpret_cast<uintptr_t>(counters.data()));
   }
-  EmulateFn emulate = compile_for_host(cuda::generate_kernel(a, plan.variant, "alloy_kernel"));
-  ASSERT_NE(emulate, nullptr);
+  uint64_t flag[4] = {0, 0, 0, 0};  // gathers' out-of-range indices (backend/cuda/gather_fault.h)
+  if (plan.error_word >= 0) plan.words[plan.error_word] = uint64_t(reinterpret_cast<uintptr_t>(flag));
+  EmulateFn run = compile_for_host(cuda::generate_kernel(a, plan.variant, "alloy_kernel"));
+  ASSERT_NE(run, nullptr);
   SCOPED_TRACE("variant " + plan.variant.key());
-  run.launches.push_back(plan.variant.key() + " grid " + std::to_string(plan.grid_x) + "x" + std::to_string(plan.grid_y));
-  emulate(plan.grid_x, plan.grid_y, plan.block, plan.words.data(), block_order);
+  if (launches) launches->push_back(plan.variant.key() + " grid " + std::to_string(plan.grid_x) + "x" + std::to_string(plan.grid_y));
+  run(plan.grid_x, plan.grid_y, plan.block, plan.words.data(), block_order);
   for (unsigned c : counters) EXPECT_EQ(c, 0u) << "a kernel left its arrival counter set";
+  // as the runtime does at the run's end: a set flag is the CPU reference's user error
+  std::vector<cuda::GatherShapes> shapes;
+  for (const GatherLoad& g : a.gathers) shapes.push_back({concrete(g.op->outputs[0], bound), concrete(g.op->inputs[0], bound)});
+  cuda::check_gather_flag(a, flag, shapes);
 }
 
 // The kernel flavours a run can choose (LaunchTarget): the final pass's leaves loaded in that pass
@@ -188,27 +190,20 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
 enum class Flavour { late_loads, recompute, default_choice };
 constexpr Flavour kFlavours[] = {Flavour::late_loads, Flavour::recompute, Flavour::default_choice};
 
-// Runs `text` segment by segment through emulated kernels (every segment must be a generated
-// kernel or views), and the CPU reference. sm_count shapes the column kernels' and grid
-// reductions' splits. `given`: inputs by position (undefined ones are drawn at random);
-// `block_order`: the blocks of every kernel in order (0) or shuffled by it.
-void emulate_fusion(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count, std::vector<Tensor> given,
-                    unsigned block_order, EmulatedRun& run) {
+// Runs `text` on `inputs` segment by segment through emulated kernels (every segment must be a
+// generated kernel or views) into `outputs`. sm_count shapes the column kernels' and grid
+// reductions' splits; `split_passes`, where given, gets the count of kernels run as passes of
+// split normalizations; `in_place_written` the count of in-place outputs their kernels wrote into
+// their inputs' memory (each checked to be that memory); `block_order` runs every kernel's blocks
+// in order (0) or shuffled by it; `launches` gets each kernel's variant and grid. A gather's
+// out-of-range index is the UserError the runtime raises at the run's end.
+void emulate_fusion(const std::string& text, const std::vector<Tensor>& inputs, Flavour flavour, int sm_count, std::vector<Tensor>& outputs,
+                    int* split_passes = nullptr, int* in_place_written = nullptr, unsigned block_order = 0,
+                    std::vector<std::string>* launches = nullptr) {
   auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
-  given.resize(fusion->inputs().size());
-  std::vector<Tensor> inputs = complete_inputs(*fusion, given, sizes, 11);
-  FusionExecutor reference(parse_fusion(text, "emulated.fusion", std::nullopt), {DeviceChoice::cpu});
-  std::vector<Tensor> reference_inputs;  // in-place outputs write their inputs: the reference gets its own
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const auto& targets = fusion->output_aliases();
-    bool written = std::find(targets.begin(), targets.end(), fusion->inputs()[i]) != targets.end();
-    reference_inputs.push_back(written ? cpu_copy(inputs[i]) : inputs[i]);
-  }
-  run.expected = reference.run(reference_inputs);
-
   auto lowered = unify_extents(*decompose_composites(*fusion));  // as the CUDA pipeline runs them
   lowered->take_output_aliases_from(*fusion);
-  const Bindings bound = bind_inputs(*lowered, inputs);  // `sizes` and the sizes derived from them (a cat's)
+  const Bindings bound = bind_inputs(*lowered, inputs);  // the inputs' sizes and the sizes derived from them (a cat's)
   Segmentation segmentation = segment_fusion(*lowered, Target::cuda);
   std::map<const Value*, Tensor> values;
   for (size_t i = 0; i < inputs.size(); ++i) values[lowered->inputs()[i]] = inputs[i];
@@ -217,6 +212,7 @@ void emulate_fusion(const std::string& text, const Bindings& sizes, Flavour flav
   target.shared_per_sm = 228 * 1024;
   target.tuning.recompute_values = flavour == Flavour::recompute;
   target.early_loads = flavour != Flavour::late_loads;
+  int passes = 0;
   for (const Segment& s : segmentation.segments) {
     if (s.scheduler == SchedulerKind::noop) {  // views only, made on the host as the runtime makes them
       for (const Op* view : s.ops) {
@@ -231,33 +227,48 @@ void emulate_fusion(const std::string& text, const Bindings& sizes, Flavour flav
       continue;
     }
     ASSERT_TRUE(is_generated_kernel(s.scheduler) && s.analysis) << segmentation.str();
-    emulate_kernel(*s.analysis, s.ops, s.inputs, bound, target, flavour == Flavour::late_loads, block_order, values, run, &segmentation);
+    emulate_kernel(*s.analysis, s.ops, s.inputs, bound, target, flavour == Flavour::late_loads, values, passes, &segmentation, block_order,
+                   launches);
   }
-  ASSERT_EQ(run.expected.size(), lowered->outputs().size());
-  for (const Value* out : lowered->outputs()) {
-    run.outputs.push_back(values.at(out));
-    run.names.push_back(out->name);
+  if (split_passes) *split_passes = passes;
+  if (in_place_written) *in_place_written = 0;
+  outputs.clear();
+  for (Value* out : lowered->outputs()) {
+    outputs.push_back(values.at(out));
     if (const Value* input = segmentation.direct_target(out)) {  // the kernel wrote its input's memory
       EXPECT_EQ(values.at(out).data(), values.at(input).data()) << out->name;
-      ++run.in_place_written;
+      if (in_place_written) ++*in_place_written;
     }
   }
 }
 
-// Runs `text` through emulated kernels (emulate_fusion) and compares with the CPU reference.
-// `split_passes`, where given, gets the count of kernels run as passes of split normalizations;
-// `in_place_written` the count of in-place outputs their kernels wrote into their inputs' memory.
+const char* flavour_name(Flavour flavour) {
+  const char* names[] = {"late loads, 64-bit offsets", "values recomputed", "default kernels"};
+  return names[int(flavour)];
+}
+
+// Runs `text` through emulated kernels and compares with the CPU reference (which gets its own
+// copies of the inputs that in-place outputs write). `given`: inputs by position (undefined ones
+// are drawn at random).
 void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
                                   std::vector<Tensor> given = {}, int* split_passes = nullptr, int* in_place_written = nullptr) {
-  const char* names[] = {"late loads, 64-bit offsets", "values recomputed", "default kernels"};
-  SCOPED_TRACE(names[int(flavour)]);
-  EmulatedRun run;
-  emulate_fusion(text, sizes, flavour, sm_count, std::move(given), 0, run);
-  if (split_passes) *split_passes = run.split_passes;
-  if (in_place_written) *in_place_written = run.in_place_written;
-  ASSERT_EQ(run.outputs.size(), run.expected.size());
-  for (size_t i = 0; i < run.expected.size(); ++i)
-    EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+  SCOPED_TRACE(flavour_name(flavour));
+  auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
+  given.resize(fusion->inputs().size());
+  std::vector<Tensor> inputs = complete_inputs(*fusion, given, sizes, 11);
+  FusionExecutor reference(parse_fusion(text, "emulated.fusion", std::nullopt), {DeviceChoice::cpu});
+  std::vector<Tensor> reference_inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& targets = fusion->output_aliases();
+    bool written = std::find(targets.begin(), targets.end(), fusion->inputs()[i]) != targets.end();
+    reference_inputs.push_back(written ? cpu_copy(inputs[i]) : inputs[i]);
+  }
+  std::vector<Tensor> expected = reference.run(reference_inputs);
+  std::vector<Tensor> actual;
+  emulate_fusion(text, inputs, flavour, sm_count, actual, split_passes, in_place_written);
+  ASSERT_EQ(expected.size(), actual.size());
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_TRUE(testing::tensors_close(actual[i], expected[i])) << "output " << fusion->outputs()[i]->name;
 }
 
 void every_flavour(const std::string& text, const Bindings& sizes, int sm_count = 4) {
@@ -434,6 +445,91 @@ TEST(EmulatedKernels, LongRowsReReadFromMemory) {
 })", {});
 }
 
+// Cross-entropy (examples/cross_entropy.fusion: each row's target logit gathered once a row, the
+// one-hot rows from iota) in every row-kernel shape: a warp per row (70 rows of 100), a block per
+// row holding it in registers (5 of 1001, with edge elements), rows re-read from memory each pass
+// (2 of 70001); targets at both ends of the vocabulary (0 and V - 1), i64 (and i32 in registers).
+TEST(EmulatedKernels, CrossEntropyInEveryRowKernelShape) {
+  const std::string text = testing::read_file(testing::source_path("examples/cross_entropy.fusion"));
+  std::string i32_text = text;
+  i32_text.replace(i32_text.find("target: i64[T]"), 14, "target: i32[T]");
+  for (auto [rows, vocabulary] : {std::pair<int64_t, int64_t>{70, 100}, {5, 1001}, {2, 70001}})
+    for (DType dtype : {DType::i64, DType::i32}) {
+      if (dtype == DType::i32 && vocabulary != 1001) continue;
+      SCOPED_TRACE(std::to_string(rows) + " rows of " + std::to_string(vocabulary) + ", " + std::string(dtype_name(dtype)) + " targets");
+      Tensor target = Tensor::empty(dtype, {rows});
+      for (int64_t r = 0; r < rows; ++r)
+        store_int(target.data(), dtype, r, r % 3 == 0 ? 0 : r % 3 == 1 ? vocabulary - 1 : (r * 7919) % vocabulary);
+      for (Flavour f : kFlavours)
+        expect_emulation_matches_cpu(dtype == DType::i64 ? text : i32_text, {{"T", rows}, {"V", vocabulary}}, f, 4, {Tensor(), target});
+    }
+}
+
+// The UserError a run raises, or "" where it runs.
+template <class Run>
+std::string user_error_of(Run&& run) {
+  try {
+    run();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// An index outside its gather's axis: the kernel loads nothing there and sets its error flag, which
+// the run reads at its end as the CPU reference's user error, word for word (one bad index, so the
+// same position): an element gather past the axis' end, a negative i32 index along a middle axis,
+// one inside a row reduction, and a cross-entropy target past the vocabulary in a row kernel
+// holding the row and in the streaming log-sum-exp (i32). An index longer than its input off the
+// axis is refused before the launch, as the reference refuses it.
+TEST(EmulatedKernels, GatherIndexOutOfRange_IsTheCpusUserError) {
+  const std::string cross_entropy = testing::read_file(testing::source_path("examples/cross_entropy.fusion"));
+  const std::string loss_only = testing::kernel_cases().back().text;  // CrossEntropyLossOverLongRows
+  struct Case {
+    std::string text;
+    Bindings sizes;
+    int64_t at;      // the element of input 1 (the index) made bad
+    int64_t value;
+    const char* expected;  // a part of the message
+  };
+  const Case cases[] = {
+      {"fusion f(x: f32[R, 10], i: i64[R, 5]) {\n  g = gather(x, i, dim=1)\n  y = mul(g, 2.0)\n  return y\n}\n", {{"R", 7}}, 13, 10,
+       "gather: index value 10 at index position [2, 3] is out of range for axis 1 of the input 'x' [7, 10]; expected 0 to 9"},
+      {"fusion f(x: bf16[3, 10, 40], i: i32[3, 7, 32]) {\n  g = gather(x, i, dim=1)\n  return g\n}\n", {}, 300, -1,
+       "index value -1 at index position [1, 2, 12] is out of range for axis 1 of the input 'x' [3, 10, 40]; expected 0 to 9 "
+       "(negative indices are not taken"},
+      {"fusion f(x: f32[R, 40], i: i64[R, K]) {\n  g = gather(x, i, dim=1)\n  s = sum(g, dims=[1])\n  return s\n}\n",
+       {{"R", 3}, {"K", 301}}, 650, 40, "index value 40 at index position [2, 48] is out of range for axis 1"},
+      {cross_entropy, {{"T", 5}, {"V", 1001}}, 3, 1001,
+       "emulated.fusion:12:8: gather: index value 1001 at index position [3, 0] is out of range for axis 1 of the input 'x' "
+       "[5, 1001]; expected 0 to 1000"},
+      {loss_only, {{"T", 3}, {"V", 20003}}, 1, 50300, "index value 50300 at index position [1, 0] is out of range for axis 1"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    auto fusion = parse_fusion(c.text, "emulated.fusion", std::nullopt);
+    std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), c.sizes, 11);
+    store_int(inputs[1].data(), inputs[1].dtype(), c.at, c.value);
+    FusionExecutor reference(parse_fusion(c.text, "emulated.fusion", std::nullopt), {DeviceChoice::cpu});
+    std::string expected = user_error_of([&] { reference.run(inputs); });
+    EXPECT_NE(expected.find(c.expected), std::string::npos) << expected;
+    for (Flavour f : kFlavours) {
+      SCOPED_TRACE(flavour_name(f));
+      std::vector<Tensor> outputs;
+      EXPECT_EQ(user_error_of([&] { emulate_fusion(c.text, inputs, f, 4, outputs); }), expected);
+    }
+  }
+  // declared [A, 10] and [B, 3]: bound as 2 and 4 rows, the index is longer than the input on axis 0
+  const std::string longer = "fusion f(x: f32[A, 10], i: i64[B, 3]) {\n  g = gather(x, i, dim=1)\n  return g\n}\n";
+  auto fusion = parse_fusion(longer, "emulated.fusion", std::nullopt);
+  std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(2), {{"A", 2}, {"B", 4}}, 11);
+  FusionExecutor reference(parse_fusion(longer, "emulated.fusion", std::nullopt), {DeviceChoice::cpu});
+  std::string expected = user_error_of([&] { reference.run(inputs); });
+  EXPECT_NE(expected.find("gather: index [4, 3] is longer than the input [2, 10] on axis 0 (4 > 2)"), std::string::npos) << expected;
+  std::vector<Tensor> outputs;
+  EXPECT_EQ(user_error_of([&] { emulate_fusion(longer, inputs, Flavour::default_choice, 4, outputs); }), expected);
+}
+
 TEST(EmulatedKernels, ColumnReductionsOfBoolsAndHalves) {
   every_flavour(R"(fusion f(b: bool[T, H], h: f16[T, H]) {
   any = max(b, dims=[0])
@@ -517,7 +613,25 @@ TEST(EmulatedKernels, ColumnGridFitsTheKernelsOccupancy) {
 // Grid reductions (KernelVariant::grid): few long rows read along the reduced axis, each row split
 // over blocks whose partials the row's last block to arrive combines. Each test states the
 // structure first — one kernel, a grid reduction, its grid — then compares with the CPU reference.
-void expect_one_grid_reduction(const EmulatedRun& run, const std::string& grid) {
+struct GridRun {
+  std::vector<Tensor> outputs, expected;
+  std::vector<std::string> names, launches;
+};
+
+// `text` on inputs drawn as expect_emulation_matches_cpu draws them (the same on every call), on
+// 4 SMs, its kernels' blocks in order (0) or shuffled by `block_order`, and the CPU reference.
+void run_grid(const std::string& text, const Bindings& sizes, Flavour flavour, std::vector<Tensor> given, unsigned block_order,
+              GridRun& run) {
+  auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
+  given.resize(fusion->inputs().size());
+  std::vector<Tensor> inputs = complete_inputs(*fusion, given, sizes, 11);
+  FusionExecutor reference(parse_fusion(text, "emulated.fusion", std::nullopt), {DeviceChoice::cpu});
+  run.expected = reference.run(inputs);
+  emulate_fusion(text, inputs, flavour, 4, run.outputs, nullptr, nullptr, block_order, &run.launches);
+  for (const Value* out : fusion->outputs()) run.names.push_back(out->name);
+}
+
+void expect_one_grid_reduction(const GridRun& run, const std::string& grid) {
   ASSERT_EQ(run.launches.size(), 1u) << ::testing::PrintToString(run.launches);
   EXPECT_NE(run.launches[0].find("_g_"), std::string::npos) << "not a grid reduction: " << run.launches[0];
   EXPECT_NE(run.launches[0].find(" grid " + grid), std::string::npos) << run.launches[0];
@@ -526,9 +640,9 @@ void expect_one_grid_reduction(const EmulatedRun& run, const std::string& grid) 
 void expect_grid_reduction_matches_cpu(const std::string& text, const Bindings& sizes, const std::string& grid,
                                        std::vector<Tensor> given = {}) {
   for (Flavour f : kFlavours) {
-    SCOPED_TRACE(int(f));
-    EmulatedRun run;
-    emulate_fusion(text, sizes, f, 4, given, 0, run);
+    SCOPED_TRACE(flavour_name(f));
+    GridRun run;
+    run_grid(text, sizes, f, given, 0, run);
     expect_one_grid_reduction(run, grid);
     ASSERT_EQ(run.outputs.size(), run.expected.size());
     for (size_t i = 0; i < run.expected.size(); ++i)
@@ -613,14 +727,14 @@ TEST(EmulatedKernels, GridReductionsGiveTheSameBitsInAnyBlockOrder) {
 })", {{"R", 3}, {"N", 200001}}}};
   for (const auto& [text, sizes] : cases) {
     SCOPED_TRACE(text);
-    EmulatedRun first;
-    emulate_fusion(text, sizes, Flavour::default_choice, 4, {}, 0, first);
+    GridRun first;
+    run_grid(text, sizes, Flavour::default_choice, {}, 0, first);
     ASSERT_EQ(first.launches.size(), 1u);
     ASSERT_NE(first.launches[0].find("_g_"), std::string::npos) << first.launches[0];
     for (unsigned order : {0u, 1u, 2u, 3u}) {
       SCOPED_TRACE("block order " + std::to_string(order));
-      EmulatedRun again;
-      emulate_fusion(text, sizes, Flavour::default_choice, 4, {}, order, again);
+      GridRun again;
+      run_grid(text, sizes, Flavour::default_choice, {}, order, again);
       ASSERT_EQ(again.outputs.size(), first.outputs.size());
       for (size_t i = 0; i < first.outputs.size(); ++i) {
         const Tensor &a = first.outputs[i], &b = again.outputs[i];

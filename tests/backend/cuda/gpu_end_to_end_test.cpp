@@ -187,16 +187,53 @@ TEST(GpuEndToEnd, MatmulAndLinearShapes) {
   EXPECT_EQ(broadcast.segments.find("[cpu_fallback]"), std::string::npos) << broadcast.segments;
 }
 
-// Cross-entropy (gather of the target logits, iota + eq for the one-hot rows: both on the CPU
-// fallback for now) against the CPU reference. The random integer targets are 0..9, so the
-// vocabulary is at least 10; a vocabulary past one row-kernel block too.
-TEST(GpuEndToEnd, CrossEntropyMatchesTheCpu) {
+// Cross-entropy (the target logit gathered once a row, iota + eq for the one-hot rows) is one
+// generated kernel, nothing on the CPU fallback, and matches the CPU reference: a vocabulary past
+// one row-kernel block, GPT-2's (50257: edge elements), and the smallest the random targets allow.
+TEST(GpuEndToEnd, CrossEntropyIsOneKernelAndMatchesTheCpu) {
   ALLOY_REQUIRE_GPU();
   std::string text = testing::read_file(testing::source_path("examples/cross_entropy.fusion"));
-  testing::GpuRun ran;
-  expect_gpu_matches_cpu(text, {{"T", 64}, {"V", 1000}}, 7, 1.0, &ran);
-  EXPECT_NE(ran.segments.find("[cpu_fallback] (xt = gather"), std::string::npos) << ran.segments;
-  expect_gpu_matches_cpu(text, {{"T", 3}, {"V", 10}});
+  for (Bindings sizes : {Bindings{{"T", 64}, {"V", 1000}}, Bindings{{"T", 37}, {"V", 50257}}, Bindings{{"T", 3}, {"V", 10}}}) {
+    testing::GpuRun ran;
+    expect_gpu_matches_cpu(text, sizes, 7, 1.0, &ran);
+    EXPECT_EQ(ran.segments.find("[cpu_fallback]"), std::string::npos) << ran.segments;
+    EXPECT_NE(ran.segments.find("segments (cuda): 1\n"), std::string::npos) << "one segment\n" << ran.segments;
+    EXPECT_NE(ran.segments.find("[normalization]"), std::string::npos) << ran.segments;
+  }
+}
+
+// A target past the vocabulary: the kernel reads nothing there, and the run ends in the CPU
+// reference's user error (the flag read back at the run's end), naming the gather's input, the
+// value, its position and the range; the next run of the same executor, with good targets, is clean.
+TEST(GpuEndToEnd, CrossEntropyTargetOutOfRange_IsAUserError) {
+  ALLOY_REQUIRE_GPU();
+  std::string text = testing::read_file(testing::source_path("examples/cross_entropy.fusion"));
+  auto fusion = parse_fusion(text, "test.fusion", std::nullopt);
+  std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(2), {{"T", 16}, {"V", 50257}}, 7);
+  std::vector<Tensor> bad = inputs;
+  bad[1] = cpu_copy(inputs[1]);
+  store_int(bad[1].data(), DType::i64, 5, 50300);
+  auto error_of = [](FusionExecutor& executor, const std::vector<Tensor>& in) -> std::string {
+    try {
+      executor.run(in);
+      executor.synchronize();
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  FusionExecutor cpu(parse_fusion(text, "test.fusion", std::nullopt), {DeviceChoice::cpu});
+  FusionExecutor gpu(parse_fusion(text, "test.fusion", std::nullopt), {DeviceChoice::cuda});
+  std::string expected = error_of(cpu, bad);
+  EXPECT_NE(expected.find("test.fusion:12:8: gather: index value 50300 at index position [5, 0] is out of range for axis 1 of the "
+                          "input 'x' [16, 50257]; expected 0 to 50256"),
+            std::string::npos)
+      << expected;
+  EXPECT_EQ(error_of(gpu, bad), expected);
+  EXPECT_EQ(error_of(gpu, inputs), "no error") << "the flag is cleared for the next run";
+  std::vector<Tensor> expected_out = cpu.run(inputs), actual = gpu.run(inputs);
+  gpu.synchronize();
+  for (size_t i = 0; i < actual.size(); ++i) EXPECT_TRUE(testing::tensors_close(actual[i], expected_out[i])) << "output " << i;
 }
 
 // Every example but the sharded ones (alloy_mpi_tests runs those on the GPU), twice: every size
@@ -230,12 +267,8 @@ TEST(GpuEndToEnd, EveryExampleMatchesTheCpu) {
       testing::GpuRun path;
       expect_gpu_matches_cpu(text, *sizes, 7, 1.0, &path);
       matmuls += expect_every_matmul_launched(path);
-      // the CPU fallback only for the indexing ops, which have no GPU path yet
-      for (size_t at = path.segments.find("[cpu_fallback]"); at != std::string::npos; at = path.segments.find("[cpu_fallback]", at + 1)) {
-        size_t ops = path.segments.find("ops:", at);
-        std::string line = path.segments.substr(ops, path.segments.find('\n', ops) - ops);
-        EXPECT_TRUE(line.find("=gather") != std::string::npos || line.find("=iota") != std::string::npos) << path.segments;
-      }
+      // nothing on the CPU fallback (gather and iota included: generated kernels)
+      EXPECT_EQ(path.segments.find("[cpu_fallback]"), std::string::npos) << path.segments;
     }
     ++ran;
   }

@@ -429,6 +429,68 @@ inline const std::vector<KernelCase>& kernel_cases() {
       // AdamW step, a total off the vectors (edge elements); the results land in p, m and v
       {"AdamStepExampleInPlace", "", "examples/adam_step.fusion", {{"N", 1000003}}, {{"N", 1001}}},
       {"SgdMomentumExampleInPlace", "", "examples/sgd_momentum.fusion", {{"N", 4099}}},
+      // gather and iota in generated kernels (random integer inputs are 0..9, so every gathered axis
+      // is 10 long or longer; at 10 the indices 0 and size - 1 are both drawn): along the last axis
+      // with an i64 index, and a second gather of the same index from a bf16 input (two gathers in
+      // one kernel)
+      {"GatherAlongTheLastAxis", R"(fusion f(x: f32[R, 10], i: i64[R, 5], y: bf16[R, 12], w: f32[R, 5]) {
+  g = gather(x, i, dim=1)
+  h = gather(y, i, dim=1)
+  s = add(g, h)
+  z = mul(s, w)
+  return z, g
+})", "", {{"R", 37}}},
+      // along a middle axis, an i32 index shorter than the bf16 input on the other axes, and along
+      // the first axis through a chain of one-input pointwise ops (recomputed on the loaded element);
+      // both in vectors along the contiguous last axis
+      {"GatherAlongMiddleAndFirstAxes", R"(fusion f(x: bf16[3, 10, 40], i: i32[3, 7, 32], w: f32[10, N], j: i64[M, N]) {
+  g = gather(x, i, dim=1)
+  h = add(g, 1.0)
+  wh = mul(w, 0.5)
+  we = exp(wh)
+  k = gather(we, j, dim=0)
+  return h, k
+})", "", {{"N", 32}, {"M", 13}}},
+      // a gather per element inside row reductions: its value summed, and softmax of it
+      {"GatherInsideRowReductions", R"(fusion f(x: f32[R, 40], i: i64[R, K]) {
+  g = gather(x, i, dim=1)
+  s = sum(g, dims=[1])
+  p = softmax(g, dim=1)
+  return s, p
+})", "", {{"R", 9}, {"K", 301}}},
+      // iota's positions: one-hot rows (i64), floating and i32 iotas, a strided slice of one, and
+      // an iota stored on its own
+      {"IotaOneHotRowsAndViews", R"(fusion f(t: i64[T], x: f32[T, V], z: i32[T, 13]) {
+  ids = iota(length=V, dtype=i64)
+  tt = unsqueeze(t, dim=1)
+  hit = eq(ids, tt)
+  oh = cast(hit, dtype=f32)
+  fi = iota(length=V, dtype=f32)
+  w = add(fi, x)
+  y = sub(w, oh)
+  k = iota(length=29, dtype=i32)
+  sl = slice(k, starts=[3], ends=[29], steps=[2])
+  q = mul(sl, z)
+  return y, q, ids
+})", "", {{"T", 11}, {"V", 29}}},
+      // examples/cross_entropy.fusion: the target logit gathered once a row next to the row's
+      // log-sum-exp, the one-hot rows from iota; one kernel
+      {"CrossEntropyForwardAndBackward", "", "examples/cross_entropy.fusion", {{"T", 64}, {"V", 1000}}, {{"T", 5}, {"V", 1001}}},
+      // the loss alone over a vocabulary long enough for the streaming log-sum-exp, an i32 target
+      {"CrossEntropyLossOverLongRows", R"(fusion ce(logits: bf16[T, V], target: i32[T]) {
+  x = cast(logits, dtype=f32)
+  m = max(x, dims=[1], keepdim=true)
+  z = sub(x, m)
+  e = exp(z)
+  s = sum(e, dims=[1], keepdim=true)
+  ls = log(s)
+  lse = add(ls, m)
+  t = unsqueeze(target, dim=1)
+  xt = gather(x, t, dim=1)
+  l = sub(lse, xt)
+  loss = squeeze(l, dims=[1])
+  return loss
+})", "", {{"T", 8}, {"V", 50257}}, {{"T", 3}, {"V", 20003}}},
   };
   return cases;
 }

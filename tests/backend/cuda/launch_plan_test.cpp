@@ -4,6 +4,7 @@
 // when a reduction of a few long rows is a grid reduction and over how many blocks.
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <map>
 
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
@@ -62,8 +63,9 @@ Planned plan_of(const std::string& text, const Bindings& sizes, int64_t misalign
     std::vector<int64_t> shape = shape_of(out);
     values[out] = Tensor::borrow(reinterpret_cast<void*>(fake), Device{}, out->dtype(), shape, contiguous_strides(shape));
   }
-  std::vector<const Tensor*> tensors;
-  for (Value* v : a.launch_values()) tensors.push_back(&values.at(v));
+  std::deque<Tensor> positions;  // iotas' and gathers' (no memory)
+  std::vector<const Tensor*> tensors =
+      cuda::launch_tensors(a, [&](const Value* v) -> const Tensor& { return values.at(v); }, shape_of, positions);
   std::vector<int64_t> domain;
   for (const Extent& e : a.domain) domain.push_back(*e.evaluate(sizes));
   cuda::LaunchTarget target;
@@ -352,6 +354,35 @@ TEST(LaunchPlan, GridReductionsLeaveOtherShapesToTheirKernels) {
   Planned before = plan_of(kGradNorm, {{"N", 100000000}}, 0, true, off);
   EXPECT_FALSE(before.plan.variant.grid);
   EXPECT_TRUE(before.plan.variant.ty_fast);
+}
+
+// Positions and gathers run in pointwise and row kernels: cross-entropy at GPT-2's vocabulary is a
+// block per row holding it in registers, with edge elements (the logits in vectors, the target once
+// a row, the iota's positions computed: 'p'), its Params ending in the gather's error flag; a
+// single-pass reduction of one-hot rows over the outer axis, a column kernel without the iota,
+// stays a row kernel.
+TEST(LaunchPlan, GathersAndPositionsRunInPointwiseAndRowKernels) {
+  Planned ce = plan_of(testing::read_file(testing::source_path("examples/cross_entropy.fusion")), {{"T", 8192}, {"V", 50257}});
+  EXPECT_EQ(ce.leaves, "logits,t,ids");
+  EXPECT_EQ(ce.plan.variant.key(), "r1.1_v8_t1024_i7_32_e_vsp");
+  EXPECT_EQ(ce.plan.error_word, int(ce.plan.words.size()) - 1);
+  const std::string one_hot_counts = R"(fusion f(t: i64[T], x: f32[T, V]) {
+  ids = iota(length=V, dtype=i64)
+  tt = unsqueeze(t, dim=1)
+  hit = eq(ids, tt)
+  h = cast(hit, dtype=f32)
+  hx = mul(h, x)
+  c = sum(hx, dims=[0])
+  return c
+})";
+  Planned counts = plan_of(one_hot_counts, {{"T", 4096}, {"V", 512}});
+  EXPECT_EQ(counts.plan.variant.tile_x, 0) << counts.plan.variant.key();
+  EXPECT_EQ(counts.plan.error_word, -1) << "no gathers, no flag";
+  Planned plain = plan_of(R"(fusion f(x: f32[T, V]) {
+  c = sum(x, dims=[0])
+  return c
+})", {{"T", 4096}, {"V", 512}});
+  EXPECT_GT(plain.plan.variant.tile_x, 0) << "the same reduction without positions is a column kernel";
 }
 
 #endif  // ALLOY_HAVE_CUDA

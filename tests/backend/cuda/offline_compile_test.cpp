@@ -5,6 +5,7 @@
 
 #include "alloy/pipeline/pipeline.h"
 #include "alloy/ir/parser.h"
+#include "backend/cuda/kernel_cases.h"
 #include "test_util.h"
 
 namespace alloy {
@@ -188,6 +189,36 @@ TEST(OfflineCompile, CatCompilesIntoGeneratedKernels) {
   Bindings mixed_sizes{{"R", 64}, {"A", 40}, {"C", 24}};
   report = compile_offline(*mixed, "sm_80", false, &mixed_sizes);
   EXPECT_NE(report.find("2 kernels compiled for sm_80"), std::string::npos) << report;
+}
+
+// gather and iota are part of generated kernels: cross-entropy, forward and backward, is one
+// NVRTC-compiled normalization kernel (no CPU fallback) in every representative variant, and at
+// GPT-2's vocabulary a block per row with edge elements; the loss alone streams the row once.
+// Every gather and iota case of kernel_cases.h compiles too.
+TEST(OfflineCompile, GatherAndIotaCompileIntoGeneratedKernels) {
+  REQUIRE_CUDA_BUILD();
+  auto fusion = parse_fusion_file(testing::source_path("examples/cross_entropy.fusion"));
+  for (const char* arch : {"sm_90", "sm_80"}) {
+    std::string report = compile_offline(*fusion, arch, false);
+    EXPECT_EQ(report.find("cpu_fallback"), std::string::npos) << report;
+    EXPECT_EQ(report.find("segment 1"), std::string::npos) << "one segment\n" << report;
+    EXPECT_NE(report.find("segment 0 [normalization] variant"), std::string::npos) << report;
+  }
+  Bindings gpt2{{"T", 8192}, {"V", 50257}};
+  std::string report = compile_offline(*fusion, "sm_90", false, &gpt2);
+  EXPECT_NE(report.find("segment 0 [normalization] variant r1.1_v8_t1024_i7_32_e_vsp: sm_90 cubin"), std::string::npos) << report;
+  for (const testing::KernelCase& c : testing::kernel_cases()) {
+    if (c.text.find("gather(") == std::string::npos && c.text.find("iota(") == std::string::npos) continue;
+    SCOPED_TRACE(c.name);
+    auto f = parse_fusion(c.text, c.name + ".fusion", std::nullopt);
+    report = compile_offline(*f, "sm_90", false);
+    EXPECT_EQ(report.find("cpu_fallback"), std::string::npos) << report;
+    EXPECT_NE(report.find("compiled for sm_90"), std::string::npos) << report;
+    if (c.name == "CrossEntropyLossOverLongRows") {
+      report = compile_offline(*f, "sm_90", false, &c.sizes);
+      EXPECT_NE(report.find("_so_"), std::string::npos) << "the streaming log-sum-exp\n" << report;
+    }
+  }
 }
 
 // What no GPU path runs says why, in `alloy compile`'s report as in --dump segments.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "alloy/backend/cpu/reference_indexing.h"
+
 #include "alloy/backend/cpu/reference_kernels.h"
 #include "alloy/ir/op_table.h"
 
@@ -31,10 +33,7 @@ std::string position_str(int64_t i, const Shape& sizes) {
 // For each element of index (row-major), the element of contiguous x it reads; checks the values.
 std::vector<int64_t> gather_sources(const Op& op, const Tensor& x, const Tensor& index, int axis) {
   const Shape& sizes = index.sizes();
-  for (int d = 0; d < index.dim(); ++d)
-    if (d != axis && index.size(d) > x.size(d))
-      user_error(op.loc, "gather: index ", shape_str(sizes), " is longer than the input ", shape_str(x.sizes()), " on axis ", d,
-                 " (", index.size(d), " > ", x.size(d), "); expected index.size(d) <= input.size(d) for every d but dim ", axis);
+  check_gather_extents(op, sizes, x.sizes(), axis);
   const int64_t extent = x.dim() == 0 ? 1 : x.size(axis);
   Shape strides = contiguous_strides(x.sizes());
   const int64_t axis_stride = x.dim() == 0 ? 0 : strides[size_t(axis)];
@@ -43,16 +42,28 @@ std::vector<int64_t> gather_sources(const Op& op, const Tensor& x, const Tensor&
   std::vector<int64_t> sources(values.size());
   for_each_offset(sizes, strides, [&](int64_t i, int64_t offset) {
     int64_t v = values[size_t(i)];
-    if (v < 0 || v >= extent)
-      user_error(op.loc, "gather: index value ", v, " at index position ", position_str(i, sizes), " is out of range for axis ", axis,
-                 " of the input ", shape_str(x.sizes()), "; expected 0 to ", extent - 1,
-                 v < 0 ? " (negative indices are not taken, as torch.gather takes none)" : "");
+    if (v < 0 || v >= extent) gather_index_out_of_range(op, v, i, sizes, x.sizes(), axis);
     sources[size_t(i)] = offset + v * axis_stride;
   });
   return sources;
 }
 
 }  // namespace
+
+void check_gather_extents(const Op& op, const Shape& index_sizes, const Shape& input_sizes, int axis) {
+  for (size_t d = 0; d < index_sizes.size() && d < input_sizes.size(); ++d)
+    if (int(d) != axis && index_sizes[d] > input_sizes[d])
+      user_error(op.loc, "gather: index ", shape_str(index_sizes), " is longer than the input ", shape_str(input_sizes), " on axis ", d,
+                 " (", index_sizes[d], " > ", input_sizes[d], "); expected index.size(d) <= input.size(d) for every d but dim ", axis);
+}
+
+void gather_index_out_of_range(const Op& op, int64_t value, int64_t position, const Shape& index_sizes, const Shape& input_sizes,
+                               int axis) {
+  const int64_t extent = input_sizes.empty() ? 1 : input_sizes[size_t(axis)];
+  user_error(op.loc, "gather: index value ", value, " at index position ", position_str(position, index_sizes), " is out of range for axis ",
+             axis, " of the input '", op.inputs[0]->name, "' ", shape_str(input_sizes), "; expected 0 to ", extent - 1,
+             value < 0 ? " (negative indices are not taken, as torch.gather takes none)" : "");
+}
 
 std::vector<Tensor> gather_op(const Op& op, const std::vector<Tensor>& in, const Sizes& out) {
   const Tensor &x = in[0], &index = in[1];

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <string>
 
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
 #include "alloy/backend/cuda/cuda_api.h"
+#include "alloy/backend/cuda/gather_fault.h"
 #include "alloy/backend/cuda/kernel_cache.h"
 #include "alloy/backend/cuda/launch_plan.h"
 #include "alloy/backend/cuda/strided_copy.h"
@@ -24,8 +26,10 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
 
   void run(host_ir::RunState& state) override {
     for (const Op* view : a_.host_views) make_host_view(*view, state);
-    std::vector<const Tensor*> tensors;
-    for (Value* v : a_.launch_values()) tensors.push_back(&state.at(v));
+    std::deque<Tensor> positions;
+    std::vector<const Tensor*> tensors = launch_tensors(
+        a_, [&](const Value* v) -> const Tensor& { return state.at(v); }, [&](const Value* v) { return state.concrete_shape(v); },
+        positions);
     Stream stream = Stream::current(state.device.index);
     std::vector<int64_t> domain;
     for (const Extent& e : a_.domain) domain.push_back(*e.evaluate(state.bindings));
@@ -44,6 +48,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
       plan.words[plan.workspace_word] = uint64_t(reinterpret_cast<uintptr_t>(stream.scratch(plan.workspace_bytes)));
       plan.words[plan.counters_word] = uint64_t(reinterpret_cast<uintptr_t>(stream.zeroed_scratch(plan.counter_bytes)));
     }
+    if (plan.error_word >= 0) plan.words[plan.error_word] = gather_flag_.word(a_, state);
     void* args[] = {plan.words.data()};
     kernel->launch(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, 0, stream, args);
   }
@@ -110,6 +115,7 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
   }
 
   KernelAnalysis a_;
+  GatherFlag gather_flag_;  // kernels with gathers: out-of-range indices, checked at the run's end
   int id_;
   LaunchTarget target_;  // of target_device_, read once
   int target_device_ = -1;

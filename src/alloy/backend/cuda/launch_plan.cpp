@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 
+#include "alloy/backend/cpu/reference_indexing.h"
+#include "alloy/backend/cpu/views.h"
 #include "alloy/common/settings.h"
 
 namespace alloy::cuda {
@@ -41,28 +44,44 @@ std::vector<Axis> collapse(std::vector<Axis> axes) {
 }
 
 // The tensors a launch passes (KernelAnalysis::launch_values), each with the value whose layout
-// places it on the domain (a cat source: its cat leaf's), and the leaf it belongs to (-1: an output).
+// places it on the domain (a cat source: its cat leaf's; a gather's source and positions: its
+// output's), the leaf it belongs to (-1: none), and what it is. Only leaves read from memory and
+// outputs are accessed in vectors: positions are computed, gathers read element by element.
 struct Slot {
+  enum class Kind { leaf, position, gather_source, gather_positions, output };
   const Value* laid_out_as;
   int leaf;
+  Kind kind;
+  int gather = -1;  // the gather's index in KernelAnalysis::gathers
+  bool in_vectors() const { return kind == Kind::leaf || kind == Kind::output; }
+  bool is_position() const { return kind == Kind::position || kind == Kind::gather_positions; }
 };
 
 std::vector<Slot> launch_slots(const KernelAnalysis& a) {
   std::vector<Slot> slots;
   for (size_t k = 0; k < a.leaves.size(); ++k) {
     const CatLeaf* cat = a.cat_leaf(a.leaves[k]);
-    for (size_t r = 0; r < (cat ? cat->sources.size() : 1); ++r) slots.push_back({a.leaves[k], int(k)});
+    Slot::Kind kind = a.is_position(a.leaves[k]) ? Slot::Kind::position : Slot::Kind::leaf;
+    for (size_t r = 0; r < (cat ? cat->sources.size() : 1); ++r) slots.push_back({a.leaves[k], int(k), kind});
   }
-  for (const Value* out : a.outputs) slots.push_back({out, -1});
+  for (size_t j = 0; j < a.gathers.size(); ++j) {
+    const Value* out = a.gathers[j].op->outputs[0];
+    slots.push_back({out, -1, Slot::Kind::gather_source, int(j)});
+    slots.push_back({out, -1, Slot::Kind::gather_positions, int(j)});
+  }
+  for (const Value* out : a.outputs) slots.push_back({out, -1, Slot::Kind::output});
   return slots;
 }
 
-// The stride of a launch tensor along domain axis d; 0 where it is broadcast.
+// The stride of a launch tensor along domain axis d; 0 where it is broadcast. A gather's source
+// runs along the domain as the gather's output does, but for the gathered axis (the index's value
+// picks the element there).
 int64_t domain_stride(const KernelAnalysis& a, const Slot& slot, const Tensor& tensor, int d) {
   const ValueLayout& l = a.at(slot.laid_out_as);
-  const std::vector<int>& map = slot.leaf >= 0 ? l.axis_map : l.store_axes;
+  const std::vector<int>& map = slot.kind == Slot::Kind::output ? l.store_axes : l.axis_map;
+  int gathered = slot.kind == Slot::Kind::gather_source ? a.gathers[size_t(slot.gather)].axis : -1;
   for (size_t i = 0; i < map.size(); ++i)
-    if (map[i] == d) return tensor.size(int(i)) == 1 ? 0 : tensor.stride(int(i));
+    if (map[i] == d && int(i) != gathered) return tensor.size(int(i)) == 1 ? 0 : tensor.stride(int(i));
   return 0;
 }
 
@@ -97,7 +116,8 @@ std::vector<CatSources> cat_sources(const KernelAnalysis& a, const std::vector<S
 std::vector<uintptr_t> launch_addresses(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<const Tensor*>& tensors,
                                         const std::vector<CatSources>& cats) {
   std::vector<uintptr_t> addresses;
-  for (const Tensor* t : tensors) addresses.push_back(reinterpret_cast<uintptr_t>(t->data()));
+  for (size_t t = 0; t < tensors.size(); ++t)  // a position tensor passes its first element's value
+    addresses.push_back(slots[t].is_position() ? uintptr_t(tensors[t]->offset()) : reinterpret_cast<uintptr_t>(tensors[t]->data()));
   for (const CatSources& c : cats) {
     if (c.domain_axis < 0) continue;
     for (size_t r = 0; r < c.slots.size(); ++r) {
@@ -129,6 +149,11 @@ std::string whole_vectors(const KernelAnalysis& a, const std::vector<Slot>& slot
       if (leaf >= 0) modes[leaf] = 's';
       continue;
     }
+    if (slots[t].kind == Slot::Kind::position) {  // computed, any layout: 'p'
+      modes[leaf] = 'p';
+      continue;
+    }
+    if (!slots[t].in_vectors()) continue;
     char mode = 'v';
     int64_t inner = along.strides[t];
     if (inner == 0 && leaf >= 0) {
@@ -166,14 +191,18 @@ std::string vectors_with_edges(const KernelAnalysis& a, const std::vector<Slot>&
   };
   std::vector<size_t> order;  // the outputs stored per element first: they set the residues
   for (size_t t = 0; t < tensors.size(); ++t)
-    if (slots[t].leaf < 0) order.push_back(t);
+    if (slots[t].kind == Slot::Kind::output) order.push_back(t);
   for (size_t t = 0; t < tensors.size(); ++t)
-    if (slots[t].leaf >= 0) order.push_back(t);
+    if (slots[t].kind == Slot::Kind::leaf || slots[t].kind == Slot::Kind::position) order.push_back(t);
   std::string modes(a.leaves.size(), 's');
   std::vector<int64_t> reference;
   for (size_t t : order) {
     int leaf = slots[t].leaf;
     if (a.is_reduction() && a.at(slots[t].laid_out_as).per_row) continue;
+    if (slots[t].kind == Slot::Kind::position) {
+      modes[leaf] = 'p';
+      continue;
+    }
     int64_t inner = axes[size_t(va)].strides[t];
     if (addresses[t] % uintptr_t(dtype_size(tensors[t]->dtype())) != 0) return "";
     if (inner == 0 && leaf >= 0) {
@@ -203,7 +232,8 @@ void choose_vector(const KernelAnalysis& a, const std::vector<Slot>& slots, Kern
   v.edge_elements = false;
   if (axes.empty() || va < 0) return;
   int min_size = 8;
-  for (const Tensor* t : tensors) min_size = std::min(min_size, dtype_size(t->dtype()));
+  for (size_t t = 0; t < tensors.size(); ++t)
+    if (slots[t].in_vectors()) min_size = std::min(min_size, dtype_size(tensors[t]->dtype()));
   for (int vec = std::min(max_vector, 16 / min_size); vec > 1; vec /= 2) {
     std::string modes = whole_vectors(a, slots, v, axes, va, vec, tensors, addresses, cats);
     if (modes.empty() && edges && axes[size_t(va)].size >= 2 * vec) {
@@ -228,7 +258,7 @@ void choose_vector(const KernelAnalysis& a, const std::vector<Slot>& slots, Kern
 // along Y (staged leaves).
 bool choose_transpose(const KernelAnalysis& a, const std::vector<Slot>& slots, KernelVariant& v, const std::vector<Axis>& axes,
                       const std::vector<const Tensor*>& tensors, const std::vector<uintptr_t>& addresses) {
-  if (a.is_reduction() || !a.cat_leaves.empty() || axes.size() < 2) return false;
+  if (a.is_reduction() || !a.cat_leaves.empty() || a.has_indexing() || axes.size() < 2) return false;
   const int x = int(axes.size()) - 1, quarter = kTransposeTile / 4;
   if (axes[x].size < quarter) return false;
   auto along_x = [&](size_t t) { return axes[x].strides[t]; };
@@ -298,7 +328,7 @@ bool only_row_outputs(const KernelAnalysis& a) {
 // The first tensor of the first leaf read per element (-1: none): it decides the memory order.
 int main_slot(const KernelAnalysis& a, const std::vector<Slot>& slots) {
   for (size_t t = 0; t < slots.size(); ++t)
-    if (slots[t].leaf >= 0 && !a.at(slots[t].laid_out_as).per_row) return int(t);
+    if (slots[t].kind == Slot::Kind::leaf && !a.at(slots[t].laid_out_as).per_row) return int(t);
   return -1;
 }
 
@@ -317,7 +347,8 @@ int column_max_vector(const KernelAnalysis& a) {
 // (a row kernel would read strided), or when a few long rows would leave most SMs idle.
 bool use_column_kernel(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<Axis>& outer,
                        const std::vector<Axis>& inner, int64_t rows, int64_t cols, const LaunchTarget& target) {
-  if (!a.single_pass || !target.column_kernels) return false;
+  // positions and gathers are emitted for the element layouts of pointwise and row kernels
+  if (!a.single_pass || !target.column_kernels || a.has_indexing()) return false;
   if (inner.empty() || cols <= 1) return false;
   int main = main_slot(a, slots);
   if (main < 0) return false;
@@ -342,7 +373,8 @@ int grid_blocks_per_sm(const KernelTuning& t) { return std::min(t.grid_blocks_pe
 int64_t grid_splits(const KernelAnalysis& a, const std::vector<Slot>& slots, const std::vector<Axis>& inner, int64_t rows, int64_t cols,
                     int vector, const LaunchTarget& target) {
   const KernelTuning& t = target.tuning;
-  if (!a.is_reduction() || !a.single_pass || t.grid_blocks_per_sm <= 0 || !only_row_outputs(a)) return 0;
+  // positions and gathers are emitted for the element layouts of pointwise and row kernels only
+  if (!a.is_reduction() || !a.single_pass || a.has_indexing() || t.grid_blocks_per_sm <= 0 || !only_row_outputs(a)) return 0;
   int main = main_slot(a, slots);
   if (main < 0 || inner.empty() || std::llabs(inner.back().strides[main]) != 1 || rows < 1) return 0;
   int64_t vectors = (cols + vector - 1) / vector;
@@ -439,6 +471,41 @@ std::vector<uint64_t> scalar_words(const KernelAnalysis& a, const std::function<
     }
   }
   return words;
+}
+
+Tensor position_tensor(DType dtype, const std::vector<int64_t>& sizes) {
+  return Tensor(std::make_shared<Buffer>(), dtype, sizes, contiguous_strides(sizes), 0);
+}
+
+std::vector<const Tensor*> launch_tensors(const KernelAnalysis& a, const std::function<const Tensor&(const Value*)>& value_of,
+                                          const std::function<std::vector<int64_t>(const Value*)>& shape_of, std::deque<Tensor>& made) {
+  std::map<const Value*, const Tensor*> positions;
+  for (const Op* iota : a.iotas)
+    positions[iota->outputs[0]] = &made.emplace_back(position_tensor(iota->outputs[0]->dtype(), shape_of(iota->outputs[0])));
+  for (const Op* view : a.position_views) {
+    Tensor t = apply_view(*view, *positions.at(view->inputs[0]), shape_of(view->outputs[0]));
+    ALLOY_CHECK(t.defined(), "the view ", view->outputs[0]->name, " of a position needs a copy");
+    positions[view->outputs[0]] = &made.emplace_back(std::move(t));
+  }
+  std::vector<const Tensor*> tensors;
+  for (Value* leaf : a.leaves) {
+    if (a.is_position(leaf)) {
+      tensors.push_back(positions.at(leaf));
+    } else if (const CatLeaf* cat = a.cat_leaf(leaf)) {
+      for (Value* source : cat->sources) tensors.push_back(&value_of(source));
+    } else {
+      tensors.push_back(&value_of(leaf));
+    }
+  }
+  for (const GatherLoad& g : a.gathers) {
+    const Tensor& x = value_of(g.source);
+    std::vector<int64_t> index = shape_of(g.op->outputs[0]);
+    reference::check_gather_extents(*g.op, index, x.sizes(), g.axis);
+    tensors.push_back(&x);
+    tensors.push_back(&made.emplace_back(position_tensor(g.op->outputs[0]->dtype(), std::move(index))));
+  }
+  for (Value* out : a.outputs) tensors.push_back(&value_of(out));
+  return tensors;
 }
 
 LaunchTarget LaunchTarget::from_environment(int sm_major, int sm_minor, int sm_count, int64_t shared_per_sm) {
@@ -649,8 +716,20 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
       for (int64_t end : lt.cats[cat].ends) push_i(end);
       ++cat;
     }
+    // after a gather's positions: its source's stride and size along the gathered axis (a 0-dim
+    // source: its one element, at index 0)
+    if (lt.slots[t].kind == Slot::Kind::gather_positions) {
+      const Tensor& x = *tensors[t - 1];
+      int axis = a.gathers[size_t(lt.slots[t].gather)].axis;
+      push_i(x.dim() == 0 ? 0 : x.stride(axis));
+      push_i(x.dim() == 0 ? 1 : x.size(axis));
+    }
   }
   words.insert(words.end(), scalar_words.begin(), scalar_words.end());
+  if (!a.gathers.empty()) {  // the error flag, filled in by the launcher
+    plan.error_word = int(words.size());
+    push_i(0);
+  }
   if (!columns && !v.grid) {
     int64_t rows_per_block = std::max(1, v.rows_per_block);
     int64_t blocks = a.is_reduction() ? (l.rows + rows_per_block - 1) / rows_per_block : (l.numel / v.vector + v.threads - 1) / v.threads;
@@ -665,7 +744,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   plan.variant = v;
   plan.block = unsigned(v.threads);
   plan.launch = true;
-  plan.split_stages = a.is_reduction() && !a.single_pass && !columns && target.split_stages &&
+  plan.split_stages = a.is_reduction() && !a.single_pass && !columns && target.split_stages && !a.has_indexing() &&
                       rows_across_memory(a, lt.slots, l.outer, l.inner) && l.rows >= kTransposeTile / 2 &&
                       l.cols >= kTransposeTile / 2;
   return plan;

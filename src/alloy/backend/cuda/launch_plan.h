@@ -2,12 +2,14 @@
 // domain (kept axes, then reduced), contiguous axes collapsed (never a cat's axis), the kernel
 // shape (pointwise, row or column kernel, or a grid reduction: few long rows split over blocks),
 // vector width and block chosen, and the Params words filled (a cat source's pointer moved back by
-// its start along the cat's axis). No GPU calls: the CUDA runtime (generated_kernel) and the CPU
-// emulation tests share it.
+// its start along the cat's axis; a position's first value; a gather's step and size along its
+// axis). No GPU calls: the CUDA runtime (generated_kernel), `alloy compile` and the CPU emulation
+// tests share it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <vector>
 
@@ -50,6 +52,10 @@ struct LaunchPlan {
   // counters, whose pointers go into words[workspace_word] and words[counters_word]; -1 when not
   // needed.
   int workspace_word = -1, counters_word = -1;
+  // Kernels with gathers: the word of the error flag's pointer (four zeroed 8-byte words the
+  // kernel sets at an out-of-range index; backend/cuda/gather_fault.h), filled in by the launcher;
+  // -1 when none.
+  int error_word = -1;
   size_t workspace_bytes = 0, counter_bytes = 0;
   unsigned grid_x = 1, grid_y = 1, block = 256;
   // Column kernels: the most blocks along the reduced axes worth launching (0: not a column
@@ -71,8 +77,20 @@ void fit_column_grid(LaunchPlan& plan, int blocks_per_sm, const LaunchTarget& ta
 // host tensor `value_of` gives for it.
 std::vector<uint64_t> scalar_words(const KernelAnalysis& analysis, const std::function<const Tensor&(const Value*)>& value_of);
 
-// `tensors`: those of the analysis' launch_values() (each leaf, a cat leaf's sources, then each
-// output); `domain`: its extents evaluated;
+// Positions have no memory: an iota's value and views of it, a gather's positions in its index
+// (KernelAnalysis::positions, GatherLoad): a tensor of `sizes` with contiguous strides whose
+// element offsets are its values (a view's own offset included), and no buffer to read.
+Tensor position_tensor(DType dtype, const std::vector<int64_t>& sizes);
+
+// The tensors of the analysis' launch_values(), in order: `value_of` each value's tensor from the
+// run (segment inputs, host views, outputs), but the positions made here (iotas at `shape_of`'s
+// sizes, their views, each gather's positions in its index), kept in `made`. Checks each gather's
+// index against its input off the gathered axis (a user error, as the CPU reference's).
+std::vector<const Tensor*> launch_tensors(const KernelAnalysis& analysis, const std::function<const Tensor&(const Value*)>& value_of,
+                                          const std::function<std::vector<int64_t>(const Value*)>& shape_of, std::deque<Tensor>& made);
+
+// `tensors`: those of the analysis' launch_values() (launch_tensors: each leaf, a cat leaf's
+// sources, each gather's source and positions, then each output); `domain`: its extents evaluated;
 // `scalar_words`: each scalar input as its Params word (double bits, or int64).
 LaunchPlan plan_launch(const KernelAnalysis& analysis, const std::vector<int64_t>& domain,
                        const std::vector<const Tensor*>& tensors, const std::vector<uint64_t>& scalar_words,

@@ -1,5 +1,6 @@
 // compile_offline: the CUDA plan's kernels generated and compiled by NVRTC with no GPU present.
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -21,11 +22,18 @@ namespace {
 // 16-byte vectors with the row cached in registers, as contiguous inputs get at run time, also
 // with 32-bit offsets; for reductions also a warp per row (and with early loads), and
 // (single-pass ones) the column and few-long-rows kernels and, where only values per row are
-// stored, grid reductions; for pointwise kernels of two or more
-// axes a tile transpose; and (no cats) vectors with edge elements.
+// stored, grid reductions; for pointwise kernels of two or more axes a tile transpose; and (no
+// cats) vectors with edge elements. Positions and gathers run in pointwise and row kernels only
+// (launch_plan), so those kernels get no transpose, column or grid variant.
 std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a) {
-  int min_size = 8;
-  for (Value* v : a.launch_values()) min_size = std::min(min_size, dtype_size(v->dtype()));
+  int min_size = 8;  // of what is read and written in vectors
+  auto narrow = [&](const Value* v) { min_size = std::min(min_size, dtype_size(v->dtype())); };
+  for (Value* leaf : a.leaves) {
+    if (a.is_position(leaf)) continue;
+    if (const CatLeaf* cat = a.cat_leaf(leaf)) std::for_each(cat->sources.begin(), cat->sources.end(), narrow);
+    else narrow(leaf);
+  }
+  std::for_each(a.outputs.begin(), a.outputs.end(), narrow);
   cuda::KernelVariant scalar, vector;
   if (a.is_reduction()) {
     scalar.outer_rank = vector.outer_rank = 1;
@@ -45,11 +53,15 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
   }
   vector.vector = std::min(8, 16 / min_size);
   vector.leaf_modes = std::string(a.leaves.size(), 'v');
+  for (size_t k = 0; k < a.leaves.size(); ++k)
+    if (a.is_position(a.leaves[k])) vector.leaf_modes[k] = 'p';
   cuda::KernelVariant index32 = vector;  // 32-bit offsets, as tensors under 2^30 elements get
   index32.index32 = true;
   // odd widths and totals: vectors with edge elements, the last leaf read element by element
   std::vector<cuda::KernelVariant> edges;
-  if (a.cat_leaves.empty() && !a.leaves.empty()) {
+  // (a tensor read in vectors sets where a line's vectors start: a position cannot)
+  bool read_in_vectors = std::any_of(a.leaves.begin(), a.leaves.end(), [&](const Value* v) { return !a.is_position(v); });
+  if (a.cat_leaves.empty() && read_in_vectors) {
     edges.push_back(index32);
     edges.back().edge_elements = true;
     if (a.leaves.size() > 1) edges.back().leaf_modes.back() = 'u';
@@ -58,7 +70,8 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
     variants.insert(variants.end(), edges.begin(), edges.end());
     return variants;
   };
-  if (!a.is_reduction() && (a.domain.size() < 2 || !a.cat_leaves.empty() || a.leaves.empty())) return with_edges({scalar, vector, index32});
+  if (!a.is_reduction() && (a.domain.size() < 2 || !a.cat_leaves.empty() || a.leaves.empty() || a.has_indexing()))
+    return with_edges({scalar, vector, index32});
   if (!a.is_reduction()) {  // and a tile transpose: the first leaf staged, read along axis 0
     cuda::KernelVariant transpose = index32;
     transpose.outer_rank = 2;
@@ -71,7 +84,7 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
   warp_rows.rows_per_block = 8;
   cuda::KernelVariant early_warp_rows = warp_rows;
   early_warp_rows.index32 = early_warp_rows.early_loads = true;
-  if (!a.single_pass) return with_edges({scalar, vector, warp_rows, index32, early_warp_rows});
+  if (!a.single_pass || a.has_indexing()) return with_edges({scalar, vector, warp_rows, index32, early_warp_rows});
   cuda::KernelVariant columns = vector;  // reductions over outer axes, split over blocks
   columns.items = 0;
   columns.tile_x = 32;
@@ -140,8 +153,9 @@ std::optional<BoundLaunch> bound_launch(const KernelAnalysis& a, SizedValues& va
     Tensor t = apply_view(*view, values.at(view->inputs[0]), shape);
     if (t.defined()) values.set(view->outputs[0], t);
   }
-  std::vector<const Tensor*> tensors;
-  for (Value* v : a.launch_values()) tensors.push_back(&values.at(v));
+  std::deque<Tensor> positions;
+  std::vector<const Tensor*> tensors = cuda::launch_tensors(
+      a, [&](const Value* v) -> const Tensor& { return values.at(v); }, [&](const Value* v) { return values.at(v).sizes(); }, positions);
   std::vector<int64_t> domain;
   for (const Extent& e : a.domain) domain.push_back(*e.evaluate(values.sizes()));
   std::vector<uint64_t> scalars(a.scalar_inputs.size(), 0);

@@ -13,13 +13,19 @@ namespace {
 constexpr int64_t kMaxKernelParamWords = 4000;
 
 int64_t param_words_bound(const Segment& s) {
-  int64_t rank = 1, tensors = 0, scalars = 0;
+  int64_t rank = 1, tensors = 0, scalars = 0, indexing = 0;
   for (const auto* list : {&s.inputs, &s.outputs})
     for (const Value* v : *list) {
       if (v->is_scalar()) ++scalars;
       else ++tensors, rank = std::max<int64_t>(rank, v->rank());
     }
-  return 8 + rank + tensors * (1 + rank) + scalars;
+  for (const Op* op : s.ops) {  // an iota's position leaf; a gather's source and positions, step, size
+    if (op->kind != OpKind::iota && op->kind != OpKind::gather) continue;
+    if (op->kind == OpKind::iota) ++tensors;
+    else tensors += 2, indexing += 3;
+    rank = std::max<int64_t>(rank, op->outputs[0]->rank());
+  }
+  return 8 + rank + tensors * (1 + rank) + scalars + indexing;
 }
 
 std::string too_many_ops() { return "a generated kernel takes at most " + std::to_string(kMaxKernelOps) + " ops"; }

@@ -119,6 +119,18 @@ class Analyzer {
     };
     for (const Op* op : ops_) {
       if (folded_.count(op)) continue;  // applied as its cat's source loads
+      if (op->kind == OpKind::iota) {  // a position leaf: element i is i
+        a_.iotas.push_back(op);
+        a_.positions.insert(op->outputs[0]);
+        continue;
+      }
+      if (is_view(op->kind) && a_.positions.count(op->inputs[0])) {
+        if (!views_positions(*op))
+          return fail(describe(op) + ": a reshape of a view of an iota may need a copy; the kernel ends before it");
+        a_.position_views.push_back(op);
+        a_.positions.insert(op->outputs[0]);
+        continue;
+      }
       if (is_view(op->kind) && host_side.count(op->inputs[0])) {
         a_.host_views.push_back(op);
         host_side.insert(op->outputs[0]);
@@ -129,8 +141,10 @@ class Analyzer {
           break;
         case OpClass::bitmask:
           return fail(describe(op) + " packs 32 elements to a word: it runs as a bitmask kernel of its own");
-        case OpClass::indexing:  // data-dependent loads (gather) and position values (iota): not generated yet
-          return fail(describe(op) + ": " + std::string(op_name(op->kind)) + " has no generated kernel yet; it runs on the CPU fallback");
+        case OpClass::indexing:  // gather (iota is a position leaf, above)
+          take_gather(op, host_side);
+          if (!why_.empty()) return;
+          break;
         default:
           return fail(describe(op) + " is not a pointwise, reduction or view op");
       }
@@ -145,12 +159,12 @@ class Analyzer {
       if (op->kind == OpKind::slice)
         return fail(describe(op) + ": slice of a computed value needs its own segment");
       a_.compute_ops.push_back(op);
-      for (Value* in : op->inputs) {
+      for (Value* in : computed_from(*op)) {
         if (in->literal) continue;
         if (in->is_scalar() && is_segment_input(in)) {
           if (std::find(a_.scalar_inputs.begin(), a_.scalar_inputs.end(), in) == a_.scalar_inputs.end())
             a_.scalar_inputs.push_back(in);
-        } else if (host_side.count(in) || a_.cat_leaves.count(in)) {
+        } else if (host_side.count(in) || a_.cat_leaves.count(in) || a_.positions.count(in)) {
           add_leaf(in);
         } else if (in->is_scalar() && !host_side.count(in) && !in->producer) {
           return fail("scalar " + in->name + " is not available to the kernel");
@@ -160,12 +174,43 @@ class Analyzer {
     bool copies = false;  // a cat leaf stored as it is: the kernel copies its sources
     for (Value* out : outputs_) {
       if (host_side.count(out)) return fail(out->name + " is a view of an input; a noop segment returns it");
-      if (a_.cat_leaves.count(out)) {
+      if (a_.cat_leaves.count(out) || a_.positions.count(out)) {
         add_leaf(out);
         copies = true;
       }
     }
     if (a_.compute_ops.empty() && !copies) fail("no computation (only views)");
+  }
+
+  // A view of a position value the host can always make without a copy: every view but a reshape,
+  // and a reshape of an iota itself (contiguous).
+  bool views_positions(const Op& view) const {
+    if (view.kind != OpKind::reshape) return true;
+    return std::any_of(a_.iotas.begin(), a_.iotas.end(), [&](const Op* iota) { return iota->outputs[0] == view.inputs[0]; });
+  }
+
+  // A gather's load: its input x a host-side value, or one-input pointwise ops of one computed in
+  // this group (recomputed on the loaded element; they stay computed for their other readers).
+  void take_gather(const Op* op, const std::set<const Value*>& host_side) {
+    GatherLoad g;
+    g.op = op;
+    const Value* v = op->inputs[0];
+    while (!host_side.count(v) && v->producer && contains(ops_, v->producer)) {
+      const Value* from = chain_operand(v->producer);
+      if (!from) break;
+      g.chain.push_back(v->producer);
+      v = from;
+    }
+    if (!host_side.count(v))
+      return fail(describe(op) + ": gather of " + op->inputs[0]->name +
+                  ", which is not a segment input, a view of one or one-input pointwise ops of one: a kernel ends before the "
+                  "gather, so it loads its input from memory");
+    std::reverse(g.chain.begin(), g.chain.end());
+    g.source = const_cast<Value*>(v);
+    int rank = std::max(1, op->inputs[0]->rank());
+    int64_t dim = op->int_attr("dim");
+    g.axis = int(dim < 0 ? dim + rank : dim);
+    a_.gathers.push_back(std::move(g));
   }
 
   void take_cat(const Op* op) {
@@ -328,10 +373,18 @@ class Analyzer {
     set_output_layout(op, 0, map);
   }
 
+  // A gather's value runs along the domain as its index does (it has the index's shape).
+  void lay_out_gather(const Op* op) {
+    const ValueLayout* index = layout_of(op->inputs[1]);
+    if (!index) return;
+    set_output_layout(op, 0, index->axis_map);
+  }
+
   void lay_out(const Op* op) {
     if (op->kind == OpKind::segment_set) return fail("segment_set forces a segment boundary");
     OpClass c = op_row(op->kind).op_class;
-    if (c == OpClass::reduction) lay_out_reduction(op);
+    if (op->kind == OpKind::gather) lay_out_gather(op);
+    else if (c == OpClass::reduction) lay_out_reduction(op);
     else if (c == OpClass::shape) lay_out_view(op);
     else lay_out_pointwise(op);
   }
@@ -341,7 +394,7 @@ class Analyzer {
     std::map<const Value*, int> depth;  // reductions a value depends on, transitively
     for (const Op* op : a_.compute_ops) {
       int d = 0;
-      for (Value* in : op->inputs)
+      for (Value* in : computed_from(*op))
         if (auto it = depth.find(in); it != depth.end()) d = std::max(d, it->second);
       if (is_reduction_op(op->kind)) {
         if (int(a_.stages.size()) <= d) a_.stages.resize(d + 1);
@@ -358,7 +411,7 @@ class Analyzer {
   void check_outputs() {
     a_.outputs = outputs_;
     for (Value* out : outputs_) {
-      if (a_.cat_leaves.count(out) && !a_.layout.count(out) && !layout_of(out)) return;
+      if ((a_.cat_leaves.count(out) || a_.positions.count(out)) && !a_.layout.count(out) && !layout_of(out)) return;
       auto it = a_.layout.find(out);
       if (it == a_.layout.end()) return fail(out->name + " is not computed by this segment");
       if (out->is_scalar()) return fail(out->name + " is a scalar: scalar arithmetic runs on the host; a kernel stores tensors");
@@ -393,11 +446,20 @@ class Analyzer {
 
 }  // namespace
 
+std::vector<Value*> computed_from(const Op& op) {
+  if (op.kind == OpKind::gather) return {op.inputs[1]};
+  return op.inputs;
+}
+
 std::vector<Value*> KernelAnalysis::launch_values() const {
   std::vector<Value*> values;
   for (Value* leaf : leaves) {
     if (const CatLeaf* cat = cat_leaf(leaf)) values.insert(values.end(), cat->sources.begin(), cat->sources.end());
     else values.push_back(leaf);
+  }
+  for (const GatherLoad& g : gathers) {
+    values.push_back(g.source);
+    values.push_back(g.op->outputs[0]);
   }
   values.insert(values.end(), outputs.begin(), outputs.end());
   return values;

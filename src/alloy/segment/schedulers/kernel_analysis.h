@@ -2,10 +2,12 @@
 // reduced (if any), how each value's axes map onto the domain, which values are loaded from
 // memory ("leaves": segment inputs, possibly through views applied on the host, or a `cat` of
 // such values), and which are computed once per row (after a reduction) rather than once per
-// element. Shared by the GPU schedulers (to accept or refuse a group) and by the code generator.
+// element; positions (iota) and the data-dependent loads of gathers. Shared by the GPU schedulers
+// (to accept or refuse a group) and by the code generator.
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -45,6 +47,24 @@ struct CatLeaf {
   }
 };
 
+// A gather in a kernel, y = gather(x, index, dim=axis): at each position of y the kernel loads x
+// from memory at that position, but along `axis` at the index's value there (range-checked: an
+// index outside [0, x.shape[axis]) sets the kernel's error flag and loads nothing). x is a
+// host-side value (`source`: a segment input or a view of one), or computed from one by a chain of
+// one-input pointwise ops (`chain`, in order; the cross-entropy's `gather(cast(logits))`), which is
+// applied to the loaded element as it would be computed there. The source is not a leaf: it is
+// never read in vectors, only element by element at computed addresses.
+struct GatherLoad {
+  const Op* op = nullptr;
+  Value* source = nullptr;
+  std::vector<const Op*> chain;
+  int axis = 0;  // along x's axes (x's rank is the index's and y's)
+};
+
+// The inputs a kernel computes `op`'s value from, in order: all of them, except a gather's input x,
+// which it loads at the index's positions (GatherLoad), so only the index is read as a value.
+std::vector<Value*> computed_from(const Op& op);
+
 struct KernelAnalysis {
   std::vector<Extent> domain;
   std::vector<int> reduced_axes;            // domain axes; empty for a pointwise kernel
@@ -52,6 +72,14 @@ struct KernelAnalysis {
   std::vector<const Op*> compute_ops;       // everything else, in order (includes in-kernel views)
   std::vector<Value*> leaves;               // tensor values the kernel loads
   std::map<const Value*, CatLeaf> cat_leaves;  // the leaves that are cats, by value
+  // Positions: an iota's value (element i is i) and views of it are leaves with no memory; the
+  // kernel computes each element from its offset in a tensor of contiguous strides (launch_plan's
+  // position_tensor). `iotas` make them, `position_views` (zero-copy view ops only) view them, and
+  // `positions` holds every such value (the leaves among them are read as positions).
+  std::vector<const Op*> iotas;
+  std::vector<const Op*> position_views;
+  std::set<const Value*> positions;
+  std::vector<GatherLoad> gathers;  // in compute order
   std::vector<Value*> scalar_inputs;        // scalar inputs passed by value (literals are inlined)
   std::vector<Value*> outputs;              // values the kernel stores
   std::map<const Value*, ValueLayout> layout;
@@ -67,8 +95,20 @@ struct KernelAnalysis {
     auto it = cat_leaves.find(v);
     return it == cat_leaves.end() ? nullptr : &it->second;
   }
+  bool is_position(const Value* v) const { return positions.count(v) > 0; }
+  // The index in `gathers` of a gather op's load, or -1.
+  int gather_index(const Op* op) const {
+    for (size_t j = 0; j < gathers.size(); ++j)
+      if (gathers[j].op == op) return int(j);
+    return -1;
+  }
+  // Positions or gathers: kernels of the pointwise and row shapes only (launch_plan refuses column
+  // kernels, tile transposes and split stages for them).
+  bool has_indexing() const { return !gathers.empty() || !positions.empty(); }
   // The values whose tensors a launch passes, in Params order: each leaf (a cat leaf: each of
-  // its sources), then each output.
+  // its sources; a position: a tensor of no memory), then for each gather its source and its
+  // output (standing for its positions in the index: a position tensor of the output's shape,
+  // which the kernel reports an out-of-range index at), then each output.
   std::vector<Value*> launch_values() const;
   // The domain axis a cat leaf's concatenated axis runs along, or -1 where the leaf is
   // broadcast along it (extent 1).

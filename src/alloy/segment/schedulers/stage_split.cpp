@@ -36,7 +36,8 @@ bool contains(const std::vector<Value*>& values, const Value* v) { return std::f
 
 std::optional<StageSplit> split_by_stage(const KernelAnalysis& analysis, const std::vector<const Op*>& ops,
                                          const std::vector<Value*>& inputs) {
-  if (analysis.single_pass || analysis.stages.empty()) return std::nullopt;
+  // (positions and gathers keep one row kernel: launch_plan never splits them)
+  if (analysis.single_pass || analysis.stages.empty() || analysis.has_indexing()) return std::nullopt;
   StageSplit split;
   std::vector<Value*> kernel_inputs = inputs;
   std::set<const Value*> available(inputs.begin(), inputs.end());

@@ -22,8 +22,8 @@ struct StageSplit {
 };
 
 // The split of `analysis` (of the segment `ops` reading `inputs`); nullopt where it has a single
-// stage, or some piece is not one kernel of the expected kind (a stage that is not single-pass,
-// a per-element part that still reduces).
+// stage, positions or gathers, or some piece is not one kernel of the expected kind (a stage that
+// is not single-pass, a per-element part that still reduces).
 std::optional<StageSplit> split_by_stage(const KernelAnalysis& analysis, const std::vector<const Op*>& ops,
                                          const std::vector<Value*>& inputs);
 

@@ -16,6 +16,8 @@ class ColumnEmitter final : public KernelEmitter {
   using KernelEmitter::KernelEmitter;
 
   std::string run() {
+    // positions and gathers address elements of rows (launch_plan gives such kernels no other shape)
+    ALLOY_CHECK(!a_.has_indexing(), "a column kernel with positions or gathers");
     emit_header();
     emit_column_kernel();
     return os_.str();

@@ -41,7 +41,10 @@ int param_words(const KernelAnalysis& a, const KernelVariant& v) {
     tensors += cat ? int(cat->sources.size()) : 1;
     ends += cat ? int(cat->sources.size()) - 1 : 0;
   }
-  return header + dims + tensors * (1 + dims) + ends + int(a.scalar_inputs.size());
+  // each gather: its source and its positions, then the source's step and size along the axis;
+  // and one error flag for them all
+  int gathers = int(a.gathers.size()) * (2 * (1 + dims) + 2) + (a.gathers.empty() ? 0 : 1);
+  return header + dims + tensors * (1 + dims) + ends + gathers + int(a.scalar_inputs.size());
 }
 
 namespace {

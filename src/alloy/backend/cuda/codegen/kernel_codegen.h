@@ -90,8 +90,14 @@ std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant&
 //               (column kernels and grid reductions add: workspace pointer, counters pointer, after count)
 //   then for each leaf, then each output: pointer, stride[outer_rank + inner_rank]
 //     (a cat leaf of n sources: that for each source, its pointer moved back by the source's start
-//     along the cat's axis, then the n - 1 positions where sources 0..n-2 end along that axis)
+//     along the cat's axis, then the n - 1 positions where sources 0..n-2 end along that axis;
+//     a position leaf: its first element's value instead of a pointer)
+//     and between them, for each gather: its source's pointer and strides over the domain (0 along
+//     the gathered axis), its positions in the index (first position, strides), then the source's
+//     stride and size along the gathered axis
 //   then each scalar input: value (double, or int64 for integer scalars)
+//   then, where there are gathers, the error flag's pointer: four words, set once by the first
+//     out-of-range index (1, the gather, the index value, its position in the index)
 int param_words(const KernelAnalysis& analysis, const KernelVariant& variant);
 
 // Online softmax in a row kernel: stage k is one max of an f32 value, stage k + 1 one sum of

@@ -22,7 +22,7 @@ KernelEmitter::KernelEmitter(const KernelAnalysis& a, const KernelVariant& v, st
 
 void KernelEmitter::emit_header() {
   for (const Op* op : a_.compute_ops)
-    for (Value* in : op->inputs) used_in_kernel_.insert(in);
+    for (Value* in : computed_from(*op)) used_in_kernel_.insert(in);
   os_ << kKernelPrelude << "\n";
   emit_params();
 }
@@ -36,6 +36,10 @@ void KernelEmitter::emit_params() {
   os_ << "  long long size[" << std::max(1, dims()) << "];\n";
   for (size_t k = 0; k < a_.leaves.size(); ++k) {
     const CatLeaf* cat = a_.cat_leaf(a_.leaves[k]);
+    if (a_.is_position(a_.leaves[k])) {  // no memory: the value of its first element
+      os_ << "  long long l" << k << "; long long l" << k << "_stride[" << std::max(1, dims()) << "];\n";
+      continue;
+    }
     if (!cat) {
       os_ << "  const " << storage_type(a_.leaves[k]->dtype()) << "* l" << k << "; long long l" << k << "_stride[" << std::max(1, dims()) << "];\n";
       continue;
@@ -48,13 +52,21 @@ void KernelEmitter::emit_params() {
           << std::max(1, dims()) << "];\n";
     if (cat->sources.size() > 1) os_ << "  long long l" << k << "_end[" << cat->sources.size() - 1 << "];\n";
   }
+  for (size_t j = 0; j < a_.gathers.size(); ++j) {
+    const std::string g = "g" + std::to_string(j), n = std::to_string(std::max(1, dims()));
+    os_ << "  const " << storage_type(a_.gathers[j].source->dtype()) << "* " << g << "; long long " << g << "_stride[" << n << "];\n"
+        << "  long long " << g << "p; long long " << g << "p_stride[" << n << "];\n"
+        << "  long long " << g << "_step, " << g << "_size;\n";
+  }
   for (size_t k = 0; k < a_.outputs.size(); ++k)
     os_ << "  " << storage_type(a_.outputs[k]->dtype()) << "* o" << k << "; long long o" << k << "_stride[" << std::max(1, dims()) << "];\n";
   for (size_t k = 0; k < a_.scalar_inputs.size(); ++k)
     os_ << "  " << (is_floating(a_.scalar_inputs[k]->dtype()) ? "double" : "long long") << " s" << k << ";\n";
+  if (!a_.gathers.empty()) os_ << "  unsigned long long* err;\n";
   os_ << "};\n";
   // the host fills Params word by word (param_words): the layouts must agree
   os_ << "static_assert(sizeof(Params) == " << param_words(a_, v_) << " * 8, \"Params layout\");\n\n";
+  if (!a_.gathers.empty()) emit_gather_fault_function();
 }
 
 void KernelEmitter::emit_offsets(const std::string& index, int first, int count, const std::string& prefix,
@@ -85,6 +97,10 @@ std::vector<std::string> KernelEmitter::tensor_names(bool leaves, bool outputs, 
         std::vector<std::string> leaf = leaf_tensor_names(int(k));
         names.insert(names.end(), leaf.begin(), leaf.end());
       }
+  if (leaves) {
+    std::vector<std::string> gathers = gather_tensor_names(per_row);
+    names.insert(names.end(), gathers.begin(), gathers.end());
+  }
   if (outputs)
     for (size_t k = 0; k < a_.outputs.size(); ++k)
       if (a_.at(a_.outputs[k]).per_row == per_row || !a_.is_reduction()) names.push_back("o" + std::to_string(k));
@@ -122,6 +138,7 @@ void KernelEmitter::emit_op(const Op& op, const std::string& element, const std:
     os_ << indent << out_ct << " v" << out->id << " = " << ref(op.inputs[0], element) << ";\n";
     return;
   }
+  if (op.kind == OpKind::gather) return emit_gather(op, element, indent);
   DType cd = op_compute_dtype(op);
   const char* ct = compute_type(cd);
   std::vector<std::string> args;
@@ -167,7 +184,7 @@ std::vector<const Op*> KernelEmitter::element_ops_for(const std::vector<const Va
     if (a_.is_reduction() && a_.at(op->outputs[0]).per_row) continue;  // computed once per row
     if (held_from_earlier_pass(op->outputs[0])) continue;                // in registers already
     ops.push_back(op);
-    for (Value* in : op->inputs) needed.insert(in);
+    for (Value* in : computed_from(*op)) needed.insert(in);
   }
   std::reverse(ops.begin(), ops.end());
   return ops;
@@ -178,6 +195,10 @@ void KernelEmitter::emit_leaf_loads(const std::string& prefix, const std::string
   for (int k : which) {
     const Value* leaf = a_.leaves[k];
     std::string dst = prefix + std::to_string(k) + target;
+    if (a_.is_position(leaf)) {
+      emit_position_load(k, dst, offset_prefix, indent);
+      continue;
+    }
     if (const CatLeaf* cat = a_.cat_leaf(leaf)) {
       emit_cat_leaf_load(k, *cat, dst, offset_prefix, indent);
       continue;
@@ -206,7 +227,7 @@ std::pair<std::string, int> KernelEmitter::edge_reference() const {
   for (size_t k = 0; k < a_.outputs.size(); ++k)
     if (!a_.is_reduction() || !a_.at(a_.outputs[k]).per_row) return {"o" + std::to_string(k), dtype_size(a_.outputs[k]->dtype())};
   for (int k : element_leaves())
-    if (mode_of_leaf(k) == 'v') return {"l" + std::to_string(k), dtype_size(a_.leaves[k]->dtype())};
+    if (mode_of_leaf(k) == 'v' && !a_.is_position(a_.leaves[k])) return {"l" + std::to_string(k), dtype_size(a_.leaves[k]->dtype())};
   internal_error("edge elements without a tensor read or written in vectors");
 }
 
@@ -255,9 +276,8 @@ std::string select_source(int k, size_t sources, const std::string& position, co
   return text;
 }
 
-// `raw`, an element of `from` as stored, through a cat source's chain of one-input pointwise ops
-// (CatLeaf::chains), then stored as `to`: each op in its compute type, rounded to its dtype as
-// the op-by-op program stores it.
+}  // namespace
+
 std::string through_chain(const std::vector<const Op*>& chain, DType from, DType to, const std::string& raw) {
   if (chain.empty()) return from == to ? raw : store_convert(to, load_convert(from, raw));
   std::string x = load_convert(from, raw);
@@ -282,8 +302,6 @@ std::string through_chain(const std::vector<const Op*>& chain, DType from, DType
   return store_convert(to, x);
 }
 
-}  // namespace
-
 std::string KernelEmitter::leaf_pointer(int k, const std::string& offset_prefix) const {
   std::string l = "l" + std::to_string(k);
   const CatLeaf* cat = a_.cat_leaf(a_.leaves[k]);
@@ -298,6 +316,7 @@ std::string KernelEmitter::leaf_raw(int k, const std::string& offset_prefix,
   auto element = [&](const std::string& name) { return "p." + name + "[" + offset_prefix + name + (extra ? extra(name) : "") + "]"; };
   std::string l = "l" + std::to_string(k);
   const Value* leaf = a_.leaves[k];
+  if (a_.is_position(leaf)) return position_raw(k, offset_prefix, extra ? extra(l) : "");
   const CatLeaf* cat = a_.cat_leaf(leaf);
   if (!cat) return element(l);
   std::vector<std::string> names = leaf_tensor_names(k);
@@ -367,7 +386,7 @@ std::set<int> KernelEmitter::leaves_for(const std::vector<const Value*>& targets
   };
   for (const Value* t : targets) add(t);
   for (const Op* op : element_ops_for(targets))
-    for (Value* in : op->inputs) add(in);
+    for (Value* in : computed_from(*op)) add(in);
   return out;
 }
 
@@ -419,7 +438,7 @@ void KernelEmitter::emit_ready_per_row_ops(const std::string& in) {
       if (op_row(op->kind).op_class == OpClass::reduction || emitted_per_row_.count(op->outputs[0])) continue;
       if (!a_.at(op->outputs[0]).per_row) continue;
       bool ready = true;
-      for (Value* i : op->inputs)
+      for (Value* i : computed_from(*op))
         if (!i->literal && !scalar_index_.count(i) && !(leaf_index_.count(i)) && !emitted_per_row_.count(i)) ready = false;
       if (!ready) continue;
       emit_op(*op, "", in);

@@ -22,6 +22,11 @@ std::string emit_column_kernel(const KernelAnalysis& analysis, const KernelVaria
 std::string emit_transpose_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
 std::string emit_grid_reduction_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name);
 
+// `raw`, an element of `from` as stored, through a chain of one-input pointwise ops (a cat
+// source's, CatLeaf::chains; a gather's, GatherLoad::chain), then stored as `to`: each op in its
+// compute type, rounded to its dtype as the op-by-op program stores it.
+std::string through_chain(const std::vector<const Op*>& chain, DType from, DType to, const std::string& raw);
+
 // The base of the five emitters: the text is written to os_ (emit_header first, then the kernel).
 class KernelEmitter {
  public:
@@ -86,6 +91,25 @@ class KernelEmitter {
   // Per-row ops whose inputs are all available now.
   void emit_ready_per_row_ops(const std::string& in);
 
+  // ---- positions and gathers (indexing_loads.cpp) ----
+  // The Params names of gather j's tensors: g<j> (its source) and g<j>p (its positions in the
+  // index); of the gathers computed per row (`per_row`) or per element.
+  std::vector<std::string> gather_tensor_names(bool per_row) const;
+  // Position leaf k's element at offsets <offset_prefix>l<k> (+ `extra`, element e along the
+  // vector axis where given), in its storage type: its first element's value plus the offset.
+  std::string position_raw(int k, const std::string& offset_prefix, const std::string& extra = "") const;
+  // `dst` (a vector of leaf k) filled with positions, element e along the vector axis.
+  void emit_position_load(int k, const std::string& dst, const std::string& offset_prefix, const std::string& indent);
+  // `ct vN = ...` for gather `op`: the index's value checked against the source's axis (an
+  // out-of-range one sets p.err and loads nothing), the source's element loaded there, through
+  // its chain.
+  void emit_gather(const Op& op, const std::string& element, const std::string& indent);
+  // Kernels with gathers: the device function that sets the error flag (after the Params).
+  void emit_gather_fault_function();
+  // " + e * p.<tensor>_stride[axis]": element e of a vector along the vector axis (the innermost;
+  // pointwise and row kernels, the shapes positions and gathers run in); "" for vectors of one.
+  std::string along_vector(const std::string& tensor) const;
+
   const KernelAnalysis& a_;
   const KernelVariant& v_;
   std::string name_;
@@ -100,6 +124,9 @@ class KernelEmitter {
   std::set<const Value*> used_in_kernel_;  // values some op of the kernel reads
   // Cat leaves' positions (l<k>_at) and the collapsed axis each counts along (-1: none, always 0).
   std::map<std::string, int> position_axis_;
+  // The offsets of the element being computed (emit_offsets' prefix): "off_" in pointwise
+  // kernels, "co_" in row kernels; values per row use "ro_". Gathers address their sources by it.
+  std::string element_offsets_ = "off_";
 };
 
 }  // namespace alloy::cuda

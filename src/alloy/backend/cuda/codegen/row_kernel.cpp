@@ -21,6 +21,7 @@ class RowEmitter final : public KernelEmitter {
   using KernelEmitter::KernelEmitter;
 
   std::string run() {
+    element_offsets_ = "co_";
     emit_header();
     emit_row_kernel();
     return os_.str();
@@ -339,6 +340,10 @@ class RowEmitter final : public KernelEmitter {
       for (int k : uncached) {
         std::vector<std::string> leaf = leaf_tensor_names(k);
         addressed.insert(addressed.end(), leaf.begin(), leaf.end());
+      }
+      if (std::any_of(ops.begin(), ops.end(), [](const Op* op) { return op->kind == OpKind::gather; })) {
+        std::vector<std::string> gathers = gather_tensor_names(false);  // their sources are read at these columns
+        addressed.insert(addressed.end(), gathers.begin(), gathers.end());
       }
       if (!addressed.empty()) {
         emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", addressed, in + "    ");

@@ -23,6 +23,8 @@ class TransposeEmitter final : public KernelEmitter {
   using KernelEmitter::KernelEmitter;
 
   std::string run() {
+    // positions and gathers address elements of rows (launch_plan gives such kernels no other shape)
+    ALLOY_CHECK(!a_.has_indexing(), "a tile transpose with positions or gathers");
     emit_header();
     const int V = v_.vector, T = kTransposeTile, S = T / V, per_thread = T * S / v_.threads;
     const std::string X = std::to_string(v_.outer_rank - 1), Y = std::to_string(v_.transpose_axis);
