@@ -248,9 +248,10 @@ struct Executable::NodeRunner {
   void launch_chunk(const Launch& l) const {
     const Segment& s = x.program.segmentation.segments.at(size_t(l.segment));
     std::vector<std::pair<const Value*, Tensor>> bound;
+    const int part = part_of(l);
     for (size_t k = 0; k < frame->loop->values.size(); ++k) {
       const Value* v = frame->loop->values[k].value;
-      Tensor view = frame->bound(k, part_of(l), state);
+      Tensor view = frame->bound(k, part, state);
       state.values[v->id] = view;
       state.chunk_shapes[v->id] = view.sizes();
       if (std::find(s.outputs.begin(), s.outputs.end(), v) != s.outputs.end()) bound.emplace_back(v, view);

@@ -4,13 +4,16 @@
 //     x, then the matmul segment whose activation operand is the gathered x), and
 //   - GEMM -> reduce-scatter (a row-parallel linear: the matmul segment writing partial sums P,
 //     then Communicate reduce_scatter(axis=0) of P, P read by nothing else)
-// into a ForChunks loop over S chunks of each device's rows: chunk i is all-gathered on the
-// communication stream while the GEMMs of chunk i-1 run on a compute stream (one GEMM per block
-// of rows, written in place into the whole output); for the reduce-scatter, the partial sums of
-// chunk i are reduce-scattered while chunk i+1 is multiplied. The epilogue (bias, GELU) stays in
-// each chunk's GEMM. Whole buffers are allocated before the loop on the run's stream, the
-// communication stream and the compute streams (a pool of two, alternating) wait for it, and the
-// run's stream waits for every one of them after the loop: the host never blocks.
+// into a ForChunks loop over S chunks of each device's rows. All-gather -> GEMM: the GEMM of the
+// device's own block of chunk i runs first, on its own rows (it waits for nothing), while chunk i
+// of the other blocks is all-gathered on the communication stream; then the other blocks' GEMMs,
+// in the order they arrive. GEMM -> reduce-scatter: the other blocks' GEMMs of chunk i run first
+// and their partial sums are sent while the own block's GEMM writes the output; the collective's
+// finish then adds what arrived (ChunkPhase::send / finish). One GEMM per block of rows, written
+// in place into the whole output; the epilogue (bias, GELU) stays in each chunk's GEMM. Whole
+// buffers are allocated before the loop on the run's stream, the communication stream and the
+// compute streams (a pool of two, alternating) wait for it, and the run's stream waits for every
+// one of them after the loop: the host never blocks.
 // The ring variant (--pipeline ring) runs one step per rank instead, with a send/recv between
 // neighbours per step and no gathered buffer: all-gather -> GEMM multiplies the block a rank
 // holds while passing it on; GEMM -> reduce-scatter adds the running sum received from the
@@ -19,7 +22,7 @@
 // another segment reads (or the fusion returns), or whose reduce-scatter is by max or min, has no
 // ring: it stays as lowered, with a note in the dump.
 // The choice comes from the options: off, chunks=N, ring, or auto: on the CPU off (nothing
-// overlaps there); on CUDA a Choose node holding off, chunks (up to 16) and ring, one of which
+// overlaps there); on CUDA a Choose node holding off, chunks (1 to 16) and ring, one of which
 // the cost model (host_ir/cost_model.h) picks per run from the run's sizes and the machine's
 // measured rates. A chunk count larger than a device's rows is cut to the rows at run time; rows
 // that S does not divide give chunks that differ by one row.

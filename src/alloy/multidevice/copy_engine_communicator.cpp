@@ -75,7 +75,7 @@ size_t bytes_of(const Tensor& t) { return size_t(t.numel()) * size_t(dtype_size(
 struct Card {
   char host[64];
   char bus[32];
-  cudaIpcMemHandle_t flags;
+  cudaIpcMemHandle_t memory;  // the flags at creation; the staging buffer when it grows
   int32_t usable;  // this rank can do its part (stream memory operations, IPC)
   int32_t pad;
 };
@@ -111,7 +111,7 @@ class CopyEngineCommunicator final : public Communicator {
     if (cudaDeviceGetPCIBusId(mine.bus, sizeof mine.bus, device_) != cudaSuccess) mine.usable = 0;
     if (mine.usable && cudaMalloc(reinterpret_cast<void**>(&flags_), kFlagWords * sizeof(uint32_t)) == cudaSuccess &&
         cudaMemset(flags_, 0, kFlagWords * sizeof(uint32_t)) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess &&
-        cudaIpcGetMemHandle(&mine.flags, flags_) == cudaSuccess) {
+        cudaIpcGetMemHandle(&mine.memory, flags_) == cudaSuccess) {
     } else {
       mine.usable = 0;
     }
@@ -132,7 +132,7 @@ class CopyEngineCommunicator final : public Communicator {
           (ordinal != device_ && (cudaDeviceCanAccessPeer(&can, device_, ordinal) != cudaSuccess || !can)))
         ok = 0;
       void* opened = nullptr;
-      if (ok && cudaIpcOpenMemHandle(&opened, cards[size_t(p)].flags, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess)
+      if (ok && cudaIpcOpenMemHandle(&opened, cards[size_t(p)].memory, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess)
         peer_flags_[size_t(p)] = static_cast<uint32_t*>(opened);
       else
         ok = 0;
@@ -300,7 +300,7 @@ class CopyEngineCommunicator final : public Communicator {
     staging_ = nullptr;
     int32_t ok = cudaMalloc(reinterpret_cast<void**>(&staging_), 2 * size_t(size()) * want) == cudaSuccess ? 1 : 0;
     Card mine{};
-    if (ok && cudaIpcGetMemHandle(&mine.flags, staging_) != cudaSuccess) ok = 0;
+    if (ok && cudaIpcGetMemHandle(&mine.memory, staging_) != cudaSuccess) ok = 0;
     cudaGetLastError();
     mine.usable = ok;
     std::vector<Card> cards = exchange(mine);
@@ -309,7 +309,7 @@ class CopyEngineCommunicator final : public Communicator {
     for (int p = 0; p < size(); ++p) {
       if (p == rank()) continue;
       void* opened = nullptr;
-      check(cudaIpcOpenMemHandle(&opened, cards[size_t(p)].flags, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+      check(cudaIpcOpenMemHandle(&opened, cards[size_t(p)].memory, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
       peer_staging_[size_t(p)] = static_cast<char*>(opened);
     }
     slot_bytes_ = want;
