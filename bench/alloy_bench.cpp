@@ -237,6 +237,83 @@ Case linear_gelu(int64_t m, int64_t k, int64_t n) {
           2.0 * double(m) * double(n) * double(k)};
 }
 
+// Issue 27's training-step fusions, written as a user writes them in primitives.
+// Layer norm backward (`rms`: RMSNorm's, no mean and no bias) over N rows of D: dx from two row
+// reductions, dw (and db) from column reductions of the same operands; bytes: dy and x read, dx
+// written, the row statistics and the weight read, dw (db) written.
+std::string norm_backward_fusion(int64_t d, bool rms) {
+  std::string inv = std::to_string(1.0 / double(d));
+  std::string s = "fusion norm_bwd(dy: bf16[N, " + std::to_string(d) + "], x: bf16[N, " + std::to_string(d) + "], " +
+                  (rms ? std::string("") : std::string("mean: f32[N], ")) + "rstd: f32[N], w: bf16[" + std::to_string(d) + "]) {\n";
+  s += "  dy32 = cast(dy, dtype=f32)\n  x32 = cast(x, dtype=f32)\n  w32 = cast(w, dtype=f32)\n  rstd2 = unsqueeze(rstd, dim=1)\n";
+  if (rms) {
+    s += "  xhat = mul(x32, rstd2)\n";
+  } else {
+    s += "  mean2 = unsqueeze(mean, dim=1)\n  xc = sub(x32, mean2)\n  xhat = mul(xc, rstd2)\n";
+  }
+  s += "  g = mul(dy32, w32)\n  gx = mul(g, xhat)\n  b = sum(gx, dims=[1], keepdim=true)\n  gb = mul(b, " + inv + ")\n"
+       "  t1 = mul(xhat, gb)\n";
+  if (rms) {
+    s += "  t3 = sub(g, t1)\n";
+  } else {
+    s += "  a = sum(g, dims=[1], keepdim=true)\n  ga = mul(a, " + inv + ")\n  t2 = sub(g, ga)\n  t3 = sub(t2, t1)\n";
+  }
+  s += "  dx32 = mul(t3, rstd2)\n  dx = cast(dx32, dtype=bf16)\n  dyx = mul(dy32, xhat)\n  dw32 = sum(dyx, dims=[0])\n"
+       "  dw = cast(dw32, dtype=bf16)\n";
+  if (!rms) s += "  db32 = sum(dy32, dims=[0])\n  db = cast(db32, dtype=bf16)\n  return dx, dw, db\n}\n";
+  else s += "  return dx, dw\n}\n";
+  return s;
+}
+
+Case norm_backward(int64_t n, int64_t d, bool rms) {
+  int64_t bytes = 3 * 2 * n * d + (rms ? 1 : 2) * 4 * n + 2 * d + (rms ? 1 : 2) * 2 * d;
+  return {std::string(rms ? "rms_norm_backward_" : "layer_norm_backward_") + std::to_string(n) + "x" + std::to_string(d),
+          norm_backward_fusion(d, rms), {{"N", n}}, bytes};
+}
+
+// Cross-entropy over a vocabulary of V for T tokens (bf16 logits, i64 targets): the forward's
+// per-token loss (log-sum-exp minus the target's logit), and the backward's logits gradient from
+// the saved log-sum-exp and the loss gradient ((softmax - one-hot) * g), each one pass over the logits.
+Case cross_entropy_forward(int64_t t, int64_t v) {
+  return {"cross_entropy_fwd_" + std::to_string(t) + "x" + std::to_string(v), R"(fusion ce(logits: bf16[T, V], target: i64[T]) {
+  x = cast(logits, dtype=f32)
+  m = max(x, dims=[1], keepdim=true)
+  z = sub(x, m)
+  e = exp(z)
+  s = sum(e, dims=[1], keepdim=true)
+  ls = log(s)
+  lse = add(ls, m)
+  tg = unsqueeze(target, dim=1)
+  xt = gather(x, tg, dim=1)
+  l2 = sub(lse, xt)
+  loss = squeeze(l2, dims=[1])
+  return loss
+}
+)",
+          {{"T", t}, {"V", v}}, 2 * t * v + 8 * t + 4 * t};
+}
+
+Case cross_entropy_backward(int64_t t, int64_t v) {
+  return {"cross_entropy_bwd_" + std::to_string(t) + "x" + std::to_string(v),
+          R"(fusion ce_bwd(logits: bf16[T, V], target: i64[T], lse: f32[T], g: f32[T]) {
+  x = cast(logits, dtype=f32)
+  lse2 = unsqueeze(lse, dim=1)
+  z = sub(x, lse2)
+  p = exp(z)
+  tg = unsqueeze(target, dim=1)
+  ids = iota(length=V, dtype=i64)
+  hit = eq(ids, tg)
+  onehot = cast(hit, dtype=f32)
+  d = sub(p, onehot)
+  g2 = unsqueeze(g, dim=1)
+  dg = mul(d, g2)
+  dx = cast(dg, dtype=bf16)
+  return dx
+}
+)",
+          {{"T", t}, {"V", v}}, 2 * 2 * t * v + 16 * t};
+}
+
 // The MLP backward of examples/mlp_backward.fusion at width C, hidden H, T tokens: four GEMMs.
 Case mlp_backward(int64_t t, int64_t c, int64_t h) {
   return {"mlp_backward_" + std::to_string(t) + "x" + std::to_string(c) + "x" + std::to_string(h),
@@ -441,6 +518,25 @@ int main(int argc, char** argv) {
 }
 )",
                    {{"N", adam_n}}, 7 * 4 * adam_n});
+  // Issue 27: norm backwards (GPT-2 small's width at 32k tokens, a 7B's at 8k), cross-entropy at
+  // three vocabularies, SwiGLU over a fused gate/up projection (two slices of one input at the edge)
+  for (bool rms : {false, true}) {
+    cases.push_back(norm_backward(8192, 4096, rms));
+    cases.push_back(norm_backward(32768, 768, rms));
+  }
+  for (int64_t v : {int64_t(32000), int64_t(50257), int64_t(128256)}) {
+    cases.push_back(cross_entropy_forward(8192, v));
+    cases.push_back(cross_entropy_backward(8192, v));
+  }
+  cases.push_back({"swiglu_slices_8192x11008", R"(fusion swiglu(gu: bf16[8192, 22016]) {
+  gate = slice(gu, starts=[0, 0], ends=[8192, 11008])
+  up = slice(gu, starts=[0, 11008], ends=[8192, 22016])
+  s = silu(gate)
+  y = mul(s, up)
+  return y
+}
+)",
+                   {}, 3 * 2 * int64_t(8192) * 11008});
   time_copy(runs);
   auto wanted = [&](const std::string& name) {
     if (only.empty()) return true;

@@ -146,11 +146,75 @@ def torch_cases():
         p.mul_(1 - 1e-3 * 0.01).addcdiv_(m / 0.1, (v / 0.001).sqrt_().add_(1e-8), value=-1e-3)
         return p, m, v
 
+    def norm_bwd(rms):
+        def math(dy, x, *rest):
+            # the fusion's formula (bench/alloy_bench.cpp norm_backward_fusion) for eager and torch.compile
+            (rstd, w) = rest if rms else rest[1:]
+            dy32, x32, r = dy.float(), x.float(), rstd[:, None]
+            xhat = x32 * r if rms else (x32 - rest[0][:, None]) * r
+            g = dy32 * w.float()
+            t = g - xhat * (g * xhat).mean(1, keepdim=True)
+            if not rms:
+                t = t - g.mean(1, keepdim=True)
+            dx, dw = (t * r).to(bf), (dy32 * xhat).sum(0).to(bf)
+            return (dx, dw) if rms else (dx, dw, dy32.sum(0).to(bf))
+
+        def op(dy, x, *rest):
+            # PyTorch's own backward kernels (what autograd runs eagerly)
+            d = x.shape[-1]
+            if rms:
+                rstd, w = rest
+                return torch.ops.aten._fused_rms_norm_backward(dy, x, [d], rstd[:, None], w, [True, True])
+            mean, rstd, w = rest
+            return torch.ops.aten.native_layer_norm_backward(dy, x, [d], mean[:, None], rstd[:, None], w, w, [True, True, True])
+
+        def make(n, d):
+            def inputs():
+                dy, x = torch.randn(n, d, device=dev, dtype=bf), torch.randn(n, d, device=dev, dtype=bf)
+                stats = ([] if rms else [torch.randn(n, device=dev)]) + [torch.rand(n, device=dev) + 0.5]
+                return (dy, x, *stats, torch.randn(d, device=dev, dtype=bf))
+            return inputs
+        return math, op, make
+
+    def ce_fwd(logits, target):
+        return F.cross_entropy(logits.float(), target, reduction="none")
+
+    def ce_bwd(logits, target, lse, g):
+        onehot = F.one_hot(target, logits.shape[1]).float()
+        return ((torch.exp(logits.float() - lse[:, None]) - onehot) * g[:, None]).to(bf)
+
+    def ce_inputs(t, v, backward):
+        def inputs():
+            logits, target = torch.randn(t, v, device=dev, dtype=bf), torch.randint(0, v, (t,), device=dev)
+            if not backward:
+                return logits, target
+            return logits, target, torch.logsumexp(logits.float(), 1), torch.randn(t, device=dev)
+        return inputs
+
+    def fused_adamw(p, g, m, v):
+        # torch._fused_adamw_ on the same tensors (the step's own counter; the bias corrections differ
+        # from the fusion's constants, the work does not)
+        torch._fused_adamw_([p], [g], [m], [v], [], [fused_adamw.step], lr=1e-3, beta1=0.9, beta2=0.999,
+                            weight_decay=0.01, eps=1e-8, amsgrad=False, maximize=False)
+        return p, m, v
+    fused_adamw.step = torch.ones((), device=dev)
+
     n = 1 << 28
     t, h = 8192, 6400
-    return {
+    training = {}
+    for rms in (False, True):
+        math, op, make = norm_bwd(rms)
+        for rows, d in ((8192, 4096), (32768, 768)):
+            training[f"{'rms' if rms else 'layer'}_norm_backward_{rows}x{d}"] = (math, make(rows, d), op)
+    for v in (32000, 50257, 128256):
+        training[f"cross_entropy_fwd_8192x{v}"] = (ce_fwd, ce_inputs(8192, v, False),
+                                                   lambda x, t: F.cross_entropy(x, t, reduction="none"))
+        training[f"cross_entropy_bwd_8192x{v}"] = (ce_bwd, ce_inputs(8192, v, True))
+    training["swiglu_slices_8192x11008"] = (lambda gu: F.silu(gu[:, :11008]) * gu[:, 11008:],
+                                            lambda: (torch.randn(8192, 22016, device=dev, dtype=bf),))
+    return training | {
         "adam_step_2e28": (adam_step, lambda: (torch.randn(n, device=dev), torch.randn(n, device=dev), torch.randn(n, device=dev),
-                                               torch.randn(n, device=dev).abs_())),
+                                               torch.randn(n, device=dev).abs_()), fused_adamw),
         "qkv_rope_llama13b": (qkv_rope, lambda: (torch.randn(2, 4096, 15360, device=dev, dtype=bf),
                                                  torch.randn(4096, 128, device=dev, dtype=bf), torch.randn(4096, 128, device=dev, dtype=bf))),
         "layer_norm_nanogpt": (ln_trace, lambda: (torch.randn(16, 128, 1600, device=dev, dtype=bf),
@@ -354,7 +418,7 @@ def memory_table(build, runs, device, date, slug):
     copy_bw = alloy["copy"]["bytes"] / alloy["copy"]["alloy_us"] / 1e3  # GB/s
     rows = []
     only = [c for c in os.environ.get("BENCH_CASES", "").split(",") if c]
-    for name, (fn, make) in torch_cases().items():
+    for name, (fn, make, *best) in torch_cases().items():
         if only and not any(c in name for c in only):
             continue
         # Alloy's run right before PyTorch's: the same GPU state (clocks, temperature) for both
@@ -369,12 +433,19 @@ def memory_table(build, runs, device, date, slug):
         except Exception as e:  # noqa: BLE001 - report, do not hide
             print(f"torch.compile failed on {name}: {e}", file=sys.stderr)
             compiled = compiled_alone = float("nan")
+        # the case's best PyTorch op where it names one (native_layer_norm_backward, _fused_adamw_, ...)
+        op = float("nan")
+        if best:
+            try:
+                op = time_torch(best[0], args, runs)
+            except Exception as e:  # noqa: BLE001 - report, do not hide
+                print(f"the PyTorch op of {name} failed: {e}", file=sys.stderr)
         a = alloy.get(name)
         if a is None:
             continue
         bw = a["bytes"] / a["alloy_us"] / 1e3
-        rows.append({"case": name, "alloy_us": a["alloy_us"], "eager_us": eager, "compile_us": compiled,
-                     "vs_eager": eager / a["alloy_us"], "vs_compile": compiled / a["alloy_us"],
+        rows.append({"case": name, "alloy_us": a["alloy_us"], "eager_us": eager, "compile_us": compiled, "op_us": op,
+                     "vs_eager": eager / a["alloy_us"], "vs_compile": compiled / a["alloy_us"], "vs_op": op / a["alloy_us"],
                      "alloy_GBps": bw, "share_of_copy": bw / copy_bw,
                      "alloy_isolated_us": a.get("isolated_us", float("nan")), "eager_isolated_us": eager_alone,
                      "compile_isolated_us": compiled_alone})
@@ -385,12 +456,12 @@ def memory_table(build, runs, device, date, slug):
              "calls each (CUDA events; host launch time overlaps, measured apart below). 'alone': median of single calls, "
              f"each enqueued behind a {HOLD_MS:g} ms hold of the stream: the device time of one call with the launch path "
              "hidden (for small fusions the back-to-back time is the host's)", "",
-             "| case | alloy us | eager us | compile us | eager/alloy | compile/alloy | alloy GB/s | share of copy "
+             "| case | alloy us | eager us | compile us | eager/alloy | compile/alloy | op/alloy | alloy GB/s | share of copy "
              "| alone: alloy us | eager us | compile us |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['alloy_us']:.1f} | {r['eager_us']:.1f} | {r['compile_us']:.1f} | {r['vs_eager']:.2f}x | "
-                     f"{r['vs_compile']:.2f}x | {r['alloy_GBps']:.0f} | {100 * r['share_of_copy']:.0f}% | "
+                     f"{r['vs_compile']:.2f}x | {r['vs_op']:.2f}x | {r['alloy_GBps']:.0f} | {100 * r['share_of_copy']:.0f}% | "
                      f"{r['alloy_isolated_us']:.1f} | {r['eager_isolated_us']:.1f} | {r['compile_isolated_us']:.1f} |")
     lat = alloy.get("host_latency")
     if lat:
