@@ -123,8 +123,10 @@ TEST(GpuEndToEnd, AdamStepOnDeviceTensors_WritesThemInPlace) {
     std::vector<Tensor> expected = cpu.run(host);  // updates host's p, m and v
     std::vector<Tensor> actual = gpu.run(device);
     gpu.synchronize();
+    // the outputs p2 -> p, m2 -> m, v2 -> v are the inputs 0, 2 and 3 (g is input 1)
+    const size_t target[3] = {0, 2, 3};
     for (size_t i = 0; i < 3; ++i) {
-      EXPECT_EQ(actual[i].data(), device[i].data()) << "output " << i << " is not its input's memory";
+      EXPECT_EQ(actual[i].data(), device[target[i]].data()) << "output " << i << " is not its input's memory";
       EXPECT_TRUE(testing::tensors_close(to_cpu(actual[i]), expected[i])) << "output " << i << ", step " << step;
     }
   }
