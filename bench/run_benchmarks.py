@@ -303,8 +303,12 @@ def matmul_cases():
     return cases
 
 
-def alloy_bench(build, runs, cases):
-    """Alloy's timings of `cases` (comma-separated names) from alloy_bench, by case name."""
+FAILED = []  # the alloy_bench runs that failed (the memory table goes on without them)
+
+
+def alloy_bench(build, runs, cases, fatal=True):
+    """Alloy's timings of `cases` (comma-separated names) from alloy_bench, by case name. A failed
+    run is an error, or (fatal=False) said on stderr, kept in FAILED and its rows dropped."""
     out = subprocess.run([os.path.join(build, "alloy_bench"), str(runs), cases], capture_output=True, text=True)
     sys.stderr.write(out.stderr)
     rows = {}
@@ -313,8 +317,14 @@ def alloy_bench(build, runs, cases):
             row = json.loads(line)
             rows[row["case"]] = row
     if out.returncode != 0:
+        # a negative code is the signal that ended it (its stdout, unflushed, is lost)
+        why = f"alloy_bench {cases} failed: exit code {out.returncode}" + (" (a signal)" if out.returncode < 0 else "")
         print(out.stdout)
-        sys.exit("alloy_bench failed")
+        if fatal:
+            sys.exit(why)
+        print(why, file=sys.stderr)
+        FAILED.append(why)
+        return {}
     return rows
 
 
@@ -422,7 +432,7 @@ def memory_table(build, runs, device, date, slug):
         if only and not any(c in name for c in only):
             continue
         # Alloy's run right before PyTorch's: the same GPU state (clocks, temperature) for both
-        alloy.update(alloy_bench(build, runs, name))
+        alloy.update(alloy_bench(build, runs, name, fatal=False))
         args = make()
         eager = time_torch(fn, args, runs)
         eager_alone = time_torch_isolated(fn, args, runs)
@@ -467,6 +477,9 @@ def memory_table(build, runs, device, date, slug):
     if lat:
         lines.append("")
         lines.append(f"host latency of a cached run of a tiny fusion (C++): median {lat['alloy_us']:.2f} us, min {lat['min_us']:.2f} us")
+    for why in FAILED:
+        lines.append("")
+        lines.append(f"FAILED: {why}")
     text = "\n".join(lines) + "\n"
     print(text)
     write_results(f"{date}-{slug}-{os.environ.get('BENCH_TAG') or 'memory-bound'}", text,

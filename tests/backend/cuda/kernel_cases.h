@@ -331,6 +331,48 @@ inline const std::vector<KernelCase>& kernel_cases() {
   d = relu_backward_mask(g, m)
   return m, d
 })", "", {{"T", 512}}, {{"T", 3}}},
+      // rows of an odd width beside per-row and per-column operands: vectors along each row from
+      // its first aligned element, the edge elements by the slots past a row's vectors; widths of
+      // fewer elements than two vectors (scalar), of a few, and rows shorter than the block
+      {"PointwiseOddRowsBesidePerRowOperands", R"(fusion f(x: bf16[R, W], r: f32[R], b: bf16[W]) {
+  x32 = cast(x, dtype=f32)
+  r2 = unsqueeze(r, dim=1)
+  s = mul(x32, r2)
+  t = add(s, b)
+  y = cast(t, dtype=bf16)
+  return y, t
+})", "", {{"R", 67}, {"W", 1001}}, {{"R", 5}, {"W", 37}}},
+      {"CrossEntropyGradientOverAnOddVocabulary", R"(fusion f(logits: bf16[T, V], target: i64[T], lse: f32[T], g: f32[T]) {
+  x = cast(logits, dtype=f32)
+  lse2 = unsqueeze(lse, dim=1)
+  z = sub(x, lse2)
+  p = exp(z)
+  tg = unsqueeze(target, dim=1)
+  ids = iota(length=V, dtype=i64)
+  hit = eq(ids, tg)
+  onehot = cast(hit, dtype=f32)
+  d = sub(p, onehot)
+  g2 = unsqueeze(g, dim=1)
+  dg = mul(d, g2)
+  dx = cast(dg, dtype=bf16)
+  return dx
+})", "", {{"T", 33}, {"V", 5003}}, {{"T", 3}, {"V", 1001}}},
+      // SwiGLU over a fused gate/up projection: two halves of one input's rows at the edge (issue
+      // 27); a half width the vector divides, and one it does not
+      {"SwiGluOverSlicesOfOneInput", R"(fusion f(gu: bf16[T, 2208]) {
+  gate = slice(gu, starts=[0, 0], ends=[2147483647, 1104])
+  up = slice(gu, starts=[0, 1104], ends=[2147483647, 2208])
+  s = silu(gate)
+  y = mul(s, up)
+  return y
+})", "", {{"T", 300}}, {{"T", 5}}},
+      {"SwiGluOverSlicesOfOddHalves", R"(fusion f(gu: f32[T, 2002]) {
+  gate = slice(gu, starts=[0, 0], ends=[2147483647, 1001])
+  up = slice(gu, starts=[0, 1001], ends=[2147483647, 2002])
+  s = silu(gate)
+  y = mul(s, up)
+  return y
+})", "", {{"T", 300}}, {{"T", 5}}},
       // cat operands computed from host-side values by chains of one-input pointwise ops, folded
       // into the cat's load: neg; mul then exp; a cast from f32 (a source of another dtype,
       // element by element); and two operands that are not folded: one also stored, one read twice

@@ -182,7 +182,7 @@ std::string whole_vectors(const KernelAnalysis& a, const std::vector<Slot>& slot
 // read element by element ('u'). No cats. Empty where that does not fit either.
 std::string vectors_with_edges(const KernelAnalysis& a, const std::vector<Slot>& slots, const KernelVariant& v, const std::vector<Axis>& axes,
                                int va, int vec, const std::vector<const Tensor*>& tensors, const std::vector<uintptr_t>& addresses) {
-  if (!a.cat_leaves.empty() || (a.is_reduction() ? v.inner_rank != 1 : axes.size() != 1)) return "";
+  if (!a.cat_leaves.empty() || (a.is_reduction() ? v.inner_rank != 1 : axes.empty())) return "";
   auto residues = [&](size_t t) {
     std::vector<int64_t> r{int64_t(addresses[t] / dtype_size(tensors[t]->dtype()) % uintptr_t(vec))};
     for (size_t d = 0; d < axes.size(); ++d)
@@ -732,7 +732,9 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   }
   if (!columns && !v.grid) {
     int64_t rows_per_block = std::max(1, v.rows_per_block);
-    int64_t blocks = a.is_reduction() ? (l.rows + rows_per_block - 1) / rows_per_block : (l.numel / v.vector + v.threads - 1) / v.threads;
+    // pointwise edge elements over lines (several axes): a slot more a line than its whole vectors
+    int64_t slots = v.edge_elements && axes.size() > 1 ? l.numel / axes.back().size * (axes.back().size / v.vector + 1) : l.numel / v.vector;
+    int64_t blocks = a.is_reduction() ? (l.rows + rows_per_block - 1) / rows_per_block : (slots + v.threads - 1) / v.threads;
     if (v.transpose_axis >= 0) {  // a block a tile
       const int64_t size_x = axes.back().size, size_y = axes[size_t(v.transpose_axis)].size, tile = kTransposeTile;
       blocks = l.numel / (size_x * size_y) * ((size_x + tile - 1) / tile) * ((size_y + tile - 1) / tile);

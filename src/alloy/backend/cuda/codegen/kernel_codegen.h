@@ -51,11 +51,12 @@ struct KernelVariant {
   // (stride 1), 'b' one value for the whole vector (stride 0), 'u' element by element (stride 1,
   // out of step with the aligned vectors of edge_elements).
   std::string leaf_modes;
-  // Pointwise kernels of one collapsed axis and row kernels of one reduced axis whose lines are not
-  // a whole number of aligned vectors (a width or total that `vector` does not divide, rows that
-  // start off a vector boundary): each line's vectors start at its first aligned element, the same
-  // for every tensor read or written in vectors; the elements before it (fewer than `vector`) and
-  // after the last whole vector are computed one at a time by the first threads.
+  // Pointwise kernels and row kernels of one reduced axis whose lines (along the innermost axis)
+  // are not a whole number of aligned vectors (a width or total that `vector` does not divide, rows
+  // that start off a vector boundary): each line's vectors start at its first aligned element, the
+  // same for every tensor read or written in vectors; the elements before it (fewer than `vector`)
+  // and after the last whole vector are computed one at a time (by the first threads; in pointwise
+  // kernels of several axes, by the slots a line has past its vectors).
   bool edge_elements = false;
   // Row kernels of a block per row whose stages are a max, then a sum of exp(x - that max)
   // (log-sum-exp; online_softmax_stages finds them), with nothing held in registers (items = 0):
