@@ -800,7 +800,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   plan.variant = v;
   plan.block = unsigned(v.threads);
   plan.launch = true;
-  plan.split_stages = a.is_reduction() && !a.single_pass && !columns && target.split_stages && !a.has_indexing() &&
+  plan.split_stages = a.is_reduction() && !a.single_pass && !columns && target.split_stages && !a.has_indexing() && !a.has_outer_reductions() &&
                       rows_across_memory(a, lt.slots, l.outer, l.inner) && l.rows >= kTransposeTile / 2 &&
                       l.cols >= kTransposeTile / 2;
   return plan;
