@@ -600,6 +600,7 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
     v.min_blocks = int(std::clamp<int64_t>(65536 / (threads * ((registers + 7) / 8 * 8)), 1, 2048 / threads));
   }
   v.index32 = small_offsets(axes, l.numel);
+  v.recompute = target.tuning.recompute_values;
   return std::clamp<int64_t>(std::min<int64_t>(l.rows, int64_t(std::max(1, target.sm_count)) * v.min_blocks), 1, 2147483647);
 }
 
