@@ -9,6 +9,7 @@
 #include "alloy/ir/parser.h"
 #include "alloy/passes/decompose_composites.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
+#include "backend/cuda/kernel_cases.h"
 #include "test_util.h"
 
 namespace alloy {
@@ -74,6 +75,67 @@ fusion f(x: f32[8, 16]) {
   EXPECT_EQ(schedulers(s), (V{"reduction", "reduction"})) << s.str();
   ASSERT_FALSE(s.refusals.empty());
   EXPECT_NE(s.refusals[0].why.find("not over the whole domain"), std::string::npos) << s.str();
+}
+
+// The layer norm backward: dx from two row sums, beside dw and db, sums over the rows of values
+// the row kernel computes per element: one inner_outer kernel, whose note names both kinds of
+// reductions; likewise the RMSNorm backward (dw only).
+TEST(CudaSegmenter, LayerNormAndRmsNormBackwardsAreOneInnerOuterKernel) {
+  for (const std::string& text : {testing::layer_norm_backward("bf16"), testing::rms_norm_backward("f32")}) {
+    auto f = parse_fusion(text, "t.fusion", std::nullopt);
+    Segmentation s = segment_for_cuda(*f);
+    ASSERT_EQ(schedulers(s), V{"inner_outer"}) << s.str();
+    const KernelAnalysis& a = *s.segments[0].analysis;
+    EXPECT_EQ(a.reduced_axes, std::vector<int>{1});
+    ASSERT_EQ(a.outer_reductions.size(), text.find("db32") == std::string::npos ? 1u : 2u);
+    EXPECT_EQ(a.outer_reductions[0]->outputs[0]->name, "dw32");
+    EXPECT_TRUE(a.at(f->outputs()[1]).per_column) << "dw is stored once per column";
+    EXPECT_FALSE(a.single_pass);
+    EXPECT_NE(s.str().find("segment 0 [inner_outer] (row reductions "), std::string::npos) << s.str();
+    EXPECT_NE(s.str().find("over the rows: dw32"), std::string::npos) << s.str();
+  }
+}
+
+// The column sums first, the row sums of the 3-D rows after: the row reductions set the domain
+// whatever the order, and the column sums over [0, 1] are its outer reductions.
+TEST(CudaSegmenter, ColumnSumsBeforeTheRowSumsOf3dRowsAreOneInnerOuterKernel) {
+  auto f = parse_fusion(R"(fusion f(x: f32[B, S, D]) {
+  c = sum(x, dims=[0, 1])
+  r = sum(x, dims=[2], keepdim=true)
+  y = sub(x, r)
+  return c, y
+})", "t.fusion", std::nullopt);
+  Segmentation s = segment_for_cuda(*f);
+  ASSERT_EQ(schedulers(s), V{"inner_outer"}) << s.str();
+  EXPECT_EQ(s.segments[0].analysis->reduced_axes, std::vector<int>{2});
+}
+
+// A column sum read with a per-element value, a var_mean over the rows: the inner-outer kernel ends
+// before them, and the refusal says why.
+TEST(CudaSegmenter, WhatAnInnerOuterKernelCannotTake_IsRefusedWithItsReason) {
+  auto f = parse_fusion(R"(fusion f(x: f32[N, D], w: f32[D]) {
+  r = sum(x, dims=[1], keepdim=true)
+  y = sub(x, r)
+  c = sum(y, dims=[0])
+  cw = mul(c, w)
+  return y, cw
+})", "t.fusion", std::nullopt);
+  Segmentation s = segment_for_cuda(*f);
+  ASSERT_EQ(schedulers(s), (V{"inner_outer", "pointwise"})) << s.str();
+  ASSERT_FALSE(s.refusals.empty());
+  EXPECT_NE(s.refusals[0].why.find("cw = mul reads c, a reduction over the rows complete only after every row, with w"), std::string::npos)
+      << s.str();
+  auto g = parse_fusion(R"(fusion g(x: f32[N, D]) {
+  r = sum(x, dims=[1], keepdim=true)
+  y = sub(x, r)
+  v, m = var_mean(y, dims=[0], correction=1)
+  return y, v
+})", "t.fusion", std::nullopt);
+  Segmentation t = segment_for_cuda(*g);
+  ASSERT_EQ(schedulers(t), (V{"normalization", "reduction"})) << t.str();
+  ASSERT_FALSE(t.refusals.empty());
+  EXPECT_NE(t.refusals[0].why.find("var_mean over the rows beside row reductions: only sum, mean, max and min"), std::string::npos)
+      << t.str();
 }
 
 TEST(CudaSegmenter, ViewOfAComputedOutputIsANoopSegment) {

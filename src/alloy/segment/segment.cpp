@@ -49,6 +49,7 @@ const char* scheduler_name(SchedulerKind kind) {
     case SchedulerKind::cpu_reference: return "cpu_reference";
     case SchedulerKind::matmul: return "matmul";
     case SchedulerKind::normalization: return "normalization";
+    case SchedulerKind::inner_outer: return "inner_outer";
     case SchedulerKind::reduction: return "reduction";
     case SchedulerKind::pointwise: return "pointwise";
     case SchedulerKind::bitmask: return "bitmask";
@@ -59,7 +60,7 @@ const char* scheduler_name(SchedulerKind kind) {
 }
 
 bool is_generated_kernel(SchedulerKind kind) {
-  return kind == SchedulerKind::normalization || kind == SchedulerKind::reduction || kind == SchedulerKind::pointwise;
+  return kind == SchedulerKind::normalization || kind == SchedulerKind::inner_outer || kind == SchedulerKind::reduction || kind == SchedulerKind::pointwise;
 }
 
 std::string InPlaceOutput::str() const {

@@ -19,9 +19,11 @@ enum class Target { cpu, cuda };
 // communication. CUDA target, in the order the segmenter tries them: matmul (cuBLASLt with its
 // epilogue), then one generated kernel (normalization, reduction or pointwise), bitmask, noop
 // (host-side views), communication, and cpu_fallback for what no GPU path runs.
-enum class SchedulerKind { noop, cpu_reference, matmul, normalization, reduction, pointwise, bitmask, communication, cpu_fallback };
+// inner_outer: row reductions and outer reductions (over the rows) of the same values in one
+// persistent generated kernel (the layer norm backward's dx beside dw and db).
+enum class SchedulerKind { noop, cpu_reference, matmul, normalization, inner_outer, reduction, pointwise, bitmask, communication, cpu_fallback };
 const char* scheduler_name(SchedulerKind kind);  // as `--dump segments` prints it: "matmul", "cpu_fallback", ...
-// Whether the segment is one generated kernel (normalization, reduction or pointwise).
+// Whether the segment is one generated kernel (normalization, inner_outer, reduction or pointwise).
 bool is_generated_kernel(SchedulerKind kind);
 
 struct EpilogueMatch;   // segment/schedulers/matmul_epilogue.h

@@ -95,6 +95,56 @@ TEST(GpuEndToEnd, GridReductionsAreBitIdenticalAcrossRuns) {
   }
 }
 
+// Inner-outer kernels (row and column reductions of the same values in one persistent kernel): the
+// layer norm and RMSNorm backward, bf16 and f32, from one row to 64k rows, widths 768 to 16384 and
+// odd ones (1000, 4099), one inner_outer segment each, matching the CPU reference.
+TEST(GpuEndToEnd, InnerOuterNormalizationBackwards_AreOneKernelAndMatchTheCpu) {
+  ALLOY_REQUIRE_GPU();
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 768}, {3, 1000}, {1000, 4099}, {8192, 4096}, {65536, 768}, {2048, 16384}};
+  for (const std::string& T : {"bf16", "f32"})
+    for (const std::string& text : {testing::layer_norm_backward(T), testing::rms_norm_backward(T)})
+      for (auto [n, d] : sizes) {
+        SCOPED_TRACE(T + " N=" + std::to_string(n) + " D=" + std::to_string(d) + "\n" + text);
+        testing::GpuRun ran;
+        expect_gpu_matches_cpu(text, {{"N", n}, {"D", d}}, 7, 1.0, &ran);
+        EXPECT_NE(ran.segments.find("segment 0 [inner_outer]"), std::string::npos) << ran.segments;
+        EXPECT_EQ(ran.segments.find("segment 1"), std::string::npos) << ran.segments;
+      }
+}
+
+// An inner-outer kernel's column sums give the same bits on every run (the blocks' partials are
+// combined in a fixed order whichever blocks arrive last): ten runs of one executor and a fresh
+// one's, byte for byte, at the bench case's [8192, 4096] bf16 and at 64k rows of 768 f32.
+TEST(GpuEndToEnd, InnerOuterIsBitIdenticalAcrossRuns) {
+  ALLOY_REQUIRE_GPU();
+  const std::vector<std::pair<std::string, Bindings>> cases = {{testing::layer_norm_backward("bf16"), {{"N", 8192}, {"D", 4096}}},
+                                                               {testing::rms_norm_backward("f32"), {{"N", 65536}, {"D", 768}}}};
+  for (const auto& [text, sizes] : cases) {
+    SCOPED_TRACE(text);
+    auto fusion = parse_fusion(text, "io.fusion", std::nullopt);
+    std::vector<Tensor> given(fusion->inputs().size());
+    std::vector<Tensor> inputs = complete_inputs(*fusion, given, sizes, 7);
+    auto run_on_gpu = [&](FusionExecutor& gpu) {
+      std::vector<Tensor> out;
+      for (const Tensor& t : gpu.run(inputs)) out.push_back(to_cpu(t));
+      gpu.synchronize();
+      return out;
+    };
+    FusionExecutor gpu(parse_fusion(text, "io.fusion", std::nullopt), {DeviceChoice::cuda});
+    std::vector<Tensor> first = run_on_gpu(gpu);
+    EXPECT_NE(gpu.dump("cuda").find("_io_"), std::string::npos) << "not an inner-outer kernel:\n" << gpu.dump("segments");
+    auto expect_same_bits = [&](const std::vector<Tensor>& again, const std::string& which) {
+      ASSERT_EQ(again.size(), first.size());
+      for (size_t i = 0; i < first.size(); ++i)
+        EXPECT_EQ(std::memcmp(again[i].data(), first[i].data(), size_t(first[i].numel()) * dtype_size(first[i].dtype())), 0)
+            << "output " << i << " of " << which << " differs from the first run's";
+    };
+    for (int r = 0; r < 10; ++r) expect_same_bits(run_on_gpu(gpu), "run " + std::to_string(r + 2));
+    FusionExecutor fresh(parse_fusion(text, "io.fusion", std::nullopt), {DeviceChoice::cuda});
+    expect_same_bits(run_on_gpu(fresh), "a fresh executor's run");
+  }
+}
+
 // How many times `what` occurs in `text`.
 int count(const std::string& text, const std::string& what) {
   int n = 0;

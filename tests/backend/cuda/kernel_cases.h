@@ -35,6 +35,60 @@ inline const char* const kLogSumExpRows = R"(fusion f(x: bf16[R, W]) {
   return y
 })";
 
+// The layer norm backward (dx from the row sums of g = dy * w and g * xhat, beside dw and db, the
+// column sums of dy * xhat and dy) and the RMSNorm backward (no mean, no db) in dtype T, rows of
+// width D: one inner_outer kernel each. The 1/D of the row means is a literal (0.001), the same
+// on the GPU and the reference whatever D is.
+inline std::string layer_norm_backward(const std::string& T) {
+  return "fusion ln_bwd(dy: " + T + "[N, D], x: " + T + "[N, D], mean: f32[N], rstd: f32[N], w: " + T + R"([D]) {
+  dy32 = cast(dy, dtype=f32)
+  x32 = cast(x, dtype=f32)
+  w32 = cast(w, dtype=f32)
+  mean2 = unsqueeze(mean, dim=1)
+  rstd2 = unsqueeze(rstd, dim=1)
+  xc = sub(x32, mean2)
+  xhat = mul(xc, rstd2)
+  g = mul(dy32, w32)
+  a = sum(g, dims=[1], keepdim=true)
+  gx = mul(g, xhat)
+  b = sum(gx, dims=[1], keepdim=true)
+  ga = mul(a, 0.001)
+  gb = mul(b, 0.001)
+  t1 = mul(xhat, gb)
+  t2 = sub(g, ga)
+  t3 = sub(t2, t1)
+  dx32 = mul(t3, rstd2)
+  dx = cast(dx32, dtype=)" + T + R"()
+  dyx = mul(dy32, xhat)
+  dw32 = sum(dyx, dims=[0])
+  db32 = sum(dy32, dims=[0])
+  dw = cast(dw32, dtype=)" + T + R"()
+  db = cast(db32, dtype=)" + T + R"()
+  return dx, dw, db
+})";
+}
+inline std::string rms_norm_backward(const std::string& T) {
+  return "fusion rms_bwd(dy: " + T + "[N, D], x: " + T + "[N, D], rstd: f32[N], w: " + T + R"([D]) {
+  dy32 = cast(dy, dtype=f32)
+  x32 = cast(x, dtype=f32)
+  w32 = cast(w, dtype=f32)
+  rstd2 = unsqueeze(rstd, dim=1)
+  xhat = mul(x32, rstd2)
+  g = mul(dy32, w32)
+  gx = mul(g, xhat)
+  b = sum(gx, dims=[1], keepdim=true)
+  gb = mul(b, 0.001)
+  t1 = mul(xhat, gb)
+  t3 = sub(g, t1)
+  dx32 = mul(t3, rstd2)
+  dx = cast(dx32, dtype=)" + T + R"()
+  dyx = mul(dy32, xhat)
+  dw32 = sum(dyx, dims=[0])
+  dw = cast(dw32, dtype=)" + T + R"()
+  return dx, dw
+})";
+}
+
 // How GoogleTest names a case in test listings (instead of dumping its bytes).
 inline void PrintTo(const KernelCase& c, std::ostream* os) { *os << c.name; }
 
@@ -519,6 +573,23 @@ inline const std::vector<KernelCase>& kernel_cases() {
       // log-sum-exp, the one-hot rows from iota; one kernel
       {"CrossEntropyForwardAndBackward", "", "examples/cross_entropy.fusion", {{"T", 64}, {"V", 1000}}, {{"T", 5}, {"V", 1001}}},
       // the loss alone over a vocabulary long enough for the streaming log-sum-exp, an i32 target
+      // row and column reductions of the same values in one inner_outer kernel (odd widths: vectors
+      // of one; 3-D rows reduced over [0, 1] with a mean and a max of the columns)
+      {"LayerNormBackwardBf16", layer_norm_backward("bf16"), "", {{"N", 1000}, {"D", 4096}}, {{"N", 300}, {"D", 1000}}},
+      {"LayerNormBackwardF32OddWidth", layer_norm_backward("f32"), "", {{"N", 777}, {"D", 4099}}, {{"N", 37}, {"D", 771}}},
+      {"RmsNormBackwardBf16", rms_norm_backward("bf16"), "", {{"N", 4096}, {"D", 768}}, {{"N", 70}, {"D", 768}}},
+      {"RowAndColumnReductionsOf3dRows", R"(fusion f(x: bf16[B, S, D], w: bf16[D]) {
+  x32 = cast(x, dtype=f32)
+  w32 = cast(w, dtype=f32)
+  y = mul(x32, w32)
+  s = sum(y, dims=[2], keepdim=true)
+  z = sub(y, s)
+  zb = cast(z, dtype=bf16)
+  c = mean(z, dims=[0, 1])
+  m = max(x32, dims=[0, 1])
+  cm = add(c, m)
+  return zb, cm, s
+})", "", {{"B", 3}, {"S", 500}, {"D", 1024}}, {{"B", 3}, {"S", 7}, {"D", 256}}},
       {"CrossEntropyLossOverLongRows", R"(fusion ce(logits: bf16[T, V], target: i32[T]) {
   x = cast(logits, dtype=f32)
   m = max(x, dims=[1], keepdim=true)

@@ -276,6 +276,39 @@ TEST(LaunchPlan, RowKernelsTakeTheirBlockCapAndLaunchBoundsFromTheTuning) {
   EXPECT_EQ(tuned.plan.block, 128u);
 }
 
+// The layer norm backward at [8192, 4096] bf16 on 132 SMs: an inner-outer kernel of 256 threads, two
+// vectors of 8 a thread (32 f32 partials of dw and db), two blocks an SM by the register estimate:
+// 264 blocks in groups of 17 (16 groups), whose partials take (264 + 16) x 4096 x 2 floats, and 17
+// counters. The tuning's keys change the block and the grid; one row is one block, no workspace.
+TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
+  const std::string text = testing::layer_norm_backward("bf16");
+  Planned p = plan_of(text, {{"N", 8192}, {"D", 4096}});
+  ASSERT_TRUE(p.plan.launch);
+  const cuda::KernelVariant& v = p.plan.variant;
+  EXPECT_TRUE(v.inner_outer);
+  EXPECT_EQ(v.key(), "r1.1_v8_t256_i2_b2_io_32_f_vvvss");
+  EXPECT_EQ(p.plan.grid_x, 264u);
+  EXPECT_EQ(p.plan.grid_y, 1u);
+  EXPECT_EQ(cuda::inner_outer_group_size(264), 17);
+  EXPECT_EQ(p.plan.workspace_bytes, size_t(264 + 16) * 4096 * 8);
+  EXPECT_EQ(p.plan.counter_bytes, size_t(17) * 4);
+  EXPECT_FALSE(p.plan.split_stages);
+  cuda::KernelTuning tuning;
+  tuning.inner_outer_accumulators = 64;
+  tuning.inner_outer_blocks_per_sm = 3;
+  Planned tuned = plan_of(text, {{"N", 8192}, {"D", 4096}}, 0, true, tuning);
+  EXPECT_EQ(tuned.plan.variant.threads, 128);
+  EXPECT_EQ(tuned.plan.variant.items, 4);
+  EXPECT_EQ(tuned.plan.grid_x, 396u);
+  Planned one_row = plan_of(text, {{"N", 1}, {"D", 4096}});
+  EXPECT_EQ(one_row.plan.grid_x, 1u);
+  EXPECT_EQ(one_row.plan.workspace_word, -1);
+  // an odd width: vectors of one (a thread's columns are the same in every row)
+  Planned odd = plan_of(text, {{"N", 1000}, {"D", 4099}});
+  EXPECT_EQ(odd.plan.variant.vector, 1);
+  EXPECT_FALSE(odd.plan.variant.edge_elements);
+}
+
 TEST(LaunchPlan, NormalizationOverANonContiguousAxisRunsAKernelAPass) {
   // layer norm of permute(x), x stored [4096, 8192]: the 8192 rows are x's contiguous axis
   const char* permuted = R"(fusion f(x: bf16[C, R], w: bf16[C], b: bf16[C]) {

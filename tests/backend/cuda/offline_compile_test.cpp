@@ -191,6 +191,26 @@ TEST(OfflineCompile, CatCompilesIntoGeneratedKernels) {
   EXPECT_NE(report.find("2 kernels compiled for sm_80"), std::string::npos) << report;
 }
 
+// The layer norm and RMSNorm backward compile, with NVRTC, into one inner-outer kernel each, in the
+// representative variants and at the bench case's [8192, 4096] (its persistent grid of 264 blocks).
+TEST(OfflineCompile, NormalizationBackwardsCompileIntoOneInnerOuterKernel) {
+  REQUIRE_CUDA_BUILD();
+  for (const std::string& text : {testing::layer_norm_backward("bf16"), testing::rms_norm_backward("f32")}) {
+    auto f = parse_fusion(text, "io.fusion", std::nullopt);
+    for (const char* arch : {"sm_90", "sm_80"}) {
+      std::string report = compile_offline(*f, arch, false);
+      EXPECT_EQ(report.find("segment 1"), std::string::npos) << "one segment\n" << report;
+      EXPECT_NE(report.find("segment 0 [inner_outer] variant"), std::string::npos) << report;
+      EXPECT_NE(report.find("2 kernels compiled for " + std::string(arch)), std::string::npos) << report;
+    }
+  }
+  Bindings bench{{"N", 8192}, {"D", 4096}};
+  auto f = parse_fusion(testing::layer_norm_backward("bf16"), "io.fusion", std::nullopt);
+  std::string report = compile_offline(*f, "sm_90", false, &bench);
+  EXPECT_NE(report.find("segment 0 [inner_outer] variant r1.1_v8_t256_i2_b2_io_32_f_vvvss: sm_90 cubin"), std::string::npos) << report;
+  EXPECT_NE(report.find("grid 264x1, block 256"), std::string::npos) << report;
+}
+
 // gather and iota are part of generated kernels: cross-entropy, forward and backward, is one
 // NVRTC-compiled normalization kernel (no CPU fallback) in every representative variant, and at
 // GPT-2's vocabulary a block per row with edge elements; the loss alone streams the row once.

@@ -212,6 +212,7 @@ std::unique_ptr<host_ir::SegmentExecutable> make_cuda_executable(const Segment& 
     case SchedulerKind::pointwise:
     case SchedulerKind::reduction:
     case SchedulerKind::normalization:
+    case SchedulerKind::inner_outer:
       ALLOY_CHECK(s.analysis != nullptr, "segment ", s.id, " [", scheduler_name(s.scheduler), "] has no kernel analysis");
       return make_generated_kernel(s, *s.analysis);
     case SchedulerKind::cpu_reference:

@@ -25,6 +25,12 @@ struct KernelTuning {
   int grid_threads = 256;         // a multiple of 32, 32 to 1024
   int grid_blocks_per_sm = 4;     // 0 to 32
   int grid_min_vectors = 8;       // 1 to 2^20
+  // Inner-outer kernels (row and outer reductions in one persistent kernel, launch_plan's
+  // choose_inner_outer): the f32 column accumulators a thread holds at most (wider blocks for wider
+  // rows), and the blocks an SM runs (the persistent grid is SMs * this, also __launch_bounds__'
+  // minimum; 0: estimated from the registers the accumulators and the held row take).
+  int inner_outer_accumulators = 32;  // 4 to 256
+  int inner_outer_blocks_per_sm = 0;  // 0 to 32
   bool recompute_values = false;  // row kernels recompute costly values (exp, tanh, ...) instead of holding them
   bool operator==(const KernelTuning&) const = default;
 };

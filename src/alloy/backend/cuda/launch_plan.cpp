@@ -8,6 +8,7 @@
 
 #include "alloy/backend/cpu/reference_indexing.h"
 #include "alloy/backend/cpu/views.h"
+#include "alloy/backend/cuda/codegen/cuda_expressions.h"
 #include "alloy/common/settings.h"
 
 namespace alloy::cuda {
@@ -145,7 +146,7 @@ std::string whole_vectors(const KernelAnalysis& a, const std::vector<Slot>& slot
   std::string modes(a.leaves.size(), '?');
   for (size_t t = 0; t < tensors.size(); ++t) {
     int leaf = slots[t].leaf;
-    if (a.is_reduction() && a.at(slots[t].laid_out_as).per_row) {
+    if (a.is_reduction() && !a.per_element(slots[t].laid_out_as)) {  // per row, or per column (stored one by one)
       if (leaf >= 0) modes[leaf] = 's';
       continue;
     }
@@ -198,7 +199,7 @@ std::string vectors_with_edges(const KernelAnalysis& a, const std::vector<Slot>&
   std::vector<int64_t> reference;
   for (size_t t : order) {
     int leaf = slots[t].leaf;
-    if (a.is_reduction() && a.at(slots[t].laid_out_as).per_row) continue;
+    if (a.is_reduction() && !a.per_element(slots[t].laid_out_as)) continue;
     if (slots[t].kind == Slot::Kind::position) {
       modes[leaf] = 'p';
       continue;
@@ -572,11 +573,53 @@ std::vector<int> cat_axes_of(const std::vector<CatSources>& cats, const std::vec
   return positions;
 }
 
+// Row and outer reductions in one persistent kernel (KernelVariant::inner_outer): a block per row,
+// the row held in registers in whole vectors (a thread owns the same columns in every row, so no
+// edge elements), as many threads as keep a thread's column partials within
+// `inner_outer_accumulators` f32 registers (128 to 1024), and a grid of min(rows, SMs * blocks an
+// SM) blocks: the tuning's blocks an SM, or as many as 64K registers hold by an estimate (the
+// partials, the held leaves, 40 more), at most 2048 threads an SM. Returns the blocks.
+int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const LaunchTensors& lt, const LaunchTarget& target,
+                           const std::vector<Axis>& axes, KernelVariant& v) {
+  v.inner_outer = true;
+  choose_vector(a, lt.slots, v, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats, false);
+  int words = 0;  // 32-bit registers of one column's partials
+  for (const Op* r : a.outer_reductions) words += std::string(compute_type(r->outputs[0]->dtype())) == "double" ? 2 : 1;
+  const int64_t slots = std::max<int64_t>(1, (l.cols + v.vector - 1) / v.vector);
+  const int64_t per_thread = std::max(1, target.tuning.inner_outer_accumulators / std::max(1, v.vector * words));
+  int64_t threads = std::clamp<int64_t>(((slots + per_thread - 1) / per_thread + 31) / 32 * 32, 128, 1024);
+  v.threads = int(threads);
+  v.items = int((slots + threads - 1) / threads);
+  v.full_rows = l.cols == int64_t(v.items) * threads * v.vector;
+  v.min_blocks = target.tuning.inner_outer_blocks_per_sm;
+  if (v.min_blocks == 0) {
+    int64_t held = 0;  // the leaves' registers, were every per-element one held
+    for (const Value* leaf : a.leaves)
+      if (!a.at(leaf).per_row && !a.is_position(leaf)) held += int64_t(v.items) * v.vector * dtype_size(leaf->dtype()) / 4;
+    int64_t registers = std::min<int64_t>(255, 40 + int64_t(v.items) * v.vector * words + held);
+    v.min_blocks = int(std::clamp<int64_t>(65536 / (threads * ((registers + 7) / 8 * 8)), 1, 2048 / threads));
+  }
+  v.index32 = small_offsets(axes, l.numel);
+  v.recompute = target.tuning.recompute_values;
+  return std::clamp<int64_t>(std::min<int64_t>(l.rows, int64_t(std::max(1, target.sm_count)) * v.min_blocks), 1, 2147483647);
+}
+
 // The kernel shape and its launch-time choices; `columns` says whether it is a column kernel,
 // `splits` the blocks a row of a grid reduction is split over (0: not one).
 KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTensors& lt, const LaunchTarget& target, bool& columns,
                              std::vector<Axis>& axes, int64_t& splits) {
   splits = 0;
+  if (a.has_outer_reductions()) {  // a persistent row kernel: its blocks go into `splits`
+    columns = false;
+    axes = l.outer;
+    axes.insert(axes.end(), l.inner.begin(), l.inner.end());
+    KernelVariant v;
+    v.outer_rank = int(l.outer.size());
+    v.inner_rank = int(l.inner.size());
+    v.cat_axes = cat_axes_of(lt.cats, axes);
+    splits = choose_inner_outer(a, l, lt, target, axes, v);
+    return v;
+  }
   if (a.is_reduction()) {  // few long rows read along the reduced axis: a grid reduction
     axes = l.outer;
     axes.insert(axes.end(), l.inner.begin(), l.inner.end());
@@ -663,7 +706,9 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   lt.addresses = launch_addresses(a, lt.slots, tensors, lt.cats);
   LaidOut l = lay_out(a, domain, lt);
   if (l.numel == 0 && !a.is_reduction()) return plan;
-  if (a.is_reduction() && l.rows == 0) return plan;
+  // (an inner-outer kernel of no rows still stores its column results: the reductions' identities)
+  if (a.is_reduction() && l.rows == 0 && !a.has_outer_reductions()) return plan;
+  if (a.has_outer_reductions() && l.cols == 0) return plan;
   bool columns = false;
   std::vector<Axis> axes;
   int64_t splits = 0;
@@ -689,6 +734,18 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
     if (most > 1) {
       plan.workspace_bytes = size_t(splits) * plan.workspace_bytes_per_split;
       plan.counter_bytes = size_t(blocks_x) * 4;
+      plan.workspace_word = int(words.size());
+      plan.counters_word = int(words.size()) + 1;
+    }
+    push_i(0);  // the workspace and counters, filled in by the launcher
+    push_i(0);
+  }
+  if (v.inner_outer) {  // the persistent grid, and where it has several blocks their column partials' workspace
+    plan.grid_x = unsigned(splits);
+    plan.workspace_bytes = inner_outer_workspace_bytes(a, splits, l.cols);
+    if (plan.workspace_bytes > 0) {
+      int64_t groups = (splits + inner_outer_group_size(splits) - 1) / inner_outer_group_size(splits);
+      plan.counter_bytes = size_t(groups + 1) * 4;
       plan.workspace_word = int(words.size());
       plan.counters_word = int(words.size()) + 1;
     }
@@ -730,7 +787,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
     plan.error_word = int(words.size());
     push_i(0);
   }
-  if (!columns && !v.grid) {
+  if (!columns && !v.grid && !v.inner_outer) {
     int64_t rows_per_block = std::max(1, v.rows_per_block);
     // pointwise edge elements over lines (several axes): a slot more a line than its whole vectors
     int64_t slots = v.edge_elements && axes.size() > 1 ? l.numel / axes.back().size * (axes.back().size / v.vector + 1) : l.numel / v.vector;
@@ -746,7 +803,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   plan.variant = v;
   plan.block = unsigned(v.threads);
   plan.launch = true;
-  plan.split_stages = a.is_reduction() && !a.single_pass && !columns && target.split_stages && !a.has_indexing() &&
+  plan.split_stages = a.is_reduction() && !a.single_pass && !columns && target.split_stages && !a.has_indexing() && !a.has_outer_reductions() &&
                       rows_across_memory(a, lt.slots, l.outer, l.inner) && l.rows >= kTransposeTile / 2 &&
                       l.cols >= kTransposeTile / 2;
   return plan;

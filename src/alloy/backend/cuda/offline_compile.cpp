@@ -84,6 +84,15 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
   warp_rows.rows_per_block = 8;
   cuda::KernelVariant early_warp_rows = warp_rows;
   early_warp_rows.index32 = early_warp_rows.early_loads = true;
+  if (a.has_outer_reductions()) {  // a persistent row kernel with column partials: whole vectors, held rows
+    cuda::KernelVariant inner_outer = index32;
+    inner_outer.inner_outer = true;
+    inner_outer.min_blocks = 2;
+    cuda::KernelVariant inner_outer_scalar = scalar;
+    inner_outer_scalar.inner_outer = true;
+    inner_outer_scalar.items = 4;
+    return {inner_outer_scalar, inner_outer};
+  }
   if (!a.single_pass || a.has_indexing()) return with_edges({scalar, vector, warp_rows, index32, early_warp_rows});
   cuda::KernelVariant columns = vector;  // reductions over outer axes, split over blocks
   columns.items = 0;

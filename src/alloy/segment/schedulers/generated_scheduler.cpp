@@ -28,11 +28,27 @@ int64_t param_words_bound(const Segment& s) {
   return 8 + rank + tensors * (1 + rank) + scalars + indexing;
 }
 
+// "(row reductions a, b over [1]; over the rows: dw32, db32, in one persistent kernel)"
+std::string inner_outer_note(const KernelAnalysis& a) {
+  auto names = [](const std::vector<const Op*>& ops) {
+    std::string text;
+    for (const Op* op : ops) text += (text.empty() ? "" : ", ") + op->outputs[0]->name;
+    return text;
+  };
+  std::vector<const Op*> rows;
+  for (const auto& stage : a.stages) rows.insert(rows.end(), stage.begin(), stage.end());
+  std::string axes;
+  for (int d : a.reduced_axes) axes += (axes.empty() ? "" : ", ") + std::to_string(d);
+  return "(row reductions " + names(rows) + " over [" + axes + "]; over the rows: " + names(a.outer_reductions) +
+         ", in one persistent kernel whose last blocks combine the column partials)";
+}
+
 std::string too_many_ops() { return "a generated kernel takes at most " + std::to_string(kMaxKernelOps) + " ops"; }
 const char* kTooManyParams = "its tensors' pointers, sizes and strides would pass CUDA's 32 KB of kernel parameters";
 
 SchedulerKind kernel_kind(const KernelAnalysis& a) {
   if (!a.is_reduction()) return SchedulerKind::pointwise;
+  if (a.has_outer_reductions()) return SchedulerKind::inner_outer;
   for (Value* out : a.outputs)
     if (!a.at(out).per_row) return SchedulerKind::normalization;
   return SchedulerKind::reduction;
@@ -48,6 +64,7 @@ Verdict can_schedule_generated(const Offer& offer) {
   if (auto* why = std::get_if<std::string>(&analysis)) return *why;
   auto kept = std::make_shared<const KernelAnalysis>(std::get<KernelAnalysis>(std::move(analysis)));
   s.scheduler = kernel_kind(*kept);
+  if (s.scheduler == SchedulerKind::inner_outer) s.note = inner_outer_note(*kept);
   s.analysis = std::move(kept);
   return s;
 }

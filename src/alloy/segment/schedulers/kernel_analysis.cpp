@@ -232,13 +232,23 @@ class Analyzer {
   std::map<const Value*, std::pair<Value*, std::vector<const Op*>>> chains_;
   std::set<const Op*> folded_;
 
+  // A reduction sets the domain and its reduced axes: the first one over its input's innermost
+  // axis where there is one (a layer norm backward's row sums rather than its column sums dw and
+  // db, which then reduce the kept axes: outer reductions), else the first.
   void choose_domain() {
+    const Op* chosen = nullptr;
     for (const Op* op : a_.compute_ops)
       if (is_reduction_op(op->kind)) {
-        a_.domain = op->inputs[0]->shape();
-        a_.reduced_axes = reduction_axes_of(op);
-        return;
+        std::vector<int> axes = reduction_axes_of(op);
+        bool innermost = !axes.empty() && axes.back() == op->inputs[0]->rank() - 1;
+        if (!chosen || innermost) chosen = op;
+        if (innermost) break;
       }
+    if (chosen) {
+      a_.domain = chosen->inputs[0]->shape();
+      a_.reduced_axes = reduction_axes_of(chosen);
+      return;
+    }
     for (Value* out : outputs_)
       if (!out->is_scalar() && (a_.domain.empty() || out->rank() > int(a_.domain.size()))) a_.domain = out->shape();
   }
@@ -320,8 +330,11 @@ class Analyzer {
     if (int(in->axis_map.size()) != rank()) return fail(describe(op) + ": its input is not over the whole domain");
     for (int i = 0; i < rank(); ++i)
       if (in->axis_map[i] != i && in->axis_map[i] != -1) return fail(describe(op) + ": its input is permuted against the domain");
-    if (reduction_axes_of(op) != a_.reduced_axes)
+    if (in->per_column) return fail(describe(op) + " reduces " + op->inputs[0]->name + ", which is complete only after every row");
+    if (reduction_axes_of(op) != a_.reduced_axes) {
+      if (reduction_axes_of(op) == kept_axes()) return lay_out_outer_reduction(op, *in);
       return fail(describe(op) + " reduces other axes than the segment's first reduction");
+    }
     bool keepdim = op->bool_attr("keepdim");
     std::vector<int> map;
     for (int i = 0; i < rank(); ++i) {
@@ -330,6 +343,55 @@ class Analyzer {
       else if (keepdim) map.push_back(-1);
     }
     for (size_t k = 0; k < op->outputs.size(); ++k) set_output_layout(op, int(k), map);
+  }
+
+  std::vector<int> kept_axes() const {
+    std::vector<int> kept;
+    for (int i = 0; i < rank(); ++i)
+      if (!contains(a_.reduced_axes, i)) kept.push_back(i);
+    return kept;
+  }
+
+  // A reduction over exactly the kept axes beside the row reductions (dw, db of a layer norm
+  // backward): each thread accumulates its columns over the rows it handles, the blocks' partials
+  // are combined at the kernel's end. Its value varies along the reduced axes only (per column).
+  void lay_out_outer_reduction(const Op* op, const ValueLayout& in) {
+    if (op->kind != OpKind::sum && op->kind != OpKind::mean && op->kind != OpKind::max && op->kind != OpKind::min)
+      return fail(describe(op) + " over the rows beside row reductions: only sum, mean, max and min run there in one kernel");
+    if (!is_floating(op->outputs[0]->dtype()) || !is_floating(op->inputs[0]->dtype()))
+      return fail(describe(op) + " over the rows beside row reductions: only floating values are accumulated there");
+    if (in.per_row) return fail(describe(op) + " reduces a value computed once per row over the rows beside row reductions");
+    bool keepdim = op->bool_attr("keepdim");
+    std::vector<int> map;
+    for (int i = 0; i < rank(); ++i) {
+      if (contains(a_.reduced_axes, i)) map.push_back(in.axis_map[i]);
+      else if (keepdim) map.push_back(-1);
+    }
+    set_output_layout(op, 0, map);
+    if (!why_.empty()) return;
+    ValueLayout& l = a_.layout[op->outputs[0]];
+    l.per_row = false;
+    l.per_column = true;
+    a_.outer_reductions.push_back(op);
+  }
+
+  // Ops of outer reductions' results (a cast of dw to bf16) run once per column at the kernel's
+  // end: their other operands must be per-column values too, literals or scalars.
+  void mark_per_column(const Op* op) {
+    const Value* column = nullptr;
+    for (Value* in : computed_from(*op))
+      if (!in->literal && a_.layout.count(in) && a_.at(in).per_column) column = in;
+    if (!column || !why_.empty() || op_row(op->kind).op_class == OpClass::reduction) return;
+    if (op->kind == OpKind::gather) return fail(describe(op) + " gathers from a column reduction's result");
+    for (Value* in : computed_from(*op))
+      if (!in->literal && !in->is_scalar() && !a_.at(in).per_column)
+        return fail(describe(op) + " reads " + column->name + ", a reduction over the rows complete only after every row, with " +
+                    in->name + ", a value per row or per element");
+    for (Value* out : op->outputs) {
+      ValueLayout& l = a_.layout[out];
+      l.per_row = false;
+      l.per_column = true;
+    }
   }
 
   void lay_out_view(const Op* op) {
@@ -387,6 +449,7 @@ class Analyzer {
     else if (c == OpClass::reduction) lay_out_reduction(op);
     else if (c == OpClass::shape) lay_out_view(op);
     else lay_out_pointwise(op);
+    mark_per_column(op);
   }
 
   // A reduction's stage is one more than the deepest reduction its input depends on.
@@ -396,14 +459,14 @@ class Analyzer {
       int d = 0;
       for (Value* in : computed_from(*op))
         if (auto it = depth.find(in); it != depth.end()) d = std::max(d, it->second);
-      if (is_reduction_op(op->kind)) {
+      if (is_reduction_op(op->kind) && !contains(a_.outer_reductions, op)) {
         if (int(a_.stages.size()) <= d) a_.stages.resize(d + 1);
         a_.stages[d].push_back(op);
         d += 1;
       }
       for (Value* out : op->outputs) depth[out] = d;
     }
-    a_.single_pass = a_.stages.size() == 1;
+    a_.single_pass = a_.stages.size() == 1 && a_.outer_reductions.empty();
     for (auto& [v, d] : depth)
       if (d > 0 && !a_.at(v).per_row) a_.single_pass = false;
   }
@@ -416,6 +479,19 @@ class Analyzer {
       if (it == a_.layout.end()) return fail(out->name + " is not computed by this segment");
       if (out->is_scalar()) return fail(out->name + " is a scalar: scalar arithmetic runs on the host; a kernel stores tensors");
       ValueLayout& l = it->second;
+      if (l.per_column) {  // stored once per column: its non-1 axes are the reduced axes, in order
+        size_t next = 0;
+        for (int k = 0; k < out->rank(); ++k) {
+          if (out->shape()[k].is_one()) { l.store_axes.push_back(-1); continue; }
+          while (next < a_.reduced_axes.size() && a_.domain[a_.reduced_axes[next]].is_one()) ++next;
+          if (next >= a_.reduced_axes.size() || !(out->shape()[k] == a_.domain[a_.reduced_axes[next]]))
+            return fail(out->name + " (" + out->type_str() + ") is not laid out along the reduced axes");
+          l.store_axes.push_back(a_.reduced_axes[next++]);
+        }
+        while (next < a_.reduced_axes.size() && a_.domain[a_.reduced_axes[next]].is_one()) ++next;
+        if (next != a_.reduced_axes.size()) return fail(out->name + " does not cover every reduced axis");
+        continue;
+      }
       if (!l.per_row || !a_.is_reduction()) {
         // stored at every domain position
         if (!(out->shape() == a_.domain)) return fail(out->name + " (" + out->type_str() + ") does not cover the whole domain");

@@ -21,6 +21,10 @@ struct ValueLayout {
   // broadcast along it (extent 1, or a broadcast axis made by broadcast_in_dim/expand).
   std::vector<int> axis_map;
   bool per_row = false;  // varies only along kept (non-reduced) domain axes: computed once per row
+  // An outer reduction's result (over the kept axes: a column sum beside the row reductions) and
+  // the pointwise ops of such results: varies only along the reduced axes, complete only once
+  // every row is done, so computed once per column at the kernel's end (inner_outer_kernel.cpp).
+  bool per_column = false;
   bool leaf = false;     // loaded from memory (a segment input, through host-side views)
   // For stored outputs: the domain axis each output axis is written along (-1 for extent 1).
   std::vector<int> store_axes;
@@ -84,12 +88,23 @@ struct KernelAnalysis {
   std::vector<Value*> outputs;              // values the kernel stores
   std::map<const Value*, ValueLayout> layout;
   std::vector<std::vector<const Op*>> stages;  // reductions grouped by dependency depth
+  // Outer reductions: reductions over exactly the kept axes (sum, mean, max or min over the rows,
+  // the layer norm backward's dw and db beside its row sums), of values computed per element.
+  // Not in `stages`: each thread accumulates its columns in the final pass over every row it
+  // handles, and the blocks' partials are combined at the kernel's end (SchedulerKind::inner_outer).
+  std::vector<const Op*> outer_reductions;
   // One pass over the domain computes everything: a single stage of reductions, and no value
   // stored per element depends on a reduction result. Such a kernel may also run as a column
   // (outer) reduction with the reduced axes split over blocks (bias gradients, sum over dim 0).
   bool single_pass = false;
 
   bool is_reduction() const { return !reduced_axes.empty(); }
+  bool has_outer_reductions() const { return !outer_reductions.empty(); }
+  // Computed once per element: neither per row nor per column (every value of a pointwise kernel).
+  bool per_element(const Value* v) const {
+    const ValueLayout& l = at(v);
+    return !is_reduction() || (!l.per_row && !l.per_column);
+  }
   const ValueLayout& at(const Value* v) const { return layout.at(v); }
   const CatLeaf* cat_leaf(const Value* v) const {
     auto it = cat_leaves.find(v);

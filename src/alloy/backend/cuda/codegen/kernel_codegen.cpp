@@ -20,11 +20,13 @@ std::string cat_key(const std::vector<int>& cat_axes) {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (grid ? "_g" : "") + (index32 ? "_32" : "") + (recompute ? "_rc" : "") + (early_loads ? "_el" : "") + (full_rows ? "_f" : "") + (edge_elements ? "_e" : "") + (streaming_online ? "_so" : "") + "_" +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (grid ? "_g" : "") + (inner_outer ? "_io" : "") + (index32 ? "_32" : "") + (recompute ? "_rc" : "") + (early_loads ? "_el" : "") + (full_rows ? "_f" : "") + (edge_elements ? "_e" : "") + (streaming_online ? "_so" : "") + "_" +
          leaf_modes + cat_key(cat_axes) + (transpose_axis >= 0 ? "_t" + std::to_string(transpose_axis) + staged : "");
 }
 
 std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name) {
+  if (analysis.is_reduction() && variant.inner_outer && !analysis.has_outer_reductions())
+    internal_error("an inner-outer variant of a kernel without outer reductions");
   if (analysis.is_reduction() && variant.grid) return emit_grid_reduction_kernel(analysis, variant, name);
   if (analysis.is_reduction() && variant.tile_x > 0) return emit_column_kernel(analysis, variant, name);
   if (analysis.is_reduction()) return emit_row_kernel(analysis, variant, name);
@@ -34,7 +36,7 @@ std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant&
 
 int param_words(const KernelAnalysis& a, const KernelVariant& v) {
   int dims = std::max(1, v.outer_rank + v.inner_rank);
-  int header = a.is_reduction() ? (v.tile_x > 0 || v.grid ? 5 : 3) : 1;
+  int header = a.is_reduction() ? (v.tile_x > 0 || v.grid || v.inner_outer ? 5 : 3) : 1;
   int tensors = int(a.outputs.size()), ends = 0;
   for (const Value* leaf : a.leaves) {
     const CatLeaf* cat = a.cat_leaf(leaf);
@@ -67,6 +69,20 @@ int column_workspace_words(const KernelAnalysis& a) {
   if (!a.stages.empty())
     for (const Op* r : a.stages[0]) words += r->kind == OpKind::var_mean ? 3 : 1;
   return words;
+}
+
+int64_t inner_outer_group_size(int64_t blocks) {
+  int64_t s = 1;
+  while (s * s < blocks) ++s;
+  return s;
+}
+
+size_t inner_outer_workspace_bytes(const KernelAnalysis& a, int64_t blocks, int64_t cols) {
+  if (blocks <= 1) return 0;
+  int64_t groups = (blocks + inner_outer_group_size(blocks) - 1) / inner_outer_group_size(blocks);
+  size_t bytes_per_column = 0;
+  for (const Op* r : a.outer_reductions) bytes_per_column += std::string(compute_type(r->outputs[0]->dtype())) == "double" ? 8 : 4;
+  return size_t(blocks + groups) * size_t(cols) * bytes_per_column;
 }
 
 int transpose_shared_bytes(const KernelAnalysis& a, const KernelVariant& v) {

@@ -35,6 +35,12 @@ struct KernelVariant {
   // block of the row to arrive combines every partial of the row in a fixed order, so the bits do
   // not depend on which block finished last. min_blocks is __launch_bounds__' blocks an SM.
   bool grid = false;
+  // Inner-outer kernels (SchedulerKind::inner_outer, inner_outer_kernel.cpp): a row kernel of a
+  // block per row over a persistent grid (row = blockIdx.x, + gridDim.x, ...; min_blocks the
+  // blocks an SM the grid counts) whose threads also accumulate the outer reductions of the columns
+  // they own (`items` vectors a thread, always held) over their rows; the blocks' partials are
+  // combined at the end by the last blocks to arrive, in a fixed order.
+  bool inner_outer = false;
   // Offsets fit in 32 bits (every tensor spans under 2^30 elements): int index arithmetic, fewer
   // registers than 64-bit.
   bool index32 = false;
@@ -88,7 +94,8 @@ std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant&
 // Words of the Params struct, in order (every field is 8 bytes):
 //   pointwise:  numel, size[outer_rank]
 //   row kernel: rows, cols, count (double: elements reduced per row), size[outer_rank + inner_rank]
-//               (column kernels and grid reductions add: workspace pointer, counters pointer, after count)
+//               (column kernels, grid reductions and inner-outer kernels add: workspace pointer,
+//               counters pointer, after count)
 //   then for each leaf, then each output: pointer, stride[outer_rank + inner_rank]
 //     (a cat leaf of n sources: that for each source, its pointer moved back by the source's start
 //     along the cat's axis, then the n - 1 positions where sources 0..n-2 end along that axis;
@@ -120,6 +127,16 @@ std::vector<OnlineSoftmaxStage> online_softmax_stages(const KernelAnalysis& anal
 int column_shared_bytes(const KernelAnalysis& analysis, const KernelVariant& variant);
 constexpr int kMaxColumnSharedBytes = 40 * 1024;
 int column_workspace_words(const KernelAnalysis& analysis);
+
+// Inner-outer kernels: the B blocks' column partials are combined in groups of S consecutive blocks
+// (S the least with S * S >= B), each group's last block to arrive summing its blocks' partials
+// in block order into a group partial, then the last group to finish summing the G = ceil(B / S)
+// group partials in group order: two short combines that overlap the other blocks' rows, where
+// one block reading all B partials would take tens of microseconds. The kernel computes S the
+// same way. Workspace: (B + G) partials of every column for each outer reduction (f64 ones first,
+// so every region stays aligned to its vectors); counters: G + 1.
+int64_t inner_outer_group_size(int64_t blocks);
+size_t inner_outer_workspace_bytes(const KernelAnalysis& analysis, int64_t blocks, int64_t cols);
 
 // Tile transposes: the tile's side in elements, and the static shared memory its staged leaves
 // take (a tile each, in the leaf's storage type). Above kMaxColumnSharedBytes the launch plan

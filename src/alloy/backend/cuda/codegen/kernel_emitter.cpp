@@ -32,7 +32,7 @@ void KernelEmitter::emit_params() {
   os_ << "struct Params {\n";
   if (a_.is_reduction()) os_ << "  long long rows, cols;\n  double count;\n";
   else os_ << "  long long numel;\n";
-  if (a_.is_reduction() && (v_.tile_x > 0 || v_.grid)) os_ << "  unsigned long long* ws;\n  unsigned* counters;\n";
+  if (a_.is_reduction() && (v_.tile_x > 0 || v_.grid || v_.inner_outer)) os_ << "  unsigned long long* ws;\n  unsigned* counters;\n";
   os_ << "  long long size[" << std::max(1, dims()) << "];\n";
   for (size_t k = 0; k < a_.leaves.size(); ++k) {
     const CatLeaf* cat = a_.cat_leaf(a_.leaves[k]);
@@ -103,7 +103,8 @@ std::vector<std::string> KernelEmitter::tensor_names(bool leaves, bool outputs, 
   }
   if (outputs)
     for (size_t k = 0; k < a_.outputs.size(); ++k)
-      if (a_.at(a_.outputs[k]).per_row == per_row || !a_.is_reduction()) names.push_back("o" + std::to_string(k));
+      if ((a_.at(a_.outputs[k]).per_row == per_row && !a_.at(a_.outputs[k]).per_column) || !a_.is_reduction())
+        names.push_back("o" + std::to_string(k));
   return names;
 }
 
@@ -225,7 +226,7 @@ void KernelEmitter::emit_leaf_loads(const std::string& prefix, const std::string
 
 std::pair<std::string, int> KernelEmitter::edge_reference() const {
   for (size_t k = 0; k < a_.outputs.size(); ++k)
-    if (!a_.is_reduction() || !a_.at(a_.outputs[k]).per_row) return {"o" + std::to_string(k), dtype_size(a_.outputs[k]->dtype())};
+    if (a_.per_element(a_.outputs[k])) return {"o" + std::to_string(k), dtype_size(a_.outputs[k]->dtype())};
   for (int k : element_leaves())
     if (mode_of_leaf(k) == 'v' && !a_.is_position(a_.leaves[k])) return {"l" + std::to_string(k), dtype_size(a_.leaves[k]->dtype())};
   internal_error("edge elements without a tensor read or written in vectors");
@@ -250,7 +251,7 @@ void KernelEmitter::emit_edge_element(const std::string& offset_prefix, const st
 
 void KernelEmitter::emit_element_stores(const std::string& offset_prefix, const std::string& indent) {
   for (size_t k = 0; k < a_.outputs.size(); ++k)
-    if (!a_.is_reduction() || !a_.at(a_.outputs[k]).per_row)
+    if (a_.per_element(a_.outputs[k]))
       os_ << indent << "p.o" << k << "[" << offset_prefix << "o" << k << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], ""))
           << ";\n";
 }
@@ -394,7 +395,7 @@ void KernelEmitter::emit_vector_stores(const std::string& offset_prefix, const s
                                        const std::function<void(const std::string&)>& compute_element) {
   std::vector<int> stored;
   for (size_t k = 0; k < a_.outputs.size(); ++k)
-    if (!a_.is_reduction() || !a_.at(a_.outputs[k]).per_row) stored.push_back(int(k));
+    if (a_.per_element(a_.outputs[k])) stored.push_back(int(k));
   for (int k : stored)
     os_ << indent << "AlloyVec<" << storage_type(a_.outputs[k]->dtype()) << ", " << v_.vector << "> w" << k << ";\n";
   os_ << indent << "#pragma unroll\n" << indent << "for (int e = 0; e < " << v_.vector << "; ++e) {\n";
@@ -415,7 +416,7 @@ void KernelEmitter::emit_vector_stores(const std::string& offset_prefix, const s
 std::vector<const Value*> KernelEmitter::element_outputs() const {
   std::vector<const Value*> outs;
   for (Value* o : a_.outputs)
-    if (!a_.is_reduction() || !a_.at(o).per_row) outs.push_back(o);
+    if (a_.per_element(o)) outs.push_back(o);
   return outs;
 }
 

@@ -27,8 +27,33 @@ std::string emit_grid_reduction_kernel(const KernelAnalysis& analysis, const Ker
 // compute type, rounded to its dtype as the op-by-op program stores it.
 std::string through_chain(const std::vector<const Op*>& chain, DType from, DType to, const std::string& raw);
 
+class KernelEmitter;
+
+// The inner-outer kernel's additions to the row kernel (inner_outer_kernel.cpp;
+// KernelVariant::inner_outer): the row kernel's emitter calls them at three points of its text,
+// with itself, so the column work reads values as the row kernel names them.
+class InnerOuterParts {
+ public:
+  explicit InnerOuterParts(KernelEmitter& row_kernel) : e_(row_kernel) {}
+  // Before the row loop: each outer reduction's column partials, a thread's `items` vectors.
+  void declare_partials(const std::string& indent);
+  // In the final pass, element e of the thread's vector `element` ("[it]"): each outer
+  // reduction's input added to its partial.
+  void accumulate(const std::string& indent, const std::string& element);
+  // After the row loop: the blocks' partials combined (the last blocks to arrive, in a fixed
+  // order), then each column's results and stores.
+  void combine_and_store();
+
+ private:
+  void combine_partials();
+  void store_columns();
+  KernelEmitter& e_;
+};
+
 // The base of the five emitters: the text is written to os_ (emit_header first, then the kernel).
 class KernelEmitter {
+  friend class InnerOuterParts;
+
  public:
   KernelEmitter(const KernelAnalysis& a, const KernelVariant& v, std::string name);
 

@@ -157,6 +157,30 @@ __device__ __forceinline__ void alloy_block_welford(T& n, T& mean, T& m2, T* sme
   mean = __shfl_sync(0xffffffffu, wmean, 0);
   m2 = __shfl_sync(0xffffffffu, wm2, 0);
 }
+// V consecutive partials that other blocks of this launch wrote (inner-outer kernels), read from L2
+// (not a stale L1 line), in 16-byte loads where the address allows (the launch plan aligns them).
+template <class T, int V>
+__device__ __forceinline__ void alloy_load_partials(T (&dst)[V], const T* src) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4 && V % 4 == 0) {
+    #pragma unroll
+    for (int i = 0; i < V / 4; ++i) {
+      const float4 q = __ldcg(reinterpret_cast<const float4*>(src) + i);
+      dst[4 * i] = q.x; dst[4 * i + 1] = q.y; dst[4 * i + 2] = q.z; dst[4 * i + 3] = q.w;
+    }
+    return;
+  } else if constexpr (sizeof(T) == 8 && V % 2 == 0) {
+    #pragma unroll
+    for (int i = 0; i < V / 2; ++i) {
+      const double2 q = __ldcg(reinterpret_cast<const double2*>(src) + i);
+      dst[2 * i] = q.x; dst[2 * i + 1] = q.y;
+    }
+    return;
+  }
+#endif
+  #pragma unroll
+  for (int e = 0; e < V; ++e) dst[e] = __ldcg(src + e);
+}
 template <class T>
 __device__ __forceinline__ void alloy_warp_welford(T& n, T& mean, T& m2, T*) {
   #pragma unroll

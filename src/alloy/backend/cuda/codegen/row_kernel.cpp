@@ -1,9 +1,11 @@
 // The row kernel (reductions and normalizations): one block (or one warp) per row of the kept
 // axes; each reduction stage a pass over the row ended by a block reduction, the per-row values
 // after it, then a final pass storing the per-element outputs. Rows that fit stay in registers.
+// An inner-outer kernel (inner_outer_kernel.cpp) is this kernel with its column work added.
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -79,9 +81,16 @@ class RowEmitter final : public KernelEmitter {
   }
 
   std::vector<const Value*> pass_targets(int pass) const {
-    if (pass == int(a_.stages.size())) return element_outputs();
+    if (pass == int(a_.stages.size())) return final_targets();
     std::vector<const Value*> targets;
     for (const Op* r : a_.stages[pass]) targets.push_back(r->inputs[0]);
+    return targets;
+  }
+
+  // The final pass computes the values stored per element and the outer reductions' inputs.
+  std::vector<const Value*> final_targets() const {
+    std::vector<const Value*> targets = element_outputs();
+    for (const Op* r : a_.outer_reductions) targets.push_back(r->inputs[0]);
     return targets;
   }
 
@@ -195,6 +204,12 @@ class RowEmitter final : public KernelEmitter {
     if (v_.min_blocks > 0) os_ << ", " << v_.min_blocks;
     os_ << ") " << name_ << "(const Params p) {\n";
     os_ << "  __shared__ double alloy_smem[2 * 99];  // two regions, alternated by consecutive reductions\n";
+    std::optional<InnerOuterParts> columns;
+    if (v_.inner_outer) {
+      if (v_.rows_per_block > 0 || v_.items == 0 || v_.edge_elements) internal_error("an inner-outer kernel holds its rows, a block per row");
+      columns.emplace(*this);
+      columns->declare_partials("  ");
+    }
     if (v_.rows_per_block > 0) {  // one warp per row: reductions are shuffles, no block barrier
       os_ << "  const int tid = threadIdx.x & 31;\n";
       os_ << "  for (long long row = (long long)blockIdx.x * " << v_.rows_per_block << " + (threadIdx.x >> 5); row < p.rows; row += (long long)gridDim.x * "
@@ -244,14 +259,18 @@ class RowEmitter final : public KernelEmitter {
       emit_ready_per_row_ops(in);
     }
     current_pass_ = int(a_.stages.size());
-    auto outs = element_outputs();
-    if (!outs.empty()) emit_column_loop(in, outs, {}, true);
+    auto outs = final_targets();
+    if (!outs.empty())
+      emit_column_loop(in, outs, columns ? [&](const std::string& indent, const std::string& element) { columns->accumulate(indent, element); }
+                                         : std::function<void(const std::string&, const std::string&)>{}, true);
     for (size_t k = 0; k < a_.outputs.size(); ++k)
       if (a_.at(a_.outputs[k]).per_row)
         os_ << in << "if (tid == 0) p.o" << k << "[ro_o" << k
             << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
     if (v_.rows_per_block == 0) os_ << in << "__syncthreads();\n";
-    os_ << "  }\n}\n";
+    os_ << "  }\n";
+    if (columns) columns->combine_and_store();
+    os_ << "}\n";
   }
 
   // Leaves read by more than one pass over the row stay in registers (when the row fits).
@@ -264,7 +283,7 @@ class RowEmitter final : public KernelEmitter {
       for (int k : leaves_for(pass_targets(int(stage)))) passes[k] += stage_has_var_mean(a_.stages[stage]) ? 2 : 1;
     }
     current_pass_ = int(a_.stages.size());
-    std::set<int> final_pass = leaves_for(element_outputs());
+    std::set<int> final_pass = leaves_for(final_targets());
     for (int k : final_pass) passes[k] += 1;
     current_pass_ = 0;
     for (auto [k, n] : passes)
@@ -351,8 +370,11 @@ class RowEmitter final : public KernelEmitter {
       }
       emit_leaf_arrays("U", "", in + "    ", uncached);
       emit_leaf_loads("U", "", "co_", in + "    ", uncached);
-      if (store) {
-        emit_vector_stores("co_", in + "    ", "[it]", [&](const std::string& indent) { element(indent, "[it]"); });
+      if (store) {  // (an inner-outer kernel's `body` adds to the column partials)
+        emit_vector_stores("co_", in + "    ", "[it]", [&](const std::string& indent) {
+          element(indent, "[it]");
+          if (body) body(indent, "[it]");
+        });
       } else {
         os_ << in << "    #pragma unroll\n" << in << "    for (int e = 0; e < " << v_.vector << "; ++e) {\n";
         element(in + "      ", "[it]");

@@ -1,0 +1,188 @@
+// The inner-outer kernel (KernelVariant::inner_outer, SchedulerKind::inner_outer): row reductions
+// and outer reductions (over the rows) of the same values in one persistent kernel — the layer
+// norm backward's dx (two row sums) beside dw and db (column sums), RMSNorm's dx beside dw.
+//
+// It is the row kernel (row_kernel.cpp) of a block per row over a persistent grid (min(rows,
+// SMs * blocks an SM) blocks, row = blockIdx.x, + gridDim.x, ...), with the row held in registers:
+// a thread owns the same columns in every row (its `items` vectors), so the final pass adds each
+// outer reduction's input to the thread's f32 column partials, in row order. After its last row a
+// block writes its partials to the workspace, and the partials are combined in two levels of
+// last-block tickets (kernel_codegen.h's inner_outer_group_size): the last block of each group of
+// S consecutive blocks sums the group's partials in block order, the last group sums the groups'
+// in group order, then computes each column's results (the outer reductions' values and the
+// pointwise ops on them, dw's cast to bf16) and stores them. Deterministic: each partial's rows,
+// the groups and their order are fixed by the block count, which the launch plan takes from the
+// sizes, the SM count and the tuning only; which block arrives last changes nothing. The counters
+// live in the stream's zeroed scratch and each combining block resets its own.
+//
+// Against two kernels (the row kernel for dx, a column kernel re-reading dy and x for dw and db):
+// 3 tensor passes instead of 5, and one launch.
+#include <string>
+#include <vector>
+
+#include "alloy/backend/cuda/codegen/cuda_expressions.h"
+#include "alloy/backend/cuda/codegen/kernel_emitter.h"
+#include "alloy/ir/op_table.h"
+
+namespace alloy::cuda {
+namespace {
+
+std::string partial_name(const Op* r) { return "O" + std::to_string(r->outputs[0]->id); }
+std::string partial_type(const Op* r) { return compute_type(r->outputs[0]->dtype()); }
+
+std::string combine(const Op* r, const std::string& a, const std::string& b) {
+  if (r->kind == OpKind::max) return "ax_max(" + a + ", " + b + ")";
+  if (r->kind == OpKind::min) return "ax_min(" + a + ", " + b + ")";
+  return a + " + " + b;
+}
+
+// The outer reductions in workspace order: f64 partials first, so every region starts aligned to
+// its vectors (inner_outer_workspace_bytes).
+std::vector<const Op*> workspace_order(const KernelAnalysis& a) {
+  std::vector<const Op*> order;
+  for (int wide = 1; wide >= 0; --wide)
+    for (const Op* r : a.outer_reductions)
+      if ((partial_type(r) == "double") == bool(wide)) order.push_back(r);
+  return order;
+}
+
+}  // namespace
+
+void InnerOuterParts::declare_partials(const std::string& in) {
+  e_.os_ << in << "__shared__ bool alloy_last;\n";
+  for (const Op* r : e_.a_.outer_reductions) {
+    std::string T = partial_type(r), O = partial_name(r);
+    e_.os_ << in << T << " " << O << "[" << e_.v_.items << "][" << e_.v_.vector << "];\n";
+    e_.os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << e_.v_.items << "; ++it)\n"
+           << in << "  #pragma unroll\n" << in << "  for (int e = 0; e < " << e_.v_.vector << "; ++e) " << O << "[it][e] = "
+           << KernelEmitter::identity_of(*r, T) << ";\n";
+  }
+}
+
+void InnerOuterParts::accumulate(const std::string& in, const std::string& element) {
+  for (const Op* r : e_.a_.outer_reductions) {
+    std::string x = "((" + partial_type(r) + ")" + e_.ref(r->inputs[0], element) + ")", slot = partial_name(r) + element + "[e]";
+    e_.os_ << in << slot << " = " << combine(r, slot, x) << ";\n";
+  }
+}
+
+void InnerOuterParts::combine_and_store() {
+  e_.os_ << "  if (gridDim.x > 1) {\n";
+  combine_partials();
+  e_.os_ << "  }\n";
+  store_columns();
+}
+
+// Opens, at `in`, the loop over the thread's vectors of columns (`col0`, its first column, inside
+// the row) that `body` fills; closes it.
+namespace {
+void each_vector(std::ostringstream& os, const KernelVariant& v, const std::string& in, const std::function<void(const std::string&)>& body) {
+  os << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v.items << "; ++it) {\n";
+  os << in << "  const long long col0 = ((long long)it * " << v.threads << " + tid) * " << v.vector << ";\n";
+  os << in << "  if (col0 < p.cols) {\n";
+  body(in + "    ");
+  os << in << "  }\n" << in << "}\n";
+}
+}  // namespace
+
+void InnerOuterParts::combine_partials() {
+  std::ostringstream& os = e_.os_;
+  const KernelVariant& v = e_.v_;
+  const std::vector<const Op*> order = workspace_order(e_.a_);
+  const std::string in = "    ";
+  const int V = v.vector;
+  // groups of S consecutive blocks (S * S >= gridDim.x, as inner_outer_group_size)
+  os << in << "unsigned S = 1;\n" << in << "while (S * S < gridDim.x) ++S;\n";
+  os << in << "const unsigned G = (gridDim.x + S - 1) / S, group = blockIdx.x / S, first = group * S;\n";
+  os << in << "const unsigned members = gridDim.x - first < S ? gridDim.x - first : S;\n";
+  std::string before = "0";
+  for (const Op* r : order) {
+    std::string T = partial_type(r);
+    os << in << T << "* W" << r->outputs[0]->id << " = reinterpret_cast<" << T << "*>(reinterpret_cast<char*>(p.ws) + (long long)(gridDim.x + G) * p.cols * ("
+       << before << "));\n";
+    before += T == "double" ? " + 8" : " + 4";
+  }
+  auto W = [](const Op* r) { return "W" + std::to_string(r->outputs[0]->id); };
+  // a vector of partials into `T q[V]` from row `at` of the workspace, combined into O[it]
+  auto gather = [&](const std::string& ind, const std::string& at) {
+    for (const Op* r : order) {
+      std::string T = partial_type(r), O = partial_name(r);
+      os << ind << "{ " << T << " q[" << V << "];\n" << ind << "  alloy_load_partials<" << T << ", " << V << ">(q, " << W(r) << " + (long long)(" << at
+         << ") * p.cols + col0);\n"
+         << ind << "  #pragma unroll\n" << ind << "  for (int e = 0; e < " << V << "; ++e) " << O << "[it][e] = " << combine(r, O + "[it][e]", "q[e]")
+         << "; }\n";
+    }
+  };
+  auto reset = [&](const std::string& ind) {
+    for (const Op* r : order)
+      os << ind << "#pragma unroll\n" << ind << "for (int e = 0; e < " << V << "; ++e) " << partial_name(r) << "[it][e] = "
+         << KernelEmitter::identity_of(*r, partial_type(r)) << ";\n";
+  };
+  auto store = [&](const std::string& ind, const std::string& at) {
+    for (const Op* r : order) {
+      std::string T = partial_type(r), O = partial_name(r);
+      os << ind << "{ AlloyVec<" << T << ", " << V << "> w;\n" << ind << "  #pragma unroll\n" << ind << "  for (int e = 0; e < " << V
+         << "; ++e) w.v[e] = " << O << "[it][e];\n"
+         << ind << "  *reinterpret_cast<AlloyVec<" << T << ", " << V << ">*>(" << W(r) << " + (long long)(" << at << ") * p.cols + col0) = w; }\n";
+    }
+  };
+  // arrive at counter `counter` of `expected` arrivals; all but the last block leave
+  auto arrive = [&](const std::string& counter, const std::string& expected) {
+    os << in << "__threadfence();\n" << in << "__syncthreads();\n";
+    os << in << "if (tid == 0) alloy_last = atomicAdd(p.counters + " << counter << ", 1u) == " << expected << " - 1;\n";
+    os << in << "__syncthreads();\n" << in << "if (!alloy_last) return;\n" << in << "__threadfence();\n";
+  };
+  os << in << "// this block's partial, then the group's last block sums the group's in block order\n";
+  each_vector(os, v, in, [&](const std::string& ind) { store(ind, "blockIdx.x"); });
+  arrive("group", "members");
+  each_vector(os, v, in, [&](const std::string& ind) {
+    reset(ind);
+    os << ind << "#pragma unroll 4\n" << ind << "for (unsigned b = first; b < first + members; ++b) {\n";
+    gather(ind + "  ", "b");
+    os << ind << "}\n";
+  });
+  os << in << "if (tid == 0) p.counters[group] = 0;  // for the next launch on this stream\n";
+  os << in << "if (G > 1) {  // the last group sums the groups' partials in group order\n";
+  const std::string in2 = in + "  ";
+  each_vector(os, v, in2, [&](const std::string& ind) { store(ind, "gridDim.x + group"); });
+  os << in2 << "__threadfence();\n" << in2 << "__syncthreads();\n";
+  os << in2 << "if (tid == 0) alloy_last = atomicAdd(p.counters + G, 1u) == G - 1;\n";
+  os << in2 << "__syncthreads();\n" << in2 << "if (!alloy_last) return;\n" << in2 << "__threadfence();\n";
+  each_vector(os, v, in2, [&](const std::string& ind) {
+    reset(ind);
+    os << ind << "#pragma unroll 4\n" << ind << "for (unsigned g = 0; g < G; ++g) {\n";
+    gather(ind + "  ", "gridDim.x + g");
+    os << ind << "}\n";
+  });
+  os << in2 << "if (tid == 0) p.counters[G] = 0;\n";
+  os << in << "}\n";
+}
+
+// Each column's results: the outer reductions' values (rounded to their dtypes), the pointwise
+// ops on them, and the stores of the values returned per column.
+void InnerOuterParts::store_columns() {
+  std::ostringstream& os = e_.os_;
+  const KernelAnalysis& a = e_.a_;
+  const KernelVariant& v = e_.v_;
+  std::vector<std::string> stored;
+  for (size_t k = 0; k < a.outputs.size(); ++k)
+    if (a.at(a.outputs[k]).per_column) stored.push_back("o" + std::to_string(k));
+  each_vector(os, v, "  ", [&](const std::string& ind) {
+    os << ind << "#pragma unroll\n" << ind << "for (int e = 0; e < " << v.vector << "; ++e) {\n";
+    const std::string body = ind + "  ";
+    for (const Op* r : a.outer_reductions) {
+      std::string T = partial_type(r), value = "(" + T + ")" + partial_name(r) + "[it][e]";
+      if (r->kind == OpKind::mean) value = "(" + value + " / (" + T + ")p.rows)";
+      os << body << T << " v" << r->outputs[0]->id << " = " << round_to_dtype(r->outputs[0]->dtype(), value) << ";\n";
+    }
+    for (const Op* op : a.compute_ops)
+      if (op_row(op->kind).op_class != OpClass::reduction && a.at(op->outputs[0]).per_column) e_.emit_op(*op, "", body);
+    e_.emit_offsets("col0 + e", v.outer_rank, v.inner_rank, "cc_", stored, body);
+    for (size_t k = 0; k < a.outputs.size(); ++k)
+      if (a.at(a.outputs[k]).per_column)
+        os << body << "p.o" << k << "[cc_o" << k << "] = " << store_convert(a.outputs[k]->dtype(), e_.ref(a.outputs[k], "")) << ";\n";
+    os << ind << "}\n";
+  });
+}
+
+}  // namespace alloy::cuda
