@@ -146,9 +146,29 @@ def torch_cases():
         p.mul_(1 - 1e-3 * 0.01).addcdiv_(m / 0.1, (v / 0.001).sqrt_().add_(1e-8), value=-1e-3)
         return p, m, v
 
+    def gpt2_shapes():
+        # GPT-2 small's parameters as nanoGPT lists them (alloy_bench's adam_step_gpt2: 148 tensors)
+        c = 768
+        layer = [(c,), (c,), (3 * c, c), (3 * c,), (c, c), (c,), (c,), (c,), (4 * c, c), (4 * c,), (c, 4 * c), (c,)]
+        return [(50257, c), (1024, c)] + layer * 12 + [(c,), (c,)]
+
+    def fused_adamw(ps, gs, ms, vs, steps):
+        # the same step as adam_step_2e28 over every parameter at once: AdamW (decoupled weight decay),
+        # lr 1e-3, wd 0.01, step 1 (bc1 = 0.1, bc2 = 0.001), PyTorch's multi-tensor kernel
+        torch._fused_adamw_(ps, gs, ms, vs, [], steps, lr=1e-3, beta1=0.9, beta2=0.999, weight_decay=0.01, eps=1e-8,
+                            amsgrad=False, maximize=False)
+        return ps
+
+    def gpt2_adam_state():
+        shapes = gpt2_shapes()
+        return ([torch.randn(s, device=dev) for s in shapes], [torch.randn(s, device=dev) for s in shapes],
+                [torch.randn(s, device=dev) for s in shapes], [torch.randn(s, device=dev).abs_() for s in shapes],
+                [torch.ones((), device=dev) for _ in shapes])
+
     n = 1 << 28
     t, h = 8192, 6400
     return {
+        "adam_step_gpt2_150": (fused_adamw, gpt2_adam_state),
         "adam_step_2e28": (adam_step, lambda: (torch.randn(n, device=dev), torch.randn(n, device=dev), torch.randn(n, device=dev),
                                                torch.randn(n, device=dev).abs_())),
         "qkv_rope_llama13b": (qkv_rope, lambda: (torch.randn(2, 4096, 15360, device=dev, dtype=bf),
