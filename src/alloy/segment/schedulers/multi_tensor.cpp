@@ -126,7 +126,7 @@ void describe_structure(Candidate& c) {
     for (const NamedAttr& a : op->attrs) text += a.name + "=" + a.value.str() + ",";
     for (Value* in : op->inputs) {
       if (in->literal) text += "#" + literal_key(*in->literal) + ":" + value_type(in) + ",";
-      else if (in->is_scalar() && !c.place.count(in) && !(in->producer && std::count(c.ops.begin(), c.ops.end(), in->producer)))
+      else if (in->is_scalar() && !c.place.count(in))  // (a scalar computed in the chain was placed as its op's result)
         text += "$" + std::to_string(in->id) + ",";
       else text += (c.place.count(in) ? "v" : "in") + place_of(in) + ":" + value_type(in) + ",";
     }
