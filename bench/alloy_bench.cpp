@@ -9,6 +9,7 @@
 // usage: alloy_bench [RUNS] [CASES]   (CASES: comma-separated substrings of case names; default all)
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -359,6 +360,57 @@ std::vector<Case> mlp_backward_gemms(int64_t t, int64_t c, int64_t h) {
 
 }  // namespace
 
+// Issue 27, many tensors in one launch: the AdamW step of examples/adam_step.fusion over GPT-2
+// small's parameters as nanoGPT lists them (wte, wpe, then 12 layers of ln_1, c_attn, c_proj,
+// ln_2, c_fc and c_proj weights and biases, then ln_f: 148 tensors, 124M elements, from the
+// 50257 x 768 embedding to biases of 768), each parameter its own chain on its own p, g, m and v,
+// all sharing lr, wd, bc1 and bc2: one multi-tensor launch. The sizes are symbols (V, T, C, C3 =
+// 3C, C4 = 4C) so that the output check can cut them. bench/run_benchmarks.py times
+// torch._fused_adamw_ over the same list.
+Case adam_step_gpt2() {
+  const int64_t v = 50257, t = 1024, c = 768;
+  std::vector<std::pair<std::string, int64_t>> shapes = {{"V, C", v * c}, {"T, C", t * c}};
+  for (int layer = 0; layer < 12; ++layer)
+    for (auto& shape : std::vector<std::pair<std::string, int64_t>>{{"C", c}, {"C", c}, {"C3, C", 3 * c * c}, {"C3", 3 * c},
+                                                                    {"C, C", c * c}, {"C", c}, {"C", c}, {"C", c},
+                                                                    {"C4, C", 4 * c * c}, {"C4", 4 * c}, {"C, C4", 4 * c * c}, {"C", c}})
+      shapes.push_back(shape);
+  shapes.push_back({"C", c});
+  shapes.push_back({"C", c});
+  std::string params, body, results;
+  int64_t elements = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const std::string n = std::to_string(i), type = "f32[" + shapes[i].first + "]";
+    elements += shapes[i].second;
+    for (const char* x : {"p", "g", "m", "v"}) params += std::string(x) + "_" + n + ": " + type + ", ";
+    const std::string lines[] = {
+        "m_kept = mul(m, 0.9)", "g_part = mul(g, 0.1)", "m2 = add(m_kept, g_part)", "g_sq = mul(g, g)", "v_kept = mul(v, 0.999)",
+        "g_sq_part = mul(g_sq, 0.001)", "v2 = add(v_kept, g_sq_part)", "m_hat = div(m2, bc1)", "v_hat = div(v2, bc2)",
+        "root = sqrt(v_hat)", "denom = add(root, 1e-8)", "ratio = div(m_hat, denom)", "step = mul(ratio, lr)", "lr_wd = mul(lr, wd)",
+        "keep = sub(1.0, lr_wd)", "p_decayed = mul(p, keep)", "p2 = sub(p_decayed, step)"};
+    for (std::string line : lines) {  // every name but the shared scalars gets the parameter's number
+      std::string numbered;
+      for (size_t at = 0; at < line.size();) {
+        size_t end = at;
+        while (end < line.size() && (std::isalnum((unsigned char)line[end]) || line[end] == '_')) ++end;
+        if (end == at) {
+          numbered += line[at++];
+          continue;
+        }
+        std::string word = line.substr(at, end - at);
+        bool name = std::isalpha((unsigned char)word[0]) && word != "lr" && word != "wd" && word != "bc1" && word != "bc2" &&
+                    line.compare(end, 1, "(") != 0;
+        numbered += name ? word + "_" + n : word;
+        at = end;
+      }
+      body += "  " + numbered + "\n";
+    }
+    results += std::string(i ? ", " : "") + "p2_" + n + " -> p_" + n + ", m2_" + n + " -> m_" + n + ", v2_" + n + " -> v_" + n;
+  }
+  std::string text = "fusion adam_step_gpt2(" + params + "lr: f32, wd: f32, bc1: f32, bc2: f32) {\n" + body + "  return " + results + "\n}\n";
+  return {"adam_step_gpt2_150", text, {{"V", v}, {"T", t}, {"C", c}, {"C3", 3 * c}, {"C4", 4 * c}}, 7 * 4 * elements};
+}
+
 int main(int argc, char** argv) {
   if (!gpu().available()) {
     std::fprintf(stderr, "alloy_bench: no GPU (%s)\n", gpu().unavailable_reason().c_str());
@@ -537,6 +589,7 @@ int main(int argc, char** argv) {
 }
 )",
                    {{"T", 8192}}, 3 * 2 * int64_t(8192) * 11008});
+  cases.push_back(adam_step_gpt2());
   time_copy(runs);
   auto wanted = [&](const std::string& name) {
     if (only.empty()) return true;

@@ -212,6 +212,33 @@ def torch_cases():
         training[f"cross_entropy_bwd_8192x{v}"] = (ce_bwd, ce_inputs(8192, v, True))
     training["swiglu_slices_8192x11008"] = (lambda gu: F.silu(gu[:, :11008]) * gu[:, 11008:],
                                             lambda: (torch.randn(8192, 22016, device=dev, dtype=bf),))
+
+    def gpt2_shapes():
+        # GPT-2 small's parameters as nanoGPT lists them (alloy_bench's adam_step_gpt2: 148 tensors)
+        c = 768
+        layer = [(c,), (c,), (3 * c, c), (3 * c,), (c, c), (c,), (c,), (c,), (4 * c, c), (4 * c,), (c, 4 * c), (c,)]
+        return [(50257, c), (1024, c)] + layer * 12 + [(c,), (c,)]
+
+    def fused_adamw_list(ps, gs, ms, vs, steps):
+        # the same step as adam_step_2e28 over every parameter at once: AdamW (decoupled weight decay),
+        # lr 1e-3, wd 0.01, step 1 (bc1 = 0.1, bc2 = 0.001), PyTorch's multi-tensor kernel
+        torch._fused_adamw_(ps, gs, ms, vs, [], steps, lr=1e-3, beta1=0.9, beta2=0.999, weight_decay=0.01, eps=1e-8,
+                            amsgrad=False, maximize=False)
+        return ps
+
+    def gpt2_adam_state():
+        shapes = gpt2_shapes()
+        return ([torch.randn(s, device=dev) for s in shapes], [torch.randn(s, device=dev) for s in shapes],
+                [torch.randn(s, device=dev) for s in shapes], [torch.randn(s, device=dev).abs_() for s in shapes],
+                [torch.ones((), device=dev) for _ in shapes])
+
+    def adam_loop(ps, gs, ms, vs, steps):
+        # eager and torch.compile: adam_step_2e28's update, tensor by tensor
+        for p, g, m, v in zip(ps, gs, ms, vs):
+            adam_step(p, g, m, v)
+        return ps
+
+    training["adam_step_gpt2_150"] = (adam_loop, gpt2_adam_state, fused_adamw_list)
     return training | {
         "adam_step_2e28": (adam_step, lambda: (torch.randn(n, device=dev), torch.randn(n, device=dev), torch.randn(n, device=dev),
                                                torch.randn(n, device=dev).abs_()), fused_adamw),

@@ -139,6 +139,26 @@ TEST(OutputAlias, TargetsOverlappingEachOther_AreAnError) {
   EXPECT_EQ(std::vector<float>(memory, memory + 3), (std::vector<float>{1, 2, 3}));
 }
 
+// The overlaps are found by one sweep over the inputs' spans sorted by address (an optimizer step
+// has hundreds of targets): a target that meets a read-only input lying inside a wider read-only
+// one is found whatever the order, and inputs that are only read may still overlap each other.
+TEST(OutputAlias, ATargetMeetingAnInputInsideAWiderOne_IsFoundBySortedSpans) {
+  FusionExecutor executor(parse_fusion("fusion f(w: f32[8], r: f32[2], x: f32[2]) {\n  a = add(r, x)\n  s = sum(w, dims=[0])\n"
+                                       "  return a -> x, s\n}",
+                                       "alias.fusion"),
+                          {DeviceChoice::cpu});
+  float wide[8] = {}, apart[2] = {};
+  // r lies inside w (both read only): fine; x apart
+  EXPECT_EQ(run_error(executor, {f32_view(wide, {8}, {1}), f32_view(wide + 2, {2}, {1}), f32_view(apart, {2}, {1})}), "no error");
+  // the target x inside w too, after r: w ends further than r, and x meets both
+  std::string e = run_error(executor, {f32_view(wide, {8}, {1}), f32_view(wide + 2, {2}, {1}), f32_view(wide + 5, {2}, {1})});
+  EXPECT_NE(e.find("input 'x': is updated in place (`return a -> x`) but its memory overlaps input 'w'"), std::string::npos) << e;
+  // the target just past the wide input, meeting only r, which starts inside the wide one
+  float memory[10] = {};
+  e = run_error(executor, {f32_view(memory, {8}, {1}), f32_view(memory + 7, {2}, {1}), f32_view(memory + 8, {2}, {1})});
+  EXPECT_NE(e.find("input 'x': is updated in place (`return a -> x`) but its memory overlaps input 'r'"), std::string::npos) << e;
+}
+
 TEST(OutputAlias, ATargetWithAZeroStride_IsAnError) {
   FusionExecutor executor(parse_fusion(kStep, "alias.fusion"), {DeviceChoice::cpu});
   float one = 1, g[4] = {0, 1, 2, 3};

@@ -25,6 +25,9 @@ struct FusionExecutor::Impl {
   std::unique_ptr<Fusion> fusion;
   ExecutorOptions options;
   Device device;
+  // Per output: the input it updates in place (`return y -> x`), or -1; found once, not per run
+  // (an optimizer step over a model's parameters has hundreds).
+  std::vector<int> alias_inputs;
   // A compiled plan and what it runs with. One plan serves every input signature of a fusion
   // without a mesh: what depends on sizes, strides and alignment (the generated kernels' variants)
   // is chosen and cached inside the segment executables. A fusion with a mesh and symbolic sizes
@@ -142,12 +145,54 @@ ByteSpan span_of(const Tensor& t) {
 // or an input read for one output would change under another. A target on a GPU is contiguous.
 // Checked when the inputs are bound, before the run: a kernel may write a target in place
 // (segment/in_place.h), and in a job of several processes every rank learns of a failure.
-void check_in_place_targets(const Fusion& fusion, const std::vector<Tensor>& inputs) {
+// Whether some target's bytes meet another input's, in O(n log n) for the hundreds of targets of an
+// optimizer step over a model's parameters (a pair by pair check took milliseconds a run): the
+// spans sorted by their first byte, a span meets an earlier one exactly where it starts before the
+// furthest end so far, of any span where it is a target and of a target where it is not.
+bool any_target_overlaps(const std::vector<ByteSpan>& spans, const std::vector<bool>& is_target) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < spans.size(); ++i)
+    if (spans[i].last > spans[i].first) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const ByteSpan &x = spans[a], &y = spans[b];
+    if (!(x.device == y.device))
+      return std::make_pair(int(x.device.kind), x.device.index) < std::make_pair(int(y.device.kind), y.device.index);
+    return x.first < y.first;
+  });
+  uintptr_t any_end = 0, target_end = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const ByteSpan& s = spans[order[k]];
+    if (k > 0 && !(spans[order[k - 1]].device == s.device)) any_end = target_end = 0;
+    if (s.first < (is_target[order[k]] ? any_end : target_end)) return true;
+    any_end = std::max(any_end, s.last);
+    if (is_target[order[k]]) target_end = std::max(target_end, s.last);
+  }
+  return false;
+}
+
+// Per output of `fusion`: the index of the input it updates in place, or -1.
+std::vector<int> alias_input_indices(const Fusion& fusion) {
+  std::unordered_map<const Value*, int> index;
+  for (size_t i = 0; i < fusion.inputs().size(); ++i) index[fusion.inputs()[i]] = int(i);
+  std::vector<int> out(fusion.outputs().size(), -1);
+  for (size_t i = 0; i < out.size() && i < fusion.output_aliases().size(); ++i)
+    if (const Value* target = fusion.output_aliases()[i]) out[i] = index.at(target);
+  return out;
+}
+
+void check_in_place_targets(const Fusion& fusion, const std::vector<int>& alias_inputs, const std::vector<Tensor>& inputs) {
   const std::vector<Value*>& params = fusion.inputs();
+  std::vector<ByteSpan> spans(params.size());
+  std::vector<bool> is_target(params.size(), false);
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!params[i]->is_scalar()) spans[i] = span_of(inputs.at(i));
+  for (int t : alias_inputs)
+    if (t >= 0) is_target[size_t(t)] = true;
+  const bool overlaps = any_target_overlaps(spans, is_target);  // which ones, and the message, below
   for (size_t i = 0; i < fusion.outputs().size(); ++i) {
-    const Value* target = i < fusion.output_aliases().size() ? fusion.output_aliases()[i] : nullptr;
-    if (!target) continue;
-    size_t t = size_t(std::find(params.begin(), params.end(), target) - params.begin());
+    if (alias_inputs[i] < 0) continue;
+    const Value* target = fusion.output_aliases()[i];
+    size_t t = size_t(alias_inputs[i]);
     const Tensor& written = inputs.at(t);
     std::string place = "input '" + target->name + "'";
     std::string update = "updated in place (`return " + fusion.outputs()[i]->name + " -> " + target->name + "`)";
@@ -158,9 +203,10 @@ void check_in_place_targets(const Fusion& fusion, const std::vector<Tensor>& inp
                       "address; pass a tensor of its own memory (a copy)");
     if (written.device().kind != DeviceKind::cpu && !written.is_contiguous())
       user_error_at(place, "an input updated in place on ", written.device().str(), " must be contiguous; found strides of ", written.str());
-    ByteSpan span = span_of(written);
+    if (!overlaps) continue;
+    ByteSpan span = spans[t];
     for (size_t other = 0; other < params.size(); ++other) {
-      if (other == t || params[other]->is_scalar() || !span.meets(span_of(inputs.at(other)))) continue;
+      if (other == t || params[other]->is_scalar() || !span.meets(spans[other])) continue;
       bool also_written = std::find(fusion.output_aliases().begin(), fusion.output_aliases().end(), params[other]) !=
                           fusion.output_aliases().end();
       user_error_at(place, "is ", update, " but its memory overlaps input '", params[other]->name, "'",
@@ -267,7 +313,7 @@ FusionExecutor::Impl::Bound FusionExecutor::Impl::bind_checked(const std::vector
   const Plan* last = last_plan.load(std::memory_order_acquire);
   const Plan& guess = last ? *last : first_plan();
   Bindings b = bind_inputs(*guess.compiled.local, inputs);
-  check_in_place_targets(*fusion, inputs);
+  check_in_place_targets(*fusion, alias_inputs, inputs);
   const Plan& plan = plan_for(b);
   if (&plan != &guess) b = bind_inputs(*plan.compiled.local, inputs);
   if (plan.compiled.global) check_shardable(*plan.compiled.global, &b);
@@ -404,11 +450,10 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const std::vector<Tensor>& 
   for (Value* out : running.outputs()) outputs.push_back(state.at(out));
   const std::vector<Value*>& aliases = fusion->output_aliases();
   if (std::none_of(aliases.begin(), aliases.end(), [](const Value* v) { return v != nullptr; })) return outputs;
-  auto target_of = [&](size_t i) -> const Tensor* {
-    if (i >= aliases.size() || !aliases[i]) return nullptr;
-    size_t input = size_t(std::find(fusion->inputs().begin(), fusion->inputs().end(), aliases[i]) - fusion->inputs().begin());
-    return &inputs.at(input);
-  };
+  auto target_of = [&](size_t i) -> const Tensor* { return alias_inputs[i] < 0 ? nullptr : &inputs.at(size_t(alias_inputs[i])); };
+  std::vector<ByteSpan> target_spans;
+  for (size_t j = 0; j < outputs.size(); ++j)
+    if (const Tensor* target = target_of(j)) target_spans.push_back(span_of(*target));
   // (the aliasing rule was checked when the inputs were bound)
   // Every output is its value before any in-place write: one that shares memory with an input
   // about to be overwritten (`permute(x)` or `x` itself beside `return y -> x`, or the other
@@ -421,11 +466,8 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const std::vector<Tensor>& 
     if (own && outputs[i].data() == own->data() && outputs[i].strides() == own->strides() && outputs[i].device() == own->device())
       continue;
     ByteSpan span = span_of(outputs[i]);
-    for (size_t j = 0; j < outputs.size(); ++j)
-      if (const Tensor* target = target_of(j); target && span.meets(span_of(*target))) {
-        outputs[i] = own_copy(outputs[i]);
-        break;
-      }
+    if (std::any_of(target_spans.begin(), target_spans.end(), [&](const ByteSpan& target) { return span.meets(target); }))
+      outputs[i] = own_copy(outputs[i]);
   }
   for (size_t i = 0; i < outputs.size(); ++i)
     if (const Tensor* target = target_of(i)) outputs[i] = write_in_place(outputs[i], *target, *fusion->outputs()[i], *aliases[i]);
@@ -436,6 +478,7 @@ FusionExecutor::FusionExecutor(std::unique_ptr<Fusion> fusion, ExecutorOptions o
     : impl_(std::make_unique<Impl>()) {
   ALLOY_CHECK(fusion != nullptr, "null fusion");
   impl_->fusion = std::move(fusion);
+  impl_->alias_inputs = alias_input_indices(*impl_->fusion);
   impl_->options = options;
   const host_ir::DeviceRuntime& cuda = backend::device_runtime(DeviceKind::cuda);
   bool gpu = cuda.available();

@@ -7,6 +7,7 @@
 
 #include "alloy/ir/op_table.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
+#include "alloy/segment/schedulers/multi_tensor.h"
 
 namespace alloy {
 namespace {
@@ -22,8 +23,12 @@ bool is_alias_op(OpKind kind) { return is_view(kind) || kind == OpKind::segment_
 class Decider {
  public:
   Decider(const Fusion& fusion, const Segmentation& segmentation) : fusion_(fusion), segmentation_(segmentation) {
-    for (const Segment& s : segmentation.segments)
-      for (const Op* op : s.ops) segment_of_[op] = &s;
+    for (const Segment& s : segmentation.segments) {
+      for (const Op* op : s.ops) segment_of_[op] = kernel_of_[op] = &s;
+      if (s.group)  // a multi-tensor launch computes each chain as its own pointwise kernel would
+        for (const Segment& member : s.group->members)
+          for (const Op* op : member.ops) kernel_of_[op] = &member;
+    }
   }
 
   std::vector<InPlaceOutput> run() {
@@ -79,7 +84,7 @@ class Decider {
              ", and every other output keeps the values from before the write (the aliasing rule)";
     }
     if (!y->producer || !segment_of_.count(y->producer)) return quoted(y) + " is not computed by the fusion (an input)";
-    const Segment& s = *segment_of_.at(y->producer);
+    const Segment& s = *kernel_of_.at(y->producer);
     if (s.scheduler != SchedulerKind::pointwise || !s.analysis)
       return quoted(y) + " is computed by segment " + std::to_string(s.id) + " [" + scheduler_name(s.scheduler) +
              "]; only a generated pointwise kernel reads and writes each element in one thread";
@@ -93,7 +98,7 @@ class Decider {
         if (!memory.count(v)) continue;
         if (is_alias_op(op->kind) && memory.count(op->outputs.at(0))) continue;  // a view reads nothing itself
         std::string through = v == x ? "" : " through the view " + quoted(v);
-        bool in_kernel = segment_of_.count(op.get()) && segment_of_.at(op.get()) == &s;
+        bool in_kernel = kernel_of_.count(op.get()) && kernel_of_.at(op.get()) == &s;
         if (!in_kernel) return quoted(x) + " is also read by " + op_text(*op) + where(*op) + through;
         bool computed = std::find(a.compute_ops.begin(), a.compute_ops.end(), op.get()) != a.compute_ops.end();
         if (v != x || !computed || a.cat_leaf(v) || a.at(v).axis_map != a.at(y).store_axes)
@@ -108,6 +113,8 @@ class Decider {
   const Fusion& fusion_;
   const Segmentation& segmentation_;
   std::unordered_map<const Op*, const Segment*> segment_of_;
+  // the kernel that computes each op: its segment, or its chain's in a multi-tensor segment
+  std::unordered_map<const Op*, const Segment*> kernel_of_;
   bool reads_target_ = false;  // set by why_not_direct: the kernel reads the target it writes
 };
 

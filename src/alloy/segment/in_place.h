@@ -14,6 +14,8 @@
 //    see the new values or race with them);
 //  - no other output is x or a view of x (the aliasing rule: every other output keeps the values
 //    from before the write), and y is written in place into no other input.
+// A multi-tensor segment (schedulers/multi_tensor.h) computes each of its chains as that chain's
+// own pointwise kernel would: each chain is judged as such a kernel (its member segment).
 // The CPU target never writes directly: its reference kernels compute every op into a buffer of
 // its own.
 #pragma once

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "alloy/ir/op_table.h"
+#include "alloy/segment/schedulers/multi_tensor.h"
 
 namespace alloy {
 
@@ -55,6 +56,7 @@ const char* scheduler_name(SchedulerKind kind) {
     case SchedulerKind::bitmask: return "bitmask";
     case SchedulerKind::communication: return "communication";
     case SchedulerKind::cpu_fallback: return "cpu_fallback";
+    case SchedulerKind::multi_tensor: return "multi_tensor";
   }
   return "?";
 }
@@ -88,8 +90,14 @@ std::string Segmentation::str() const {
     os << "  segment " << s.id << " [" << scheduler_name(s.scheduler) << "]";
     if (!s.note.empty()) os << " " << s.note;
     os << "\n    in:  " << value_list(s.inputs) << "\n    out: " << value_list(s.outputs) << "\n    ops:";
-    for (const Op* op : s.ops) {
+    // a multi-tensor segment: its first chain's ops, then what each chain stores
+    const std::vector<const Op*>& ops = s.group ? s.group->members.at(0).ops : s.ops;
+    for (const Op* op : ops) {
       os << " " << (op->outputs.empty() ? std::string("?") : op->outputs[0]->name) << "=" << op_name(op->kind);
+    }
+    if (s.group) {
+      os << "\n    chains (the same ops, storing):";
+      for (const Segment& member : s.group->members) os << " {" << value_list(member.outputs) << "}";
     }
     os << "\n";
   }

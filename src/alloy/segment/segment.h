@@ -18,16 +18,19 @@ enum class Target { cpu, cuda };
 // Who runs a segment. CPU target: cpu_reference (the reference kernels, an op a segment) and
 // communication. CUDA target, in the order the segmenter tries them: matmul (cuBLASLt with its
 // epilogue), then one generated kernel (normalization, reduction or pointwise), bitmask, noop
-// (host-side views), communication, and cpu_fallback for what no GPU path runs.
+// (host-side views), communication, and cpu_fallback for what no GPU path runs; multi_tensor, many
+// independent pointwise chains of one structure in one launch, is formed before them all
+// (schedulers/multi_tensor.h).
 // inner_outer: row reductions and outer reductions (over the rows) of the same values in one
 // persistent generated kernel (the layer norm backward's dx beside dw and db).
-enum class SchedulerKind { noop, cpu_reference, matmul, normalization, inner_outer, reduction, pointwise, bitmask, communication, cpu_fallback };
+enum class SchedulerKind { noop, cpu_reference, matmul, normalization, inner_outer, reduction, pointwise, bitmask, communication, cpu_fallback, multi_tensor };
 const char* scheduler_name(SchedulerKind kind);  // as `--dump segments` prints it: "matmul", "cpu_fallback", ...
 // Whether the segment is one generated kernel (normalization, inner_outer, reduction or pointwise).
 bool is_generated_kernel(SchedulerKind kind);
 
 struct EpilogueMatch;   // segment/schedulers/matmul_epilogue.h
 struct KernelAnalysis;  // segment/schedulers/kernel_analysis.h
+struct MultiTensorGroup;  // segment/schedulers/multi_tensor.h
 
 struct Segment {
   int id = 0;
@@ -41,6 +44,8 @@ struct Segment {
   // Generated-kernel segments: the analysis the scheduler accepted them with (the iteration
   // domain, reduced axes, leaves), kept so the backend and `alloy compile` need not redo it.
   std::shared_ptr<const KernelAnalysis> analysis;
+  // multi_tensor segments: the chains the launch computes, each a pointwise segment of its own.
+  std::shared_ptr<const MultiTensorGroup> group;
 };
 
 struct Refusal {

@@ -78,6 +78,7 @@ inline unsigned __ballot_sync(unsigned, int predicate) {
 #define __global__
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __align__(n) alignas(n)
 
 // Runs kernel(params) over the grid, one block at a time: `threads` std::threads take every block

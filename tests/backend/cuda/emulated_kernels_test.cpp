@@ -24,6 +24,7 @@
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
 #include "alloy/backend/cuda/gather_fault.h"
 #include "alloy/backend/cuda/launch_plan.h"
+#include "alloy/backend/cuda/multi_tensor_plan.h"
 #include "alloy/ir/parser.h"
 #include "alloy/passes/decompose_composites.h"
 #include "alloy/passes/unify_extents.h"
@@ -33,6 +34,7 @@
 #include "alloy/backend/cpu/views.h"
 #include "alloy/segment/schedulers/cuda_segmenter.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
+#include "alloy/segment/schedulers/multi_tensor.h"
 #include "alloy/segment/schedulers/stage_split.h"
 #include "alloy/segment/segmenter.h"
 #include "backend/cuda/kernel_cases.h"
@@ -184,6 +186,47 @@ void emulate_kernel(const KernelAnalysis& a, const std::vector<const Op*>& ops, 
   cuda::check_gather_flag(a, flag, shapes);
 }
 
+// One multi-tensor segment as the runtime launches it: every member's outputs poisoned (a direct
+// in-place output is its input's memory), members with strided tensors run as their own pointwise
+// kernels, then the table planned from every member's tensors and the one kernel run.
+void emulate_multi_tensor(const Segment& s, const Bindings& bound, const cuda::LaunchTarget& target, std::map<const Value*, Tensor>& values,
+                          const Segmentation& segmentation, unsigned block_order, std::vector<std::string>* launches) {
+  const MultiTensorGroup& group = *s.group;
+  const KernelAnalysis& kernel = group.kernel();
+  for (const Segment& member : group.members)
+    for (Value* out : member.outputs) {
+      if (const Value* input = segmentation.direct_target(out)) {
+        values[out] = values.at(input);
+        continue;
+      }
+      Tensor t = Tensor::empty(out->dtype(), concrete(out, bound));
+      std::memset(t.data(), 0xFF, size_t(t.numel()) * dtype_size(t.dtype()));
+      values[out] = t;
+    }
+  std::vector<std::vector<const Tensor*>> tensors;
+  for (const auto& member : group.tensors) {
+    tensors.emplace_back();
+    for (const Value* v : member) tensors.back().push_back(&values.at(v));
+  }
+  auto value_of = [&](const Value* v) -> const Tensor& { return values.at(v); };
+  const int members = int(group.members.size());
+  cuda::MultiTensorLaunch plan = cuda::plan_multi_tensor_launch(kernel, members, tensors, cuda::scalar_words(kernel, value_of), target);
+  for (size_t i : plan.apart) {
+    const Segment& member = group.members[i];
+    int passes = 0;
+    if (launches) launches->push_back("apart: member " + std::to_string(i));
+    emulate_kernel(*member.analysis, member.ops, member.inputs, bound, target, false, values, passes, &segmentation, block_order, launches);
+  }
+  if (!plan.launch) return;
+  ASSERT_EQ(int(plan.words.size()), cuda::multi_tensor_param_words(kernel, members));
+  EmulateFn run = compile_for_host(cuda::generate_multi_tensor_kernel(kernel, plan.variant, members, "alloy_kernel"));
+  ASSERT_NE(run, nullptr);
+  if (launches)
+    launches->push_back("multi_tensor " + plan.variant.key() + " grid " + std::to_string(plan.grid) + ", " +
+                        std::to_string(plan.tensors) + " tensors, " + std::to_string(plan.vectorized) + " in vectors");
+  run(plan.grid, 1, plan.block, plan.words.data(), block_order);
+}
+
 // The kernel flavours a run can choose (LaunchTarget): the final pass's leaves loaded in that pass
 // (ALLOY_NO_EARLY_LOADS=1; here also with the 64-bit offsets of large tensors), values recomputed
 // (KernelTuning::recompute_values), and the default (values held, early loads).
@@ -226,6 +269,10 @@ void emulate_fusion(const std::string& text, const std::vector<Tensor>& inputs, 
       emulate_bitmask_segment(*s.ops.at(0), bound, sm_count, values);
       continue;
     }
+    if (s.scheduler == SchedulerKind::multi_tensor) {  // many chains, one launch over a table of their tensors
+      emulate_multi_tensor(s, bound, target, values, segmentation, block_order, launches);
+      continue;
+    }
     ASSERT_TRUE(is_generated_kernel(s.scheduler) && s.analysis) << segmentation.str();
     emulate_kernel(*s.analysis, s.ops, s.inputs, bound, target, flavour == Flavour::late_loads, values, passes, &segmentation, block_order,
                    launches);
@@ -251,7 +298,8 @@ const char* flavour_name(Flavour flavour) {
 // copies of the inputs that in-place outputs write). `given`: inputs by position (undefined ones
 // are drawn at random).
 void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
-                                  std::vector<Tensor> given = {}, int* split_passes = nullptr, int* in_place_written = nullptr) {
+                                  std::vector<Tensor> given = {}, int* split_passes = nullptr, int* in_place_written = nullptr,
+                                  std::vector<std::string>* launches = nullptr) {
   SCOPED_TRACE(flavour_name(flavour));
   auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
   given.resize(fusion->inputs().size());
@@ -265,7 +313,7 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   }
   std::vector<Tensor> expected = reference.run(reference_inputs);
   std::vector<Tensor> actual;
-  emulate_fusion(text, inputs, flavour, sm_count, actual, split_passes, in_place_written);
+  emulate_fusion(text, inputs, flavour, sm_count, actual, split_passes, in_place_written, 0, launches);
   ASSERT_EQ(expected.size(), actual.size());
   for (size_t i = 0; i < expected.size(); ++i)
     EXPECT_TRUE(testing::tensors_close(actual[i], expected[i])) << "output " << fusion->outputs()[i]->name;
@@ -435,6 +483,71 @@ TEST(EmulatedKernels, InPlaceOutputsWrittenByTheirKernels) {
     expect_emulation_matches_cpu(c.text, c.sizes, Flavour::default_choice, 4, c.given, nullptr, &written);
     EXPECT_EQ(written, c.written);
   }
+}
+
+// Issue 27, many tensors in one launch (segment/schedulers/multi_tensor.h): the AdamW step over
+// parameters of 1, 3, 1000, 4099 and 37 x 29 elements, each written in place, is one launch over a
+// table of their tensors, every tensor in vectors but for the elements after its last whole one
+// (1 and 3 elements: no whole vector), equal to the CPU reference; with its blocks in another order.
+TEST(EmulatedKernels, MultiTensorAdamStepOfOddSizes_IsOneLaunch) {
+  const std::vector<std::vector<int64_t>> shapes = {{1}, {3}, {1000}, {4099}, {37, 29}};
+  std::vector<Tensor> given(4 * shapes.size() + 4);
+  for (size_t i = 0; i < shapes.size(); ++i) {  // v >= 0, as a second moment is
+    Tensor v = Tensor::empty(DType::f32, shapes[i]);
+    for (int64_t k = 0; k < v.numel(); ++k) store_double(v.data(), DType::f32, k, 0.5 + std::sin(double(k) * 0.37) * 0.4);
+    given[4 * i + 3] = v;
+  }
+  int written = 0;
+  std::vector<std::string> launches;
+  expect_emulation_matches_cpu(testing::multi_adam_fusion(shapes), {}, Flavour::default_choice, 4, given, nullptr, &written, &launches);
+  EXPECT_EQ(written, 15);
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_NE(launches[0].find("multi_tensor r1.0_v4_t256_i0_vvvv grid 7, 5 tensors, 5 in vectors"), std::string::npos) << launches[0];
+}
+
+// Each tensor's own alignment decides: a parameter whose tensors start off a 16-byte boundary (views
+// at an odd offset) is computed element by element in the same launch, and one whose gradient is a
+// strided view runs as its chain's own pointwise kernel; bf16 chains read 8 elements a vector.
+TEST(EmulatedKernels, MultiTensorViewsOffTheVectorsOrStrided_TakeTheirOwnPaths) {
+  auto at_offset = [](DType dtype, int64_t n, int64_t offset) {
+    Tensor whole = complete_inputs(*parse_fusion("fusion f(x: " + std::string(dtype_name(dtype)) + "[" + std::to_string(n + offset) +
+                                                     "]) {\n  return x\n}\n", "x.fusion", std::nullopt),
+                                   {Tensor()}, {}, 5)[0];
+    return whole.as_strided({n}, {1}, offset);
+  };
+  const std::string text = R"(fusion f(x0: f32[1000], g0: f32[1000], x1: f32[1001], g1: f32[1001], x2: f32[64], g2: f32[64], s: f32) {
+  a0 = mul(g0, s)
+  y0 = add(x0, a0)
+  a1 = mul(g1, s)
+  y1 = add(x1, a1)
+  a2 = mul(g2, s)
+  y2 = add(x2, a2)
+  return y0 -> x0, y1 -> x1, y2 -> x2
+})";
+  Tensor strided = at_offset(DType::f32, 128, 0).as_strided({64}, {2}, 0);
+  std::vector<Tensor> given = {at_offset(DType::f32, 1000, 1), at_offset(DType::f32, 1000, 1), Tensor(), Tensor(), Tensor(), strided, Tensor()};
+  int written = 0;
+  std::vector<std::string> launches;
+  expect_emulation_matches_cpu(text, {}, Flavour::default_choice, 4, given, nullptr, &written, &launches);
+  EXPECT_EQ(written, 3);
+  ASSERT_EQ(launches.size(), 3u);
+  EXPECT_EQ(launches[0], "apart: member 2");
+  EXPECT_NE(launches[2].find("2 tensors, 1 in vectors"), std::string::npos) << launches[2];
+
+  const std::string halves = R"(fusion f(x0: bf16[7], x1: bf16[4099], x2: bf16[16, 3], s: f32) {
+  y0 = mul(x0, s)
+  z0 = cast(y0, dtype=bf16)
+  y1 = mul(x1, s)
+  z1 = cast(y1, dtype=bf16)
+  y2 = mul(x2, s)
+  z2 = cast(y2, dtype=bf16)
+  return z0 -> x0, z1 -> x1, z2 -> x2
+})";
+  launches.clear();
+  expect_emulation_matches_cpu(halves, {}, Flavour::default_choice, 4, {}, nullptr, &written, &launches);
+  EXPECT_EQ(written, 3);
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_NE(launches[0].find("multi_tensor r1.0_v8_t256_i0_v grid 4, 3 tensors, 3 in vectors"), std::string::npos) << launches[0];
 }
 
 TEST(EmulatedKernels, LongRowsReReadFromMemory) {

@@ -185,6 +185,72 @@ TEST(GpuEndToEnd, AdamStepOnDeviceTensors_WritesThemInPlace) {
   EXPECT_EQ(program.find("Copy"), std::string::npos) << program;
 }
 
+// GPT-2 small's parameter list (148 tensors) at a quarter of its width and an eighth of its
+// vocabulary (6.6M elements, so the CPU reference takes a second): odd and even sizes, 1-D and 2-D.
+std::vector<std::vector<int64_t>> gpt2_like_shapes(int64_t c, int64_t vocab, int64_t context) {
+  std::vector<std::vector<int64_t>> shapes = {{vocab, c}, {context, c}};
+  for (int layer = 0; layer < 12; ++layer)
+    for (auto shape : std::vector<std::vector<int64_t>>{{c}, {c}, {3 * c, c}, {3 * c}, {c, c}, {c}, {c}, {c}, {4 * c, c}, {4 * c}, {c, 4 * c}, {c}})
+      shapes.push_back(shape);
+  shapes.push_back({c});
+  shapes.push_back({c});
+  return shapes;
+}
+
+// Issue 27, many tensors in one launch: the AdamW step over every parameter of a GPT-2-like model
+// is one multi-tensor launch (segment/schedulers/multi_tensor.h) writing every p, m and v in place,
+// equal to the CPU reference three steps in a row; parameter 5's p and m start 4 bytes off a
+// vector boundary (read element by element in the same launch) and parameter 7's gradient is a
+// strided view (its chain runs as its own pointwise kernel).
+TEST(GpuEndToEnd, MultiTensorAdamStepOverGpt2LikeParameters_IsOneLaunchInPlace) {
+  ALLOY_REQUIRE_GPU();
+  const std::vector<std::vector<int64_t>> shapes = gpt2_like_shapes(192, 6283, 256);
+  const std::string text = testing::multi_adam_fusion(shapes);
+  auto fusion = parse_fusion(text, "multi_adam.fusion", std::nullopt);
+  std::vector<Tensor> host = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), {}, 7);
+  const host_ir::DeviceRuntime& cuda = backend::device_runtime(DeviceKind::cuda);
+  std::vector<Tensor> device = host;
+  for (size_t i = 0; i < 4 * shapes.size(); ++i) {
+    Tensor& t = host[i];
+    if (i % 4 == 3)  // v >= 0
+      for (int64_t k = 0; k < t.numel(); ++k) store_double(t.data(), DType::f32, k, std::fabs(load_as_double(t.data(), DType::f32, k)));
+    const int64_t n = t.numel();
+    if (i == 4 * 5 || i == 4 * 5 + 2) {  // parameter 5's p and m: one element in
+      Tensor padded = Tensor::empty(DType::f32, {n + 1});
+      std::memcpy(static_cast<float*>(padded.data()) + 1, t.data(), size_t(n) * 4);
+      device[i] = cuda.to_device(padded, 0).as_strided(t.sizes(), t.strides(), 1);
+    } else if (i == 4 * 7 + 1) {  // parameter 7's gradient: every other element
+      Tensor spread = Tensor::empty(DType::f32, {2 * n});
+      for (int64_t k = 0; k < n; ++k) store_double(spread.data(), DType::f32, 2 * k, load_as_double(t.data(), DType::f32, k));
+      device[i] = cuda.to_device(spread, 0).as_strided(t.sizes(), {2}, 0);
+    } else {
+      device[i] = cuda.to_device(t, 0);
+    }
+  }
+  FusionExecutor cpu(parse_fusion(text, "multi_adam.fusion", std::nullopt), {DeviceChoice::cpu});
+  ExecutorOptions options{DeviceChoice::cuda};
+  options.poison_outputs = true;
+  FusionExecutor gpu(std::move(fusion), options);
+  const std::vector<Value*>& targets = gpu.fusion().output_aliases();
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Tensor> expected = cpu.run(host);  // updates host's p, m and v
+    std::vector<Tensor> actual = gpu.run(device);
+    gpu.synchronize();
+    ASSERT_EQ(actual.size(), 3 * shapes.size());
+    for (size_t o = 0; o < actual.size(); ++o) {
+      const Value* target = targets[o];
+      size_t input = size_t(std::find(gpu.fusion().inputs().begin(), gpu.fusion().inputs().end(), target) - gpu.fusion().inputs().begin());
+      EXPECT_EQ(actual[o].data(), device[input].data()) << "output " << o << " is not its input's memory";
+      EXPECT_TRUE(testing::tensors_close(to_cpu(actual[o]), expected[o])) << "output " << gpu.fusion().outputs()[o]->name << ", step " << step;
+    }
+  }
+  std::string segments = gpu.dump("segments"), program = gpu.dump("program"), launched = gpu.dump("cuda");
+  EXPECT_EQ(count(segments, "[multi_tensor]"), 1) << segments.substr(0, 2000);
+  EXPECT_EQ(count(segments, "written in place by segment 0"), int(3 * shapes.size()));
+  EXPECT_EQ(program.find("Copy"), std::string::npos) << program.substr(0, 2000);
+  EXPECT_EQ(count(launched, ", variant mt148_"), 1) << launched.substr(0, 2000);
+}
+
 // Steps that go through a copy on the GPU: the old parameters returned beside the new ones, the
 // momentum also read by a reduction.
 TEST(GpuEndToEnd, AnInPlaceStepThroughACopy_MatchesTheCpu) {

@@ -4,6 +4,7 @@
 // with the CPU reference.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -87,6 +88,38 @@ inline std::string rms_norm_backward(const std::string& T) {
   dw = cast(dw32, dtype=)" + T + R"()
   return dx, dw
 })";
+}
+// The AdamW step of examples/adam_step.fusion once for each parameter of `shapes` (its own p, g, m
+// and v of `dtype`, the shared scalars lr, wd, bc1 and bc2), each written in place: an optimizer
+// step over a model's parameters, one multi-tensor launch on CUDA.
+inline std::string multi_adam_fusion(const std::vector<std::vector<int64_t>>& shapes, const std::string& dtype = "f32") {
+  std::string params, body, results;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    std::string type = dtype + "[", n = std::to_string(i);
+    for (size_t d = 0; d < shapes[i].size(); ++d) type += (d ? ", " : "") + std::to_string(shapes[i][d]);
+    type += "]";
+    for (const char* t : {"p", "g", "m", "v"}) params += std::string(t) + n + ": " + type + ", ";
+    auto line = [&](const std::string& text) { body += "  " + text + "\n"; };
+    line("m_kept" + n + " = mul(m" + n + ", 0.9)");
+    line("g_part" + n + " = mul(g" + n + ", 0.1)");
+    line("m2_" + n + " = add(m_kept" + n + ", g_part" + n + ")");
+    line("g_sq" + n + " = mul(g" + n + ", g" + n + ")");
+    line("v_kept" + n + " = mul(v" + n + ", 0.999)");
+    line("g_sq_part" + n + " = mul(g_sq" + n + ", 0.001)");
+    line("v2_" + n + " = add(v_kept" + n + ", g_sq_part" + n + ")");
+    line("m_hat" + n + " = div(m2_" + n + ", bc1)");
+    line("v_hat" + n + " = div(v2_" + n + ", bc2)");
+    line("root" + n + " = sqrt(v_hat" + n + ")");
+    line("denom" + n + " = add(root" + n + ", 1e-8)");
+    line("ratio" + n + " = div(m_hat" + n + ", denom" + n + ")");
+    line("step" + n + " = mul(ratio" + n + ", lr)");
+    line("lr_wd" + n + " = mul(lr, wd)");
+    line("keep" + n + " = sub(1.0, lr_wd" + n + ")");
+    line("p_decayed" + n + " = mul(p" + n + ", keep" + n + ")");
+    line("p2_" + n + " = sub(p_decayed" + n + ", step" + n + ")");
+    results += std::string(i ? ", " : "") + "p2_" + n + " -> p" + n + ", m2_" + n + " -> m" + n + ", v2_" + n + " -> v" + n;
+  }
+  return "fusion multi_adam(" + params + "lr: f32, wd: f32, bc1: f32, bc2: f32) {\n" + body + "  return " + results + "\n}\n";
 }
 
 // How GoogleTest names a case in test listings (instead of dumping its bytes).

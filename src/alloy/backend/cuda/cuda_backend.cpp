@@ -13,6 +13,7 @@
 #include "alloy/backend/cuda/generated_kernel.h"
 #include "alloy/backend/cuda/host_views.h"
 #include "alloy/backend/cuda/matmul_segment.h"
+#include "alloy/backend/cuda/multi_tensor_segment.h"
 #include "alloy/backend/cuda/strided_copy.h"
 #include "alloy/backend/cuda/cuda_runtime.h"
 #include "alloy/segment/schedulers/kernel_analysis.h"
@@ -215,6 +216,7 @@ std::unique_ptr<host_ir::SegmentExecutable> make_cuda_executable(const Segment& 
     case SchedulerKind::inner_outer:
       ALLOY_CHECK(s.analysis != nullptr, "segment ", s.id, " [", scheduler_name(s.scheduler), "] has no kernel analysis");
       return make_generated_kernel(s, *s.analysis);
+    case SchedulerKind::multi_tensor: return make_multi_tensor_segment(s);
     case SchedulerKind::cpu_reference:
     case SchedulerKind::communication: break;
   }

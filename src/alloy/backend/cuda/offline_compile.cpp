@@ -8,11 +8,13 @@
 #include "alloy/backend/cuda/codegen/bitmask_kernel.h"
 #include "alloy/backend/cuda/codegen/kernel_codegen.h"
 #include "alloy/backend/cuda/launch_plan.h"
+#include "alloy/backend/cuda/multi_tensor_plan.h"
 #include "alloy/backend/cuda/nvrtc_compiler.h"
 #include "alloy/backend/backend.h"
 #include "alloy/common/settings.h"
 #include "alloy/ir/op_table.h"
 #include "alloy/backend/cpu/views.h"
+#include "alloy/segment/schedulers/multi_tensor.h"
 #include "alloy/segment/schedulers/stage_split.h"
 
 namespace alloy {
@@ -239,7 +241,47 @@ std::string backend::compile_offline(const Fusion& local, const Segmentation& se
       }
     }
   };
+  // A multi-tensor segment's one kernel, whatever the sizes (its vector follows from the dtypes);
+  // with sizes, the launch's grid and table. Always with ptxas' resource line: its stack frame says
+  // whether the table is read in place from the parameters.
+  auto compile_multi_tensor = [&](const Segment& s) {
+    const MultiTensorGroup& group = *s.group;
+    const KernelAnalysis& a = group.kernel();
+    const int members = int(group.members.size());
+    cuda::KernelVariant v = cuda::multi_tensor_variant(a);
+    std::string launch;
+    if (values) {
+      std::vector<std::vector<const Tensor*>> tensors;
+      for (const auto& member : group.tensors) {
+        tensors.emplace_back();
+        for (const Value* t : member) tensors.back().push_back(&values->at(t));
+      }
+      int sms = arch.major == 9 ? 132 : arch.major == 8 && arch.minor == 0 ? 108 : 80;
+      cuda::MultiTensorLaunch plan = cuda::plan_multi_tensor_launch(
+          a, members, tensors, std::vector<uint64_t>(a.scalar_inputs.size(), 0),
+          cuda::LaunchTarget::from_environment(arch.major, arch.minor, sms, 228 * 1024));
+      launch = ", grid " + std::to_string(plan.grid) + ", block " + std::to_string(plan.block) + " (" + std::to_string(sms) +
+               " SMs assumed), " + std::to_string(plan.chunks) + " chunks of " + std::to_string(plan.tensors) + " tensors";
+    }
+    std::string name = "alloy_segment" + std::to_string(s.id);
+    std::string source = cuda::generate_multi_tensor_kernel(a, v, members, name);
+    cuda::CompileOptions options;
+    options.arch_suffix = arch.suffix;
+    options.extra.push_back("--ptxas-options=-v");
+    options.use_disk_cache = false;
+    auto module = cuda::compile_cuda(source, name, arch.major, arch.minor, options);
+    ++kernels;
+    if (dump_source) report << "// segment " << s.id << " [multi_tensor], variant " << v.key() << "\n" << source << "\n";
+    else
+      report << "segment " << s.id << " [multi_tensor] " << members << " tensors, " << cuda::multi_tensor_param_words(a, members) * 8
+             << " bytes of parameters, variant " << v.key() << ": sm_" << arch.major << arch.minor << arch.suffix << " cubin "
+             << module->cubin.size() << " bytes" << launch << "; " << resource_usage(module->log) << "\n";
+  };
   for (const Segment& s : segmentation.segments) {
+    if (s.scheduler == SchedulerKind::multi_tensor) {
+      compile_multi_tensor(s);
+      continue;
+    }
     if (s.scheduler == SchedulerKind::communication) {
       if (!dump_source) report << "segment " << s.id << " [communication]: " << op_name(s.ops.at(0)->kind) << ", no kernel\n";
       continue;

@@ -6,12 +6,16 @@
 #include "alloy/ir/op_table.h"
 #include "alloy/segment/schedulers/generated_scheduler.h"
 #include "alloy/segment/schedulers/matmul_scheduler.h"
+#include "alloy/segment/schedulers/multi_tensor.h"
 #include "alloy/segment/schedulers/single_op_schedulers.h"
 
 namespace alloy {
 namespace {
 
 // Scheduler order on CUDA (docs/architecture.md; each scheduler's header says what it takes):
+//   0. multi_tensor    first, over the whole fusion: independent pointwise chains of one structure
+//                      (an optimizer step's, one a parameter) become one launch; their segments
+//                      come last (they read only the fusion's inputs and scalars computed once)
 //   1. communication   a collective is a segment of its own, never in a kernel
 //   2. matmul          linear / matmul through cuBLASLt, with the ops its epilogue takes
 //   3. generated       the longest run of ops that one generated kernel computes
@@ -66,8 +70,19 @@ Segmentation segment_for_cuda(const Fusion& fusion) {
   Segmentation result;
   result.target = Target::cuda;
   ValueReaders readers(fusion);
+  std::unordered_set<const Op*> grouped;
+  std::vector<Refusal> left_out;  // listed after the other refusals
+  std::vector<Segment> groups = group_multi_tensor(fusion, readers, left_out, grouped);
   std::vector<EpilogueMatch> matches = match_epilogues(fusion, result.refusals);
   Schedule schedule(fusion, matches);
+  if (!grouped.empty()) {  // the rest, in the same order
+    std::vector<const Op*> order;
+    std::vector<int> group;
+    for (size_t i = 0; i < schedule.order.size(); ++i)
+      if (!grouped.count(schedule.order[i])) order.push_back(schedule.order[i]), group.push_back(schedule.group[i]);
+    schedule.order = std::move(order);
+    schedule.group = std::move(group);
+  }
   const std::vector<const Op*>& ops = schedule.order;
   auto offer = [&](size_t first, size_t last) {
     return Offer{readers, std::vector<const Op*>(ops.begin() + first, ops.begin() + last + 1), int(result.segments.size())};
@@ -128,6 +143,14 @@ Segmentation segment_for_cuda(const Fusion& fusion) {
     }
     ++i;
   }
+  for (Segment& s : groups) {
+    s.id = int(result.segments.size());
+    auto group = std::make_shared<MultiTensorGroup>(*s.group);
+    for (Segment& member : group->members) member.id = s.id;
+    s.group = std::move(group);
+    result.segments.push_back(std::move(s));
+  }
+  result.refusals.insert(result.refusals.end(), left_out.begin(), left_out.end());
   return result;
 }
 

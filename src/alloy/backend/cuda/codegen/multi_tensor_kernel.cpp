@@ -1,0 +1,102 @@
+// The multi-tensor kernel (segment/schedulers/multi_tensor.h): one chain's pointwise kernel over a
+// table of tensors. The blocks stride over the chunks of all the tensors (each tensor cut into
+// chunks of kMultiTensorChunkVectors vectors a thread); a block finds its chunk's tensor by a binary
+// search of the table's first chunks, fills a one-axis Params from that tensor's entry (stride 1,
+// so the pointwise kernel's offsets, loads, ops and stores are reused as they are) and computes
+// the chunk: in vectors where the entry says every pointer of the tensor allows them (the
+// elements after the last whole vector one a thread), else one element a thread.
+#include <string>
+
+#include "alloy/backend/cuda/codegen/cuda_expressions.h"
+#include "alloy/backend/cuda/codegen/kernel_emitter.h"
+
+namespace alloy::cuda {
+namespace {
+
+class MultiTensorEmitter final : public KernelEmitter {
+ public:
+  MultiTensorEmitter(const KernelAnalysis& a, const KernelVariant& v, std::string name, int members)
+      : KernelEmitter(a, v, std::move(name)), members_(members) {}
+
+  std::string run() {
+    ALLOY_CHECK(v_.outer_rank == 1 && !v_.edge_elements && v_.transpose_axis < 0 && !a_.is_reduction() && !a_.has_indexing() &&
+                    a_.cat_leaves.empty(),
+                "a multi-tensor kernel is a pointwise kernel of one axis");
+    emit_header();  // the one-axis Params each chunk fills
+    emit_table();
+    const int V = v_.vector;
+    const std::string chunk = std::to_string(int64_t(v_.threads) * V * kMultiTensorChunkVectors);
+    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads << ") " << name_
+        << "(const __grid_constant__ MultiParams mp) {\n";
+    os_ << "  for (long long b = blockIdx.x; b < mp.chunks; b += gridDim.x) {\n";
+    os_ << "    int lo = 0, hi = (int)mp.tensors - 1;  // the last tensor whose first chunk is at or before b\n";
+    os_ << "    while (lo < hi) { const int mid = (lo + hi + 1) >> 1; if (mp.first[mid] <= b) lo = mid; else hi = mid - 1; }\n";
+    os_ << "    const MultiTensorEntry& entry = mp.e[lo];\n";
+    emit_fill_params("    ");
+    os_ << "    const long long begin = (b - mp.first[lo]) * " << chunk << ";\n";
+    os_ << "    const long long end = begin + " << chunk << " < entry.numel ? begin + " << chunk << " : entry.numel;\n";
+    os_ << "    long long rest = begin;  // where the elements one a thread start\n";
+    os_ << "    if (entry.vector) {\n";
+    os_ << "      rest = begin + (end - begin) / " << V << " * " << V << ";\n";
+    os_ << "      for (long long q = begin + (long long)threadIdx.x * " << V << "; q < rest; q += (long long)blockDim.x * " << V << ") {\n";
+    emit_offsets("q", 0, 1, "off_", tensor_names(true, true, false), "        ");
+    cached_ = element_leaves();
+    emit_leaf_arrays("L", "", "        ", cached_);
+    emit_leaf_loads("L", "", "off_", "        ", cached_);
+    auto ops = element_ops_for(element_outputs());
+    emit_vector_stores("off_", "        ", "", [&](const std::string& indent) {
+      for (const Op* op : ops) emit_op(*op, "", indent);
+    });
+    os_ << "      }\n";
+    os_ << "    }\n";
+    os_ << "    for (long long at = rest + threadIdx.x; at < end; at += blockDim.x) {\n";
+    emit_offsets("at", 0, 1, "off_", tensor_names(true, true, false), "      ");
+    emit_edge_element("off_", "      ", cached_, [&](const std::string& indent) {
+      for (const Op* op : ops) emit_op(*op, "", indent);
+      emit_element_stores("off_", indent);
+    });
+    os_ << "    }\n";
+    os_ << "  }\n";
+    os_ << "}\n";
+    return os_.str();
+  }
+
+ private:
+  // The table: per tensor its element count, whether its pointers allow vectors, and the pointer of
+  // each leaf and output; the first chunk of each tensor apart, for the search.
+  void emit_table() {
+    size_t pointers = a_.leaves.size() + a_.outputs.size();
+    os_ << "struct MultiTensorEntry { long long numel, vector; const void* t[" << pointers << "]; };\n";
+    os_ << "struct MultiParams {\n  long long tensors, chunks;\n";
+    for (size_t k = 0; k < a_.scalar_inputs.size(); ++k)
+      os_ << "  " << (is_floating(a_.scalar_inputs[k]->dtype()) ? "double" : "long long") << " s" << k << ";\n";
+    os_ << "  long long first[" << members_ << "];\n  MultiTensorEntry e[" << members_ << "];\n};\n";
+    os_ << "static_assert(sizeof(MultiParams) == " << multi_tensor_param_words(a_, members_) << " * 8, \"MultiParams layout\");\n\n";
+  }
+
+  void emit_fill_params(const std::string& in) {
+    os_ << in << "Params p;\n" << in << "p.numel = entry.numel;\n" << in << "p.size[0] = entry.numel;\n";
+    for (size_t k = 0; k < a_.leaves.size(); ++k)
+      os_ << in << "p.l" << k << " = (const " << storage_type(a_.leaves[k]->dtype()) << "*)entry.t[" << k << "]; p.l" << k
+          << "_stride[0] = 1;\n";
+    for (size_t k = 0; k < a_.outputs.size(); ++k)
+      os_ << in << "p.o" << k << " = (" << storage_type(a_.outputs[k]->dtype()) << "*)entry.t[" << a_.leaves.size() + k << "]; p.o" << k
+          << "_stride[0] = 1;\n";
+    for (size_t k = 0; k < a_.scalar_inputs.size(); ++k) os_ << in << "p.s" << k << " = mp.s" << k << ";\n";
+  }
+
+  int members_;
+};
+
+}  // namespace
+
+std::string generate_multi_tensor_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, int members,
+                                         const std::string& name) {
+  return MultiTensorEmitter(analysis, variant, name, members).run();
+}
+
+int multi_tensor_param_words(const KernelAnalysis& a, int members) {
+  return 2 + int(a.scalar_inputs.size()) + members * (3 + int(a.leaves.size() + a.outputs.size()));
+}
+
+}  // namespace alloy::cuda

@@ -1,0 +1,66 @@
+#include "alloy/backend/cuda/multi_tensor_plan.h"
+
+#include <algorithm>
+
+namespace alloy::cuda {
+
+KernelVariant multi_tensor_variant(const KernelAnalysis& kernel) {
+  int min_size = 8;
+  for (const auto* list : {&kernel.leaves, &kernel.outputs})
+    for (const Value* v : *list) min_size = std::min(min_size, dtype_size(v->dtype()));
+  KernelVariant v;
+  v.outer_rank = 1;
+  v.threads = 256;
+  v.vector = std::min(8, 16 / min_size);
+  v.leaf_modes = std::string(kernel.leaves.size(), 'v');
+  return v;
+}
+
+MultiTensorLaunch plan_multi_tensor_launch(const KernelAnalysis& kernel, int members, const std::vector<std::vector<const Tensor*>>& tensors,
+                                           const std::vector<uint64_t>& scalar_words, const LaunchTarget& target) {
+  MultiTensorLaunch plan;
+  plan.variant = multi_tensor_variant(kernel);
+  const size_t pointers = kernel.leaves.size() + kernel.outputs.size();
+  ALLOY_CHECK(int(tensors.size()) == members, "a multi-tensor launch of ", members, " members got ", tensors.size());
+  const int64_t V = plan.variant.vector, chunk = int64_t(plan.variant.threads) * V * kMultiTensorChunkVectors;
+  std::vector<uint64_t> first, entries;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    ALLOY_CHECK(tensors[i].size() == pointers, "member ", i, " of a multi-tensor launch has ", tensors[i].size(), " tensors, not ", pointers);
+    int64_t numel = tensors[i][0]->numel();
+    bool contiguous = true, aligned = true;
+    for (const Tensor* t : tensors[i]) {
+      contiguous &= t->is_contiguous() && t->numel() == numel;
+      aligned &= reinterpret_cast<uintptr_t>(t->data()) % uintptr_t(V * dtype_size(t->dtype())) == 0;
+    }
+    if (!contiguous) {
+      plan.apart.push_back(i);
+      continue;
+    }
+    if (numel == 0) continue;
+    first.push_back(uint64_t(plan.chunks));
+    plan.chunks += (numel + chunk - 1) / chunk;
+    entries.push_back(uint64_t(numel));
+    entries.push_back(aligned ? 1 : 0);
+    for (const Tensor* t : tensors[i]) entries.push_back(uint64_t(reinterpret_cast<uintptr_t>(t->data())));
+    ++plan.tensors;
+    plan.vectorized += aligned;
+  }
+  std::vector<uint64_t>& words = plan.words;
+  words.push_back(uint64_t(plan.tensors));
+  words.push_back(uint64_t(plan.chunks));
+  words.insert(words.end(), scalar_words.begin(), scalar_words.end());
+  first.resize(size_t(members), 0);
+  entries.resize(size_t(members) * (2 + pointers), 0);
+  words.insert(words.end(), first.begin(), first.end());
+  words.insert(words.end(), entries.begin(), entries.end());
+  ALLOY_CHECK(int(words.size()) == multi_tensor_param_words(kernel, members), "the multi-tensor Params layout");
+  if (plan.chunks == 0) return plan;
+  // the blocks an SM holds at once, over every SM: each block strides over the chunks
+  int64_t wave = int64_t(std::max(1, target.sm_count)) * std::max(1, 2048 / plan.variant.threads);
+  plan.grid = unsigned(std::min(plan.chunks, wave));
+  plan.block = unsigned(plan.variant.threads);
+  plan.launch = true;
+  return plan;
+}
+
+}  // namespace alloy::cuda

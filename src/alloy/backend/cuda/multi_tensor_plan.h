@@ -1,0 +1,34 @@
+// How a multi-tensor segment (segment/schedulers/multi_tensor.h) is launched on given tensors: the
+// table of the kernel's Params (codegen/kernel_codegen.h, generate_multi_tensor_kernel) filled from
+// each member's tensors, the vector width its dtypes allow and, per member, whether its pointers
+// allow it; the grid. A member whose tensors are not all contiguous is left to a launch of its own
+// (its chain's pointwise kernel, which reads any strides). No GPU calls: the CUDA runtime
+// (multi_tensor_segment), `alloy compile --bind` and the CPU emulation tests share it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "alloy/backend/cuda/launch_plan.h"
+
+namespace alloy::cuda {
+
+struct MultiTensorLaunch {
+  bool launch = false;  // false: no member in the table has an element
+  KernelVariant variant;  // one axis, the widest vector the dtypes allow (16 bytes of the narrowest), every leaf 'v'
+  std::vector<uint64_t> words;  // the Params (multi_tensor_param_words)
+  unsigned grid = 1, block = 256;
+  int64_t chunks = 0;
+  int tensors = 0, vectorized = 0;  // table entries in use, and those read and written in vectors
+  std::vector<size_t> apart;  // members launched on their own: a tensor not contiguous
+};
+
+// The variant of a multi-tensor kernel whatever the tensors (the vector from the dtypes alone).
+KernelVariant multi_tensor_variant(const KernelAnalysis& kernel);
+
+// `tensors[i]`: member i's tensors in the kernel's launch order (each leaf, then each output),
+// `members` the table's size (the segment's member count).
+MultiTensorLaunch plan_multi_tensor_launch(const KernelAnalysis& kernel, int members, const std::vector<std::vector<const Tensor*>>& tensors,
+                                           const std::vector<uint64_t>& scalar_words, const LaunchTarget& target);
+
+}  // namespace alloy::cuda

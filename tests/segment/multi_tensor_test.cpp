@@ -1,0 +1,169 @@
+// Multi-tensor segments (segment/schedulers/multi_tensor.h): independent pointwise chains of one
+// structure over tensors of any sizes become one launch; chains of other structures form groups of
+// their own, and every chain left out says why in `--dump segments`. The CUDA plan is made on the
+// host: no GPU needed.
+#include "alloy/segment/schedulers/multi_tensor.h"
+
+#include <gtest/gtest.h>
+
+#include "alloy/ir/parser.h"
+#include "alloy/pipeline/pipeline.h"
+#include "backend/cuda/kernel_cases.h"
+
+namespace alloy {
+namespace {
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+CompiledFusion cuda_plan(const std::string& text) {
+  auto fusion = parse_fusion(text, "multi_tensor.fusion", std::nullopt);
+  CompileOptions options;
+  options.stop_after_lowering = true;
+  return compile_fusion(*fusion, Target::cuda, options);
+}
+
+const Segmentation& segmentation(const CompiledFusion& c) { return c.lowered->segmentation; }
+
+std::vector<const Segment*> of_kind(const Segmentation& s, SchedulerKind kind) {
+  std::vector<const Segment*> out;
+  for (const Segment& segment : s.segments)
+    if (segment.scheduler == kind) out.push_back(&segment);
+  return out;
+}
+
+// GPT-2 small's parameters, as nanoGPT lists them (148 tensors, 124M elements).
+std::vector<std::vector<int64_t>> gpt2_small_shapes() {
+  const int64_t c = 768;
+  std::vector<std::vector<int64_t>> shapes = {{50257, c}, {1024, c}};
+  for (int layer = 0; layer < 12; ++layer)
+    for (auto shape : std::vector<std::vector<int64_t>>{{c}, {c}, {3 * c, c}, {3 * c}, {c, c}, {c}, {c}, {c}, {4 * c, c}, {4 * c}, {c, 4 * c}, {c}})
+      shapes.push_back(shape);
+  shapes.push_back({c});
+  shapes.push_back({c});
+  return shapes;
+}
+
+TEST(MultiTensor, AdamStepOverGpt2sParameters_IsOneLaunchWritingEveryTensorInPlace) {
+  std::vector<std::vector<int64_t>> shapes = gpt2_small_shapes();
+  ASSERT_EQ(shapes.size(), 148u);
+  CompiledFusion plan = cuda_plan(testing::multi_adam_fusion(shapes));
+  const Segmentation& s = segmentation(plan);
+  ASSERT_EQ(s.segments.size(), 1u) << s.str();
+  const Segment& group = s.segments[0];
+  EXPECT_EQ(group.scheduler, SchedulerKind::multi_tensor);
+  ASSERT_NE(group.group, nullptr);
+  EXPECT_EQ(group.group->members.size(), 148u);
+  EXPECT_EQ(group.ops.size(), 148u * 17);
+  EXPECT_TRUE(contains(group.note, "148 chains of 17 ops, 4 tensors read and 3 written each")) << group.note;
+  // the table: each member's leaves then outputs, in the kernel's order (the template's p is p0's place)
+  const KernelAnalysis& kernel = group.group->kernel();
+  ASSERT_EQ(kernel.leaves.size(), 4u);
+  for (size_t i = 0; i < 148; ++i) {
+    const std::vector<Value*>& tensors = group.group->tensors[i];
+    ASSERT_EQ(tensors.size(), 7u);
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      std::string model = k < 4 ? kernel.leaves[k]->name : kernel.outputs[k - 4]->name;
+      std::string expected = model.substr(0, model.size() - 1) + std::to_string(i);  // "m0" -> "m17", "p2_0" -> "p2_17"
+      EXPECT_EQ(tensors[k]->name, expected);
+    }
+  }
+  ASSERT_EQ(s.in_place.size(), 3u * 148);
+  for (const InPlaceOutput& o : s.in_place) EXPECT_TRUE(o.direct) << o.str();
+  std::string program = plan.lowered->str();
+  EXPECT_EQ(program.find("Copy"), std::string::npos) << program.substr(0, 2000);
+  EXPECT_TRUE(contains(s.str(), "chains (the same ops, storing): {m2_0, v2_0, p2_0} {m2_1, v2_1, p2_1}")) << s.str();
+  EXPECT_TRUE(s.refusals.empty()) << s.str();
+}
+
+TEST(MultiTensor, ChainsOfOtherStructures_AreGroupsOfTheirOwn_AndEachLeftOutSaysWhy) {
+  CompiledFusion plan = cuda_plan(R"(fusion f(a: f32[4], b: f32[5, 6], c: f32[7], d: f32[8], e: f32[9], h: bf16[3], k: f32[3],
+                                              l: f32[3], s: f32, t: f32) {
+  a2 = mul(a, 2.0)
+  b2 = mul(b, 2.0)
+  c2 = mul(c, 2.0)
+  d3 = mul(d, 3.0)
+  e3 = mul(e, 3.0)
+  h2 = mul(h, 2.0)
+  ks = mul(k, s)
+  lt = mul(l, t)
+  return a2, b2, c2, d3, e3, h2, ks, lt
+})");
+  const Segmentation& s = segmentation(plan);
+  std::vector<const Segment*> groups = of_kind(s, SchedulerKind::multi_tensor);
+  ASSERT_EQ(groups.size(), 2u) << s.str();
+  EXPECT_EQ(groups[0]->outputs.size(), 3u);  // a2, b2, c2: any sizes and ranks
+  EXPECT_EQ(groups[0]->outputs[1]->name, "b2");
+  EXPECT_EQ(groups[1]->outputs.size(), 2u);  // d3, e3: another literal
+  EXPECT_EQ(of_kind(s, SchedulerKind::pointwise).size(), 1u) << s.str();  // the rest, of one size, one kernel as before
+  std::string text = s.str();
+  EXPECT_TRUE(contains(text, "multi_tensor refused {h2=mul}: no other chain has its structure")) << text;
+  EXPECT_TRUE(contains(text, "multi_tensor refused {ks=mul}: no other chain has its structure")) << text;  // another scalar input
+  EXPECT_TRUE(contains(text, "multi_tensor refused {lt=mul}")) << text;
+}
+
+TEST(MultiTensor, ADependentChainOrABroadcast_IsLeftOutAndSaysWhy) {
+  CompiledFusion plan = cuda_plan(R"(fusion f(x0: f32[4], x1: f32[5], x2: f32[6], r: f32[2, 3], q: f32[3]) {
+  y0 = mul(x0, 2.0)
+  y1 = mul(x1, 2.0)
+  y2 = mul(x2, 2.0)
+  z = mul(y1, 2.0)
+  w = add(r, q)
+  return y0, y1, y2, z, w
+})");
+  const Segmentation& s = segmentation(plan);
+  std::vector<const Segment*> groups = of_kind(s, SchedulerKind::multi_tensor);
+  ASSERT_EQ(groups.size(), 1u) << s.str();
+  ASSERT_EQ(groups[0]->outputs.size(), 2u) << s.str();
+  EXPECT_EQ(groups[0]->outputs[0]->name, "y0");
+  EXPECT_EQ(groups[0]->outputs[1]->name, "y2");
+  std::string text = s.str();
+  // z reads y1: one chain of two ops, of another structure
+  EXPECT_TRUE(contains(text, "multi_tensor refused {y1=mul, z=mul}: no other chain has its structure")) << text;
+  EXPECT_TRUE(contains(text, "multi_tensor refused {w=add}: 'r' (f32[2, 3]) and 'q' (f32[3]) differ in shape")) << text;
+}
+
+TEST(MultiTensor, AScalarComputedOnceForEveryChain_IsReadByTheGroup) {
+  CompiledFusion plan = cuda_plan(R"(fusion f(x0: f32[4], x1: f32[5], lr: f32, wd: f32) {
+  k = mul(lr, wd)
+  keep = sub(1.0, k)
+  y0 = mul(x0, keep)
+  y1 = mul(x1, keep)
+  return y0 -> x0, y1 -> x1
+})");
+  const Segmentation& s = segmentation(plan);
+  std::vector<const Segment*> groups = of_kind(s, SchedulerKind::multi_tensor);
+  ASSERT_EQ(groups.size(), 1u) << s.str();
+  EXPECT_EQ(groups[0]->id, int(s.segments.size()) - 1);  // after the scalar's segment
+  EXPECT_EQ(groups[0]->group->kernel().scalar_inputs.size(), 1u);
+  EXPECT_EQ(groups[0]->group->kernel().scalar_inputs[0]->name, "keep");
+  for (const InPlaceOutput& o : s.in_place) EXPECT_TRUE(o.direct) << o.str();
+}
+
+TEST(MultiTensor, MoreChainsThanOneLaunchsParametersHold_AreSeveralLaunches) {
+  const int chains = 1000, most = max_multi_tensor_members(1, 1, 0);
+  ASSERT_EQ(most, 799);
+  std::string params, body, results;
+  for (int i = 0; i < chains; ++i) {
+    std::string n = std::to_string(i);
+    params += (i ? ", x" : "x") + n + ": f32[" + std::to_string(i + 1) + "]";
+    body += "  y" + n + " = mul(x" + n + ", 2.0)\n";
+    results += (i ? ", y" : "y") + n;
+  }
+  CompiledFusion plan = cuda_plan("fusion f(" + params + ") {\n" + body + "  return " + results + "\n}\n");
+  const Segmentation& s = segmentation(plan);
+  std::vector<const Segment*> groups = of_kind(s, SchedulerKind::multi_tensor);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0]->group->members.size(), size_t(most));
+  EXPECT_EQ(groups[1]->group->members.size(), size_t(chains - most));
+}
+
+TEST(MultiTensor, OnTheCpu_EveryOpIsItsOwnSegment) {
+  auto fusion = parse_fusion(testing::multi_adam_fusion({{4}, {5}}), "multi_tensor.fusion", std::nullopt);
+  CompileOptions options;
+  options.stop_after_lowering = true;
+  CompiledFusion plan = compile_fusion(*fusion, Target::cpu, options);
+  EXPECT_TRUE(of_kind(segmentation(plan), SchedulerKind::multi_tensor).empty());
+}
+
+}  // namespace
+}  // namespace alloy
