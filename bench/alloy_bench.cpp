@@ -7,10 +7,14 @@
 // Before timing, each case checks its plan (plan_problem) and its outputs against the CPU
 // reference (output_problem); a case that fails either exits 1.
 // usage: alloy_bench [RUNS] [CASES]   (CASES: comma-separated substrings of case names; default all)
+#include <execinfo.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -411,7 +415,22 @@ Case adam_step_gpt2() {
   return {"adam_step_gpt2_150", text, {{"V", v}, {"T", t}, {"C", c}, {"C3", 3 * c}, {"C4", 4 * c}}, 7 * 4 * elements};
 }
 
+// A crash says where: the stack on stderr (function names through -rdynamic), then the signal's
+// own end (run_benchmarks.py reports the exit code).
+void print_stack_and_die(int signal) {
+  void* frames[64];
+  int n = backtrace(frames, 64);
+  const char what[] = "alloy_bench: fatal signal, stack:\n";
+  (void)!write(2, what, sizeof what - 1);
+  backtrace_symbols_fd(frames, n, 2);
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
 int main(int argc, char** argv) {
+  std::signal(SIGSEGV, print_stack_and_die);
+  std::signal(SIGBUS, print_stack_and_die);
+  std::signal(SIGABRT, print_stack_and_die);
   if (!gpu().available()) {
     std::fprintf(stderr, "alloy_bench: no GPU (%s)\n", gpu().unavailable_reason().c_str());
     return 1;
