@@ -178,7 +178,9 @@ void time_case(const Case& c, int runs) {
   std::vector<Tensor> given(fusion->inputs().size());
   auto inputs = complete_inputs(*fusion, given, c.sizes, 1234);
   FusionExecutor exec(std::move(fusion), {DeviceChoice::cuda});
-  for (auto& t : inputs) t = gpu().to_device(t, 0);
+  // tensors on the GPU, scalars (a learning rate) on the host, as a caller passes them
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!exec.fusion().inputs()[i]->is_scalar()) inputs[i] = gpu().to_device(inputs[i], 0);
   for (int i = 0; i < 5; ++i) exec.run(inputs);
   gpu().synchronize(0);
   if (std::string problem = plan_problem(c, exec); !problem.empty()) {

@@ -429,8 +429,12 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const std::vector<Tensor>& 
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Value* declared = running.inputs()[i];
     Tensor t = inputs[i];
-    // Scalars stay on the host (they are passed by value); CPU tensors are copied to the device.
-    if (!declared->is_scalar() && t.device() != device) {
+    // Scalars are read on the host (kernels take them by value): one given on a device (a CUDA
+    // 0-dim tensor for a learning rate) is copied to the host, which waits for its stream. CPU
+    // tensors are copied to the device.
+    if (declared->is_scalar() && t.device().kind != DeviceKind::cpu) {
+      t = backend::device_runtime(t.device().kind).to_host(t);
+    } else if (!declared->is_scalar() && t.device() != device) {
       if (t.device().kind != DeviceKind::cpu)
         user_error_at("input '" + declared->name + "'", "is on ", t.device().str(), "; expected a tensor on ", device.str(),
                       " or on the cpu");

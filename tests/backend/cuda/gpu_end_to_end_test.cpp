@@ -251,6 +251,26 @@ TEST(GpuEndToEnd, MultiTensorAdamStepOverGpt2LikeParameters_IsOneLaunchInPlace) 
   EXPECT_EQ(count(launched, ", variant mt148_"), 1) << launched.substr(0, 2000);
 }
 
+// Scalar inputs given as device tensors (a learning rate kept on the GPU, as PyTorch's fused
+// optimizers keep it) are read on the host: the same results as host scalars, no crash.
+TEST(GpuEndToEnd, ScalarInputsOnTheDevice_AreReadOnTheHost) {
+  ALLOY_REQUIRE_GPU();
+  const std::string text = testing::read_file(testing::source_path("examples/adam_step.fusion"));
+  auto fusion = parse_fusion(text, "adam_step.fusion", std::nullopt);
+  std::vector<Tensor> host = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), {{"N", 4099}}, 3);
+  Tensor& v = host[3];
+  for (int64_t i = 0; i < v.numel(); ++i) store_double(v.data(), DType::f32, i, std::fabs(load_as_double(v.data(), DType::f32, i)));
+  const host_ir::DeviceRuntime& cuda = backend::device_runtime(DeviceKind::cuda);
+  std::vector<Tensor> device;
+  for (const Tensor& t : host) device.push_back(cuda.to_device(t, 0));  // the four scalars too
+  FusionExecutor cpu(parse_fusion(text, "adam_step.fusion", std::nullopt), {DeviceChoice::cpu});
+  FusionExecutor gpu(std::move(fusion), {DeviceChoice::cuda});
+  std::vector<Tensor> expected = cpu.run(host);
+  std::vector<Tensor> actual = gpu.run(device);
+  gpu.synchronize();
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(testing::tensors_close(to_cpu(actual[i]), expected[i])) << "output " << i;
+}
+
 // Steps that go through a copy on the GPU: the old parameters returned beside the new ones, the
 // momentum also read by a reduction.
 TEST(GpuEndToEnd, AnInPlaceStepThroughACopy_MatchesTheCpu) {
