@@ -486,6 +486,9 @@ def memory_table(build, runs, device, date, slug):
                      "alloy_GBps": bw, "share_of_copy": bw / copy_bw,
                      "alloy_isolated_us": a.get("isolated_us", float("nan")), "eager_isolated_us": eager_alone,
                      "compile_isolated_us": compiled_alone})
+        # each row as it is measured (a job cut off at its time limit keeps what it had)
+        print(f"row {name}: alloy {a['alloy_us']:.1f} us, eager {eager:.1f}, compile {compiled:.1f}, op {op:.1f}, "
+              f"{100 * bw / copy_bw:.0f}% of copy", file=sys.stderr, flush=True)
         del args
         torch.cuda.empty_cache()
     lines = [f"# Alloy benchmarks, {device}, {date}", "",
