@@ -453,6 +453,13 @@ inline const std::vector<KernelCase>& kernel_cases() {
   y = mul(s, up)
   return y
 })", "", {{"T", 300}}, {{"T", 5}}},
+      {"SwiGluOverSlicesOfFixedSizes", R"(fusion f(gu: bf16[6, 2208]) {
+  gate = slice(gu, starts=[0, 0], ends=[6, 1104])
+  up = slice(gu, starts=[0, 1104], ends=[6, 2208])
+  s = silu(gate)
+  y = mul(s, up)
+  return y
+})", "", {}},
       {"SwiGluOverSlicesOfOddHalves", R"(fusion f(gu: f32[T, 2002]) {
   gate = slice(gu, starts=[0, 0], ends=[2147483647, 1001])
   up = slice(gu, starts=[0, 1001], ends=[2147483647, 2002])

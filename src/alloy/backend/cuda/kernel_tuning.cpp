@@ -37,7 +37,8 @@ namespace {
 //   sums fit); a row split only where each thread then loads at least 8 vectors. To sweep on the
 //   GPU: the grad-norm bench case (grad_norm_1e8); grid_blocks_per_sm 0 is the A/B against the
 //   column kernels that ran these shapes before.
-// - inner_outer_accumulators 32, inner_outer_blocks_per_sm 0 (issue 27, not measured yet): a
+// - inner_outer_accumulators 32, inner_outer_blocks_per_sm 0 (issue 27; the defaults measured on an
+//   H100 at 63-71% of copy bandwidth, not yet swept: `scripts/gpu-ab inner_outer`): a
 //   thread holds at most 32 f32 column partials (the layer norm backward's dw and db of two bf16
 //   vectors of 8), so rows wider than 256 threads' worth take wider blocks; the persistent grid
 //   holds as many blocks an SM as ~64K registers fit by an estimate of the kernel's.
