@@ -152,6 +152,15 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// examples/adam_step.fusion's inputs on the host: N random elements of p, g, m and v (v made
+// non-negative, a second moment) and the scalars.
+std::vector<Tensor> adam_step_inputs(const Fusion& fusion, int64_t n, uint64_t seed) {
+  std::vector<Tensor> host = complete_inputs(fusion, std::vector<Tensor>(fusion.inputs().size()), {{"N", n}}, seed);
+  Tensor& v = host[3];
+  for (int64_t i = 0; i < v.numel(); ++i) store_double(v.data(), DType::f32, i, std::fabs(load_as_double(v.data(), DType::f32, i)));
+  return host;
+}
+
 // The AdamW step on tensors already on the GPU (issue 27): one kernel reads p, g, m and v once and
 // writes p, m and v in place (`--dump segments` says so; each output is its input's device
 // memory), and the results equal the CPU reference run on copies, three steps in a row.
@@ -159,9 +168,7 @@ TEST(GpuEndToEnd, AdamStepOnDeviceTensors_WritesThemInPlace) {
   ALLOY_REQUIRE_GPU();
   const std::string text = testing::read_file(testing::source_path("examples/adam_step.fusion"));
   auto fusion = parse_fusion(text, "adam_step.fusion", std::nullopt);
-  std::vector<Tensor> host = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), {{"N", 1000003}}, 7);
-  Tensor& v = host[3];
-  for (int64_t i = 0; i < v.numel(); ++i) store_double(v.data(), DType::f32, i, std::fabs(load_as_double(v.data(), DType::f32, i)));
+  std::vector<Tensor> host = adam_step_inputs(*fusion, 1000003, 7);
   const host_ir::DeviceRuntime& cuda = backend::device_runtime(DeviceKind::cuda);
   std::vector<Tensor> device = host;
   for (size_t i = 0; i < 4; ++i) device[i] = cuda.to_device(host[i], 0);
@@ -257,9 +264,7 @@ TEST(GpuEndToEnd, ScalarInputsOnTheDevice_AreReadOnTheHost) {
   ALLOY_REQUIRE_GPU();
   const std::string text = testing::read_file(testing::source_path("examples/adam_step.fusion"));
   auto fusion = parse_fusion(text, "adam_step.fusion", std::nullopt);
-  std::vector<Tensor> host = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), {{"N", 4099}}, 3);
-  Tensor& v = host[3];
-  for (int64_t i = 0; i < v.numel(); ++i) store_double(v.data(), DType::f32, i, std::fabs(load_as_double(v.data(), DType::f32, i)));
+  std::vector<Tensor> host = adam_step_inputs(*fusion, 4099, 3);
   const host_ir::DeviceRuntime& cuda = backend::device_runtime(DeviceKind::cuda);
   std::vector<Tensor> device;
   for (const Tensor& t : host) device.push_back(cuda.to_device(t, 0));  // the four scalars too

@@ -122,6 +122,24 @@ inline std::string multi_adam_fusion(const std::vector<std::vector<int64_t>>& sh
   return "fusion multi_adam(" + params + "lr: f32, wd: f32, bc1: f32, bc2: f32) {\n" + body + "  return " + results + "\n}\n";
 }
 
+// The cross-entropy's logits gradient from the saved log-sum-exp and the loss gradient:
+// (softmax - one-hot of the target) * g, rows of a vocabulary V beside per-row operands.
+inline const char* const kCrossEntropyGradient = R"(fusion f(logits: bf16[T, V], target: i64[T], lse: f32[T], g: f32[T]) {
+  x = cast(logits, dtype=f32)
+  lse2 = unsqueeze(lse, dim=1)
+  z = sub(x, lse2)
+  p = exp(z)
+  tg = unsqueeze(target, dim=1)
+  ids = iota(length=V, dtype=i64)
+  hit = eq(ids, tg)
+  onehot = cast(hit, dtype=f32)
+  d = sub(p, onehot)
+  g2 = unsqueeze(g, dim=1)
+  dg = mul(d, g2)
+  dx = cast(dg, dtype=bf16)
+  return dx
+})";
+
 // How GoogleTest names a case in test listings (instead of dumping its bytes).
 inline void PrintTo(const KernelCase& c, std::ostream* os) { *os << c.name; }
 
@@ -429,21 +447,7 @@ inline const std::vector<KernelCase>& kernel_cases() {
   y = cast(t, dtype=bf16)
   return y, t
 })", "", {{"R", 67}, {"W", 1001}}, {{"R", 5}, {"W", 37}}},
-      {"CrossEntropyGradientOverAnOddVocabulary", R"(fusion f(logits: bf16[T, V], target: i64[T], lse: f32[T], g: f32[T]) {
-  x = cast(logits, dtype=f32)
-  lse2 = unsqueeze(lse, dim=1)
-  z = sub(x, lse2)
-  p = exp(z)
-  tg = unsqueeze(target, dim=1)
-  ids = iota(length=V, dtype=i64)
-  hit = eq(ids, tg)
-  onehot = cast(hit, dtype=f32)
-  d = sub(p, onehot)
-  g2 = unsqueeze(g, dim=1)
-  dg = mul(d, g2)
-  dx = cast(dg, dtype=bf16)
-  return dx
-})", "", {{"T", 33}, {"V", 5003}}, {{"T", 3}, {"V", 1001}}},
+      {"CrossEntropyGradientOverAnOddVocabulary", kCrossEntropyGradient, "", {{"T", 33}, {"V", 5003}}, {{"T", 3}, {"V", 1001}}},
       // SwiGLU over a fused gate/up projection: two halves of one input's rows at the edge (issue
       // 27); a half width the vector divides, and one it does not
       {"SwiGluOverSlicesOfOneInput", R"(fusion f(gu: bf16[T, 2208]) {

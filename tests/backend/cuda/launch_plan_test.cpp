@@ -95,26 +95,14 @@ std::string with_dtype(std::string text, const std::string& dtype) {
 // are not one collapsed axis: 16-byte vectors along each row from its first aligned element, the
 // per-row operands one value a vector, the positions computed.
 TEST(LaunchPlan, OddRowsBesidePerRowOperandsKeepTheirVectors) {
-  Planned p = plan_of(R"(fusion f(logits: bf16[T, V], lse: f32[T], target: i64[T]) {
-  x = cast(logits, dtype=f32)
-  l2 = unsqueeze(lse, dim=1)
-  z = sub(x, l2)
-  e = exp(z)
-  t2 = unsqueeze(target, dim=1)
-  ids = iota(length=V, dtype=i64)
-  hit = eq(ids, t2)
-  oh = cast(hit, dtype=f32)
-  d = sub(e, oh)
-  dx = cast(d, dtype=bf16)
-  return dx
-})", {{"T", 64}, {"V", 50257}});
+  Planned p = plan_of(testing::kCrossEntropyGradient, {{"T", 64}, {"V", 50257}});
   ASSERT_TRUE(p.plan.launch);
   const cuda::KernelVariant& v = p.plan.variant;
   EXPECT_EQ(v.outer_rank, 2);
   EXPECT_EQ(v.vector, 8);
   EXPECT_TRUE(v.edge_elements);
-  EXPECT_EQ(p.leaves, "logits,l2,ids,t2");
-  EXPECT_EQ(v.leaf_modes, "vbpb");
+  EXPECT_EQ(p.leaves, "logits,lse2,ids,tg,g2");
+  EXPECT_EQ(v.leaf_modes, "vbpbb");
   // a slot more a row than its whole vectors: 64 rows of 50257 / 8 + 1 = 6283 slots
   EXPECT_EQ(p.plan.grid_x, unsigned((64 * 6283 + 255) / 256));
 }

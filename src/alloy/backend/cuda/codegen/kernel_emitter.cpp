@@ -249,6 +249,21 @@ void KernelEmitter::emit_edge_element(const std::string& offset_prefix, const st
   os_ << indent << "}\n";
 }
 
+void KernelEmitter::emit_vector_slot(const std::vector<const Op*>& ops, const std::string& indent) {
+  emit_leaf_arrays("L", "", indent, cached_);
+  emit_leaf_loads("L", "", "off_", indent, cached_);
+  emit_vector_stores("off_", indent, "", [&](const std::string& in) {
+    for (const Op* op : ops) emit_op(*op, "", in);
+  });
+}
+
+void KernelEmitter::emit_element_slot(const std::vector<const Op*>& ops, const std::string& indent) {
+  emit_edge_element("off_", indent, cached_, [&](const std::string& in) {
+    for (const Op* op : ops) emit_op(*op, "", in);
+    emit_element_stores("off_", in);
+  });
+}
+
 void KernelEmitter::emit_element_stores(const std::string& offset_prefix, const std::string& indent) {
   for (size_t k = 0; k < a_.outputs.size(); ++k)
     if (a_.per_element(a_.outputs[k]))

@@ -111,6 +111,11 @@ class KernelEmitter {
   void emit_edge_element(const std::string& offset_prefix, const std::string& indent, const std::set<int>& which,
                          const std::function<void(const std::string&)>& body);
   void emit_element_stores(const std::string& offset_prefix, const std::string& indent);
+  // The body of a pointwise slot at offsets off_: the per-element leaves (cached_) loaded as
+  // vectors, `ops` computed at each element and the outputs stored as vectors; and one edge
+  // element's: the leaves read into lane 0, `ops` at it, its stores.
+  void emit_vector_slot(const std::vector<const Op*>& ops, const std::string& indent);
+  void emit_element_slot(const std::vector<const Op*>& ops, const std::string& indent);
   // The value a sum, mean, max or min starts from, in register type T.
   static std::string identity_of(const Op& r, const std::string& T);
   // Per-row ops whose inputs are all available now.

@@ -41,20 +41,13 @@ class MultiTensorEmitter final : public KernelEmitter {
     os_ << "      for (long long q = begin + (long long)threadIdx.x * " << V << "; q < rest; q += (long long)blockDim.x * " << V << ") {\n";
     emit_offsets("q", 0, 1, "off_", tensor_names(true, true, false), "        ");
     cached_ = element_leaves();
-    emit_leaf_arrays("L", "", "        ", cached_);
-    emit_leaf_loads("L", "", "off_", "        ", cached_);
     auto ops = element_ops_for(element_outputs());
-    emit_vector_stores("off_", "        ", "", [&](const std::string& indent) {
-      for (const Op* op : ops) emit_op(*op, "", indent);
-    });
+    emit_vector_slot(ops, "        ");
     os_ << "      }\n";
     os_ << "    }\n";
     os_ << "    for (long long at = rest + threadIdx.x; at < end; at += blockDim.x) {\n";
     emit_offsets("at", 0, 1, "off_", tensor_names(true, true, false), "      ");
-    emit_edge_element("off_", "      ", cached_, [&](const std::string& indent) {
-      for (const Op* op : ops) emit_op(*op, "", indent);
-      emit_element_stores("off_", indent);
-    });
+    emit_element_slot(ops, "      ");
     os_ << "    }\n";
     os_ << "  }\n";
     os_ << "}\n";

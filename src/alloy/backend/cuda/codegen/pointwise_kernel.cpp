@@ -29,22 +29,15 @@ class PointwiseEmitter final : public KernelEmitter {
     os_ << "  for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < slots; q += (long long)gridDim.x * blockDim.x) {\n";
     emit_offsets(first + "q * " + std::to_string(v_.vector), 0, R, "off_", tensor_names(true, true, false), "    ");
     cached_ = element_leaves();
-    emit_leaf_arrays("L", "", "    ", cached_);
-    emit_leaf_loads("L", "", "off_", "    ", cached_);
     auto ops = element_ops_for(element_outputs());
-    emit_vector_stores("off_", "    ", "", [&](const std::string& indent) {
-      for (const Op* op : ops) emit_op(*op, "", indent);
-    });
+    emit_vector_slot(ops, "    ");
     os_ << "  }\n";
     if (v_.edge_elements) {
       os_ << "  const long long edges = p.numel - slots * " << v_.vector << ";\n";
       os_ << "  if (blockIdx.x == 0 && (long long)threadIdx.x < edges) {\n";
       os_ << "    const long long at = (long long)threadIdx.x < head ? (long long)threadIdx.x : slots * " << v_.vector << " + threadIdx.x;\n";
       emit_offsets("at", 0, R, "off_", tensor_names(true, true, false), "    ");
-      emit_edge_element("off_", "    ", cached_, [&](const std::string& indent) {
-        for (const Op* op : ops) emit_op(*op, "", indent);
-        emit_element_stores("off_", indent);
-      });
+      emit_element_slot(ops, "    ");
       os_ << "  }\n";
     }
     os_ << "}\n";
@@ -71,20 +64,13 @@ class PointwiseEmitter final : public KernelEmitter {
     os_ << "    const long long vectors = (cols - head) / " << V << ";\n";
     os_ << "    if (j < vectors) {\n";
     emit_offsets("line * cols + head + j * " + V, 0, R, "off_", names, "      ");
-    emit_leaf_arrays("L", "", "      ", cached_);
-    emit_leaf_loads("L", "", "off_", "      ", cached_);
-    emit_vector_stores("off_", "      ", "", [&](const std::string& indent) {
-      for (const Op* op : ops) emit_op(*op, "", indent);
-    });
+    emit_vector_slot(ops, "      ");
     os_ << "    } else {\n";
     os_ << "      const long long edges = cols - vectors * " << V << ";\n";
     os_ << "      for (long long k = j - vectors; k < edges; k += per_line - vectors) {\n";
     os_ << "        const long long at = line * cols + (k < head ? k : vectors * " << V << " + k);\n";
     emit_offsets("at", 0, R, "off_", names, "        ");
-    emit_edge_element("off_", "        ", cached_, [&](const std::string& indent) {
-      for (const Op* op : ops) emit_op(*op, "", indent);
-      emit_element_stores("off_", indent);
-    });
+    emit_element_slot(ops, "        ");
     os_ << "      }\n    }\n  }\n}\n";
     return os_.str();
   }
