@@ -65,6 +65,13 @@ const std::vector<Setting> kSettings = {
     // an A/B (issue 25): the pipelined loops' chunks moved by the copy engines, or by NCCL's kernels
     {"ALLOY_NO_COPY_ENGINES", K::flag, "0", 0, 0,
      "pipelined all-gathers and reduce-scatters between GPUs of one host use NCCL's kernels, not the copy engines"},
+    // A/Bs for issue 25, not yet measured (0 keeps cuBLASLt's and NCCL's own choices): GEMMs inside
+    // the pipelined loops sized for fewer SMs than the GPU has, leaving the rest to communication
+    // kernels beside them (NCCL's, where the copy engines do not move the chunks), and NCCL's
+    // kernels held to a number of CTAs
+    {"ALLOY_OVERLAP_GEMM_SMS", K::integer, "0", 0, 1024,
+     "GEMMs inside pipelined loops target this many SMs (cuBLASLt's SM count target; 0: every SM)"},
+    {"ALLOY_NCCL_MAX_CTAS", K::integer, "0", 0, 64, "NCCL communicators use at most this many CTAs (0: NCCL's default)"},
     // not an A/B: where NCCL is installed
     {"ALLOY_NCCL_LIBRARY", K::text, "", 0, 0, "the NCCL library to load (empty: libnccl.so.2)"},
     // not A/Bs: the measured rates' cache, refreshed or bypassed

@@ -14,6 +14,12 @@
 #if ALLOY_HAVE_CUDA
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+// nccl.h, where the build finds it, only for ncclConfig_t (ALLOY_NCCL_MAX_CTAS); the calls go
+// through dlopen either way
+#if __has_include(<nccl.h>)
+#include <nccl.h>
+#define ALLOY_HAVE_NCCL_CONFIG 1
+#endif
 #endif
 
 namespace alloy::multidevice {
@@ -33,6 +39,8 @@ enum NcclOp : int { nccl_sum = 0, nccl_max = 2, nccl_min = 3 };
 struct Nccl {
   NcclResult (*get_unique_id)(NcclUniqueId*) = nullptr;
   NcclResult (*comm_init_rank)(NcclComm*, int, NcclUniqueId, int) = nullptr;
+  // NCCL 2.14 and later (a communicator's config); optional
+  NcclResult (*comm_init_rank_config)(NcclComm*, int, NcclUniqueId, int, void*) = nullptr;
   NcclResult (*comm_destroy)(NcclComm) = nullptr;
   const char* (*error_string)(NcclResult) = nullptr;
   NcclResult (*all_gather)(const void*, void*, size_t, int, NcclComm, cudaStream_t) = nullptr;
@@ -77,6 +85,8 @@ const Nccl& nccl() {
     get(n.recv, "ncclRecv");
     get(n.group_start, "ncclGroupStart");
     get(n.group_end, "ncclGroupEnd");
+    n.comm_init_rank_config =
+        reinterpret_cast<decltype(n.comm_init_rank_config)>(dlsym(handle, "ncclCommInitRankConfig"));
     return n;
   }();
   return lib;
@@ -109,6 +119,23 @@ class NcclCommunicator final : public Communicator {
     Tensor id_bytes = Tensor::borrow(&id, Device{}, DType::boolean, {int64_t(sizeof id)}, {1});
     const_cast<Communicator&>(host).broadcast(id_bytes, 0);
     cudaSetDevice(device);
+    // ALLOY_NCCL_MAX_CTAS: NCCL's kernels held to that many CTAs (the SMs they take from GEMMs
+    // running beside them)
+    const int max_ctas = int(settings::integer("ALLOY_NCCL_MAX_CTAS"));
+#if ALLOY_HAVE_NCCL_CONFIG
+    if (max_ctas > 0 && n.comm_init_rank_config) {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.maxCTAs = max_ctas;
+      n.check(n.comm_init_rank_config(&comm_, size(), id, rank(), &config), "ncclCommInitRankConfig");
+      return;
+    }
+#endif
+    if (max_ctas > 0) {
+      static std::once_flag said;
+      std::call_once(said, [] {
+        std::fprintf(stderr, "alloy: ALLOY_NCCL_MAX_CTAS is ignored: this NCCL or this build has no communicator config\n");
+      });
+    }
     n.check(n.comm_init_rank(&comm_, size(), id, rank()), "ncclCommInitRank");
   }
   ~NcclCommunicator() override {

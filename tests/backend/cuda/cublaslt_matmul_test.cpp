@@ -136,6 +136,17 @@ TEST(CublasLtMatmul, Check_FillsPackedLeadingDimensions) {
   EXPECT_EQ(resolved.ldc, 7);
 }
 
+// An SM count target (the GEMMs of pipelined loops, ALLOY_OVERLAP_GEMM_SMS) is part of what the
+// description says and of its plan's identity; it changes nothing the check accepts.
+TEST(CublasLtMatmul, SmCountTarget_IsPartOfTheDescription) {
+  MatmulDesc all = desc_of(64, 64, 64, DType::bf16, DType::bf16), fewer = all;
+  fewer.sm_count_target = 100;
+  EXPECT_FALSE(check_matmul(fewer));
+  EXPECT_NE(all, fewer);
+  EXPECT_EQ(all.str().find("sms="), std::string::npos) << all.str();
+  EXPECT_NE(fewer.str().find(" sms=100"), std::string::npos) << fewer.str();
+}
+
 TEST(CublasLtMatmul, Check_RefusesWhatCublasLtCannotDo) {
   MatmulDesc mixed = desc_of(8, 8, 8, DType::bf16, DType::f32);
   mixed.b_dtype = DType::f16;

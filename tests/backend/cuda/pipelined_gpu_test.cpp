@@ -99,6 +99,30 @@ TEST(PipelinedGpu, RingChunksAndAuto_OnAMeshOfOne_EqualOff) {
   std::filesystem::remove_all(pattern, ec);
 }
 
+// The loops' GEMMs sized for fewer SMs (ALLOY_OVERLAP_GEMM_SMS, cuBLASLt's SM count target) run
+// on cuBLASLt (no refusal, no fallback) and give the unpipelined results.
+TEST(PipelinedGpu, LoopGemmsOnFewerSms_EqualOff) {
+  ALLOY_REQUIRE_GPU();
+  std::string text = sequence_parallel_on_one_gpu();
+  auto fusion = parse_fusion(text, "sp1.fusion");
+  std::vector<SizeRequest> sizes{{"T", 64}};
+  std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()),
+                                               resolve_input_sizes(*fusion, std::vector<Tensor>(fusion->inputs().size()), sizes), 9);
+  ExecutorOptions off_options{DeviceChoice::cuda};
+  off_options.pipeline = "off";
+  FusionExecutor off(parse_fusion(text, "sp1.fusion"), off_options);
+  Tensor expected = to_cpu(off.run(inputs).at(0));
+  testing::ScopedEnv sms("ALLOY_OVERLAP_GEMM_SMS", "32");
+  ExecutorOptions options{DeviceChoice::cuda};
+  options.pipeline = "chunks=3";
+  options.poison_outputs = true;
+  FusionExecutor pipelined(parse_fusion(text, "sp1.fusion"), options);
+  for (int run = 0; run < 2; ++run) EXPECT_TRUE(testing::tensors_close(to_cpu(pipelined.run(inputs).at(0)), expected));
+  std::string launched = pipelined.dump("cuda");
+  EXPECT_EQ(launched.find("refused"), std::string::npos) << launched;
+  EXPECT_EQ(count(pipelined.dump("program"), "For i in 0..3"), 2) << pipelined.dump("program");
+}
+
 TEST(PipelinedGpu, AccumulateKernel_CompilesWithoutAGpu) {
   cuda::CompileOptions no_disk;
   no_disk.use_disk_cache = false;

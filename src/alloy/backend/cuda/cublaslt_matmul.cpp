@@ -149,7 +149,7 @@ struct PlanKeyHash {
     uint64_t h = 0x84222325cbf29ce4ull;
     auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x100000001b3ull + (h >> 29); };
     for (int64_t v : {d.m, d.n, d.k, d.batch, d.lda, d.ldb, d.ldc, d.ldd, d.stride_a, d.stride_b, d.stride_c,
-                      d.stride_d, d.bias_batch_stride, d.aux_ld, d.aux_batch_stride})
+                      d.stride_d, d.bias_batch_stride, d.aux_ld, d.aux_batch_stride, int64_t(d.sm_count_target)})
       mix(uint64_t(v));
     for (DType t : {d.a_dtype, d.b_dtype, d.c_dtype, d.d_dtype}) mix(uint64_t(t));
     mix(d.bias_dtype ? uint64_t(*d.bias_dtype) : 255);
@@ -196,6 +196,7 @@ void build_descriptors(Plan& plan, const PlanKey& key) {
   set_desc(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_desc(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_desc(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, cublas_epilogue(d.epilogue));
+  if (d.sm_count_target > 0) set_desc(plan.op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t(d.sm_count_target));
   if (epilogue_uses_bias(d.epilogue)) {
     if (d.bias_dtype) set_desc(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(cuda_type(*d.bias_dtype)));
     if (d.batch > 1) set_desc(plan.op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, d.bias_batch_stride);
@@ -361,6 +362,7 @@ std::string MatmulDesc::str() const {
                     " k=" + std::to_string(k);
   if (batch != 1) out += " batch=" + std::to_string(batch);
   if (epilogue != EpilogueKind::none) out += " epilogue=" + std::string(epilogue_kind_name(epilogue));
+  if (sm_count_target > 0) out += " sms=" + std::to_string(sm_count_target);
   return out;
 }
 

@@ -44,6 +44,9 @@ struct MatmulDesc {
   std::optional<DType> aux_dtype;   // GELU aux; none or D's dtype (ignored for ReLU masks)
   int64_t aux_ld = 0;             // elements (bits for ReLU masks); 0 = the smallest legal
   int64_t aux_batch_stride = 0;
+  // The SMs the GEMM should use (cuBLASLt's CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), leaving the rest
+  // to kernels running beside it; 0: every SM.
+  int sm_count_target = 0;
 
   bool operator==(const MatmulDesc&) const = default;
   std::string str() const;  // for refusal messages and dumps

@@ -7,6 +7,7 @@
 #include "alloy/backend/cuda/cublaslt_matmul.h"
 #include "alloy/backend/cuda/generated_kernel.h"
 #include "alloy/backend/cuda/strided_copy.h"
+#include "alloy/common/settings.h"
 #include "alloy/ir/op_table.h"
 #include "alloy/segment/schedulers/matmul_epilogue.h"
 #include "alloy/backend/cuda/host_views.h"
@@ -130,6 +131,9 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
     std::optional<Gemm> gemm;
     if (product_numel > 0 && state.at(op_->inputs[0]).numel() > 0 && state.at(op_->inputs[1]).numel() > 0)
       gemm = op_->kind == OpKind::linear ? linear_gemm(state, stream) : matmul_gemm(state, stream);
+    // a chunk's GEMM inside a pipelined loop (communication beside it): the SMs it may take
+    // (ALLOY_OVERLAP_GEMM_SMS; 0, the default, every SM)
+    if (gemm && !state.chunk_shapes.empty()) gemm->desc.sm_count_target = int(settings::integer("ALLOY_OVERLAP_GEMM_SMS"));
     std::optional<MatmulRefusal> refusal = gemm ? run_fused(state, *gemm, stream) : MatmulRefusal{"an empty operand or product"};
     if (!refusal) {
       last_run_ = "cuBLASLt, epilogue " + std::string(epilogue_kind_name(kind_));
