@@ -41,6 +41,39 @@ TEST(GpuEndToEnd, CatAndScalarInputs) {
 })", {});
 }
 
+// Ten runs of one executor and a run of a fresh one on the same inputs, each compared byte for byte
+// with the first (kernels whose blocks combine partials in a fixed order); the first ran a kernel
+// whose variant names `variant_mark` ("_g_", "_io_") and, where `check_values`, matches the CPU
+// reference.
+void expect_the_same_bits_every_run(const std::string& text, const Bindings& sizes, const std::string& variant_mark, bool check_values) {
+  auto fusion = parse_fusion(text, "bits.fusion", std::nullopt);
+  std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), sizes, 7);
+  auto run_on_gpu = [&](FusionExecutor& gpu) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : gpu.run(inputs)) out.push_back(to_cpu(t));
+    gpu.synchronize();
+    return out;
+  };
+  FusionExecutor gpu(parse_fusion(text, "bits.fusion", std::nullopt), {DeviceChoice::cuda});
+  std::vector<Tensor> first = run_on_gpu(gpu);
+  EXPECT_NE(gpu.dump("cuda").find(variant_mark), std::string::npos) << "no " << variant_mark << " kernel:\n" << gpu.dump("segments");
+  if (check_values) {
+    FusionExecutor cpu(parse_fusion(text, "bits.fusion", std::nullopt), {DeviceChoice::cpu});
+    std::vector<Tensor> expected = cpu.run(inputs);
+    ASSERT_EQ(first.size(), expected.size());
+    for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(testing::tensors_close(first[i], expected[i])) << "output " << i;
+  }
+  auto expect_same_bits = [&](const std::vector<Tensor>& again, const std::string& which) {
+    ASSERT_EQ(again.size(), first.size());
+    for (size_t i = 0; i < first.size(); ++i)
+      EXPECT_EQ(std::memcmp(again[i].data(), first[i].data(), size_t(first[i].numel()) * dtype_size(first[i].dtype())), 0)
+          << "output " << i << " of " << which << " differs from the first run's";
+  };
+  for (int r = 0; r < 10; ++r) expect_same_bits(run_on_gpu(gpu), "run " + std::to_string(r + 2));
+  FusionExecutor fresh(parse_fusion(text, "bits.fusion", std::nullopt), {DeviceChoice::cuda});
+  expect_same_bits(run_on_gpu(fresh), "a fresh executor's run");
+}
+
 // Grid reductions (few long rows split over blocks, the last block of a row combining every
 // partial in a fixed order) give the same bits on every run of the same inputs: ten runs of one
 // executor and a run of a fresh one, each compared byte for byte with the first; and the first
@@ -66,32 +99,7 @@ TEST(GpuEndToEnd, GridReductionsAreBitIdenticalAcrossRuns) {
 })", {{"R", 4}, {"N", 25000000}}}};
   for (const auto& [text, sizes] : cases) {
     SCOPED_TRACE(text);
-    auto fusion = parse_fusion(text, "grid.fusion", std::nullopt);
-    std::vector<Tensor> given(fusion->inputs().size());
-    std::vector<Tensor> inputs = complete_inputs(*fusion, given, sizes, 7);
-    FusionExecutor cpu(parse_fusion(text, "grid.fusion", std::nullopt), {DeviceChoice::cpu});
-    std::vector<Tensor> expected = cpu.run(inputs);
-    auto run_on_gpu = [&](FusionExecutor& gpu) {
-      std::vector<Tensor> out;
-      for (const Tensor& t : gpu.run(inputs)) out.push_back(to_cpu(t));
-      gpu.synchronize();
-      return out;
-    };
-    FusionExecutor gpu(parse_fusion(text, "grid.fusion", std::nullopt), {DeviceChoice::cuda});
-    std::vector<Tensor> first = run_on_gpu(gpu);
-    std::string launched = gpu.dump("cuda");
-    EXPECT_NE(launched.find("_g_"), std::string::npos) << "not a grid reduction:\n" << gpu.dump("segments");
-    ASSERT_EQ(first.size(), expected.size());
-    for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(testing::tensors_close(first[i], expected[i])) << "output " << i;
-    auto expect_same_bits = [&](const std::vector<Tensor>& again, const std::string& which) {
-      ASSERT_EQ(again.size(), first.size());
-      for (size_t i = 0; i < first.size(); ++i)
-        EXPECT_EQ(std::memcmp(again[i].data(), first[i].data(), size_t(first[i].numel()) * dtype_size(first[i].dtype())), 0)
-            << "output " << i << " of " << which << " differs from the first run's";
-    };
-    for (int r = 0; r < 10; ++r) expect_same_bits(run_on_gpu(gpu), "run " + std::to_string(r + 2));
-    FusionExecutor fresh(parse_fusion(text, "grid.fusion", std::nullopt), {DeviceChoice::cuda});
-    expect_same_bits(run_on_gpu(fresh), "a fresh executor's run");
+    expect_the_same_bits_every_run(text, sizes, "_g_", true);
   }
 }
 
@@ -121,27 +129,7 @@ TEST(GpuEndToEnd, InnerOuterIsBitIdenticalAcrossRuns) {
                                                                {testing::rms_norm_backward("f32"), {{"N", 65536}, {"D", 768}}}};
   for (const auto& [text, sizes] : cases) {
     SCOPED_TRACE(text);
-    auto fusion = parse_fusion(text, "io.fusion", std::nullopt);
-    std::vector<Tensor> given(fusion->inputs().size());
-    std::vector<Tensor> inputs = complete_inputs(*fusion, given, sizes, 7);
-    auto run_on_gpu = [&](FusionExecutor& gpu) {
-      std::vector<Tensor> out;
-      for (const Tensor& t : gpu.run(inputs)) out.push_back(to_cpu(t));
-      gpu.synchronize();
-      return out;
-    };
-    FusionExecutor gpu(parse_fusion(text, "io.fusion", std::nullopt), {DeviceChoice::cuda});
-    std::vector<Tensor> first = run_on_gpu(gpu);
-    EXPECT_NE(gpu.dump("cuda").find("_io_"), std::string::npos) << "not an inner-outer kernel:\n" << gpu.dump("segments");
-    auto expect_same_bits = [&](const std::vector<Tensor>& again, const std::string& which) {
-      ASSERT_EQ(again.size(), first.size());
-      for (size_t i = 0; i < first.size(); ++i)
-        EXPECT_EQ(std::memcmp(again[i].data(), first[i].data(), size_t(first[i].numel()) * dtype_size(first[i].dtype())), 0)
-            << "output " << i << " of " << which << " differs from the first run's";
-    };
-    for (int r = 0; r < 10; ++r) expect_same_bits(run_on_gpu(gpu), "run " + std::to_string(r + 2));
-    FusionExecutor fresh(parse_fusion(text, "io.fusion", std::nullopt), {DeviceChoice::cuda});
-    expect_same_bits(run_on_gpu(fresh), "a fresh executor's run");
+    expect_the_same_bits_every_run(text, sizes, "_io_", false);
   }
 }
 
