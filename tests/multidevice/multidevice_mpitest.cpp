@@ -462,12 +462,13 @@ TEST(PipelinedFusions, Ring_OnIntegerValuedInputs_IsExact) {
 }
 
 // The Megatron MLP's row-parallel linear (GEMM -> all-reduce of its partial sums) and the
-// backward's input gradient (dx = dh @ w_fc, all-reduced), chunked over the token rows: token
-// counts the chunks divide and do not, fewer tokens than chunks; the forward in bf16 too. Every
+// backward's input gradient (dx = dh @ w_fc, all-reduced), chunked over the token rows: fewer
+// tokens than chunks, token counts the chunks do not divide and divide; the forward in bf16 too.
+// (Each case is a pair of executors: few cases, the CI's two cores run this at 4 ranks.) Every
 // rank holds every token, so T need not divide by the mesh.
 TEST(PipelinedFusions, ChunkedGemmAllReduce_MegatronMlpForwardAndBackward_EqualTheUnshardedRun) {
   const std::string forward = example("tp_mlp"), backward = example("tp_mlp_backward");
-  for (auto [tokens, pipeline] : std::vector<std::pair<int, const char*>>{{1, "chunks=4"}, {7, "chunks=2"}, {7, "chunks=5"}, {12, "chunks=4"}}) {
+  for (auto [tokens, pipeline] : std::vector<std::pair<int, const char*>>{{1, "chunks=4"}, {7, "chunks=5"}, {12, "chunks=2"}}) {
     std::string t = "[" + std::to_string(tokens) + ",";
     std::string f = forward, b = backward;
     replace_all(f, "[T,", t);
@@ -478,10 +479,7 @@ TEST(PipelinedFusions, ChunkedGemmAllReduce_MegatronMlpForwardAndBackward_EqualT
   }
   std::string bf16 = with_sizes(example("tp_mlp"));
   replace_all(bf16, "f32", "bf16");
-  for (const char* pipeline : {"chunks=3", "auto"}) {
-    SCOPED_TRACE(pipeline);
-    expect_sharded_matches_unsharded(bf16, {}, 5, 4.0, pipeline);
-  }
+  expect_sharded_matches_unsharded(bf16, {}, 5, 4.0, "chunks=3");
 }
 
 // Runs `text` sharded with `pipeline` on the global `inputs` and returns the first output (a
