@@ -103,5 +103,70 @@ TEST(CostModel, ChunksNeverExceedTheRows_AndAPairWithoutARingNeverGetsOne) {
   EXPECT_NE(choose_pipeline(c, one).variant, PipelineChoice::Variant::ring);
 }
 
+// GEMM -> all-reduce (the Megatron MLP's row-parallel linear): every rank computes every row, and
+// a ring all-reduce of B bytes is a reduce-scatter and an all-gather of B / n a rank, each costed
+// as the measured all-gather of that block: 2 coll(B / n).
+PairShape all_reduce_shape(int parts, int64_t rows, int64_t k, int64_t n, int64_t bytes) {
+  PairShape s = shape(parts, rows, k, n, bytes);
+  s.kind = PairShape::Kind::gemm_all_reduce;
+  s.ring_ok = false;
+  return s;
+}
+
+TEST(CostModel, GemmAllReduce_Formula) {
+  MachineCosts c = round_machine();
+  // 1000 rows, K = N = 500: the GEMM is 500 us; P is 980000 bytes, 490000 a rank's share:
+  // all-reduce = 2 * (10 + 490) = 1000 us
+  PairShape s = all_reduce_shape(2, 1000, 500, 500, 980000);
+  EXPECT_DOUBLE_EQ(all_reduce_us(c, 980000, 2), 1000);
+  EXPECT_DOUBLE_EQ(all_reduce_us(c, 980000, 1), 0);  // a team of one moves nothing
+  EXPECT_DOUBLE_EQ(off_us(c, s), 500 + 1000);        // the GEMM over every row, then the all-reduce
+  EXPECT_DOUBLE_EQ(chunks_us(c, s, 1), 1500);        // one chunk overlaps nothing
+  // chunks=2: g = 250, a = 2 * (10 + 245) = 510: chunk 0's all-reduce from 250 to 760, chunk 1's
+  // GEMM ends at 500 beside it, its all-reduce from 760 to 1270: only the last one is exposed
+  EXPECT_DOUBLE_EQ(chunks_us(c, s, 2), 1270);
+  EXPECT_DOUBLE_EQ(chunks_us(c, s, 4), 125 + 4 * 265);
+  // three ranks: each moves 2 (n - 1) / n of P, costed as 2 all-gathers of P / 3
+  EXPECT_DOUBLE_EQ(all_reduce_us(c, 990000, 3), 2 * (10 + 330));
+  c.overlaps = false;
+  EXPECT_DOUBLE_EQ(chunks_us(c, s, 2), 2 * (250 + 510));
+}
+
+TEST(CostModel, GemmAllReduce_MoreChunksHideMoreUntilTheirLatencyDominates_NeverARing) {
+  MachineCosts c = round_machine();
+  PairShape s = all_reduce_shape(2, 1000, 500, 500, 980000);
+  // 1500, 1270, 1185, 1202.5, 1331.25: the exposed last chunk shrinks, each chunk's latency adds up
+  EXPECT_LT(chunks_us(c, s, 2), off_us(c, s));
+  EXPECT_LT(chunks_us(c, s, 4), chunks_us(c, s, 2));
+  EXPECT_GT(chunks_us(c, s, 8), chunks_us(c, s, 4));
+  EXPECT_GT(chunks_us(c, s, 16), chunks_us(c, s, 8));
+  PipelineChoice choice = choose_pipeline(c, s);
+  EXPECT_EQ(choice.variant, PipelineChoice::Variant::chunks) << choice.why;
+  EXPECT_EQ(choice.chunks, 4) << choice.why;
+  EXPECT_EQ(choice.why.rfind("chunks=4 (model: off 1500 us, chunks=1 1500 us, chunks=2 1270 us, chunks=4 1185 us", 0), 0u) << choice.why;
+  EXPECT_NE(choice.why.find("1000 rows (every rank's), K 500, N 500, 980000 bytes all-reduced, 2 ranks"), std::string::npos) << choice.why;
+  EXPECT_EQ(choice.why.find("ring"), std::string::npos) << choice.why;
+  s.ring_ok = true;  // even where a caller says it may: an all-reduce pair has no ring program
+  EXPECT_NE(choose_pipeline(c, s).variant, PipelineChoice::Variant::ring);
+  // expensive launches: many small GEMMs lose
+  c.launch_us = 200;
+  EXPECT_LE(choose_pipeline(c, s).chunks, 2) << choose_pipeline(c, s).why;
+}
+
+TEST(CostModel, GemmAllReduce_NegligibleCommunication_StaysOff) {
+  MachineCosts c = round_machine();
+  // 1000 bytes to all-reduce beside a 500 us GEMM: chunks could win 0.5 us at most, less than the 3% margin
+  for (double latency : {0.0, 10.0}) {
+    c.gather_latency_us = latency;
+    PipelineChoice choice = choose_pipeline(c, all_reduce_shape(2, 1000, 500, 500, 1000));
+    EXPECT_EQ(choice.variant, PipelineChoice::Variant::off) << choice.why;
+  }
+  // and where nothing overlaps (the CPU), whatever the sizes
+  MachineCosts serial = round_machine();
+  serial.overlaps = false;
+  for (int64_t rows : {8, 1000, 100000})
+    EXPECT_EQ(choose_pipeline(serial, all_reduce_shape(4, rows, 500, 500, rows * 2000)).variant, PipelineChoice::Variant::off);
+}
+
 }  // namespace
 }  // namespace alloy::host_ir

@@ -301,15 +301,173 @@ TEST(PipelinedProgram, Ring_WhereItCannotRun_SaysWhyInTheDump) {
   std::string text = c.executable->program.str();
   EXPECT_TRUE(loops_of(c.executable->program).empty()) << text;
   EXPECT_NE(text.find("stays unpipelined: 'x__gathered' is read by another segment"), std::string::npos) << text;
+  // a GEMM -> all_reduce pair has no ring
   auto megatron = parse_fusion_file(testing::source_path("examples/tp_mlp.fusion"));
-  std::string none = compile_fusion(*megatron, Target::cpu, {.program = parse_pipeline_option("ring")}).executable->program.str();
+  CompiledFusion m = compile_fusion(*megatron, Target::cpu, {.program = parse_pipeline_option("ring")});
+  std::string unpipelined = m.executable->program.str();
+  EXPECT_TRUE(loops_of(m.executable->program).empty()) << unpipelined;
+  EXPECT_NE(unpipelined.find("# pipeline_collectives: linear y__partial -> all_reduce stays unpipelined: a GEMM -> all_reduce pair has "
+                             "no ring (--pipeline chunks=N pipelines it)"),
+            std::string::npos)
+      << unpipelined;
+  auto plain = parse_fusion(R"(fusion f(x: f32[8, 16] @mesh[0, 1] replicated) {
+    y = exp(x)
+    return y
+  })", "plain.fusion");
+  std::string none = compile_fusion(*plain, Target::cpu, {.program = parse_pipeline_option("ring")}).executable->program.str();
   EXPECT_NE(none.find("# pipeline_collectives: nothing to pipeline"), std::string::npos) << none;
 }
 
-TEST(PipelinedProgram, MegatronMlp_HasNoPairToPipeline) {
-  auto f = parse_fusion_file(testing::source_path("examples/tp_mlp.fusion"));
-  CompiledFusion c = compile_fusion(*f, Target::cpu, {.program = parse_pipeline_option("chunks=4")});
-  EXPECT_TRUE(loops_of(c.executable->program).empty()) << c.executable->program.str();  // one all-reduce, no gather
+CompiledFusion compile_example(const std::string& name, Target target, const std::string& pipeline) {
+  auto f = parse_fusion_file(testing::source_path("examples/" + name + ".fusion"));
+  return compile_fusion(*f, target, {.program = parse_pipeline_option(pipeline)});
+}
+
+// The loop's body of a GEMM -> all_reduce pair: the GEMM of chunk i on the compute pool, an event,
+// the all-reduce of chunk i on the communication stream (neither the run's stream nor the pool's);
+// nothing allocated inside the loop; every chunked value cut by its rows.
+void expect_gemm_all_reduce_loop(const Program& p, const ForChunks& loop, int chunks, const std::string& partial) {
+  EXPECT_EQ(loop.schedule, ForChunks::Schedule::chunks);
+  EXPECT_EQ(loop.count, chunks);
+  EXPECT_EQ(loop.pool_streams, 2);
+  ASSERT_EQ(loop.values.size(), 3u) << p.str();
+  for (const host_ir::ChunkedValue& v : loop.values) EXPECT_EQ(v.layout, host_ir::ChunkedValue::Layout::rows) << v.value->name;
+  EXPECT_EQ(loop.values[1].value->name, partial);
+  ASSERT_EQ(loop.body.size(), 4u) << p.str();
+  auto* gemm = std::get_if<host_ir::Launch>(&loop.body[0]);
+  auto* record = std::get_if<host_ir::Record>(&loop.body[1]);
+  auto* wait = std::get_if<host_ir::Wait>(&loop.body[2]);
+  auto* all_reduce = std::get_if<host_ir::Communicate>(&loop.body[3]);
+  ASSERT_TRUE(gemm && record && wait && all_reduce) << p.str();
+  EXPECT_EQ(gemm->stream, host_ir::kIterationStream);
+  EXPECT_EQ(gemm->part, -1) << "no blocks: every rank computes every row";
+  EXPECT_NE(p.segmentation.segments.at(size_t(gemm->segment)).outputs.at(0)->name.find(partial), std::string::npos);
+  EXPECT_EQ(record->stream, host_ir::kIterationStream);
+  EXPECT_EQ(wait->stream, all_reduce->stream);
+  EXPECT_EQ(wait->event, record->event);
+  EXPECT_EQ(p.segmentation.segments.at(size_t(all_reduce->segment)).ops.at(0)->kind, OpKind::all_reduce);
+  EXPECT_GT(all_reduce->stream, 0);
+  EXPECT_EQ(all_reduce->stream, loop.first_pool_stream - 1);
+}
+
+// Issue 25 item 6: the Megatron MLP's row-parallel linear (GEMM -> all_reduce of its partial sums)
+// becomes a loop over chunks of the token rows, the all-reduce of chunk i beside the GEMM of
+// chunk i + 1; at chunks=2 and 4, on both targets.
+TEST(PipelinedProgram, MegatronMlp_ChunksTheGemmAndAllReducesEachChunkBesideTheNext) {
+  for (Target target : {Target::cpu, Target::cuda}) {
+#if !ALLOY_HAVE_CUDA
+    if (target == Target::cuda) ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();  // the CPU half ran; this one is reported skipped
+#endif
+    for (int chunks : {2, 4}) {
+      CompiledFusion c = compile_example("tp_mlp", target, "chunks=" + std::to_string(chunks));
+      const Program& p = c.executable->program;
+      auto loops = loops_of(p);
+      ASSERT_EQ(loops.size(), 1u) << p.str();
+      expect_gemm_all_reduce_loop(p, *loops[0], chunks, "y__partial");
+      // the whole buffers before the loop, on the run's stream; the run's stream joins every other after it
+      size_t loop_at = 0, allocated_before = 0, joins_after = 0;
+      while (!std::holds_alternative<ForChunks>(p.nodes[loop_at])) ++loop_at;
+      for (size_t i = 0; i < loop_at; ++i)
+        if (auto* a = std::get_if<host_ir::Allocate>(&p.nodes[i]); a && (a->value->name == "y" || a->value->name == "y__partial"))
+          ++allocated_before;
+      for (size_t i = loop_at + 1; i < p.nodes.size(); ++i)
+        if (auto* w = std::get_if<host_ir::Wait>(&p.nodes[i]); w && w->stream == 0) ++joins_after;
+      EXPECT_EQ(allocated_before, 2u) << p.str();
+      EXPECT_EQ(joins_after, 3u) << p.str();
+    }
+  }
+  // the whole program, as --dump program prints it (CPU)
+  EXPECT_EQ(compile_example("tp_mlp", Target::cpu, "chunks=4").executable->program.str(), R"(program (cpu, 4 streams):
+  Launch segment 0 [cpu_reference] (x, w_fc, b_fc) -> (h)
+  Launch segment 1 [cpu_reference] (h) -> (g)
+  Launch segment 2 [cpu_reference] (b_proj) -> (b_proj__share)
+  Allocate y__partial: f32[T, 256]
+  Allocate y: f32[T, 256]
+  Record event 0 on stream 0
+  Stream 1 waits for event 0
+  Stream 2 waits for event 0
+  Stream 3 waits for event 0
+  For i in 0..4 (linear y__partial -> all_reduce: 4 chunks (--pipeline chunks=4)); chunked: g (rows) y__partial (rows) y (rows)
+    Launch segment 3 [cpu_reference] (g, w_proj, b_proj__share) -> (y__partial) on stream (2 + i % 2)
+    Record event 1 on stream (2 + i % 2)
+    Stream 1 waits for event 1
+    Communicate segment 4: all_reduce(reduce="sum") y__partial: f32[T, 256] -> y: f32[T, 256], team @mesh[0, 1], sends 1024*T bytes (chunk i) on stream 1
+  Record event 2 on stream 1
+  Stream 0 waits for event 2
+  Record event 3 on stream 2
+  Stream 0 waits for event 3
+  Record event 4 on stream 3
+  Stream 0 waits for event 4
+)");
+}
+
+// off keeps the program as lowered (the pass reports "(unchanged)"), and so does auto on the CPU,
+// which says why.
+TEST(PipelinedProgram, MegatronMlp_OffKeepsThePlainProgram) {
+  for (const char* mode : {"off", "auto"}) {
+    CompiledFusion c = compile_example("tp_mlp", Target::cpu, mode);
+    const Program& p = c.executable->program;
+    EXPECT_TRUE(loops_of(p).empty()) << p.str();
+    EXPECT_EQ(p.streams, 1);
+    ASSERT_EQ(c.after.size(), 5u);
+    if (std::string(mode) == "off") EXPECT_EQ(c.after[4].second.rfind("(unchanged)", 0), 0u) << c.after[4].second;
+    else EXPECT_NE(p.str().find("# pipeline_collectives: --pipeline auto is off on the CPU"), std::string::npos) << p.str();
+    EXPECT_NE(p.str().find(R"(  Launch segment 3 [cpu_reference] (g, w_proj, b_proj__share) -> (y__partial)
+  Communicate segment 4: all_reduce(reduce="sum") y__partial: f32[T, 256] -> y: f32[T, 256], team @mesh[0, 1], sends 1024*T bytes
+)"), std::string::npos) << p.str();
+  }
+}
+
+// On CUDA, auto holds off and the chunked loop (no ring for an all-reduce) for the cost model.
+// Under --pipeline auto the GEMM -> all-reduce pair stays as lowered, saying why (its overlap
+// with NCCL's kernels is not measured yet); chunks=N pipelines it (above).
+TEST(PipelinedProgram, MegatronMlp_AutoOnCuda_LeavesTheAllReduceUntilMeasured) {
+#if !ALLOY_HAVE_CUDA
+  ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();
+#else
+  CompiledFusion c = compile_example("tp_mlp", Target::cuda, "auto");
+  const Program& p = c.executable->program;
+  EXPECT_TRUE(choices_of(p).empty()) << p.str();
+  EXPECT_TRUE(loops_of(p).empty()) << p.str();
+  EXPECT_NE(p.str().find("# pipeline_collectives: linear y__partial -> all_reduce stays unpipelined under --pipeline auto until "
+                         "its overlap is measured (--pipeline chunks=N pipelines it)"),
+            std::string::npos)
+      << p.str();
+#endif
+}
+
+// Partial sums that another segment reads too stay as lowered, and the dump says why.
+TEST(PipelinedProgram, GemmAllReduce_PartialSumsReadElsewhere_StayUnpipelinedWithANote) {
+  auto f = parse_fusion(R"(fusion f(x: f32[8, 16] @mesh[0, 1] shard(axis=1), w: f32[16, 16] @mesh[0, 1] shard(axis=1)) {
+    y = linear(x, w)
+    s = sum(y, dims=[1])
+    return y, s
+  })", "read_elsewhere.fusion");
+  CompiledFusion c = compile_fusion(*f, Target::cpu, {.program = parse_pipeline_option("chunks=2")});
+  std::string text = c.executable->program.str();
+  EXPECT_TRUE(loops_of(c.executable->program).empty()) << text;
+  EXPECT_NE(text.find("# pipeline_collectives: linear y__partial -> all_reduce stays unpipelined: 'y__partial' is read by another "
+                      "segment too (only partial sums that the all_reduce alone reads are pipelined)"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("nothing to pipeline"), std::string::npos) << text;
+}
+
+// The column-parallel fc1's backward (dx = dh @ w_fc, partial sums all-reduced) is the same pair.
+TEST(PipelinedProgram, MegatronMlpBackward_TheInputGradientsGemmAndAllReduceArePipelined) {
+  for (Target target : {Target::cpu, Target::cuda}) {
+#if !ALLOY_HAVE_CUDA
+    if (target == Target::cuda) ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();
+#endif
+    CompiledFusion c = compile_example("tp_mlp_backward", target, "chunks=4");
+    const Program& p = c.executable->program;
+    auto loops = loops_of(p);
+    ASSERT_EQ(loops.size(), 1u) << p.str();
+    expect_gemm_all_reduce_loop(p, *loops[0], 4, "dx__partial");
+    EXPECT_NE(p.str().find("(matmul dx__partial -> all_reduce: 4 chunks (--pipeline chunks=4)); chunked: dh (rows) dx__partial (rows) dx (rows)"),
+              std::string::npos)
+        << p.str();
+  }
 }
 
 TEST(PipelinedProgram, BadPipelineOption_IsAUserErrorSayingWhatIsExpected) {

@@ -158,6 +158,28 @@ TEST_P(Collectives, SendRecv_ShiftsARingByOneWithoutDeadlock) {
   EXPECT_TRUE(testing::tensors_close(again, expected));
 }
 
+// Rows [a, b) of whole buffers, as a pipelined GEMM -> all-reduce loop hands them (views at an
+// offset): those rows are the sum over the ranks, every other row of the result stays as it was.
+template <class OnDevice, class OnHost>
+void expect_all_reduce_of_rows(multidevice::Communicator& team, DType t, OnDevice on_device, OnHost on_host) {
+  int n = team.size(), r = team.rank();
+  const int64_t rows = 7, width = 3, begin = 2, end = 5;
+  Tensor partial = on_device(filled(t, {rows, width}, [&](int64_t i) { return (r + 1) * (i % 11); }));
+  Tensor sum = on_device(filled(t, {rows, width}, [](int64_t) { return -1; }));
+  auto rows_of = [&](const Tensor& whole) {
+    return whole.as_strided({end - begin, width}, whole.strides(), whole.offset() + begin * whole.stride(0));
+  };
+  team.all_reduce(rows_of(partial), rows_of(sum), PartialReduce::sum);
+  double ranks = n * (n + 1) / 2.0;
+  Tensor expected = filled(t, {rows, width}, [&](int64_t i) { return i / width >= begin && i / width < end ? ranks * (i % 11) : -1; });
+  EXPECT_TRUE(testing::tensors_close(on_host(sum), expected));
+}
+
+TEST_P(Collectives, AllReduce_OfRowsOfWholeBuffers_LeavesTheOtherRows) {
+  auto team = multidevice::communicator_for(world_mesh(), Device{});
+  expect_all_reduce_of_rows(*team, GetParam(), [](const Tensor& t) { return t; }, [](const Tensor& t) { return t; });
+}
+
 // The same collectives on device tensors, through the communicator a GPU run uses.
 class DeviceCollectives : public ::testing::TestWithParam<DType> {
  protected:
@@ -203,6 +225,8 @@ TEST_P(DeviceCollectives, AllGatherReduceScatterAllReduceAndAllToAll) {
   Tensor ring_in = on_device(Tensor::empty(t, {5}));
   team->send_recv(on_device(filled(t, {5}, [&](int64_t i) { return r * 7 + i; })), (r + 1) % n, ring_in, (r + n - 1) % n);
   EXPECT_TRUE(testing::tensors_close(on_host(ring_in), filled(t, {5}, [&](int64_t i) { return ((r + n - 1) % n) * 7 + i; })));
+  // rows of whole buffers (NCCL on the current stream, or the staged path)
+  expect_all_reduce_of_rows(*team, t, [&](const Tensor& h) { return on_device(h); }, [&](const Tensor& d) { return on_host(d); });
 }
 #else
 TEST_P(DeviceCollectives, NeedTheCudaBackend) {}
@@ -435,6 +459,75 @@ TEST(PipelinedFusions, Ring_OnIntegerValuedInputs_IsExact) {
   }
   ASSERT_EQ(results[0].sizes(), results[1].sizes());
   EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), size_t(results[0].numel()) * 4), 0);
+}
+
+// The Megatron MLP's row-parallel linear (GEMM -> all-reduce of its partial sums) and the
+// backward's input gradient (dx = dh @ w_fc, all-reduced), chunked over the token rows: fewer
+// tokens than chunks, token counts the chunks do not divide and divide; the forward in bf16 too.
+// (Each case is a pair of executors: few cases, the CI's two cores run this at 4 ranks.) Every
+// rank holds every token, so T need not divide by the mesh.
+TEST(PipelinedFusions, ChunkedGemmAllReduce_MegatronMlpForwardAndBackward_EqualTheUnshardedRun) {
+  const std::string forward = example("tp_mlp"), backward = example("tp_mlp_backward");
+  for (auto [tokens, pipeline] : std::vector<std::pair<int, const char*>>{{1, "chunks=4"}, {7, "chunks=5"}, {12, "chunks=2"}}) {
+    std::string t = "[" + std::to_string(tokens) + ",";
+    std::string f = forward, b = backward;
+    replace_all(f, "[T,", t);
+    replace_all(b, "[T,", t);
+    SCOPED_TRACE(std::string(pipeline) + ", " + std::to_string(tokens) + " tokens");
+    expect_sharded_matches_unsharded(f, {}, 13, kDeepF32GemmScale, pipeline);
+    if (tokens != 12) expect_sharded_matches_unsharded(b, {}, 17, kDeepF32GemmScale, pipeline);
+  }
+  std::string bf16 = with_sizes(example("tp_mlp"));
+  replace_all(bf16, "f32", "bf16");
+  expect_sharded_matches_unsharded(bf16, {}, 5, 4.0, "chunks=3");
+}
+
+// Runs `text` sharded with `pipeline` on the global `inputs` and returns the first output (a
+// replicated one: every rank's whole value); `program` gets the program that ran.
+Tensor run_sharded(const std::string& text, const std::vector<Tensor>& inputs, const std::string& pipeline, std::string& program) {
+  ExecutorOptions options{sharded_device()};
+  options.pipeline = pipeline;
+  FusionExecutor sharded(parse_fusion(text, "pipelined.fusion"), options);
+  auto in_shardings = sharded.input_shardings();
+  int team_rank = multidevice::team_rank_of(in_shardings[0]->mesh);
+  std::vector<Tensor> local;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    local.push_back(in_shardings[i] ? multidevice::local_part(inputs[i], *in_shardings[i], team_rank, "input") : inputs[i]);
+  Tensor out = to_cpu(sharded.run(local).at(0));
+  program = sharded.dump("program");
+  return out;
+}
+
+// Integer-valued inputs (the bias a multiple of 12, so bias / n is exact on 1 to 4 ranks): every
+// partial sum is exact in f32 whatever its order, so each chunked program equals off to the bit;
+// and the bias is added once (the output is the unsharded one exactly).
+TEST(PipelinedFusions, ChunkedGemmAllReduce_OnIntegerValuedInputs_IsExactAndAddsTheBiasOnce) {
+  int n = process().size;
+  std::string m = world_mesh_text();
+  std::string hidden = std::to_string(4 * n);
+  std::string text = "fusion f(x: f32[9, 8] " + m + " replicated, w1: f32[" + hidden + ", 8] " + m + " shard(axis=0), w2: f32[8, " + hidden +
+                     "] " + m + " shard(axis=1), b2: f32[8] " + m + R"( replicated) {
+    h = linear(x, w1)
+    y = linear(h, w2, b2)
+    return y
+  })";
+  auto fusion = parse_fusion(text, "exact.fusion");
+  std::vector<Tensor> inputs;
+  for (const Value* in : fusion->inputs()) {
+    std::vector<int64_t> sizes;
+    for (const Extent& e : in->shape()) sizes.push_back(*e.constant_value());
+    double scale = in->name == "b2" ? 12 : 1;
+    inputs.push_back(filled(DType::f32, sizes, [&](int64_t i) { return scale * (double((i * 7 + in->id) % 5) - 2); }));
+  }
+  Tensor expected = FusionExecutor(without_shardings(*fusion), {DeviceChoice::cpu}).run(inputs).at(0);
+  for (const char* pipeline : {"off", "chunks=2", "chunks=4", "chunks=16"}) {
+    SCOPED_TRACE(pipeline);
+    std::string program;
+    Tensor y = run_sharded(text, inputs, pipeline, program);
+    EXPECT_EQ(program.find("(linear y__partial -> all_reduce: ") != std::string::npos, std::string(pipeline) != "off") << program;
+    ASSERT_EQ(y.sizes(), expected.sizes());
+    EXPECT_EQ(std::memcmp(y.data(), expected.data(), size_t(y.numel()) * 4), 0);
+  }
 }
 
 // ---- the cost model of --pipeline auto: measured once, cached, the same on every rank --------

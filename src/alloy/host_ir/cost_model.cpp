@@ -34,11 +34,34 @@ double gemm_us(const MachineCosts& c, double rows, const PairShape& s) {
   return c.launch_us + 2.0 * (rows + c.gemm_half_rows) * double(s.k) * double(s.n) / c.gemm_flops_per_us;
 }
 
+double all_reduce_us(const MachineCosts& c, double bytes, int parts) {
+  return parts > 1 ? 2 * collective_us(c, bytes / parts) : 0;
+}
+
 double off_us(const MachineCosts& c, const PairShape& s) {
+  if (s.kind == PairShape::Kind::gemm_all_reduce) return all_reduce_us(c, double(s.block_bytes), s.parts) + gemm_us(c, double(s.rows), s);
   return collective_us(c, double(s.block_bytes)) + gemm_us(c, double(s.rows) * s.parts, s);
 }
 
+namespace {
+
+// GEMM -> all-reduce in `chunks`: chunk i's all-reduce once its GEMM and chunk i - 1's all-reduce are done.
+double all_reduce_chunks_us(const MachineCosts& c, const PairShape& s, int chunks) {
+  const double comm = all_reduce_us(c, double(s.block_bytes) / chunks, s.parts);
+  const double gemm = gemm_us(c, double(s.rows) / chunks, s);
+  if (!c.overlaps) return chunks * (comm + gemm);
+  double compute = 0, link = 0;
+  for (int i = 0; i < chunks; ++i) {
+    compute += gemm;
+    link = std::max(link, compute) + comm;
+  }
+  return link;
+}
+
+}  // namespace
+
 double chunks_us(const MachineCosts& c, const PairShape& s, int chunks) {
+  if (s.kind == PairShape::Kind::gemm_all_reduce) return all_reduce_chunks_us(c, s, chunks);
   const double comm = collective_us(c, double(s.block_bytes) / chunks);
   const double gemm = gemm_us(c, double(s.rows) / chunks, s);  // one block's chunk
   const int others = s.parts - 1;
@@ -79,7 +102,7 @@ PipelineChoice choose_pipeline(const MachineCosts& c, const PairShape& s) {
       best = {PipelineChoice::Variant::chunks, chunks, ""};
     }
   }
-  if (s.ring_ok && s.parts > 1) {
+  if (s.ring_ok && s.parts > 1 && s.kind != PairShape::Kind::gemm_all_reduce) {
     double t = ring_us(c, s);
     times += ", ring " + number(t, "us");
     if (t < best_us) {
@@ -90,8 +113,10 @@ PipelineChoice choose_pipeline(const MachineCosts& c, const PairShape& s) {
   std::string chosen = best.variant == PipelineChoice::Variant::off      ? "off"
                        : best.variant == PipelineChoice::Variant::ring ? "ring"
                                                                        : "chunks=" + std::to_string(best.chunks);
-  best.why = chosen + " (model: " + times + "; " + std::to_string(s.rows) + " rows a block, K " + std::to_string(s.k) + ", N " +
-             std::to_string(s.n) + ", " + std::to_string(s.block_bytes) + " bytes a block, " + std::to_string(s.parts) +
+  const char* rows = s.kind == PairShape::Kind::gemm_all_reduce ? " rows (every rank's), K " : " rows a block, K ";
+  const char* bytes = s.kind == PairShape::Kind::gemm_all_reduce ? " bytes all-reduced, " : " bytes a block, ";
+  best.why = chosen + " (model: " + times + "; " + std::to_string(s.rows) + rows + std::to_string(s.k) + ", N " +
+             std::to_string(s.n) + ", " + std::to_string(s.block_bytes) + bytes + std::to_string(s.parts) +
              " ranks; machine: " + c.str() + ")";
   return best;
 }

@@ -21,6 +21,17 @@
 //   ring        = g + (n - 1) * max(h, g),  g = gemm(m),  h = hop(B)
 //                 (step s's hop overlaps step s's GEMM; the reduce-scatter ring's add is a read
 //                 of two blocks and a write, neglected against its GEMM).
+// GEMM -> all-reduce (a row-parallel linear whose output is replicated, Megatron's), with m every
+// row (each rank computes every row of its partial sums P) and B the bytes of P:
+//   allreduce(bytes) = 2 * coll(bytes / n)
+//                 (a ring all-reduce moves 2 (n - 1) / n of the bytes on each rank's link: a
+//                 reduce-scatter and an all-gather of bytes / n a rank, each costed as the
+//                 measured all-gather of that block, which moves (n - 1) blocks);
+//   off         = allreduce(B) + gemm(m);
+//   chunks S    = the compute stream runs chunk i's GEMM (g = gemm(m / S)); the link all-reduces
+//                 chunk i (a = allreduce(B / S)) once that GEMM and chunk i - 1's all-reduce are
+//                 done; the link's end (only the last chunk's all-reduce is exposed);
+//   no ring.  (On a GPU NCCL's all-reduce takes SMs from the GEMM beside it: not modelled.)
 // Where nothing overlaps (`overlaps` false: the CPU runs every node in order) the max becomes a
 // sum, so off is never slower. The cheapest wins, where it is at least 3% (and 1 us) faster than
 // off by the model; ties go to the simpler program (off, then fewer chunks, then the ring).
@@ -48,11 +59,12 @@ struct MachineCosts {
 
 // One pair at one run's sizes.
 struct PairShape {
-  enum class Kind { all_gather_gemm, gemm_reduce_scatter } kind = Kind::all_gather_gemm;
+  enum class Kind { all_gather_gemm, gemm_reduce_scatter, gemm_all_reduce } kind = Kind::all_gather_gemm;
   int parts = 1;             // ranks of the team
-  int64_t rows = 0;          // GEMM rows of one block (one rank's rows, times any batch axes)
+  int64_t rows = 0;          // GEMM rows of one block (one rank's rows, times any batch axes;
+                             // an all-reduce's: every row, which every rank computes)
   int64_t k = 0, n = 0;      // the GEMM's contraction and output widths (this device's)
-  int64_t block_bytes = 0;   // bytes of one block on the link
+  int64_t block_bytes = 0;   // bytes of one block on the link (an all-reduce's: its whole input)
   bool ring_ok = true;       // whether the pair has a ring (not a reduce-scatter by max or min)
 };
 
@@ -67,9 +79,11 @@ double gemm_us(const MachineCosts& costs, double rows, const PairShape& shape);
 double off_us(const MachineCosts& costs, const PairShape& shape);
 double chunks_us(const MachineCosts& costs, const PairShape& shape, int chunks);
 double ring_us(const MachineCosts& costs, const PairShape& shape);
+// A ring all-reduce of `bytes` (each rank's whole buffer) over `parts` ranks.
+double all_reduce_us(const MachineCosts& costs, double bytes, int parts);
 
 // The cheapest of off, chunks=2..16 (at most the rows) and the ring (teams of several, where the
-// pair has one).
+// pair has one: never a GEMM -> all-reduce).
 PipelineChoice choose_pipeline(const MachineCosts& costs, const PairShape& shape);
 
 }  // namespace alloy::host_ir

@@ -139,12 +139,17 @@ int64_t numel_of(const std::vector<int64_t>& sizes) {
 // A pair's sizes at this run, for the cost model.
 PairShape shape_of(const PairSizes& p, const RunState& state) {
   PairShape s;
-  s.kind = p.kind == PairSizes::Kind::all_gather_gemm ? PairShape::Kind::all_gather_gemm : PairShape::Kind::gemm_reduce_scatter;
+  switch (p.kind) {
+    case PairSizes::Kind::all_gather_gemm: s.kind = PairShape::Kind::all_gather_gemm; break;
+    case PairSizes::Kind::gemm_reduce_scatter: s.kind = PairShape::Kind::gemm_reduce_scatter; break;
+    case PairSizes::Kind::gemm_all_reduce: s.kind = PairShape::Kind::gemm_all_reduce; break;
+  }
   s.parts = p.parts;
   std::vector<int64_t> a = state.concrete_shape(p.activation), o = state.concrete_shape(p.output), m = state.concrete_shape(p.moved);
   s.k = a.empty() ? 1 : a.back();
   int64_t gemm_rows = s.k > 0 ? numel_of(a) / s.k : 0;
-  s.rows = gemm_rows / std::max(1, p.parts);
+  // an all-reduce's rows are not blocks: every rank computes (partial sums of) every row
+  s.rows = s.kind == PairShape::Kind::gemm_all_reduce ? gemm_rows : gemm_rows / std::max(1, p.parts);
   s.n = gemm_rows > 0 ? numel_of(o) / gemm_rows : 0;
   s.block_bytes = numel_of(m) * dtype_size(p.moved->dtype());
   return s;

@@ -1,16 +1,25 @@
 // pipeline_collectives: a Program -> Program pass that hides communication behind compute in
 // tensor-parallel layers (issue 13). It rewrites
 //   - all-gather -> GEMM (a sequence-parallel column linear: Communicate all_gather(axis=0) of
-//     x, then the matmul segment whose activation operand is the gathered x), and
+//     x, then the matmul segment whose activation operand is the gathered x),
 //   - GEMM -> reduce-scatter (a row-parallel linear: the matmul segment writing partial sums P,
-//     then Communicate reduce_scatter(axis=0) of P, P read by nothing else)
+//     then Communicate reduce_scatter(axis=0) of P, P read by nothing else), and
+//   - GEMM -> all-reduce (Megatron's row-parallel linear, and the column-parallel linear's
+//     input gradient in the backward: the matmul segment writing partial sums P, then
+//     Communicate all_reduce of P, P read by nothing else; issue 25)
 // into a ForChunks loop over S chunks of each device's rows. All-gather -> GEMM: the GEMM of the
 // device's own block of chunk i runs first, on its own rows (it waits for nothing), while chunk i
 // of the other blocks is all-gathered on the communication stream; then the other blocks' GEMMs,
 // in the order they arrive. GEMM -> reduce-scatter: the other blocks' GEMMs of chunk i run first
 // and their partial sums are sent while the own block's GEMM writes the output; the collective's
 // finish then adds what arrived (ChunkPhase::send / finish). One GEMM per block of rows, written
-// in place into the whole output; the epilogue (bias, GELU) stays in each chunk's GEMM. Whole
+// in place into the whole output; the epilogue (bias, GELU) stays in each chunk's GEMM.
+// GEMM -> all-reduce has no blocks (every rank computes partial sums of every row): iteration i
+// runs the GEMM of rows chunk i (with its epilogue: a row-parallel linear's bias is bias / n on
+// each rank, localize_shards, so each row still sums to the bias once) on the compute pool, then
+// the all-reduce of those rows of P into the same rows of the output on the communication stream,
+// beside the GEMM of chunk i + 1: only the last chunk's all-reduce is exposed. Every rank has
+// every row, so every rank makes the same all-reduce calls in the same order. Whole
 // buffers are allocated before the loop on the run's stream, the communication stream and the
 // compute streams (a pool of two, alternating) wait for it, and the run's stream waits for every
 // one of them after the loop: the host never blocks.
@@ -19,12 +28,14 @@
 // holds while passing it on; GEMM -> reduce-scatter adds the running sum received from the
 // previous rank to its partial product of the same block and passes it on (SendRecv and
 // Accumulate nodes; see ForChunks::Schedule::ring in program.h). A pair whose gathered value
-// another segment reads (or the fusion returns), or whose reduce-scatter is by max or min, has no
-// ring: it stays as lowered, with a note in the dump.
+// another segment reads (or the fusion returns), whose reduce-scatter is by max or min, or that
+// all-reduces, has no ring: it stays as lowered, with a note in the dump. So does a GEMM ->
+// all-reduce whose P another segment reads too (conservatively: the loop does leave P whole).
 // The choice comes from the options: off, chunks=N, ring, or auto: on the CPU off (nothing
-// overlaps there); on CUDA a Choose node holding off, chunks (1 to 16) and ring, one of which
-// the cost model (host_ir/cost_model.h) picks per run from the run's sizes and the machine's
-// measured rates. A chunk count larger than a device's rows is cut to the rows at run time; rows
+// overlaps there); on CUDA a Choose node holding off, chunks (1 to 16) and ring (where the pair
+// has one), one of which the cost model (host_ir/cost_model.h) picks per run from the run's sizes
+// and the machine's measured rates — except a GEMM -> all-reduce, which auto leaves as lowered
+// (with a note) until its overlap with NCCL's kernels is measured. A chunk count larger than a device's rows is cut to the rows at run time; rows
 // that S does not divide give chunks that differ by one row.
 // Precondition: a lowered program (side_streams may have run). Postcondition: the same values
 // computed; Communicate and Launch nodes outside the rewritten pairs unchanged.

@@ -91,7 +91,7 @@ using Node = std::variant<Allocate, Launch, Record, Wait, Communicate, SendRecv,
 // How a value is cut into a loop's chunks along its axis 0 (`count` chunks, as even as the rows
 // allow: chunk i is rows [i*L/count, (i+1)*L/count) of L):
 //   rows:   the value's own rows (a device's part of an all-gather's input, of a reduce-scatter's
-//           output);
+//           output; every row of an all-reduce's partial sums, its result and the GEMM's input);
 //   blocks: the value's rows are the team's `parts` blocks (rank r's rows first), each cut into
 //           chunks: a Launch with part r sees chunk i of block r, a Communicate sees the [parts,
 //           chunk rows, ...] view of chunk i of every block (no copy: parts at the block stride).
@@ -131,11 +131,12 @@ struct ForChunks {
 };
 
 // The sizes the cost model reads of a pair (host_ir/cost_model.h), all at run time: `activation`
-// (the GEMM's operand cut into blocks: the gathered rows, or the rows whose products are
-// reduce-scattered), `output` (the GEMM's result, whole), `moved` (what one rank's link carries a
-// block of: the all-gather's input, the reduce-scatter's output).
+// (the GEMM's operand: cut into blocks for the gathered rows, or the rows whose products are
+// reduce-scattered; whole for an all-reduce, every rank computing every row), `output` (the
+// GEMM's result, whole), `moved` (what one rank's link carries a block of: the all-gather's input,
+// the reduce-scatter's output; the all-reduce's whole input).
 struct PairSizes {
-  enum class Kind { all_gather_gemm, gemm_reduce_scatter } kind;
+  enum class Kind { all_gather_gemm, gemm_reduce_scatter, gemm_all_reduce } kind;
   Value* activation;
   Value* output;
   Value* moved;

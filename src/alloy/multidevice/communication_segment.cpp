@@ -32,7 +32,8 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
     ALLOY_CHECK(s.ops.size() == 1 && is_communication(op_.kind), "a communication segment holds one resharding op");
   }
 
-  // Inside a pipelined loop: chunk i of every rank's block, into the loop's whole buffers.
+  // Inside a pipelined loop: chunk i of every rank's block (an all-reduce's: chunk i of the
+  // rows), into the loop's whole buffers.
   void run_chunk(host_ir::RunState& state, host_ir::ChunkPhase phase) override {
     ALLOY_CHECK(state.team, "a chunked ", op_name(op_.kind), " without a team");
     Communicator& comm = team_of(state);
@@ -43,6 +44,12 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
       if (phase == host_ir::ChunkPhase::send) return comm.reduce_scatter_parts_send(in, reduce_of(op_));
       if (phase == host_ir::ChunkPhase::finish) return comm.reduce_scatter_parts_finish(in, out, reduce_of(op_));
       return comm.reduce_scatter_parts(in, out, reduce_of(op_));
+    }
+    if (op_.kind == OpKind::all_reduce) {
+      // rows [a, b) of the whole partial sums into the same rows of the whole result: both
+      // contiguous views, which every communicator's all_reduce takes at their offset
+      ALLOY_CHECK(out.is_contiguous(), "a chunked all_reduce into ", out.str());
+      return comm.all_reduce(device_.contiguous(in), out, reduce_of(op_));
     }
     internal_error("run_chunk: ", op_name(op_.kind));
   }

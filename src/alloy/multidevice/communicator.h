@@ -73,6 +73,11 @@ class Communicator : public host_ir::Team {
   virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
   // `in` holds size() parts; this rank's `out` is the reduction of every rank's part rank().
   virtual void reduce_scatter(const Tensor& in, const Tensor& out, PartialReduce op) = 0;
+  // Every rank's `in` reduced into each rank's `out` (the same sizes). Both may be views at an
+  // offset into larger buffers: rows [a, b) of a whole contiguous tensor, as a pipelined GEMM ->
+  // all-reduce loop hands them (host_ir/pipeline_collectives.h); every implementation reads and
+  // writes from data() (MPI, NCCL on the current stream, the staged path through host memory,
+  // the Python team's byte views).
   virtual void all_reduce(const Tensor& in, const Tensor& out, PartialReduce op) = 0;
   // `in` holds size() parts, part r sent to team rank r; `out` receives part rank() of every rank.
   virtual void all_to_all(const Tensor& in, const Tensor& out) = 0;

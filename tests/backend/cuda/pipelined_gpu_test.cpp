@@ -1,6 +1,7 @@
 // Issue 13's pipelined pairs on one GPU: the sequence-parallel MLP on a mesh of one device with
 // --pipeline ring, chunks and auto (whose cost model measures this GPU, into a temporary cache)
-// against off, on the streams of a real device; and the ring's accumulate kernel for every dtype.
+// against off, on the streams of a real device; the Megatron MLP's GEMM -> all-reduce (forward and
+// backward) likewise; and the ring's accumulate kernel for every dtype.
 // The rings of several ranks run on GPUs in alloy_mpi_tests (ALLOY_MPI_TEST_DEVICE=cuda).
 #include <gtest/gtest.h>
 
@@ -121,6 +122,60 @@ TEST(PipelinedGpu, LoopGemmsOnFewerSms_EqualOff) {
   std::string launched = pipelined.dump("cuda");
   EXPECT_EQ(launched.find("refused"), std::string::npos) << launched;
   EXPECT_EQ(count(pipelined.dump("program"), "For i in 0..3"), 2) << pipelined.dump("program");
+}
+
+// The Megatron MLP (GEMM -> all-reduce of the row-parallel linear's partial sums) and its
+// backward (dx = dh @ w_fc, all-reduced) on a mesh of one GPU: chunks=3 and auto (which leaves the
+// pair as lowered until its overlap is measured) equal off, in f32
+// and bf16 (the forward), 61 tokens (which 3 chunks do not divide). Two GPUs under NCCL run the
+// same pair in alloy_mpi_tests (ALLOY_MPI_TEST_DEVICE=cuda).
+TEST(PipelinedGpu, GemmAllReduce_MegatronMlpChunksAndAuto_OnAMeshOfOne_EqualOff) {
+  ALLOY_REQUIRE_GPU();
+  std::string pattern = (std::filesystem::temp_directory_path() / "alloy_gpu_costs_XXXXXX").string();
+  ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+  testing::ScopedEnv cache("ALLOY_CACHE_DIR", pattern.c_str());
+  forget_machine_costs();
+  auto on_one_gpu = [](const std::string& name, const char* dtype) {
+    std::string text = testing::read_file(testing::source_path("examples/" + name + ".fusion"));
+    for (auto [from, to] : {std::pair<std::string, std::string>{"@mesh[0, 1]", "@mesh[0]"}, {"f32", dtype}})
+      for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) text.replace(at, from.size(), to);
+    return text;
+  };
+  for (auto [name, dtype] : {std::pair<std::string, const char*>{"tp_mlp", "f32"}, {"tp_mlp", "bf16"}, {"tp_mlp_backward", "f32"}}) {
+    std::string text = on_one_gpu(name, dtype);
+    auto fusion = parse_fusion(text, "megatron1.fusion");
+    std::vector<SizeRequest> sizes{{"T", 61}};
+    std::vector<Tensor> inputs = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()),
+                                                 resolve_input_sizes(*fusion, std::vector<Tensor>(fusion->inputs().size()), sizes), 9);
+    ExecutorOptions off_options{DeviceChoice::cuda};
+    off_options.pipeline = "off";
+    FusionExecutor off(parse_fusion(text, "megatron1.fusion"), off_options);
+    std::vector<Tensor> expected = off.run(inputs);
+    for (const char* pipeline : {"chunks=3", "auto"}) {
+      SCOPED_TRACE(name + " " + dtype + " " + pipeline);
+      ExecutorOptions options{DeviceChoice::cuda};
+      options.pipeline = pipeline;
+      options.poison_outputs = true;
+      FusionExecutor pipelined(parse_fusion(text, "megatron1.fusion"), options);
+      for (int run = 0; run < 2; ++run) {
+        std::vector<Tensor> out = pipelined.run(inputs);
+        ASSERT_EQ(out.size(), expected.size());
+        // another chunking may take another cuBLASLt algorithm: four times the allowance (as alloy_mpi_tests)
+        for (size_t i = 0; i < out.size(); ++i) EXPECT_TRUE(testing::tensors_close(to_cpu(out[i]), to_cpu(expected[i]), 4.0)) << "output " << i;
+      }
+      std::string program = pipelined.dump("program");
+      std::string pair = name == "tp_mlp" ? "linear y__partial -> all_reduce" : "matmul dx__partial -> all_reduce";
+      if (std::string(pipeline) == "chunks=3") {
+        EXPECT_NE(program.find("For i in 0..3 (" + pair + ": 3 chunks (--pipeline chunks=3))"), std::string::npos) << program;
+      } else {  // auto leaves this pair as lowered until its overlap is measured
+        EXPECT_EQ(count(program, "Choose per run (--pipeline auto"), 0) << program;
+        EXPECT_NE(program.find(pair + " stays unpipelined under --pipeline auto until its overlap is measured"), std::string::npos) << program;
+      }
+    }
+  }
+  forget_machine_costs();
+  std::error_code ec;
+  std::filesystem::remove_all(pattern, ec);
 }
 
 TEST(PipelinedGpu, AccumulateKernel_CompilesWithoutAGpu) {
