@@ -5,11 +5,14 @@ of the same shard (the floor: one GPU, no communication), in one job, each case 
 
     python3 bench/pair_bench.py --alloy build/alloy [--ranks 2] [--pairs 8192x8192x28672]
         [--forms off,auto,chunks=1,chunks=2,chunks=4,ring] [--env ALLOY_NO_COPY_ENGINES=1] [--label NAME]
+        [--kinds ag_gemm,gemm_rs,gemm_ar]
 
 AG+GEMM: x [M, K] sharded by rows, all-gathered in front of a column-parallel linear (w [N, K]
 sharded by rows): the floor is linear([M, K], [N/n, K]). GEMM+RS: a row-parallel linear (the
 contraction N split), its [M, K] partial sums reduce-scattered by rows: the floor is
-linear([M, N/n], [K, N/n]). Prints a table (ratio = form / floor) and one JSON line a row.
+linear([M, N/n], [K, N/n]). GEMM+AR: the same row-parallel linear with its partial sums
+all-reduced (Megatron's fc2; every rank keeps every row), the same floor. Prints a table (ratio =
+form / floor) and one JSON line a row.
 """
 import argparse
 import json
@@ -38,6 +41,7 @@ def main():
     p.add_argument("--forms", default="off,auto,chunks=1,chunks=2,chunks=4,ring")
     p.add_argument("--env", action="append", default=[], help="NAME=VALUE for the Alloy runs (repeatable)")
     p.add_argument("--label", default="")
+    p.add_argument("--kinds", default="ag_gemm,gemm_rs", help="the pairs: ag_gemm, gemm_rs, gemm_ar")
     p.add_argument("--skip-floor", action="store_true", help="no floor run (ratios then read 'nan')")
     args = p.parse_args()
     for kv in args.env:
@@ -46,7 +50,7 @@ def main():
     label = args.label or (" ".join(args.env) if args.env else "default")
     for shape in args.pairs.split(","):
         m, k, n = (int(v) for v in shape.split("x"))
-        for kind in ("ag_gemm", "gemm_rs"):
+        for kind in args.kinds.split(","):
             floor = float("nan") if args.skip_floor else alloy_median_us(args.alloy, local_text(kind, m, k, n, args.ranks), 0, 1, args.runs)[0]
             row = {"label": label, "pair": kind, "shape": shape, "ranks": args.ranks, "floor_us": floor}
             cells = []

@@ -51,6 +51,9 @@ def pair_text(kind, m, k, n, ranks):
     if kind == "ag_gemm":  # x split by rows, all-gathered in front of a column-parallel GEMM
         return (f"fusion ag_gemm(x: bf16[{m}, {k}] {mesh} shard(axis=0), w: bf16[{n}, {k}] {mesh} shard(axis=0)) {{\n"
                 f"  y = linear(x, w) {mesh} shard(axis=1)\n  return y\n}}\n")
+    if kind == "gemm_ar":  # a row-parallel GEMM whose partial sums are all-reduced (Megatron's fc2)
+        return (f"fusion gemm_ar(x: bf16[{m}, {n}] {mesh} shard(axis=1), w: bf16[{k}, {n}] {mesh} shard(axis=1)) {{\n"
+                "  y = linear(x, w)\n  return y\n}\n")
     # a row-parallel GEMM (contraction split) whose partial sums are reduce-scattered by rows
     return (f"fusion gemm_rs(x: bf16[{m}, {n}] {mesh} shard(axis=1), w: bf16[{k}, {n}] {mesh} shard(axis=1)) {{\n"
             f"  y = linear(x, w) {mesh} shard(axis=0)\n  return y\n}}\n")
