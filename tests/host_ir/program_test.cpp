@@ -436,17 +436,19 @@ TEST(PipelinedProgram, MegatronMlp_AutoOnCuda_LeavesTheAllReduceUntilMeasured) {
 #endif
 }
 
-// Partial sums that another segment reads too stay as lowered, and the dump says why.
+// Partial sums that another segment reads too (here a reduce-scatter for a consumer that wants
+// them sharded) stay as lowered, and the dump says why.
 TEST(PipelinedProgram, GemmAllReduce_PartialSumsReadElsewhere_StayUnpipelinedWithANote) {
   auto f = parse_fusion(R"(fusion f(x: f32[8, 16] @mesh[0, 1] shard(axis=1), w: f32[16, 16] @mesh[0, 1] shard(axis=1)) {
     y = linear(x, w)
-    s = sum(y, dims=[1])
-    return y, s
+    s = mul(y, 2.0)
+    z = add(y, 1.0) @mesh[0, 1] shard(axis=0)
+    return s, z
   })", "read_elsewhere.fusion");
   CompiledFusion c = compile_fusion(*f, Target::cpu, {.program = parse_pipeline_option("chunks=2")});
   std::string text = c.executable->program.str();
   EXPECT_TRUE(loops_of(c.executable->program).empty()) << text;
-  EXPECT_NE(text.find("# pipeline_collectives: linear y__partial -> all_reduce stays unpipelined: 'y__partial' is read by another "
+  EXPECT_NE(text.find("# pipeline_collectives: linear y -> all_reduce stays unpipelined: 'y' is read by another "
                       "segment too (only partial sums that the all_reduce alone reads are pipelined)"),
             std::string::npos)
       << text;

@@ -64,6 +64,19 @@ TEST(ShardingRules, ColumnThenRowParallel_IsOneAllReduce) {
   EXPECT_TRUE(has(d.program, "all_reduce(reduce=\"sum\") y__partial")) << d.program;
 }
 
+// Partial sums returned and read replicated by another op are all-reduced once: the output is the
+// reduction that op asked for, under the output's name (not a second all-reduce of the same sums).
+TEST(ShardingRules, APartialReturnedAndReadReplicated_IsAllReducedOnce) {
+  Dumps d = dumps_of(R"(fusion f(x: f32[8, 16] @mesh[0, 1] shard(axis=1), w: f32[16, 16] @mesh[0, 1] shard(axis=1)) {
+    y = linear(x, w)
+    s = sum(y, dims=[1])
+    return y, s
+  })");
+  EXPECT_EQ(count(d.program, "Communicate"), 1) << d.program;
+  EXPECT_TRUE(has(d.program, "all_reduce(reduce=\"sum\") y__partial: f32[8, 16] -> y: f32[8, 16]")) << d.program;
+  EXPECT_TRUE(has(d.program, "(y) -> (s)")) << d.program;
+}
+
 TEST(ShardingRules, PartialIntoAShardedConsumer_IsAReduceScatterNotAnAllReduce) {
   Dumps d = dumps_of(R"(fusion f(a: f32[8, 16] @mesh[0, 1] shard(axis=1), b: f32[16, 4] @mesh[0, 1] shard(axis=0)) {
     c = matmul(a, b) @mesh[0, 1] shard(axis=0)

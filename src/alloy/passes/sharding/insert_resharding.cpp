@@ -1,6 +1,7 @@
 #include "alloy/passes/sharding/insert_resharding.h"
 
 #include <map>
+#include <set>
 
 #include "alloy/ir/printer.h"
 #include "alloy/passes/sharding/sharding_rules.h"
@@ -20,12 +21,20 @@ class Resharder {
   explicit Resharder(Rebuilder& b) : b_(b) {}
 
   // `v` in sharding `to`: v itself, or the output of one resharding op (named `name`, or a fresh
-  // name), shared by every consumer that asks for the same.
+  // name), shared by every consumer that asks for the same: a value returned (`name`, the
+  // output's) that an op already had resharded the same way is that op's result, renamed, not a
+  // second collective.
   Value* reshard(Value* v, const Sharding& to, const std::string& name = {}) {
     const Sharding& from = *v->sharding;
     if (from == to) return v;
     auto key = std::make_pair(v, sharding_str(to));
-    if (auto it = cache_.find(key); it != cache_.end() && name.empty()) return it->second;
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      if (name.empty() || it->second->name == name) return it->second;
+      if (fresh_names_.erase(it->second)) {
+        b_.target.rename_value(it->second, name);
+        return it->second;
+      }
+    }
     OpKind kind;
     std::vector<NamedAttr> attrs;
     const char* suffix;
@@ -60,12 +69,14 @@ class Resharder {
     out->sharding = to;
     out->sharding_source = {ShardingSource::Kind::resharded, v->name, {}};
     cache_[key] = out;
+    if (name.empty()) fresh_names_.insert(out);
     return out;
   }
 
  private:
   Rebuilder& b_;
   std::map<std::pair<const Value*, std::string>, Value*> cache_;
+  std::set<const Value*> fresh_names_;  // reshards named here (b_.name_for), free to take a name asked for
 };
 
 const Sharding& old_sharding(const Value* v) {
