@@ -860,15 +860,15 @@ TEST(EmulatedKernels, GridReductionsGiveTheSameBitsInAnyBlockOrder) {
 }
 
 // Inner-outer kernels (SchedulerKind::inner_outer): the layer norm and RMSNorm backward, bf16 and
-// f32, rows of odd widths (768 and 1000 in vectors, 4099 in vectors of one) and 1, 3 or 100 rows,
-// on 4 SMs: one kernel, an inner-outer variant ("_io"), its persistent grid (100 rows: several
+// f32, rows of odd widths (768 and 1000 in vectors, 4099 in vectors of one) and 1, 3 or 60 rows,
+// on 4 SMs: one kernel, an inner-outer variant ("_io"), its persistent grid (60 rows: several
 // blocks an SM, partials combined in two levels; 3 rows: 3 blocks; 1 row: one block, no workspace),
 // its results the CPU reference's.
 TEST(EmulatedKernels, InnerOuterNormalizationBackwardsOfOddSizes) {
   for (const std::string& T : {"bf16", "f32"})
     for (int64_t d : {768, 1000, 4099})
-      // (the emulation assumes 4 SMs: 100 rows are several a block, the grid persistent)
-      for (int64_t n : {1, 3, 100}) {
+      // (the emulation assumes 4 SMs: 60 rows are several a block, the grid persistent)
+      for (int64_t n : {1, 3, 60}) {
         for (const std::string& text : {testing::layer_norm_backward(T), testing::rms_norm_backward(T)}) {
           SCOPED_TRACE(T + " N=" + std::to_string(n) + " D=" + std::to_string(d) + "\n" + text);
           GridRun run;
@@ -885,7 +885,7 @@ TEST(EmulatedKernels, InnerOuterNormalizationBackwardsOfOddSizes) {
 
 // The kernel flavours of an inner-outer kernel (late loads with 64-bit offsets, values recomputed).
 TEST(EmulatedKernels, InnerOuterInEveryFlavour) {
-  every_flavour(testing::layer_norm_backward("bf16"), {{"N", 200}, {"D", 1024}});
+  every_flavour(testing::layer_norm_backward("bf16"), {{"N", 60}, {"D", 1024}});
 }
 
 // Bit-identical column results whatever the order the blocks run in, hence whichever blocks arrive
