@@ -31,20 +31,8 @@ std::vector<const Segment*> of_kind(const Segmentation& s, SchedulerKind kind) {
   return out;
 }
 
-// GPT-2 small's parameters, as nanoGPT lists them (148 tensors, 124M elements).
-std::vector<std::vector<int64_t>> gpt2_small_shapes() {
-  const int64_t c = 768;
-  std::vector<std::vector<int64_t>> shapes = {{50257, c}, {1024, c}};
-  for (int layer = 0; layer < 12; ++layer)
-    for (auto shape : std::vector<std::vector<int64_t>>{{c}, {c}, {3 * c, c}, {3 * c}, {c, c}, {c}, {c}, {c}, {4 * c, c}, {4 * c}, {c, 4 * c}, {c}})
-      shapes.push_back(shape);
-  shapes.push_back({c});
-  shapes.push_back({c});
-  return shapes;
-}
-
 TEST(MultiTensor, AdamStepOverGpt2sParameters_IsOneLaunchWritingEveryTensorInPlace) {
-  std::vector<std::vector<int64_t>> shapes = gpt2_small_shapes();
+  std::vector<std::vector<int64_t>> shapes = testing::gpt2_shapes(768, 50257, 1024);
   ASSERT_EQ(shapes.size(), 148u);
   CompiledFusion plan = cuda_plan(testing::multi_adam_fusion(shapes));
   const Segmentation& s = segmentation(plan);

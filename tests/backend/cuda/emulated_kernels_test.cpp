@@ -744,6 +744,27 @@ void run_grid(const std::string& text, const Bindings& sizes, Flavour flavour, s
   for (const Value* out : fusion->outputs()) run.names.push_back(out->name);
 }
 
+// One kernel whose variant names `mark` ("_g_", "_io_"), run with its blocks in order, then in three
+// shuffled orders (alloy_emulate_grid): each run's outputs have the first run's bytes.
+void expect_the_same_bits_in_any_block_order(const std::string& text, const Bindings& sizes, const std::string& mark) {
+  GridRun first;
+  run_grid(text, sizes, Flavour::default_choice, {}, 0, first);
+  ASSERT_EQ(first.launches.size(), 1u);
+  ASSERT_NE(first.launches[0].find(mark), std::string::npos) << first.launches[0];
+  for (unsigned order : {0u, 1u, 2u, 3u}) {
+    SCOPED_TRACE("block order " + std::to_string(order));
+    GridRun again;
+    run_grid(text, sizes, Flavour::default_choice, {}, order, again);
+    ASSERT_EQ(again.outputs.size(), first.outputs.size());
+    for (size_t i = 0; i < first.outputs.size(); ++i) {
+      const Tensor &a = first.outputs[i], &b = again.outputs[i];
+      ASSERT_EQ(a.numel(), b.numel());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), size_t(a.numel()) * dtype_size(a.dtype())), 0)
+          << "output " << first.names[i] << " changed with the block order";
+    }
+  }
+}
+
 void expect_one_grid_reduction(const GridRun& run, const std::string& grid) {
   ASSERT_EQ(run.launches.size(), 1u) << ::testing::PrintToString(run.launches);
   EXPECT_NE(run.launches[0].find("_g_"), std::string::npos) << "not a grid reduction: " << run.launches[0];
@@ -768,17 +789,7 @@ void expect_grid_reduction_matches_cpu(const std::string& text, const Bindings& 
 // blocks of 256 threads, 8 elements a vector, the last 3 elements edge elements. Then the same
 // vector starting 3 elements past a vector boundary (5 edge elements before the first vector).
 TEST(EmulatedKernels, GridReductionsOfAnOddLengthBf16Vector) {
-  const std::string text = R"(fusion f(x: bf16[N]) {
-  s = sum(x)
-  x32 = cast(x, dtype=f32)
-  sq = mul(x32, x32)
-  ss = sum(sq)
-  norm = sqrt(ss)
-  m = max(x)
-  n = min(x)
-  a = mean(x)
-  return s, ss, norm, m, n, a
-})";
+  const std::string text = testing::kLongVectorToScalars;
   const int64_t n = 1000003;
   expect_grid_reduction_matches_cpu(text, {{"N", n}}, "16x1");
   Tensor storage = Tensor::empty(DType::bf16, {n + 3});
@@ -840,22 +851,7 @@ TEST(EmulatedKernels, GridReductionsGiveTheSameBitsInAnyBlockOrder) {
 })", {{"R", 3}, {"N", 200001}}}};
   for (const auto& [text, sizes] : cases) {
     SCOPED_TRACE(text);
-    GridRun first;
-    run_grid(text, sizes, Flavour::default_choice, {}, 0, first);
-    ASSERT_EQ(first.launches.size(), 1u);
-    ASSERT_NE(first.launches[0].find("_g_"), std::string::npos) << first.launches[0];
-    for (unsigned order : {0u, 1u, 2u, 3u}) {
-      SCOPED_TRACE("block order " + std::to_string(order));
-      GridRun again;
-      run_grid(text, sizes, Flavour::default_choice, {}, order, again);
-      ASSERT_EQ(again.outputs.size(), first.outputs.size());
-      for (size_t i = 0; i < first.outputs.size(); ++i) {
-        const Tensor &a = first.outputs[i], &b = again.outputs[i];
-        ASSERT_EQ(a.numel(), b.numel());
-        EXPECT_EQ(std::memcmp(a.data(), b.data(), size_t(a.numel()) * dtype_size(a.dtype())), 0)
-            << "output " << first.names[i] << " changed with the block order";
-      }
-    }
+    expect_the_same_bits_in_any_block_order(text, sizes, "_g_");
   }
 }
 
@@ -894,22 +890,7 @@ TEST(EmulatedKernels, InnerOuterInEveryFlavour) {
 TEST(EmulatedKernels, InnerOuterGivesTheSameBitsInAnyBlockOrder) {
   for (const std::string& text : {testing::layer_norm_backward("f32"), testing::rms_norm_backward("bf16")}) {
     SCOPED_TRACE(text);
-    GridRun first;
-    run_grid(text, {{"N", 100}, {"D", 768}}, Flavour::default_choice, {}, 0, first);
-    ASSERT_EQ(first.launches.size(), 1u);
-    ASSERT_NE(first.launches[0].find("_io_"), std::string::npos) << first.launches[0];
-    for (unsigned order : {0u, 1u, 2u, 3u}) {
-      SCOPED_TRACE("block order " + std::to_string(order));
-      GridRun again;
-      run_grid(text, {{"N", 100}, {"D", 768}}, Flavour::default_choice, {}, order, again);
-      ASSERT_EQ(again.outputs.size(), first.outputs.size());
-      for (size_t i = 0; i < first.outputs.size(); ++i) {
-        const Tensor &a = first.outputs[i], &b = again.outputs[i];
-        ASSERT_EQ(a.numel(), b.numel());
-        EXPECT_EQ(std::memcmp(a.data(), b.data(), size_t(a.numel()) * dtype_size(a.dtype())), 0)
-            << "output " << first.names[i] << " changed with the block order";
-      }
-    }
+    expect_the_same_bits_in_any_block_order(text, {{"N", 100}, {"D", 768}}, "_io_");
   }
 }
 

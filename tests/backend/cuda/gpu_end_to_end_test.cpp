@@ -180,26 +180,16 @@ TEST(GpuEndToEnd, AdamStepOnDeviceTensors_WritesThemInPlace) {
   EXPECT_EQ(program.find("Copy"), std::string::npos) << program;
 }
 
-// GPT-2 small's parameter list (148 tensors) at a quarter of its width and an eighth of its
-// vocabulary (6.6M elements, so the CPU reference takes a second): odd and even sizes, 1-D and 2-D.
-std::vector<std::vector<int64_t>> gpt2_like_shapes(int64_t c, int64_t vocab, int64_t context) {
-  std::vector<std::vector<int64_t>> shapes = {{vocab, c}, {context, c}};
-  for (int layer = 0; layer < 12; ++layer)
-    for (auto shape : std::vector<std::vector<int64_t>>{{c}, {c}, {3 * c, c}, {3 * c}, {c, c}, {c}, {c}, {c}, {4 * c, c}, {4 * c}, {c, 4 * c}, {c}})
-      shapes.push_back(shape);
-  shapes.push_back({c});
-  shapes.push_back({c});
-  return shapes;
-}
-
 // Issue 27, many tensors in one launch: the AdamW step over every parameter of a GPT-2-like model
+// (GPT-2 small's list at a quarter of its width and an eighth of its vocabulary, 6.6M elements, so
+// the CPU reference takes a second)
 // is one multi-tensor launch (segment/schedulers/multi_tensor.h) writing every p, m and v in place,
 // equal to the CPU reference three steps in a row; parameter 5's p and m start 4 bytes off a
 // vector boundary (read element by element in the same launch) and parameter 7's gradient is a
 // strided view (its chain runs as its own pointwise kernel).
 TEST(GpuEndToEnd, MultiTensorAdamStepOverGpt2LikeParameters_IsOneLaunchInPlace) {
   ALLOY_REQUIRE_GPU();
-  const std::vector<std::vector<int64_t>> shapes = gpt2_like_shapes(192, 6283, 256);
+  const std::vector<std::vector<int64_t>> shapes = testing::gpt2_shapes(192, 6283, 256);
   const std::string text = testing::multi_adam_fusion(shapes);
   auto fusion = parse_fusion(text, "multi_adam.fusion", std::nullopt);
   std::vector<Tensor> host = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), {}, 7);

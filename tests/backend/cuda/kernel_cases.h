@@ -140,6 +140,33 @@ inline const char* const kCrossEntropyGradient = R"(fusion f(logits: bf16[T, V],
   return dx
 })";
 
+// A bf16 vector to scalars in one grid reduction: its sum (bf16), the sum of its squares in f32
+// and the root of that (a gradient norm), max, min and mean.
+inline const char* const kLongVectorToScalars = R"(fusion f(x: bf16[N]) {
+  s = sum(x)
+  x32 = cast(x, dtype=f32)
+  sq = mul(x32, x32)
+  ss = sum(sq)
+  norm = sqrt(ss)
+  m = max(x)
+  n = min(x)
+  a = mean(x)
+  return s, ss, norm, m, n, a
+})";
+
+// GPT-2 small's parameter list as nanoGPT orders it (148 tensors) at width c, a vocabulary and a
+// context: the embeddings, then per layer ln_1, attention (c_attn, c_proj), ln_2 and the MLP
+// (c_fc, c_proj), then ln_f. gpt2_shapes(768, 50257, 1024) is the model's own.
+inline std::vector<std::vector<int64_t>> gpt2_shapes(int64_t c, int64_t vocab, int64_t context) {
+  std::vector<std::vector<int64_t>> shapes = {{vocab, c}, {context, c}};
+  for (int layer = 0; layer < 12; ++layer)
+    for (auto shape : std::vector<std::vector<int64_t>>{{c}, {c}, {3 * c, c}, {3 * c}, {c, c}, {c}, {c}, {c}, {4 * c, c}, {4 * c}, {c, 4 * c}, {c}})
+      shapes.push_back(shape);
+  shapes.push_back({c});
+  shapes.push_back({c});
+  return shapes;
+}
+
 // How GoogleTest names a case in test listings (instead of dumping its bytes).
 inline void PrintTo(const KernelCase& c, std::ostream* os) { *os << c.name; }
 
@@ -227,17 +254,7 @@ inline const std::vector<KernelCase>& kernel_cases() {
       // Grid reductions (few long rows split over blocks, the last block of a row combining the
       // partials): a long bf16 vector to scalars (its sum, a gradient norm, max, min, mean), an odd
       // length; rows of 2.5M; var_mean of values near 1000
-      {"GridReductionOfALongBf16Vector", R"(fusion f(x: bf16[N]) {
-  s = sum(x)
-  x32 = cast(x, dtype=f32)
-  sq = mul(x32, x32)
-  ss = sum(sq)
-  norm = sqrt(ss)
-  m = max(x)
-  n = min(x)
-  a = mean(x)
-  return s, ss, norm, m, n, a
-})", "", {{"N", 10000003}}, {{"N", 200003}}},
+      {"GridReductionOfALongBf16Vector", kLongVectorToScalars, "", {{"N", 10000003}}, {{"N", 200003}}},
       {"GridReductionOfFewLongRows", R"(fusion f(x: bf16[R, N]) {
   s = sum(x, dims=[1])
   m = max(x, dims=[1], keepdim=true)

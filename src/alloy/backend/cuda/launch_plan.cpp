@@ -609,24 +609,24 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
 KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTensors& lt, const LaunchTarget& target, bool& columns,
                              std::vector<Axis>& axes, int64_t& splits) {
   splits = 0;
-  if (a.has_outer_reductions()) {  // a persistent row kernel: its blocks go into `splits`
-    columns = false;
+  // the launch's axes (kept, then reduced) and a variant of their ranks, before any choice
+  auto start = [&] {
     axes = l.outer;
     axes.insert(axes.end(), l.inner.begin(), l.inner.end());
     KernelVariant v;
     v.outer_rank = int(l.outer.size());
     v.inner_rank = int(l.inner.size());
     v.cat_axes = cat_axes_of(lt.cats, axes);
+    return v;
+  };
+  if (a.has_outer_reductions()) {  // a persistent row kernel: its blocks go into `splits`
+    columns = false;
+    KernelVariant v = start();
     splits = choose_inner_outer(a, l, lt, target, axes, v);
     return v;
   }
   if (a.is_reduction()) {  // few long rows read along the reduced axis: a grid reduction
-    axes = l.outer;
-    axes.insert(axes.end(), l.inner.begin(), l.inner.end());
-    KernelVariant g;
-    g.outer_rank = int(l.outer.size());
-    g.inner_rank = int(l.inner.size());
-    g.cat_axes = cat_axes_of(lt.cats, axes);
+    KernelVariant g = start();
     choose_vector(a, lt.slots, g, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats, target.edge_elements);
     splits = grid_splits(a, lt.slots, l.inner, l.rows, l.cols, g.vector, target);
     if (splits > 0) {
@@ -640,12 +640,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   }
   columns = a.is_reduction() && use_column_kernel(a, lt.slots, l.outer, l.inner, l.rows, l.cols, target);
   if (columns && l.outer.empty()) l.outer.push_back(Axis{1, std::vector<int64_t>(lt.tensors.size(), 0)});
-  axes = l.outer;
-  axes.insert(axes.end(), l.inner.begin(), l.inner.end());
-  KernelVariant v;
-  v.outer_rank = int(l.outer.size());
-  v.inner_rank = int(l.inner.size());
-  v.cat_axes = cat_axes_of(lt.cats, axes);
+  KernelVariant v = start();
   if (target.tile_transposes && choose_transpose(a, lt.slots, v, axes, lt.tensors, lt.addresses)) {
     v.early_loads = target.early_loads;
     v.index32 = small_offsets(axes, l.numel);
@@ -660,10 +655,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   while (columns && column_shared_bytes(a, v) > kMaxColumnSharedBytes && v.threads / v.tile_x > 2) v.threads /= 2;
   if (columns && column_shared_bytes(a, v) > kMaxColumnSharedBytes) {
     columns = false;
-    v = KernelVariant{};
-    v.outer_rank = int(l.outer.size());
-    v.inner_rank = int(l.inner.size());
-    v.cat_axes = cat_axes_of(lt.cats, axes);
+    v = start();
     choose_vector(a, lt.slots, v, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats, target.edge_elements);
     choose_block(v, l.rows, l.cols, target);
   }
