@@ -31,6 +31,11 @@ struct KernelTuning {
   // minimum; 0: estimated from the registers the accumulators and the held row take).
   int inner_outer_accumulators = 32;  // 4 to 256
   int inner_outer_blocks_per_sm = 0;  // 0 to 32
+  // Multi-tensor kernels (an optimizer step over many parameters in one launch): threads a block,
+  // and the vectors a thread computes of each chunk (a chunk is threads * vector * this elements
+  // of one tensor; a block looks its chunk's tensor up in the table once a chunk).
+  int multi_tensor_threads = 256;       // a multiple of 32, 32 to 1024
+  int multi_tensor_chunk_vectors = 2;   // 1 to 256
   bool recompute_values = false;  // row kernels recompute costly values (exp, tanh, ...) instead of holding them
   bool operator==(const KernelTuning&) const = default;
 };

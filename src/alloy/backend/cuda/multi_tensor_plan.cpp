@@ -4,13 +4,14 @@
 
 namespace alloy::cuda {
 
-KernelVariant multi_tensor_variant(const KernelAnalysis& kernel) {
+KernelVariant multi_tensor_variant(const KernelAnalysis& kernel, const KernelTuning& tuning) {
   int min_size = 8;
   for (const auto* list : {&kernel.leaves, &kernel.outputs})
     for (const Value* v : *list) min_size = std::min(min_size, dtype_size(v->dtype()));
   KernelVariant v;
   v.outer_rank = 1;
-  v.threads = 256;
+  v.threads = tuning.multi_tensor_threads;
+  v.items = tuning.multi_tensor_chunk_vectors;  // a thread's vectors of each chunk
   v.vector = std::min(8, 16 / min_size);
   v.leaf_modes = std::string(kernel.leaves.size(), 'v');
   return v;
@@ -19,10 +20,10 @@ KernelVariant multi_tensor_variant(const KernelAnalysis& kernel) {
 MultiTensorLaunch plan_multi_tensor_launch(const KernelAnalysis& kernel, int members, const std::vector<std::vector<const Tensor*>>& tensors,
                                            const std::vector<uint64_t>& scalar_words, const LaunchTarget& target) {
   MultiTensorLaunch plan;
-  plan.variant = multi_tensor_variant(kernel);
+  plan.variant = multi_tensor_variant(kernel, target.tuning);
   const size_t pointers = kernel.leaves.size() + kernel.outputs.size();
   ALLOY_CHECK(int(tensors.size()) == members, "a multi-tensor launch of ", members, " members got ", tensors.size());
-  const int64_t V = plan.variant.vector, chunk = int64_t(plan.variant.threads) * V * kMultiTensorChunkVectors;
+  const int64_t V = plan.variant.vector, chunk = int64_t(plan.variant.threads) * V * plan.variant.items;
   std::vector<uint64_t> first, entries;
   for (size_t i = 0; i < tensors.size(); ++i) {
     ALLOY_CHECK(tensors[i].size() == pointers, "member ", i, " of a multi-tensor launch has ", tensors[i].size(), " tensors, not ", pointers);

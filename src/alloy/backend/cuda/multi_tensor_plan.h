@@ -23,8 +23,9 @@ struct MultiTensorLaunch {
   std::vector<size_t> apart;  // members launched on their own: a tensor not contiguous
 };
 
-// The variant of a multi-tensor kernel whatever the tensors (the vector from the dtypes alone).
-KernelVariant multi_tensor_variant(const KernelAnalysis& kernel);
+// The variant of a multi-tensor kernel whatever the tensors (the vector from the dtypes alone; the
+// block and the chunk's vectors a thread, `items`, from the tuning).
+KernelVariant multi_tensor_variant(const KernelAnalysis& kernel, const KernelTuning& tuning);
 
 // `tensors[i]`: member i's tensors in the kernel's launch order (each leaf, then each output),
 // `members` the table's size (the segment's member count).

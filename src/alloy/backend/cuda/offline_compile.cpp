@@ -248,7 +248,9 @@ std::string backend::compile_offline(const Fusion& local, const Segmentation& se
     const MultiTensorGroup& group = *s.group;
     const KernelAnalysis& a = group.kernel();
     const int members = int(group.members.size());
-    cuda::KernelVariant v = cuda::multi_tensor_variant(a);
+    const int sms = arch.major == 9 ? 132 : arch.major == 8 && arch.minor == 0 ? 108 : 80;
+    const cuda::LaunchTarget target = cuda::LaunchTarget::from_environment(arch.major, arch.minor, sms, 228 * 1024);
+    cuda::KernelVariant v = cuda::multi_tensor_variant(a, target.tuning);
     std::string launch;
     if (values) {
       std::vector<std::vector<const Tensor*>> tensors;
@@ -256,10 +258,7 @@ std::string backend::compile_offline(const Fusion& local, const Segmentation& se
         tensors.emplace_back();
         for (const Value* t : member) tensors.back().push_back(&values->at(t));
       }
-      int sms = arch.major == 9 ? 132 : arch.major == 8 && arch.minor == 0 ? 108 : 80;
-      cuda::MultiTensorLaunch plan = cuda::plan_multi_tensor_launch(
-          a, members, tensors, std::vector<uint64_t>(a.scalar_inputs.size(), 0),
-          cuda::LaunchTarget::from_environment(arch.major, arch.minor, sms, 228 * 1024));
+      cuda::MultiTensorLaunch plan = cuda::plan_multi_tensor_launch(a, members, tensors, std::vector<uint64_t>(a.scalar_inputs.size(), 0), target);
       launch = ", grid " + std::to_string(plan.grid) + ", block " + std::to_string(plan.block) + " (" + std::to_string(sms) +
                " SMs assumed), " + std::to_string(plan.chunks) + " chunks of " + std::to_string(plan.tensors) + " tensors";
     }

@@ -114,10 +114,9 @@ int param_words(const KernelAnalysis& analysis, const KernelVariant& variant);
 //   tensors (entries in use), chunks (of all of them), each scalar input (as in Params), then the
 //   first chunk of each entry, then each entry: element count, vector (1: every pointer of the
 //   tensor is aligned to a vector), the pointer of each leaf, then of each output.
-// A chunk is kMultiTensorChunkVectors vectors a thread of the block.
+// A chunk is `variant.items` vectors a thread of the block.
 std::string generate_multi_tensor_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, int members, const std::string& name);
 int multi_tensor_param_words(const KernelAnalysis& analysis, int members);
-constexpr int kMultiTensorChunkVectors = 2;
 
 // Online softmax in a row kernel: stage k is one max of an f32 value, stage k + 1 one sum of
 // exp(sub(y, m)), m that max (through views read by nothing else), the difference read only

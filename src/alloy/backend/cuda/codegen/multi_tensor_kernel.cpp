@@ -1,6 +1,6 @@
 // The multi-tensor kernel (segment/schedulers/multi_tensor.h): one chain's pointwise kernel over a
 // table of tensors. The blocks stride over the chunks of all the tensors (each tensor cut into
-// chunks of kMultiTensorChunkVectors vectors a thread); a block finds its chunk's tensor by a binary
+// chunks of the variant's `items` vectors a thread); a block finds its chunk's tensor by a binary
 // search of the table's first chunks, fills a one-axis Params from that tensor's entry (stride 1,
 // so the pointwise kernel's offsets, loads, ops and stores are reused as they are) and computes
 // the chunk: in vectors where the entry says every pointer of the tensor allows them (the
@@ -25,7 +25,7 @@ class MultiTensorEmitter final : public KernelEmitter {
     emit_header();  // the one-axis Params each chunk fills
     emit_table();
     const int V = v_.vector;
-    const std::string chunk = std::to_string(int64_t(v_.threads) * V * kMultiTensorChunkVectors);
+    const std::string chunk = std::to_string(int64_t(v_.threads) * V * v_.items);
     os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads << ") " << name_
         << "(const __grid_constant__ MultiParams mp) {\n";
     os_ << "  for (long long b = blockIdx.x; b < mp.chunks; b += gridDim.x) {\n";
