@@ -36,7 +36,8 @@ TEST(OfflineCompile, EveryExampleCompilesForSm90AndSm80) {
   EXPECT_GE(examples, 4);
 }
 
-// With sizes bound: the one variant a run would launch, its grid and block, and ptxas' registers.
+// With sizes bound: the one variant a run would launch, its grid and block, and ptxas' registers
+// and spills.
 TEST(OfflineCompile, BoundSizesCompileTheVariantARunWouldLaunch) {
   REQUIRE_CUDA_BUILD();
   auto fusion = parse_fusion(R"(fusion f(x: bf16[N, D], g: bf16[T, D]) {
@@ -50,6 +51,7 @@ TEST(OfflineCompile, BoundSizesCompileTheVariantARunWouldLaunch) {
   EXPECT_NE(report.find("grid 8192x1, block 256"), std::string::npos) << report;
   EXPECT_NE(report.find("_x32_"), std::string::npos) << report;  // the bias-gradient-like sum: a column kernel
   EXPECT_NE(report.find("registers"), std::string::npos) << report;
+  EXPECT_NE(report.find("bytes spill stores"), std::string::npos) << report;
   EXPECT_NE(report.find("2 kernels compiled for sm_90"), std::string::npos) << report;
   Bindings missing{{"N", 8}};
   EXPECT_THROW(compile_offline(*fusion, "sm_90", false, &missing), UserError);

@@ -1,5 +1,6 @@
 // compile_offline: the CUDA plan's kernels generated and compiled by NVRTC with no GPU present.
 #include <algorithm>
+#include <cctype>
 #include <deque>
 #include <map>
 #include <optional>
@@ -179,12 +180,20 @@ std::optional<BoundLaunch> bound_launch(const KernelAnalysis& a, SizedValues& va
                      plan.split_stages};
 }
 
-// "ptxas info    : Used 40 registers, ..." from a verbose compile's log
+// "Used 40 registers, ...; 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" from a
+// verbose compile's log: ptxas' "Used" line, then its stack frame and spills (whether the
+// registers the launch bounds allow made the kernel spill)
 std::string resource_usage(const std::string& log) {
-  size_t at = log.find("Used ");
-  if (at == std::string::npos) return "";
-  size_t end = log.find('\n', at);
-  return log.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  auto rest_of_line = [&](size_t at) {
+    size_t end = log.find('\n', at);
+    return log.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  };
+  size_t used = log.find("Used ");
+  if (used == std::string::npos) return "";
+  size_t frame = log.find(" bytes stack frame");
+  if (frame == std::string::npos) return rest_of_line(used);
+  while (frame > 0 && std::isdigit(static_cast<unsigned char>(log[frame - 1]))) --frame;
+  return rest_of_line(used) + "; " + rest_of_line(frame);
 }
 
 }  // namespace
