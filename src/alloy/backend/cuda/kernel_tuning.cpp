@@ -42,6 +42,14 @@ namespace {
 //   thread holds at most 32 f32 column partials (the layer norm backward's dw and db of two bf16
 //   vectors of 8), so rows wider than 256 threads' worth take wider blocks; the persistent grid
 //   holds as many blocks an SM as ~64K registers fit by an estimate of the kernel's.
+// - inner_outer_prefetch true (not measured yet; `scripts/gpu-ab inner_outer` times it on and off):
+//   without it each row's iteration issues its loads, waits for them, then reduces (barriers) and
+//   stores with nothing in flight to memory, so the kernel is latency-bound (the 63-71% above). On,
+//   each block loads its next row while it reduces and stores, loads its weight once and reduces a
+//   row's sums together (one barrier). It costs a second row's registers: by the estimate, the
+//   RMSNorm backward at [8192, 4096] bf16 runs 2 blocks an SM instead of 4, the layer norm's keeps
+//   2 (NVRTC sm_90: 128 registers either way, no spills); rows too wide for a second row in a
+//   block's registers (16384 columns) are not loaded ahead.
 // sm_80 (A100) has not been measured: it takes the same values.
 const KernelTuningTable kBuiltin = {
     {80, KernelTuning{}},
@@ -66,13 +74,17 @@ const IntegerKey kIntegerKeys[] = {
     {"inner_outer_accumulators", &KernelTuning::inner_outer_accumulators, 4, 256, 1},
     {"inner_outer_blocks_per_sm", &KernelTuning::inner_outer_blocks_per_sm, 0, 32, 1},
 };
-constexpr const char* kRecomputeKey = "recompute_values";
 
-std::string known_keys() {
-  std::string keys;
-  for (const IntegerKey& k : kIntegerKeys) keys += std::string(k.name) + ", ";
-  return keys + kRecomputeKey;
-}
+// Choices on or off: true or false in a file.
+struct BoolKey {
+  const char* name;
+  bool KernelTuning::*field;
+};
+
+const BoolKey kBoolKeys[] = {
+    {"recompute_values", &KernelTuning::recompute_values},
+    {"inner_outer_prefetch", &KernelTuning::inner_outer_prefetch},
+};
 
 // "sm_90" -> 90; -1 for anything else.
 int parse_arch(const std::string& name) {
@@ -87,9 +99,10 @@ int parse_arch(const std::string& name) {
 
 void set_key(KernelTuning& t, const std::string& entry, const std::string& key, const nlohmann::json& value, const std::string& where) {
   std::string at = "\"" + entry + "\": \"" + key + "\"";
-  if (key == kRecomputeKey) {
+  for (const BoolKey& k : kBoolKeys) {
+    if (key != k.name) continue;
     if (!value.is_boolean()) user_error_at(where, at, " is ", value.dump(), "; expected true or false");
-    t.recompute_values = value.get<bool>();
+    t.*k.field = value.get<bool>();
     return;
   }
   for (const IntegerKey& k : kIntegerKeys) {
@@ -102,12 +115,19 @@ void set_key(KernelTuning& t, const std::string& entry, const std::string& key, 
     t.*k.field = int(n);
     return;
   }
-  user_error_at(where, at, ": no such key; the keys are ", known_keys());
+  user_error_at(where, at, ": no such key; the keys are ", kernel_tuning_keys());
 }
 
 }  // namespace
 
 const KernelTuningTable& builtin_kernel_tuning() { return kBuiltin; }
+
+std::string kernel_tuning_keys() {
+  std::string keys;
+  for (const IntegerKey& k : kIntegerKeys) keys += std::string(k.name) + ", ";
+  for (const BoolKey& k : kBoolKeys) keys += std::string(k.name) + ", ";
+  return keys.substr(0, keys.size() - 2);
+}
 
 KernelTuning tuning_for(const KernelTuningTable& table, int sm) {
   ALLOY_CHECK(!table.empty(), "an empty kernel tuning table");
@@ -127,7 +147,7 @@ KernelTuningTable with_tuning_file(KernelTuningTable table, const std::string& j
   for (const auto& [entry, keys] : file.items()) {
     int sm = parse_arch(entry);
     if (sm <= 0) user_error_at(where, "\"", entry, "\": expected an architecture such as sm_90");
-    if (!keys.is_object()) user_error_at(where, "\"", entry, "\" is ", keys.dump(), "; expected an object of keys (", known_keys(), ")");
+    if (!keys.is_object()) user_error_at(where, "\"", entry, "\" is ", keys.dump(), "; expected an object of keys (", kernel_tuning_keys(), ")");
     KernelTuning t = tuning_for(table, sm);
     for (const auto& [key, value] : keys.items()) set_key(t, entry, key, value, where);
     entries[sm] = t;

@@ -25,9 +25,10 @@ namespace {
 // 16-byte vectors with the row cached in registers, as contiguous inputs get at run time, also
 // with 32-bit offsets; for reductions also a warp per row (and with early loads), and
 // (single-pass ones) the column and few-long-rows kernels and, where only values per row are
-// stored, grid reductions; for pointwise kernels of two or more axes a tile transpose; and (no
-// cats) vectors with edge elements. Positions and gathers run in pointwise and row kernels only
-// (launch_plan), so those kernels get no transpose, column or grid variant.
+// stored, grid reductions; inner-outer kernels with and without the next row loaded ahead; for
+// pointwise kernels of two or more axes a tile transpose; and (no cats) vectors with edge
+// elements. Positions and gathers run in pointwise and row kernels only (launch_plan), so those
+// kernels get no transpose, column or grid variant.
 std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a) {
   int min_size = 8;  // of what is read and written in vectors
   auto narrow = [&](const Value* v) { min_size = std::min(min_size, dtype_size(v->dtype())); };
@@ -94,7 +95,9 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
     cuda::KernelVariant inner_outer_scalar = scalar;
     inner_outer_scalar.inner_outer = true;
     inner_outer_scalar.items = 4;
-    return {inner_outer_scalar, inner_outer};
+    cuda::KernelVariant rows_ahead = inner_outer, rows_ahead_scalar = inner_outer_scalar;  // the next row loaded ahead
+    rows_ahead.prefetch = rows_ahead_scalar.prefetch = true;
+    return {inner_outer_scalar, inner_outer, rows_ahead_scalar, rows_ahead};
   }
   if (!a.single_pass || a.has_indexing()) return with_edges({scalar, vector, warp_rows, index32, early_warp_rows});
   cuda::KernelVariant columns = vector;  // reductions over outer axes, split over blocks
