@@ -238,11 +238,12 @@ constexpr Flavour kFlavours[] = {Flavour::late_loads, Flavour::recompute, Flavou
 // reductions' splits; `split_passes`, where given, gets the count of kernels run as passes of
 // split normalizations; `in_place_written` the count of in-place outputs their kernels wrote into
 // their inputs' memory (each checked to be that memory); `block_order` runs every kernel's blocks
-// in order (0) or shuffled by it; `launches` gets each kernel's variant and grid. A gather's
-// out-of-range index is the UserError the runtime raises at the run's end.
+// in order (0) or shuffled by it; `launches` gets each kernel's variant and grid; `tuning` is the
+// architecture's kernel choices (the flavour sets recompute_values). A gather's out-of-range index
+// is the UserError the runtime raises at the run's end.
 void emulate_fusion(const std::string& text, const std::vector<Tensor>& inputs, Flavour flavour, int sm_count, std::vector<Tensor>& outputs,
                     int* split_passes = nullptr, int* in_place_written = nullptr, unsigned block_order = 0,
-                    std::vector<std::string>* launches = nullptr) {
+                    std::vector<std::string>* launches = nullptr, const cuda::KernelTuning& tuning = {}) {
   auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
   auto lowered = unify_extents(*decompose_composites(*fusion));  // as the CUDA pipeline runs them
   lowered->take_output_aliases_from(*fusion);
@@ -253,6 +254,7 @@ void emulate_fusion(const std::string& text, const std::vector<Tensor>& inputs, 
   cuda::LaunchTarget target;
   target.sm_count = sm_count;
   target.shared_per_sm = 228 * 1024;
+  target.tuning = tuning;
   target.tuning.recompute_values = flavour == Flavour::recompute;
   target.early_loads = flavour != Flavour::late_loads;
   int passes = 0;
@@ -732,36 +734,42 @@ struct GridRun {
 };
 
 // `text` on inputs drawn as expect_emulation_matches_cpu draws them (the same on every call), on
-// 4 SMs, its kernels' blocks in order (0) or shuffled by `block_order`, and the CPU reference.
+// 4 SMs, its kernels' blocks in order (0) or shuffled by `block_order`, under `tuning`, and the
+// CPU reference.
 void run_grid(const std::string& text, const Bindings& sizes, Flavour flavour, std::vector<Tensor> given, unsigned block_order,
-              GridRun& run) {
+              GridRun& run, const cuda::KernelTuning& tuning = {}) {
   auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
   given.resize(fusion->inputs().size());
   std::vector<Tensor> inputs = complete_inputs(*fusion, given, sizes, 11);
   FusionExecutor reference(parse_fusion(text, "emulated.fusion", std::nullopt), {DeviceChoice::cpu});
   run.expected = reference.run(inputs);
-  emulate_fusion(text, inputs, flavour, 4, run.outputs, nullptr, nullptr, block_order, &run.launches);
+  emulate_fusion(text, inputs, flavour, 4, run.outputs, nullptr, nullptr, block_order, &run.launches, tuning);
   for (const Value* out : fusion->outputs()) run.names.push_back(out->name);
 }
 
+// Each output of `a` has the bytes of `b`'s.
+void expect_the_same_bytes(const GridRun& a, const GridRun& b, const std::string& what) {
+  ASSERT_EQ(a.outputs.size(), b.outputs.size());
+  for (size_t i = 0; i < a.outputs.size(); ++i) {
+    const Tensor &x = a.outputs[i], &y = b.outputs[i];
+    ASSERT_EQ(x.numel(), y.numel());
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), size_t(x.numel()) * dtype_size(x.dtype())), 0) << "output " << a.names[i] << " changed " << what;
+  }
+}
+
 // One kernel whose variant names `mark` ("_g_", "_io_"), run with its blocks in order, then in three
-// shuffled orders (alloy_emulate_grid): each run's outputs have the first run's bytes.
-void expect_the_same_bits_in_any_block_order(const std::string& text, const Bindings& sizes, const std::string& mark) {
+// shuffled orders (alloy_emulate_grid), under `tuning`: each run's outputs have the first run's bytes.
+void expect_the_same_bits_in_any_block_order(const std::string& text, const Bindings& sizes, const std::string& mark,
+                                             const cuda::KernelTuning& tuning = {}) {
   GridRun first;
-  run_grid(text, sizes, Flavour::default_choice, {}, 0, first);
+  run_grid(text, sizes, Flavour::default_choice, {}, 0, first, tuning);
   ASSERT_EQ(first.launches.size(), 1u);
   ASSERT_NE(first.launches[0].find(mark), std::string::npos) << first.launches[0];
   for (unsigned order : {0u, 1u, 2u, 3u}) {
     SCOPED_TRACE("block order " + std::to_string(order));
     GridRun again;
-    run_grid(text, sizes, Flavour::default_choice, {}, order, again);
-    ASSERT_EQ(again.outputs.size(), first.outputs.size());
-    for (size_t i = 0; i < first.outputs.size(); ++i) {
-      const Tensor &a = first.outputs[i], &b = again.outputs[i];
-      ASSERT_EQ(a.numel(), b.numel());
-      EXPECT_EQ(std::memcmp(a.data(), b.data(), size_t(a.numel()) * dtype_size(a.dtype())), 0)
-          << "output " << first.names[i] << " changed with the block order";
-    }
+    run_grid(text, sizes, Flavour::default_choice, {}, order, again, tuning);
+    expect_the_same_bytes(first, again, "with the block order");
   }
 }
 
@@ -855,42 +863,57 @@ TEST(EmulatedKernels, GridReductionsGiveTheSameBitsInAnyBlockOrder) {
   }
 }
 
-// Inner-outer kernels (SchedulerKind::inner_outer): the layer norm and RMSNorm backward, bf16 and
-// f32, rows of odd widths (768 and 1000 in vectors, 4099 in vectors of one) and 1, 3 or 60 rows,
-// on 4 SMs: one kernel, an inner-outer variant ("_io"), its persistent grid (60 rows: several
-// blocks an SM, partials combined in two levels; 3 rows: 3 blocks; 1 row: one block, no workspace),
-// its results the CPU reference's.
+// Inner-outer kernels (SchedulerKind::inner_outer): the layer norm and RMSNorm backward, each
+// block's next row loaded ahead and not (KernelTuning::inner_outer_prefetch), on 4 SMs, in bf16
+// with rows of 1000 (vectors of 8, the last thread's past the row's end) and in f32 with rows of
+// 4099 (vectors of one): one row (one block, no workspace); 3 rows (fewer than a full grid: 3
+// blocks of one row, none to load ahead); 37 rows (blocks of one or more rows, partials combined
+// in two levels, a row count no grid of 4 SMs divides: the blocks end on different rows). One
+// kernel each, an inner-outer variant ("_io_"), loading ahead ("_pf_") where asked, its results
+// the CPU reference's; where both settings take the same grid, the same bytes (loading ahead
+// changes when a row is read, not what is computed from it).
 TEST(EmulatedKernels, InnerOuterNormalizationBackwardsOfOddSizes) {
-  for (const std::string& T : {"bf16", "f32"})
-    for (int64_t d : {768, 1000, 4099})
-      // (the emulation assumes 4 SMs: 60 rows are several a block, the grid persistent)
-      for (int64_t n : {1, 3, 60}) {
-        for (const std::string& text : {testing::layer_norm_backward(T), testing::rms_norm_backward(T)}) {
-          SCOPED_TRACE(T + " N=" + std::to_string(n) + " D=" + std::to_string(d) + "\n" + text);
-          GridRun run;
-          run_grid(text, {{"N", n}, {"D", d}}, Flavour::default_choice, {}, 0, run);
+  cuda::KernelTuning ahead, plain;
+  plain.inner_outer_prefetch = false;
+  for (auto [T, d] : {std::pair<std::string, int64_t>{"bf16", 1000}, {"f32", 4099}})
+    for (int64_t n : {1, 3, 37})
+      for (const std::string& text : {testing::layer_norm_backward(T), testing::rms_norm_backward(T)}) {
+        SCOPED_TRACE(T + " N=" + std::to_string(n) + " D=" + std::to_string(d) + "\n" + text);
+        GridRun runs[2];
+        for (bool prefetch : {true, false}) {
+          SCOPED_TRACE(prefetch ? "next row loaded ahead" : "no row loaded ahead");
+          GridRun& run = runs[prefetch ? 0 : 1];
+          run_grid(text, {{"N", n}, {"D", d}}, Flavour::default_choice, {}, 0, run, prefetch ? ahead : plain);
           ASSERT_EQ(run.launches.size(), 1u) << ::testing::PrintToString(run.launches);
-          EXPECT_NE(run.launches[0].find("_io_"), std::string::npos) << "not an inner-outer kernel: " << run.launches[0];
-          if (n <= 3) EXPECT_NE(run.launches[0].find(" grid " + std::to_string(n) + "x1"), std::string::npos) << run.launches[0];
+          const std::string& launch = run.launches[0];
+          EXPECT_NE(launch.find("_io_"), std::string::npos) << "not an inner-outer kernel: " << launch;
+          EXPECT_EQ(launch.find("_io_pf_") != std::string::npos, prefetch) << launch;
+          int64_t grid = std::stoll(launch.substr(launch.find(" grid ") + 6));
+          if (n <= 3) EXPECT_EQ(grid, n) << launch;
+          else EXPECT_TRUE(grid > 1 && grid < n && n % grid != 0) << launch;
           ASSERT_EQ(run.outputs.size(), run.expected.size());
           for (size_t i = 0; i < run.expected.size(); ++i)
             EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
         }
+        auto grid_of = [](const GridRun& r) { return r.launches.at(0).substr(r.launches.at(0).find(" grid ")); };
+        if (grid_of(runs[0]) == grid_of(runs[1])) expect_the_same_bytes(runs[0], runs[1], "with the next row loaded ahead");
       }
 }
 
-// The kernel flavours of an inner-outer kernel (late loads with 64-bit offsets, values recomputed).
+// The kernel flavours of an inner-outer kernel (late loads with 64-bit offsets, values recomputed),
+// the next row loaded ahead (the default).
 TEST(EmulatedKernels, InnerOuterInEveryFlavour) {
   every_flavour(testing::layer_norm_backward("bf16"), {{"N", 60}, {"D", 1024}});
 }
 
 // Bit-identical column results whatever the order the blocks run in, hence whichever blocks arrive
 // last and combine the partials (groups of blocks, then the groups): every block in order, then in
-// three shuffled orders; each run's outputs must have the same bytes.
+// three shuffled orders, each block's next row loaded ahead; each run's outputs must have the same
+// bytes.
 TEST(EmulatedKernels, InnerOuterGivesTheSameBitsInAnyBlockOrder) {
   for (const std::string& text : {testing::layer_norm_backward("f32"), testing::rms_norm_backward("bf16")}) {
     SCOPED_TRACE(text);
-    expect_the_same_bits_in_any_block_order(text, {{"N", 100}, {"D", 768}}, "_io_");
+    expect_the_same_bits_in_any_block_order(text, {{"N", 100}, {"D", 768}}, "_io_pf_");
   }
 }
 

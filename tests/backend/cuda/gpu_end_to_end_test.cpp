@@ -2,11 +2,13 @@
 // same fresh random inputs (GPU outputs poisoned first) and must agree at the dtype's tolerance.
 // Skips without a GPU.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "alloy/backend/backend.h"
 #include "alloy/ir/parser.h"
@@ -103,33 +105,59 @@ TEST(GpuEndToEnd, GridReductionsAreBitIdenticalAcrossRuns) {
   }
 }
 
+// A kernel tuning file (ALLOY_KERNEL_TUNING) setting `keys` ('"inner_outer_prefetch": false') in an
+// entry for each architecture of the built-in table (sm_80, sm_90; a device takes the entry at or
+// below its own), in a fresh temporary folder removed with it.
+struct TuningFile {
+  explicit TuningFile(const std::string& keys) {
+    dir = std::filesystem::temp_directory_path() / ("alloy_gpu_tuning_" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    path = (dir / "tuning.json").string();
+    std::ofstream(path) << "{\"sm_80\": {" << keys << "}, \"sm_90\": {" << keys << "}}";
+  }
+  ~TuningFile() { std::filesystem::remove_all(dir); }
+  std::filesystem::path dir;
+  std::string path;
+};
+
 // Inner-outer kernels (row and column reductions of the same values in one persistent kernel): the
 // layer norm and RMSNorm backward, bf16 and f32, from one row to 64k rows, widths 768 to 16384 and
-// odd ones (1000, 4099), one inner_outer segment each, matching the CPU reference.
+// odd ones (1000, 4099), one inner_outer segment each, matching the CPU reference; each block's
+// next row loaded ahead (the default), and at three of the sizes not (inner_outer_prefetch off in
+// a tuning file).
 TEST(GpuEndToEnd, InnerOuterNormalizationBackwards_AreOneKernelAndMatchTheCpu) {
   ALLOY_REQUIRE_GPU();
   const std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 768}, {3, 1000}, {1000, 4099}, {8192, 4096}, {65536, 768}, {2048, 16384}};
-  for (const std::string& T : {"bf16", "f32"})
-    for (const std::string& text : {testing::layer_norm_backward(T), testing::rms_norm_backward(T)})
-      for (auto [n, d] : sizes) {
-        SCOPED_TRACE(T + " N=" + std::to_string(n) + " D=" + std::to_string(d) + "\n" + text);
-        testing::GpuRun ran;
-        expect_gpu_matches_cpu(text, {{"N", n}, {"D", d}}, 7, 1.0, &ran);
-        EXPECT_NE(ran.segments.find("segment 0 [inner_outer]"), std::string::npos) << ran.segments;
-        EXPECT_EQ(ran.segments.find("segment 1"), std::string::npos) << ran.segments;
-      }
+  auto expect_one_kernel = [](const std::vector<std::pair<int64_t, int64_t>>& sizes, bool ahead) {
+    for (const std::string& T : {"bf16", "f32"})
+      for (const std::string& text : {testing::layer_norm_backward(T), testing::rms_norm_backward(T)})
+        for (auto [n, d] : sizes) {
+          SCOPED_TRACE(T + " N=" + std::to_string(n) + " D=" + std::to_string(d) + (ahead ? "" : ", no row loaded ahead") + "\n" + text);
+          testing::GpuRun ran;
+          expect_gpu_matches_cpu(text, {{"N", n}, {"D", d}}, 7, 1.0, &ran);
+          EXPECT_NE(ran.segments.find("segment 0 [inner_outer]"), std::string::npos) << ran.segments;
+          EXPECT_EQ(ran.segments.find("segment 1"), std::string::npos) << ran.segments;
+          // (rows of 16384 are not loaded ahead: a block of 1024 threads has no registers for a second row)
+          if (d < 16384) EXPECT_EQ(ran.launched.find("_io_pf_") != std::string::npos, ahead) << ran.launched.substr(0, 200);
+        }
+  };
+  expect_one_kernel(sizes, true);
+  TuningFile off("\"inner_outer_prefetch\": false");
+  testing::ScopedEnv tuning("ALLOY_KERNEL_TUNING", off.path.c_str());
+  expect_one_kernel({{3, 1000}, {1000, 4099}, {8192, 4096}}, false);
 }
 
 // An inner-outer kernel's column sums give the same bits on every run (the blocks' partials are
 // combined in a fixed order whichever blocks arrive last): ten runs of one executor and a fresh
-// one's, byte for byte, at the bench case's [8192, 4096] bf16 and at 64k rows of 768 f32.
+// one's, byte for byte, at the bench case's [8192, 4096] bf16 and at 64k rows of 768 f32, each
+// block's next row loaded ahead (the default).
 TEST(GpuEndToEnd, InnerOuterIsBitIdenticalAcrossRuns) {
   ALLOY_REQUIRE_GPU();
   const std::vector<std::pair<std::string, Bindings>> cases = {{testing::layer_norm_backward("bf16"), {{"N", 8192}, {"D", 4096}}},
                                                                {testing::rms_norm_backward("f32"), {{"N", 65536}, {"D", 768}}}};
   for (const auto& [text, sizes] : cases) {
     SCOPED_TRACE(text);
-    expect_the_same_bits_every_run(text, sizes, "_io_", false);
+    expect_the_same_bits_every_run(text, sizes, "_io_pf_", false);
   }
 }
 

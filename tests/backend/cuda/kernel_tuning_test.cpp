@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "alloy/common/error.h"
+#include "alloy/common/settings.h"
 #include "test_util.h"
 #ifdef ALLOY_HAVE_CUDA
 #include "alloy/backend/cuda/kernel_tuning.h"
@@ -60,6 +62,7 @@ TEST(KernelTuning, BuiltInTableTakesTheNearestArchitectureAtOrBelow) {
   EXPECT_EQ(h100.grid_blocks_per_sm, 4);
   EXPECT_EQ(h100.grid_min_vectors, 8);
   EXPECT_FALSE(h100.recompute_values);
+  EXPECT_TRUE(h100.inner_outer_prefetch);
   EXPECT_EQ(h100, KernelTuning{}) << "the struct's defaults are the built-in entry";
   EXPECT_EQ(cuda::tuning_for(table, 89), table.at(80));   // sm_89: the sm_80 entry
   EXPECT_EQ(cuda::tuning_for(table, 100), table.at(90));  // sm_100: the sm_90 entry
@@ -70,11 +73,13 @@ TEST(KernelTuning, BuiltInTableTakesTheNearestArchitectureAtOrBelow) {
 TEST(KernelTuning, AFileSetsTheKeysItNamesOverTheBuiltInEntry) {
   cuda::KernelTuningTable table = cuda::with_tuning_file(
       cuda::builtin_kernel_tuning(),
-      R"({"sm_90": {"row_threads": 128, "recompute_values": true, "grid_blocks_per_sm": 0}, "sm_86": {"column_min_steps": 32}})",
+      R"({"sm_90": {"row_threads": 128, "recompute_values": true, "grid_blocks_per_sm": 0, "inner_outer_prefetch": false},
+          "sm_86": {"column_min_steps": 32}})",
       "tuning.json");
   KernelTuning h100 = cuda::tuning_for(table, 90);
   EXPECT_EQ(h100.row_threads, 128);
   EXPECT_TRUE(h100.recompute_values);
+  EXPECT_FALSE(h100.inner_outer_prefetch);
   EXPECT_EQ(h100.grid_blocks_per_sm, 0) << "grid reductions off";
   EXPECT_EQ(h100.streaming_threads, 256) << "a key the file does not name keeps its value";
   KernelTuning ampere = cuda::tuning_for(table, 86);  // a new entry, from sm_80's
@@ -116,6 +121,20 @@ TEST(KernelTuning, BadFilesAreUserErrorsNamingTheFileAndTheKey) {
   expect_error(R"({"sm_90": {"grid_blocks_per_sm": 33}})", "\"grid_blocks_per_sm\" is 33; expected an integer from 0 to 32");
   expect_error(R"({"sm_90": {"grid_min_vectors": 0}})", "\"grid_min_vectors\" is 0; expected an integer from 1 to 1048576");
   expect_error(R"({"sm_90": {"recompute_values": 1}})", "\"recompute_values\" is 1; expected true or false");
+  expect_error(R"({"sm_90": {"inner_outer_prefetch": "on"}})", "\"inner_outer_prefetch\" is \"on\"; expected true or false");
+  expect_error(R"({"sm_90": {"prefetch": true}})", "the keys are " + cuda::kernel_tuning_keys());
+}
+
+// The ALLOY_KERNEL_TUNING setting's help (alloy --help) lists every key a file may name.
+TEST(KernelTuning, TheSettingsHelpListsEveryKey) {
+  std::string help = settings::help_text(), keys = cuda::kernel_tuning_keys();
+  EXPECT_NE(keys.find("inner_outer_prefetch"), std::string::npos) << keys;
+  for (size_t at = 0; at < keys.size();) {
+    size_t end = std::min(keys.find(", ", at), keys.size());
+    std::string key = keys.substr(at, end - at);
+    EXPECT_NE(help.find(key), std::string::npos) << "alloy --help does not list the tuning key " << key;
+    at = end + 2;
+  }
 }
 
 TEST(KernelTuning, AnUnreadableOrBadFileIsAUserErrorAtItsFirstUse) {

@@ -265,16 +265,18 @@ TEST(LaunchPlan, RowKernelsTakeTheirBlockCapAndLaunchBoundsFromTheTuning) {
 }
 
 // The layer norm backward at [8192, 4096] bf16 on 132 SMs: an inner-outer kernel of 256 threads, two
-// vectors of 8 a thread (32 f32 partials of dw and db), two blocks an SM by the register estimate:
-// 264 blocks in groups of 17 (16 groups), whose partials take (264 + 16) x 4096 x 2 floats, and 17
-// counters. The tuning's keys change the block and the grid; one row is one block, no workspace.
+// vectors of 8 a thread (32 f32 partials of dw and db), each block's next row loaded ahead, two
+// blocks an SM by the register estimate: 264 blocks in groups of 17 (16 groups), whose partials
+// take (264 + 16) x 4096 x 2 floats, and 17 counters. The tuning's keys change the block and the
+// grid; one row is one block, no workspace.
 TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
   const std::string text = testing::layer_norm_backward("bf16");
   Planned p = plan_of(text, {{"N", 8192}, {"D", 4096}});
   ASSERT_TRUE(p.plan.launch);
   const cuda::KernelVariant& v = p.plan.variant;
   EXPECT_TRUE(v.inner_outer);
-  EXPECT_EQ(v.key(), "r1.1_v8_t256_i2_b2_io_32_f_vvvss");
+  EXPECT_TRUE(v.prefetch);
+  EXPECT_EQ(v.key(), "r1.1_v8_t256_i2_b2_io_pf_32_f_vvvss");
   EXPECT_EQ(p.plan.grid_x, 264u);
   EXPECT_EQ(p.plan.grid_y, 1u);
   EXPECT_EQ(cuda::inner_outer_group_size(264), 17);
@@ -295,6 +297,48 @@ TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
   Planned odd = plan_of(text, {{"N", 1000}, {"D", 4099}});
   EXPECT_EQ(odd.plan.variant.vector, 1);
   EXPECT_FALSE(odd.plan.variant.edge_elements);
+}
+
+// The next row loaded ahead (KernelTuning::inner_outer_prefetch) holds a second row's registers,
+// which the register estimate counts: the RMSNorm backward at [8192, 4096] bf16 (128 threads of
+// four vectors of 8) fits two blocks an SM with it, four without (and the layer norm's keeps two).
+// Off, the variant is the kernel of before, its name without "_pf". Rows so wide that a block's
+// threads may not have the registers for a second row (16384 columns: 1024 threads, 64 registers)
+// are not loaded ahead.
+TEST(LaunchPlan, InnerOuterRowsLoadedAheadCountTheirRegisters) {
+  cuda::KernelTuning off;
+  off.inner_outer_prefetch = false;
+  const std::string rms = testing::rms_norm_backward("bf16"), ln = testing::layer_norm_backward("bf16");
+  Planned ahead = plan_of(rms, {{"N", 8192}, {"D", 4096}}), plain = plan_of(rms, {{"N", 8192}, {"D", 4096}}, 0, true, off);
+  EXPECT_EQ(ahead.plan.variant.key(), "r1.1_v8_t128_i4_b2_io_pf_32_f_vvvs");
+  EXPECT_EQ(ahead.plan.grid_x, 264u);
+  EXPECT_EQ(plain.plan.variant.key(), "r1.1_v8_t128_i4_b4_io_32_f_vvvs");
+  EXPECT_EQ(plain.plan.grid_x, 528u);
+  Planned ln_plain = plan_of(ln, {{"N", 8192}, {"D", 4096}}, 0, true, off);
+  EXPECT_EQ(ln_plain.plan.variant.key(), "r1.1_v8_t256_i2_b2_io_32_f_vvvss");
+  EXPECT_EQ(ln_plain.plan.grid_x, 264u);
+  Planned wide = plan_of(ln, {{"N", 2048}, {"D", 16384}});
+  EXPECT_EQ(wide.plan.variant.threads, 1024);
+  EXPECT_FALSE(wide.plan.variant.prefetch);
+}
+
+// A block width that would leave threads without a vector in every row gives way to the nearest
+// that leaves fewer: 768 bf16 columns are 96 vectors of 8, one a thread of 96 threads (not 128, a
+// quarter idle), for the layer norm's and the RMSNorm's backward alike; 1600 columns (200 vectors)
+// one a thread of 224 (24 idle, where 128 threads of two left 56). Widths that fill the block keep it.
+TEST(LaunchPlan, InnerOuterBlocksLeaveTheFewestThreadsIdle) {
+  for (const std::string& text : {testing::layer_norm_backward("bf16"), testing::rms_norm_backward("bf16")}) {
+    Planned narrow = plan_of(text, {{"N", 32768}, {"D", 768}});
+    EXPECT_EQ(narrow.plan.variant.threads, 96);
+    EXPECT_EQ(narrow.plan.variant.items, 1);
+    EXPECT_TRUE(narrow.plan.variant.full_rows);
+  }
+  Planned xl = plan_of(testing::layer_norm_backward("bf16"), {{"N", 8192}, {"D", 1600}});
+  EXPECT_EQ(xl.plan.variant.threads, 224);
+  EXPECT_EQ(xl.plan.variant.items, 1);
+  Planned filled = plan_of(testing::layer_norm_backward("bf16"), {{"N", 8192}, {"D", 2048}});
+  EXPECT_EQ(filled.plan.variant.threads, 128);
+  EXPECT_EQ(filled.plan.variant.items, 2);
 }
 
 TEST(LaunchPlan, NormalizationOverANonContiguousAxisRunsAKernelAPass) {

@@ -36,7 +36,8 @@ TEST(OfflineCompile, EveryExampleCompilesForSm90AndSm80) {
   EXPECT_GE(examples, 4);
 }
 
-// With sizes bound: the one variant a run would launch, its grid and block, and ptxas' registers.
+// With sizes bound: the one variant a run would launch, its grid and block, and ptxas' registers
+// and spills.
 TEST(OfflineCompile, BoundSizesCompileTheVariantARunWouldLaunch) {
   REQUIRE_CUDA_BUILD();
   auto fusion = parse_fusion(R"(fusion f(x: bf16[N, D], g: bf16[T, D]) {
@@ -50,6 +51,7 @@ TEST(OfflineCompile, BoundSizesCompileTheVariantARunWouldLaunch) {
   EXPECT_NE(report.find("grid 8192x1, block 256"), std::string::npos) << report;
   EXPECT_NE(report.find("_x32_"), std::string::npos) << report;  // the bias-gradient-like sum: a column kernel
   EXPECT_NE(report.find("registers"), std::string::npos) << report;
+  EXPECT_NE(report.find("bytes spill stores"), std::string::npos) << report;
   EXPECT_NE(report.find("2 kernels compiled for sm_90"), std::string::npos) << report;
   Bindings missing{{"N", 8}};
   EXPECT_THROW(compile_offline(*fusion, "sm_90", false, &missing), UserError);
@@ -192,7 +194,9 @@ TEST(OfflineCompile, CatCompilesIntoGeneratedKernels) {
 }
 
 // The layer norm and RMSNorm backward compile, with NVRTC, into one inner-outer kernel each, in the
-// representative variants and at the bench case's [8192, 4096] (its persistent grid of 264 blocks).
+// representative variants (scalar and vectors, each with and without the next row loaded ahead)
+// and at the bench case's [8192, 4096]: its persistent grid of 264 blocks, the next row loaded
+// ahead, and registers enough for it at two blocks an SM (no spills); the RMSNorm's too.
 TEST(OfflineCompile, NormalizationBackwardsCompileIntoOneInnerOuterKernel) {
   REQUIRE_CUDA_BUILD();
   for (const std::string& text : {testing::layer_norm_backward("bf16"), testing::rms_norm_backward("f32")}) {
@@ -201,14 +205,20 @@ TEST(OfflineCompile, NormalizationBackwardsCompileIntoOneInnerOuterKernel) {
       std::string report = compile_offline(*f, arch, false);
       EXPECT_EQ(report.find("segment 1"), std::string::npos) << "one segment\n" << report;
       EXPECT_NE(report.find("segment 0 [inner_outer] variant"), std::string::npos) << report;
-      EXPECT_NE(report.find("2 kernels compiled for " + std::string(arch)), std::string::npos) << report;
+      EXPECT_NE(report.find("_io_pf_"), std::string::npos) << report;
+      EXPECT_NE(report.find("4 kernels compiled for " + std::string(arch)), std::string::npos) << report;
     }
   }
   Bindings bench{{"N", 8192}, {"D", 4096}};
   auto f = parse_fusion(testing::layer_norm_backward("bf16"), "io.fusion", std::nullopt);
   std::string report = compile_offline(*f, "sm_90", false, &bench);
-  EXPECT_NE(report.find("segment 0 [inner_outer] variant r1.1_v8_t256_i2_b2_io_32_f_vvvss: sm_90 cubin"), std::string::npos) << report;
+  EXPECT_NE(report.find("segment 0 [inner_outer] variant r1.1_v8_t256_i2_b2_io_pf_32_f_vvvss: sm_90 cubin"), std::string::npos) << report;
   EXPECT_NE(report.find("grid 264x1, block 256"), std::string::npos) << report;
+  EXPECT_NE(report.find(" 0 bytes spill stores"), std::string::npos) << report;
+  auto rms = parse_fusion(testing::rms_norm_backward("bf16"), "io.fusion", std::nullopt);
+  report = compile_offline(*rms, "sm_90", false, &bench);
+  EXPECT_NE(report.find("_io_pf_"), std::string::npos) << report;
+  EXPECT_NE(report.find(" 0 bytes spill stores"), std::string::npos) << report;
 }
 
 // gather and iota are part of generated kernels: cross-entropy, forward and backward, is one

@@ -45,6 +45,14 @@ namespace {
 // - multi_tensor_threads 256, multi_tensor_chunk_vectors 2 (issue 27): GPT-2's AdamW step over 148
 //   tensors in one launch at 86% of copy bandwidth on an H100 (as torch._fused_adamw_), the one
 //   2^28 tensor step at 100%; `scripts/gpu-ab multi_tensor` times other chunks and blocks.
+// - inner_outer_prefetch true (not measured yet; `scripts/gpu-ab inner_outer` times it on and off):
+//   without it each row's iteration issues its loads, waits for them, then reduces (barriers) and
+//   stores with nothing in flight to memory, so the kernel is latency-bound (the 63-71% above). On,
+//   each block loads its next row while it reduces and stores, loads its weight once and reduces a
+//   row's sums together (one barrier). It costs a second row's registers: by the estimate, the
+//   RMSNorm backward at [8192, 4096] bf16 runs 2 blocks an SM instead of 4, the layer norm's keeps
+//   2 (NVRTC sm_90: 128 registers either way, no spills); rows too wide for a second row in a
+//   block's registers (16384 columns) are not loaded ahead.
 // sm_80 (A100) has not been measured: it takes the same values.
 const KernelTuningTable kBuiltin = {
     {80, KernelTuning{}},
@@ -71,13 +79,17 @@ const IntegerKey kIntegerKeys[] = {
     {"multi_tensor_threads", &KernelTuning::multi_tensor_threads, 32, 1024, 32},
     {"multi_tensor_chunk_vectors", &KernelTuning::multi_tensor_chunk_vectors, 1, 256, 1},
 };
-constexpr const char* kRecomputeKey = "recompute_values";
 
-std::string known_keys() {
-  std::string keys;
-  for (const IntegerKey& k : kIntegerKeys) keys += std::string(k.name) + ", ";
-  return keys + kRecomputeKey;
-}
+// Choices on or off: true or false in a file.
+struct BoolKey {
+  const char* name;
+  bool KernelTuning::*field;
+};
+
+const BoolKey kBoolKeys[] = {
+    {"recompute_values", &KernelTuning::recompute_values},
+    {"inner_outer_prefetch", &KernelTuning::inner_outer_prefetch},
+};
 
 // "sm_90" -> 90; -1 for anything else.
 int parse_arch(const std::string& name) {
@@ -92,9 +104,10 @@ int parse_arch(const std::string& name) {
 
 void set_key(KernelTuning& t, const std::string& entry, const std::string& key, const nlohmann::json& value, const std::string& where) {
   std::string at = "\"" + entry + "\": \"" + key + "\"";
-  if (key == kRecomputeKey) {
+  for (const BoolKey& k : kBoolKeys) {
+    if (key != k.name) continue;
     if (!value.is_boolean()) user_error_at(where, at, " is ", value.dump(), "; expected true or false");
-    t.recompute_values = value.get<bool>();
+    t.*k.field = value.get<bool>();
     return;
   }
   for (const IntegerKey& k : kIntegerKeys) {
@@ -107,12 +120,19 @@ void set_key(KernelTuning& t, const std::string& entry, const std::string& key, 
     t.*k.field = int(n);
     return;
   }
-  user_error_at(where, at, ": no such key; the keys are ", known_keys());
+  user_error_at(where, at, ": no such key; the keys are ", kernel_tuning_keys());
 }
 
 }  // namespace
 
 const KernelTuningTable& builtin_kernel_tuning() { return kBuiltin; }
+
+std::string kernel_tuning_keys() {
+  std::string keys;
+  for (const IntegerKey& k : kIntegerKeys) keys += std::string(k.name) + ", ";
+  for (const BoolKey& k : kBoolKeys) keys += std::string(k.name) + ", ";
+  return keys.substr(0, keys.size() - 2);
+}
 
 KernelTuning tuning_for(const KernelTuningTable& table, int sm) {
   ALLOY_CHECK(!table.empty(), "an empty kernel tuning table");
@@ -132,7 +152,7 @@ KernelTuningTable with_tuning_file(KernelTuningTable table, const std::string& j
   for (const auto& [entry, keys] : file.items()) {
     int sm = parse_arch(entry);
     if (sm <= 0) user_error_at(where, "\"", entry, "\": expected an architecture such as sm_90");
-    if (!keys.is_object()) user_error_at(where, "\"", entry, "\" is ", keys.dump(), "; expected an object of keys (", known_keys(), ")");
+    if (!keys.is_object()) user_error_at(where, "\"", entry, "\" is ", keys.dump(), "; expected an object of keys (", kernel_tuning_keys(), ")");
     KernelTuning t = tuning_for(table, sm);
     for (const auto& [key, value] : keys.items()) set_key(t, entry, key, value, where);
     entries[sm] = t;

@@ -1,6 +1,7 @@
 // The per-architecture table of kernel choices the launch plan reads (issue 24): the block sizes,
-// launch bounds, column splits and grid reductions' splits of the generated kernels and whether row kernels recompute
-// values, one entry per compute capability. The built-in table holds the fastest measured
+// launch bounds, column splits and grid reductions' splits of the generated kernels, whether row
+// kernels recompute values and whether inner-outer kernels load their next row ahead, one entry
+// per compute capability. The built-in table holds the fastest measured
 // (`scripts/gpu-sweep` prints an entry to commit there); the setting ALLOY_KERNEL_TUNING names a
 // JSON file whose entries are laid over it, for sweeps and A/B timings:
 //   {"sm_90": {"row_threads": 128, "recompute_values": true}}
@@ -36,6 +37,10 @@ struct KernelTuning {
   // of one tensor; a block looks its chunk's tensor up in the table once a chunk).
   int multi_tensor_threads = 256;       // a multiple of 32, 32 to 1024
   int multi_tensor_chunk_vectors = 2;   // 1 to 256
+  // Inner-outer kernels load each block's next row while its row reduces (a second set of the
+  // row's registers), load the leaves that vary only along the columns (a norm's weight) once, and
+  // reduce a row's sums together, one barrier for them all (KernelVariant::prefetch).
+  bool inner_outer_prefetch = true;
   bool recompute_values = false;  // row kernels recompute costly values (exp, tanh, ...) instead of holding them
   bool operator==(const KernelTuning&) const = default;
 };
@@ -44,6 +49,9 @@ struct KernelTuning {
 using KernelTuningTable = std::map<int, KernelTuning>;
 
 const KernelTuningTable& builtin_kernel_tuning();
+
+// The keys a tuning file may name, comma-separated (the ALLOY_KERNEL_TUNING setting's help lists them).
+std::string kernel_tuning_keys();
 
 // `table` with the entries of a tuning file's text laid over it, each starting from the choices
 // its architecture took from `table`. A user error at `where` (the file), naming the entry and

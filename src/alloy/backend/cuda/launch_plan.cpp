@@ -578,7 +578,9 @@ std::vector<int> cat_axes_of(const std::vector<CatSources>& cats, const std::vec
 // edge elements), as many threads as keep a thread's column partials within
 // `inner_outer_accumulators` f32 registers (128 to 1024), and a grid of min(rows, SMs * blocks an
 // SM) blocks: the tuning's blocks an SM, or as many as 64K registers hold by an estimate (the
-// partials, the held leaves, 40 more), at most 2048 threads an SM. Returns the blocks.
+// partials, the held leaves, twice those loaded with each row where the next row is loaded ahead,
+// 40 more), at most 2048 threads an SM. The next row is loaded ahead where the tuning asks for it
+// and the estimate fits the registers a thread of the block may have. Returns the blocks.
 int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const LaunchTensors& lt, const LaunchTarget& target,
                            const std::vector<Axis>& axes, KernelVariant& v) {
   v.inner_outer = true;
@@ -588,16 +590,41 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
   const int64_t slots = std::max<int64_t>(1, (l.cols + v.vector - 1) / v.vector);
   const int64_t per_thread = std::max(1, target.tuning.inner_outer_accumulators / std::max(1, v.vector * words));
   int64_t threads = std::clamp<int64_t>(((slots + per_thread - 1) / per_thread + 31) / 32 * 32, 128, 1024);
+  // Where that block leaves threads without a vector in a row (768 bf16 columns are 96 vectors: a
+  // quarter of 128 threads idle), the width nearest it that leaves fewer idle, within the
+  // accumulators (96 threads of one vector each there).
+  auto idle = [&](int64_t t) { return (slots + t - 1) / t * t - slots; };
+  const int64_t first = threads;
+  for (int64_t t = 32; t <= 1024; t += 32)
+    if ((slots + t - 1) / t <= per_thread &&
+        (idle(t) < idle(threads) || (idle(t) == idle(threads) && std::abs(t - first) < std::abs(threads - first))))
+      threads = t;
   v.threads = int(threads);
   v.items = int((slots + threads - 1) / threads);
   v.full_rows = l.cols == int64_t(v.items) * threads * v.vector;
+  // 32-bit registers a thread takes, by an estimate: 40, the partials and the leaves, were every
+  // per-element one held. Loading the next row ahead holds those loaded with each row twice (the
+  // row's and the next row's; the per-row ones too), those of the columns once, and one register
+  // more for every two elements a thread holds (ptxas keeps some converted values across the
+  // reductions): fitted to NVRTC's sm_90 compiles of the norm backwards at widths 768 to 8192,
+  // bf16 and f32, so that none spills at the blocks an SM it gives. (Without, the estimate of
+  // before, which the kernel of before keeps.)
+  const int64_t elements = int64_t(v.items) * v.vector;
+  auto registers = [&](bool prefetch) {
+    int64_t held = 0;
+    for (const Value* leaf : a.leaves) {
+      if (a.is_position(leaf)) continue;
+      if (!a.at(leaf).per_row) held += elements * dtype_size(leaf->dtype()) / 4 * (prefetch && !along_columns_only(a, leaf) ? 2 : 1);
+      else if (prefetch) held += 2 * ((dtype_size(leaf->dtype()) + 3) / 4);
+    }
+    return 40 + elements * words + held + (prefetch ? elements / 2 : 0);
+  };
+  // no room for a second row in the registers a block of this width may have: it would spill
+  v.prefetch = target.tuning.inner_outer_prefetch && registers(true) <= std::min<int64_t>(255, 65536 / threads);
   v.min_blocks = target.tuning.inner_outer_blocks_per_sm;
   if (v.min_blocks == 0) {
-    int64_t held = 0;  // the leaves' registers, were every per-element one held
-    for (const Value* leaf : a.leaves)
-      if (!a.at(leaf).per_row && !a.is_position(leaf)) held += int64_t(v.items) * v.vector * dtype_size(leaf->dtype()) / 4;
-    int64_t registers = std::min<int64_t>(255, 40 + int64_t(v.items) * v.vector * words + held);
-    v.min_blocks = int(std::clamp<int64_t>(65536 / (threads * ((registers + 7) / 8 * 8)), 1, 2048 / threads));
+    int64_t r = std::min<int64_t>(255, registers(v.prefetch));
+    v.min_blocks = int(std::clamp<int64_t>(65536 / (threads * ((r + 7) / 8 * 8)), 1, 2048 / threads));
   }
   v.index32 = small_offsets(axes, l.numel);
   v.recompute = target.tuning.recompute_values;

@@ -1,5 +1,6 @@
 // compile_offline: the CUDA plan's kernels generated and compiled by NVRTC with no GPU present.
 #include <algorithm>
+#include <cctype>
 #include <deque>
 #include <map>
 #include <optional>
@@ -24,9 +25,10 @@ namespace {
 // 16-byte vectors with the row cached in registers, as contiguous inputs get at run time, also
 // with 32-bit offsets; for reductions also a warp per row (and with early loads), and
 // (single-pass ones) the column and few-long-rows kernels and, where only values per row are
-// stored, grid reductions; for pointwise kernels of two or more axes a tile transpose; and (no
-// cats) vectors with edge elements. Positions and gathers run in pointwise and row kernels only
-// (launch_plan), so those kernels get no transpose, column or grid variant.
+// stored, grid reductions; inner-outer kernels with and without the next row loaded ahead; for
+// pointwise kernels of two or more axes a tile transpose; and (no cats) vectors with edge
+// elements. Positions and gathers run in pointwise and row kernels only (launch_plan), so those
+// kernels get no transpose, column or grid variant.
 std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a) {
   int min_size = 8;  // of what is read and written in vectors
   auto narrow = [&](const Value* v) { min_size = std::min(min_size, dtype_size(v->dtype())); };
@@ -93,7 +95,9 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
     cuda::KernelVariant inner_outer_scalar = scalar;
     inner_outer_scalar.inner_outer = true;
     inner_outer_scalar.items = 4;
-    return {inner_outer_scalar, inner_outer};
+    cuda::KernelVariant rows_ahead = inner_outer, rows_ahead_scalar = inner_outer_scalar;  // the next row loaded ahead
+    rows_ahead.prefetch = rows_ahead_scalar.prefetch = true;
+    return {inner_outer_scalar, inner_outer, rows_ahead_scalar, rows_ahead};
   }
   if (!a.single_pass || a.has_indexing()) return with_edges({scalar, vector, warp_rows, index32, early_warp_rows});
   cuda::KernelVariant columns = vector;  // reductions over outer axes, split over blocks
@@ -179,12 +183,20 @@ std::optional<BoundLaunch> bound_launch(const KernelAnalysis& a, SizedValues& va
                      plan.split_stages};
 }
 
-// "ptxas info    : Used 40 registers, ..." from a verbose compile's log
+// "Used 40 registers, ...; 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" from a
+// verbose compile's log: ptxas' "Used" line, then its stack frame and spills (whether the
+// registers the launch bounds allow made the kernel spill)
 std::string resource_usage(const std::string& log) {
-  size_t at = log.find("Used ");
-  if (at == std::string::npos) return "";
-  size_t end = log.find('\n', at);
-  return log.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  auto rest_of_line = [&](size_t at) {
+    size_t end = log.find('\n', at);
+    return log.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  };
+  size_t used = log.find("Used ");
+  if (used == std::string::npos) return "";
+  size_t frame = log.find(" bytes stack frame");
+  if (frame == std::string::npos) return rest_of_line(used);
+  while (frame > 0 && std::isdigit(static_cast<unsigned char>(log[frame - 1]))) --frame;
+  return rest_of_line(used) + "; " + rest_of_line(frame);
 }
 
 }  // namespace

@@ -17,6 +17,10 @@
 //
 // Against two kernels (the row kernel for dx, a column kernel re-reading dy and x for dw and db):
 // 3 tensor passes instead of 5, and one launch.
+//
+// With rows loaded ahead (KernelVariant::prefetch) each block loads its next row into a second set
+// of registers before its row's reductions, and the leaves of the columns (the weight) once.
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,6 +61,107 @@ void InnerOuterParts::declare_partials(const std::string& in) {
            << in << "  #pragma unroll\n" << in << "  for (int e = 0; e < " << e_.v_.vector << "; ++e) " << O << "[it][e] = "
            << KernelEmitter::identity_of(*r, T) << ";\n";
   }
+}
+
+// Rows loaded ahead: with nothing else in flight while a block reduces (barriers) and stores its
+// row, the kernel is latency-bound; the next row's loads, issued before the row's reductions, are
+// in flight through them.
+std::set<int> InnerOuterParts::held_row_leaves() const {
+  std::set<int> held;
+  for (int k : e_.cached_)
+    if (!along_columns_only(e_.a_, e_.a_.leaves[k])) held.insert(k);
+  return held;
+}
+
+std::vector<int> InnerOuterParts::per_row_leaves() const {
+  std::vector<int> leaves;
+  for (size_t k = 0; k < e_.a_.leaves.size(); ++k)
+    if (e_.a_.at(e_.a_.leaves[k]).per_row) leaves.push_back(int(k));
+  return leaves;
+}
+
+std::vector<std::string> InnerOuterParts::tensors_of(const std::vector<int>& leaves) const {
+  std::vector<std::string> tensors;
+  for (int k : leaves) {
+    std::vector<std::string> names = e_.leaf_tensor_names(k);
+    tensors.insert(tensors.end(), names.begin(), names.end());
+  }
+  return tensors;
+}
+
+void InnerOuterParts::load_rows_ahead(const std::string& in) {
+  std::ostringstream& os = e_.os_;
+  const std::string held = "[" + std::to_string(e_.v_.items) + "]";
+  std::set<int> columns;
+  for (int k : e_.cached_)
+    if (along_columns_only(e_.a_, e_.a_.leaves[k])) columns.insert(k);
+  if (!columns.empty()) {
+    os << in << "// the leaves that vary only along the columns, the same in every row: loaded once\n";
+    e_.emit_leaf_arrays("L", held, in, columns);
+    load_held_vectors(in, "", "L", columns);
+  }
+  os << in << "// the block's first row; each iteration then loads the next one ahead\n";
+  e_.emit_leaf_arrays("L", held, in, held_row_leaves());
+  for (int k : per_row_leaves()) os << in << compute_type(e_.a_.leaves[k]->dtype()) << " P" << k << ";\n";
+  load_row("(long long)blockIdx.x", "L", "P", in);
+}
+
+void InnerOuterParts::load_next_row(const std::string& in) {
+  std::ostringstream& os = e_.os_;
+  os << in << "// the block's next row, in flight while this one reduces and stores\n";
+  e_.emit_leaf_arrays("N", "[" + std::to_string(e_.v_.items) + "]", in, held_row_leaves());
+  for (int k : per_row_leaves()) os << in << compute_type(e_.a_.leaves[k]->dtype()) << " Q" << k << ";\n";
+  os << in << "const long long next_row = row + gridDim.x;\n";
+  load_row("next_row", "N", "Q", in);
+}
+
+void InnerOuterParts::next_row_becomes_current(const std::string& in) {
+  std::ostringstream& os = e_.os_;
+  std::set<int> held = held_row_leaves();
+  std::vector<int> scalars = per_row_leaves();
+  if (held.empty() && scalars.empty()) return;
+  os << in << "if (next_row < p.rows) {\n";
+  if (!held.empty()) {
+    os << in << "  #pragma unroll\n" << in << "  for (int it = 0; it < " << e_.v_.items << "; ++it) {";
+    for (int k : held) os << " L" << k << "[it] = N" << k << "[it];";
+    os << " }\n";
+  }
+  for (int k : scalars) os << in << "  P" << k << " = Q" << k << ";\n";
+  os << in << "}\n";
+}
+
+// Row `row` (an expression; nothing where it is not below p.rows): its held leaves into
+// <held>k[it], its per-row leaves into <scalar>k, at row offsets lo_.
+void InnerOuterParts::load_row(const std::string& row, const std::string& held, const std::string& scalar, const std::string& in) {
+  std::ostringstream& os = e_.os_;
+  std::set<int> vectors = held_row_leaves();
+  std::vector<int> scalars = per_row_leaves();
+  if (vectors.empty() && scalars.empty()) return;
+  std::vector<int> leaves(vectors.begin(), vectors.end());
+  leaves.insert(leaves.end(), scalars.begin(), scalars.end());
+  os << in << "if (" << row << " < p.rows) {\n";
+  e_.emit_offsets(row, 0, e_.v_.outer_rank, "lo_", tensors_of(leaves), in + "  ");
+  for (int k : scalars) os << in << "  " << scalar << k << " = " << load_convert(e_.a_.leaves[k]->dtype(), e_.leaf_raw(k, "lo_")) << ";\n";
+  load_held_vectors(in + "  ", "lo_", held, vectors);
+  os << in << "}\n";
+}
+
+// Leaves `which` of the thread's vectors into <held>k[it], as the row kernel loads its held row
+// (no bounds check where every vector is inside the row: KernelVariant::full_rows), at row offsets
+// <row_offsets> ("": none, for the leaves that vary only along the columns).
+void InnerOuterParts::load_held_vectors(const std::string& in, const std::string& row_offsets, const std::string& held, const std::set<int>& which) {
+  std::ostringstream& os = e_.os_;
+  const KernelVariant& v = e_.v_;
+  if (which.empty()) return;
+  std::vector<std::string> tensors = tensors_of(std::vector<int>(which.begin(), which.end()));
+  os << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v.items << "; ++it) {\n";
+  os << in << "  [[maybe_unused]] const long long slot = (long long)it * " << v.threads << " + tid, col0 = slot * " << v.vector << ";\n";
+  os << in << "  " << (v.full_rows ? "{" : "if (col0 < p.cols) {") << "\n";
+  e_.emit_offsets("col0", v.outer_rank, v.inner_rank, "co_", tensors, in + "    ");
+  if (!row_offsets.empty())
+    for (auto& t : tensors) os << in << "    co_" << t << " += " << row_offsets << t << ";\n";
+  e_.emit_leaf_loads(held, "[it]", "co_", in + "    ", which);
+  os << in << "  }\n" << in << "}\n";
 }
 
 void InnerOuterParts::accumulate(const std::string& in, const std::string& element) {

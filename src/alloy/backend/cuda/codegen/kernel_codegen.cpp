@@ -20,13 +20,15 @@ std::string cat_key(const std::vector<int>& cat_axes) {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (grid ? "_g" : "") + (inner_outer ? "_io" : "") + (index32 ? "_32" : "") + (recompute ? "_rc" : "") + (early_loads ? "_el" : "") + (full_rows ? "_f" : "") + (edge_elements ? "_e" : "") + (streaming_online ? "_so" : "") + "_" +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (grid ? "_g" : "") + (inner_outer ? "_io" : "") + (prefetch ? "_pf" : "") + (index32 ? "_32" : "") + (recompute ? "_rc" : "") + (early_loads ? "_el" : "") + (full_rows ? "_f" : "") + (edge_elements ? "_e" : "") + (streaming_online ? "_so" : "") + "_" +
          leaf_modes + cat_key(cat_axes) + (transpose_axis >= 0 ? "_t" + std::to_string(transpose_axis) + staged : "");
 }
 
 std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name) {
   if (analysis.is_reduction() && variant.inner_outer && !analysis.has_outer_reductions())
     internal_error("an inner-outer variant of a kernel without outer reductions");
+  if (variant.prefetch && !variant.inner_outer)
+    internal_error("a variant loading rows ahead (", variant.key(), ") that is not an inner-outer kernel");
   if (analysis.is_reduction() && variant.grid) return emit_grid_reduction_kernel(analysis, variant, name);
   if (analysis.is_reduction() && variant.tile_x > 0) return emit_column_kernel(analysis, variant, name);
   if (analysis.is_reduction()) return emit_row_kernel(analysis, variant, name);
@@ -83,6 +85,14 @@ size_t inner_outer_workspace_bytes(const KernelAnalysis& a, int64_t blocks, int6
   size_t bytes_per_column = 0;
   for (const Op* r : a.outer_reductions) bytes_per_column += std::string(compute_type(r->outputs[0]->dtype())) == "double" ? 8 : 4;
   return size_t(blocks + groups) * size_t(cols) * bytes_per_column;
+}
+
+bool along_columns_only(const KernelAnalysis& a, const Value* leaf) {
+  const ValueLayout& l = a.at(leaf);
+  if (l.per_row) return false;
+  for (int axis : l.axis_map)
+    if (axis >= 0 && std::find(a.reduced_axes.begin(), a.reduced_axes.end(), axis) == a.reduced_axes.end()) return false;
+  return true;
 }
 
 int transpose_shared_bytes(const KernelAnalysis& a, const KernelVariant& v) {

@@ -41,6 +41,12 @@ struct KernelVariant {
   // they own (`items` vectors a thread, always held) over their rows; the blocks' partials are
   // combined at the end by the last blocks to arrive, in a fixed order.
   bool inner_outer = false;
+  // Inner-outer kernels (KernelTuning::inner_outer_prefetch): each block's next row is loaded
+  // (its held leaves into a second set of registers, its per-row leaves) before the row's
+  // reductions, so loads are in flight while the block reduces and stores; the leaves that vary
+  // only along the columns (a norm's weight) are loaded once, before the row loop; and a stage's
+  // sums share one block reduction (one barrier).
+  bool prefetch = false;
   // Offsets fit in 32 bits (every tensor spans under 2^30 elements): int index arithmetic, fewer
   // registers than 64-bit.
   bool index32 = false;
@@ -147,6 +153,10 @@ int column_workspace_words(const KernelAnalysis& analysis);
 // so every region stays aligned to its vectors); counters: G + 1.
 int64_t inner_outer_group_size(int64_t blocks);
 size_t inner_outer_workspace_bytes(const KernelAnalysis& analysis, int64_t blocks, int64_t cols);
+// A leaf that varies along none of the kept axes, only along the reduced ones (a norm's weight):
+// the same in every row, so an inner-outer kernel loading rows ahead (KernelVariant::prefetch)
+// loads it once.
+bool along_columns_only(const KernelAnalysis& analysis, const Value* leaf);
 
 // Tile transposes: the tile's side in elements, and the static shared memory its staged leaves
 // take (a tile each, in the leaf's storage type). Above kMaxColumnSharedBytes the launch plan

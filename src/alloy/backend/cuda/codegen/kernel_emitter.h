@@ -30,13 +30,21 @@ std::string through_chain(const std::vector<const Op*>& chain, DType from, DType
 class KernelEmitter;
 
 // The inner-outer kernel's additions to the row kernel (inner_outer_kernel.cpp;
-// KernelVariant::inner_outer): the row kernel's emitter calls them at three points of its text,
+// KernelVariant::inner_outer): the row kernel's emitter calls them at these points of its text,
 // with itself, so the column work reads values as the row kernel names them.
 class InnerOuterParts {
  public:
   explicit InnerOuterParts(KernelEmitter& row_kernel) : e_(row_kernel) {}
   // Before the row loop: each outer reduction's column partials, a thread's `items` vectors.
   void declare_partials(const std::string& indent);
+  // Rows loaded ahead (KernelVariant::prefetch), in place of the row kernel's loads of the held
+  // row: before the row loop, the held leaves that vary only along the columns (loaded once) and
+  // the block's first row, into the row's registers (L<k>[it], P<k> for the per-row leaves); in
+  // the loop, before the row's reductions, the block's next row into N<k>[it] and Q<k>; at the
+  // iteration's end, those become the row's.
+  void load_rows_ahead(const std::string& indent);
+  void load_next_row(const std::string& indent);
+  void next_row_becomes_current(const std::string& indent);
   // In the final pass, element e of the thread's vector `element` ("[it]"): each outer
   // reduction's input added to its partial.
   void accumulate(const std::string& indent, const std::string& element);
@@ -47,6 +55,11 @@ class InnerOuterParts {
  private:
   void combine_partials();
   void store_columns();
+  std::set<int> held_row_leaves() const;
+  std::vector<int> per_row_leaves() const;
+  std::vector<std::string> tensors_of(const std::vector<int>& leaves) const;  // the leaves' Params names
+  void load_row(const std::string& row, const std::string& held, const std::string& scalar, const std::string& indent);
+  void load_held_vectors(const std::string& indent, const std::string& row_offsets, const std::string& held, const std::set<int>& which);
   KernelEmitter& e_;
 };
 

@@ -119,6 +119,32 @@ __device__ __forceinline__ T alloy_block_reduce(T v, F f, T* smem) {
   return __shfl_sync(0xffffffffu, w, 0);
 }
 
+// K values a thread holds, each reduced over the block, at once (a row's sums): alloy_block_reduce's
+// steps on each, one barrier for them all; `smem` takes K x 32 values. Each result has the bits
+// alloy_block_reduce gives it alone.
+template <class T, int K, class F>
+__device__ __forceinline__ void alloy_block_reduce_n(T (&v)[K], F f, T* smem) {
+  #pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    #pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = f(v[k], __shfl_xor_sync(0xffffffffu, v[k], o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  if (lane == 0)
+    #pragma unroll
+    for (int k = 0; k < K; ++k) smem[k * 32 + warp] = v[k];
+  __syncthreads();
+  #pragma unroll
+  for (int k = 0; k < K; ++k) {
+    T w = smem[k * 32 + (lane < warps ? lane : 0)];
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      T other = __shfl_xor_sync(0xffffffffu, w, o);
+      if ((lane ^ o) < warps) w = f(w, other);
+    }
+    v[k] = __shfl_sync(0xffffffffu, w, 0);
+  }
+}
+
 // The same within one warp (a row per warp): shuffles only.
 template <class T, class F>
 __device__ __forceinline__ T alloy_warp_reduce(T v, F f, T*) {

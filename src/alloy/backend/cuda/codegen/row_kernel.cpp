@@ -216,6 +216,7 @@ class RowEmitter final : public KernelEmitter {
           << v_.rows_per_block << ") {\n";
     } else {
       os_ << "  const int tid = threadIdx.x;\n";
+      if (v_.prefetch) columns->load_rows_ahead("  ");
       os_ << "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n";
     }
     std::string in = "    ";
@@ -224,7 +225,7 @@ class RowEmitter final : public KernelEmitter {
     all.insert(all.end(), per_row_tensors.begin(), per_row_tensors.end());
     emit_offsets("row", 0, v_.outer_rank, "ro_", all, in);
     for (size_t k = 0; k < a_.leaves.size(); ++k)
-      if (a_.at(a_.leaves[k]).per_row)
+      if (a_.at(a_.leaves[k]).per_row && !v_.prefetch)
         os_ << in << compute_type(a_.leaves[k]->dtype()) << " P" << k << " = "
             << load_convert(a_.leaves[k]->dtype(), leaf_raw(int(k), "ro_")) << ";\n";
     for (auto& [v, pass] : cache_pass_)
@@ -234,7 +235,8 @@ class RowEmitter final : public KernelEmitter {
       os_ << in << "const long long row_vectors = (p.cols - row_head) / " << v_.vector << ";\n";
       os_ << in << "const int row_edges = (int)(p.cols - row_vectors * " << v_.vector << ");\n";
     }
-    emit_cached_row(in);
+    if (v_.prefetch) columns->load_next_row(in);
+    else emit_cached_row(in);
     emitted_per_row_.clear();
     emit_ready_per_row_ops(in);
     for (auto& stage : a_.stages) {
@@ -255,7 +257,7 @@ class RowEmitter final : public KernelEmitter {
         for (auto& acc : accs) accumulate(acc, indent, element);
       });
       if (two_pass_ && stage_has_var_mean(stage)) emit_var_mean_deviations(accs, in);
-      for (auto& acc : accs) finish_acc(acc, in);
+      finish_stage(accs, in);
       emit_ready_per_row_ops(in);
     }
     current_pass_ = int(a_.stages.size());
@@ -268,6 +270,7 @@ class RowEmitter final : public KernelEmitter {
         os_ << in << "if (tid == 0) p.o" << k << "[ro_o" << k
             << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
     if (v_.rows_per_block == 0) os_ << in << "__syncthreads();\n";
+    if (v_.prefetch) columns->next_row_becomes_current(in);
     os_ << "  }\n";
     if (columns) columns->combine_and_store();
     os_ << "}\n";
@@ -287,7 +290,7 @@ class RowEmitter final : public KernelEmitter {
     for (int k : final_pass) passes[k] += 1;
     current_pass_ = 0;
     for (auto [k, n] : passes)
-      if (n > 1) cached_.insert(k);
+      if (n > 1 || (v_.prefetch && along_columns_only(a_, a_.leaves[k]))) cached_.insert(k);
     // early loads: the final pass's other leaves too, while the row's registers stay in budget
     if (!v_.early_loads || a_.stages.empty()) return;
     auto words = [&](int k) { return v_.items * v_.vector * int(dtype_size(a_.leaves[k]->dtype())) / 4; };
@@ -314,6 +317,38 @@ class RowEmitter final : public KernelEmitter {
     for (auto& t : row_tensors) os_ << in << "    co_" << t << " += ro_" << t << ";\n";
     emit_leaf_loads("L", "[it]", "co_", in + "    ", cached_);
     os_ << in << "  }\n" << in << "}\n";
+  }
+
+  // The stage's block reductions. With rows loaded ahead (an inner-outer kernel) its sums and
+  // means of one type share one (alloy_block_reduce_n: one barrier for them all; the layer norm
+  // backward's two row sums), each result the bits its own reduction would give.
+  void finish_stage(const std::vector<Acc>& accs, const std::string& in) {
+    std::set<const Acc*> together;
+    if (v_.prefetch) {
+      // a shared region (99 doubles) holds 6 x 32 floats or 3 x 32 doubles
+      for (auto [type, most] : {std::pair<std::string, size_t>{"float", 6}, {"double", 3}}) {
+        std::vector<const Acc*> sums;
+        for (const Acc& acc : accs)
+          if ((acc.op->kind == OpKind::sum || acc.op->kind == OpKind::mean) && acc.ct == type && sums.size() < most) sums.push_back(&acc);
+        if (sums.size() < 2) continue;
+        emit_sums_together(sums, in);
+        together.insert(sums.begin(), sums.end());
+      }
+    }
+    for (const Acc& acc : accs)
+      if (!together.count(&acc)) finish_acc(acc, in);
+  }
+
+  void emit_sums_together(const std::vector<const Acc*>& sums, const std::string& in) {
+    std::string T = sums[0]->ct, name = "alloy_sums" + std::to_string(sums[0]->op->outputs[0]->id);
+    os_ << in << T << " " << name << "[" << sums.size() << "] = {";
+    for (const Acc* acc : sums) os_ << (acc == sums[0] ? "" : ", ") << acc->name;
+    os_ << "};\n";
+    os_ << in << "alloy_block_reduce_n(" << name << ", AlloySum(), reinterpret_cast<" << T << "*>(" << smem_region() << "));\n";
+    for (size_t i = 0; i < sums.size(); ++i) {
+      emit_reduced(*sums[i], name + "[" + std::to_string(i) + "]", in);
+      for (Value* out : sums[i]->op->outputs) emitted_per_row_.insert(out);
+    }
   }
 
   // The row is in registers: var_mean's mean first, from a block reduction, then the squared
@@ -504,14 +539,20 @@ class RowEmitter final : public KernelEmitter {
     } else {
       const char* f = r.kind == OpKind::max ? "AlloyMax()" : r.kind == OpKind::min ? "AlloyMin()" : "AlloySum()";
       std::string ct_red = T == "bool" ? "alloy_i64" : T;
-      os_ << in << T << " v" << r.outputs[0]->id << " = (" << T << ")" << reduce_fn() << "((" << ct_red << ")" << acc.name << ", " << f
-          << ", reinterpret_cast<" << ct_red << "*>(" << region << "));\n";
-      if (r.kind == OpKind::mean) os_ << in << "v" << r.outputs[0]->id << " /= (" << T << ")p.count;\n";
-      DType dt = r.outputs[0]->dtype();
-      if (dt == DType::bf16 || dt == DType::f16)
-        os_ << in << "v" << r.outputs[0]->id << " = " << round_to_dtype(dt, "v" + std::to_string(r.outputs[0]->id)) << ";\n";
+      emit_reduced(acc, reduce_fn() + std::string("((") + ct_red + ")" + acc.name + ", " + f + ", reinterpret_cast<" + ct_red + "*>(" + region + "))",
+                   in);
     }
     for (Value* out : r.outputs) emitted_per_row_.insert(out);
+  }
+
+  // `T vN = (T)reduced;` for a sum, mean, max or min over the block: a mean divided by the count,
+  // a 16-bit result rounded to its dtype.
+  void emit_reduced(const Acc& acc, const std::string& reduced, const std::string& in) {
+    std::string T = acc.ct, v = "v" + std::to_string(acc.op->outputs[0]->id);
+    os_ << in << T << " " << v << " = (" << T << ")" << reduced << ";\n";
+    if (acc.op->kind == OpKind::mean) os_ << in << v << " /= (" << T << ")p.count;\n";
+    DType dt = acc.op->outputs[0]->dtype();
+    if (dt == DType::bf16 || dt == DType::f16) os_ << in << v << " = " << round_to_dtype(dt, v) << ";\n";
   }
 
   int online_stage_ = -1;  // online softmax: the max's stage (the sum's is the next), or -1
