@@ -216,7 +216,10 @@ class RowEmitter final : public KernelEmitter {
           << v_.rows_per_block << ") {\n";
     } else {
       os_ << "  const int tid = threadIdx.x;\n";
-      if (v_.prefetch) columns->load_rows_ahead("  ");
+      if (v_.prefetch) {
+        columns->load_rows_ahead("  ");
+        os_ << "  unsigned alloy_region = 0;  // the shared region of the row's first reduction (no barrier ends a row)\n";
+      }
       os_ << "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n";
     }
     std::string in = "    ";
@@ -269,7 +272,15 @@ class RowEmitter final : public KernelEmitter {
       if (a_.at(a_.outputs[k]).per_row)
         os_ << in << "if (tid == 0) p.o" << k << "[ro_o" << k
             << "] = " << store_convert(a_.outputs[k]->dtype(), ref(a_.outputs[k], "")) << ";\n";
-    if (v_.rows_per_block == 0) os_ << in << "__syncthreads();\n";
+    // A barrier ends the row so that the next one's reductions may reuse the shared regions; with
+    // rows loaded ahead, the regions alternate across rows too (the next row's first reduction
+    // takes the region this row's last did not; the barrier inside that last one keeps every
+    // thread's reads of the other region before any write of the next row).
+    if (v_.prefetch) {
+      if (reductions_in_row_ % 2) os_ << in << "alloy_region ^= 1u;\n";
+    } else if (v_.rows_per_block == 0) {
+      os_ << in << "__syncthreads();\n";
+    }
     if (v_.prefetch) columns->next_row_becomes_current(in);
     os_ << "  }\n";
     if (columns) columns->combine_and_store();
@@ -576,10 +587,13 @@ class RowEmitter final : public KernelEmitter {
     return v_.rows_per_block ? "alloy_warp_reduce" : "alloy_block_reduce";
   }
   // Block reductions alternate between two shared regions (see alloy_block_reduce); a barrier ends
-  // each row, so the parity may restart there.
+  // each row, so the parity may restart there, or, with rows loaded ahead (no barrier at the row's
+  // end), it goes on from the row before (alloy_region).
   int reductions_in_row_ = 0;
   std::string smem_region() {
-    return "alloy_smem + " + std::to_string(99 * (reductions_in_row_++ % 2));
+    const int k = reductions_in_row_++ % 2;
+    if (v_.prefetch) return "alloy_smem + 99 * (alloy_region ^ " + std::to_string(k) + "u)";
+    return "alloy_smem + " + std::to_string(99 * k);
   }
 
   static bool stage_has_var_mean(const std::vector<const Op*>& stage) {
