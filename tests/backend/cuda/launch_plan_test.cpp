@@ -279,7 +279,7 @@ TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
   EXPECT_EQ(v.key(), "r1.1_v8_t256_i2_b2_io_pf_32_f_vvvss");
   EXPECT_EQ(p.plan.grid_x, 264u);
   EXPECT_EQ(p.plan.grid_y, 1u);
-  EXPECT_EQ(cuda::inner_outer_group_size(264), 17);
+  EXPECT_EQ(cuda::inner_outer_tree(264, 2).fanout, 17);
   EXPECT_EQ(p.plan.workspace_bytes, size_t(264 + 16) * 4096 * 8);
   EXPECT_EQ(p.plan.counter_bytes, size_t(17) * 4);
   EXPECT_FALSE(p.plan.split_stages);
@@ -290,6 +290,13 @@ TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
   EXPECT_EQ(tuned.plan.variant.threads, 128);
   EXPECT_EQ(tuned.plan.variant.items, 4);
   EXPECT_EQ(tuned.plan.grid_x, 396u);
+  // three levels: nodes of 7 (7^3 >= 264), 264 -> 38 -> 6 -> the root; 308 rows, 45 counters
+  cuda::KernelTuning three;
+  three.inner_outer_combine_levels = 3;
+  Planned deeper = plan_of(text, {{"N", 8192}, {"D", 4096}}, 0, true, three);
+  EXPECT_EQ(deeper.plan.variant.key(), "r1.1_v8_t256_i2_b2_io_pf_l3_32_f_vvvss");
+  EXPECT_EQ(deeper.plan.workspace_bytes, size_t(264 + 38 + 6) * 4096 * 8);
+  EXPECT_EQ(deeper.plan.counter_bytes, size_t(38 + 6 + 1) * 4);
   Planned one_row = plan_of(text, {{"N", 1}, {"D", 4096}});
   EXPECT_EQ(one_row.plan.grid_x, 1u);
   EXPECT_EQ(one_row.plan.workspace_word, -1);
@@ -320,6 +327,19 @@ TEST(LaunchPlan, InnerOuterRowsLoadedAheadCountTheirRegisters) {
   Planned wide = plan_of(ln, {{"N", 2048}, {"D", 16384}});
   EXPECT_EQ(wide.plan.variant.threads, 1024);
   EXPECT_FALSE(wide.plan.variant.prefetch);
+}
+
+// The combine tree of B blocks' partials over L levels: the fanout is the least S with S^L >= B,
+// the rows every block's and every node's below the root, the counters a node's.
+TEST(LaunchPlan, InnerOuterCombineTreeShapes) {
+  struct Expect { int64_t blocks; int levels; int64_t fanout, rows, counters; };
+  for (const Expect& e : {Expect{1, 2, 1, 0, 0}, Expect{2, 2, 2, 2, 1}, Expect{264, 2, 17, 280, 17}, Expect{264, 3, 7, 308, 45},
+                          Expect{264, 1, 264, 264, 1}, Expect{1000, 4, 6, 1000 + 167 + 28 + 5, 167 + 28 + 5 + 1}, Expect{37, 3, 4, 37 + 10 + 3, 10 + 3 + 1}}) {
+    cuda::InnerOuterTree t = cuda::inner_outer_tree(e.blocks, e.levels);
+    EXPECT_EQ(t.fanout, e.fanout) << e.blocks << " blocks, " << e.levels << " levels";
+    EXPECT_EQ(t.rows, e.rows) << e.blocks << " blocks, " << e.levels << " levels";
+    EXPECT_EQ(t.counters, e.counters) << e.blocks << " blocks, " << e.levels << " levels";
+  }
 }
 
 // A block width that would leave threads without a vector in every row gives way to the nearest

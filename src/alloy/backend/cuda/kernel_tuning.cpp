@@ -53,6 +53,9 @@ namespace {
 //   RMSNorm backward at [8192, 4096] bf16 runs 2 blocks an SM instead of 4, the layer norm's keeps
 //   2 (NVRTC sm_90: 128 registers either way, no spills); rows too wide for a second row in a
 //   block's registers (16384 columns) are not loaded ahead.
+// - inner_outer_combine_levels 2 (issue 27; `scripts/gpu-ab inner_outer` times 3 and 1): the last
+//   block to finish its rows reads 2 * sqrt(blocks) partial rows (33 at 264 blocks, ~1 MB for the
+//   layer norm backward's dw and db over 4096 columns); 3 levels read 20.
 // sm_80 (A100) has not been measured: it takes the same values.
 const KernelTuningTable kBuiltin = {
     {80, KernelTuning{}},
@@ -76,6 +79,7 @@ const IntegerKey kIntegerKeys[] = {
     {"grid_min_vectors", &KernelTuning::grid_min_vectors, 1, 1 << 20, 1},
     {"inner_outer_accumulators", &KernelTuning::inner_outer_accumulators, 4, 256, 1},
     {"inner_outer_blocks_per_sm", &KernelTuning::inner_outer_blocks_per_sm, 0, 32, 1},
+    {"inner_outer_combine_levels", &KernelTuning::inner_outer_combine_levels, 1, 4, 1},
     {"multi_tensor_threads", &KernelTuning::multi_tensor_threads, 32, 1024, 32},
     {"multi_tensor_chunk_vectors", &KernelTuning::multi_tensor_chunk_vectors, 1, 256, 1},
 };

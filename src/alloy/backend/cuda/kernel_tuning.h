@@ -41,6 +41,9 @@ struct KernelTuning {
   // row's registers), load the leaves that vary only along the columns (a norm's weight) once, and
   // reduce a row's sums together, one barrier for them all (KernelVariant::prefetch).
   bool inner_outer_prefetch = true;
+  // Inner-outer kernels: the levels of the tree that combines the blocks' column partials (the
+  // last block to finish its rows reads levels * blocks^(1/levels) partials).
+  int inner_outer_combine_levels = 2;  // 1 to 4
   bool recompute_values = false;  // row kernels recompute costly values (exp, tanh, ...) instead of holding them
   bool operator==(const KernelTuning&) const = default;
 };

@@ -628,6 +628,7 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
   }
   v.index32 = small_offsets(axes, l.numel);
   v.recompute = target.tuning.recompute_values;
+  v.combine_levels = target.tuning.inner_outer_combine_levels;
   return std::clamp<int64_t>(std::min<int64_t>(l.rows, int64_t(std::max(1, target.sm_count)) * v.min_blocks), 1, 2147483647);
 }
 
@@ -761,10 +762,9 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   }
   if (v.inner_outer) {  // the persistent grid, and where it has several blocks their column partials' workspace
     plan.grid_x = unsigned(splits);
-    plan.workspace_bytes = inner_outer_workspace_bytes(a, splits, l.cols);
+    plan.workspace_bytes = inner_outer_workspace_bytes(a, splits, l.cols, v.combine_levels);
     if (plan.workspace_bytes > 0) {
-      int64_t groups = (splits + inner_outer_group_size(splits) - 1) / inner_outer_group_size(splits);
-      plan.counter_bytes = size_t(groups + 1) * 4;
+      plan.counter_bytes = size_t(inner_outer_tree(splits, v.combine_levels).counters) * 4;
       plan.workspace_word = int(words.size());
       plan.counters_word = int(words.size()) + 1;
     }

@@ -6,12 +6,12 @@
 // SMs * blocks an SM) blocks, row = blockIdx.x, + gridDim.x, ...), with the row held in registers:
 // a thread owns the same columns in every row (its `items` vectors), so the final pass adds each
 // outer reduction's input to the thread's f32 column partials, in row order. After its last row a
-// block writes its partials to the workspace, and the partials are combined in two levels of
-// last-block tickets (kernel_codegen.h's inner_outer_group_size): the last block of each group of
-// S consecutive blocks sums the group's partials in block order, the last group sums the groups'
-// in group order, then computes each column's results (the outer reductions' values and the
-// pointwise ops on them, dw's cast to bf16) and stores them. Deterministic: each partial's rows,
-// the groups and their order are fixed by the block count, which the launch plan takes from the
+// block writes its partials to the workspace, and the partials are combined by a tree of
+// last-block tickets (kernel_codegen.h's inner_outer_tree; two levels by default: groups of S
+// consecutive blocks, then the groups): the last child of each node to arrive sums its children's
+// partials in order, and the root's computes each column's results (the outer reductions' values
+// and the pointwise ops on them, dw's cast to bf16) and stores them. Deterministic: each partial's
+// rows, the tree and its order are fixed by the block count, which the launch plan takes from the
 // sizes, the SM count and the tuning only; which block arrives last changes nothing. The counters
 // live in the stream's zeroed scratch and each combining block resets its own.
 //
@@ -196,14 +196,17 @@ void InnerOuterParts::combine_partials() {
   const std::vector<const Op*> order = workspace_order(e_.a_);
   const std::string in = "    ";
   const int V = v.vector;
-  // groups of S consecutive blocks (S * S >= gridDim.x, as inner_outer_group_size)
-  os << in << "unsigned S = 1;\n" << in << "while (S * S < gridDim.x) ++S;\n";
-  os << in << "const unsigned G = (gridDim.x + S - 1) / S, group = blockIdx.x / S, first = group * S;\n";
-  os << in << "const unsigned members = gridDim.x - first < S ? gridDim.x - first : S;\n";
+  // the tree (inner_outer_tree): nodes of S children, S the least with S^L >= gridDim.x; its rows
+  // of partials, each block's then each level's nodes' below the root
+  os << in << "unsigned S = 1;\n";
+  os << in << "for (;; ++S) { unsigned long long reach = 1; for (int l = 0; l < " << v.combine_levels
+     << " && reach < gridDim.x; ++l) reach *= S; if (reach >= gridDim.x) break; }\n";
+  os << in << "unsigned long long tree_rows = 0;\n";
+  os << in << "for (unsigned n = gridDim.x; n > 1; n = (n + S - 1) / S) tree_rows += n;\n";
   std::string before = "0";
   for (const Op* r : order) {
     std::string T = partial_type(r);
-    os << in << T << "* W" << r->outputs[0]->id << " = reinterpret_cast<" << T << "*>(reinterpret_cast<char*>(p.ws) + (long long)(gridDim.x + G) * p.cols * ("
+    os << in << T << "* W" << r->outputs[0]->id << " = reinterpret_cast<" << T << "*>(reinterpret_cast<char*>(p.ws) + (long long)tree_rows * p.cols * ("
        << before << "));\n";
     before += T == "double" ? " + 8" : " + 4";
   }
@@ -231,35 +234,27 @@ void InnerOuterParts::combine_partials() {
          << ind << "  *reinterpret_cast<AlloyVec<" << T << ", " << V << ">*>(" << W(r) << " + (long long)(" << at << ") * p.cols + col0) = w; }\n";
     }
   };
-  // arrive at counter `counter` of `expected` arrivals; all but the last block leave
-  auto arrive = [&](const std::string& counter, const std::string& expected) {
-    os << in << "__threadfence();\n" << in << "__syncthreads();\n";
-    os << in << "if (tid == 0) alloy_last = atomicAdd(p.counters + " << counter << ", 1u) == " << expected << " - 1;\n";
-    os << in << "__syncthreads();\n" << in << "if (!alloy_last) return;\n" << in << "__threadfence();\n";
-  };
-  os << in << "// this block's partial, then the group's last block sums the group's in block order\n";
+  os << in << "// this block's partial; then, level by level, the last child of a node to arrive sums its\n";
+  os << in << "// children's partials in order into the node's (stored for the level above, but the root's)\n";
   each_vector(os, v, in, [&](const std::string& ind) { store(ind, "blockIdx.x"); });
-  arrive("group", "members");
-  each_vector(os, v, in, [&](const std::string& ind) {
-    reset(ind);
-    os << ind << "#pragma unroll 4\n" << ind << "for (unsigned b = first; b < first + members; ++b) {\n";
-    gather(ind + "  ", "b");
-    os << ind << "}\n";
-  });
-  os << in << "if (tid == 0) p.counters[group] = 0;  // for the next launch on this stream\n";
-  os << in << "if (G > 1) {  // the last group sums the groups' partials in group order\n";
+  os << in << "unsigned n = gridDim.x, node = blockIdx.x, rows_below = 0, counters_below = 0;\n";
+  os << in << "while (n > 1) {\n";
   const std::string in2 = in + "  ";
-  each_vector(os, v, in2, [&](const std::string& ind) { store(ind, "gridDim.x + group"); });
+  os << in2 << "const unsigned parent = node / S, first = parent * S, members = n - first < S ? n - first : S, parents = (n + S - 1) / S;\n";
   os << in2 << "__threadfence();\n" << in2 << "__syncthreads();\n";
-  os << in2 << "if (tid == 0) alloy_last = atomicAdd(p.counters + G, 1u) == G - 1;\n";
+  os << in2 << "if (tid == 0) alloy_last = atomicAdd(p.counters + counters_below + parent, 1u) == members - 1;\n";
   os << in2 << "__syncthreads();\n" << in2 << "if (!alloy_last) return;\n" << in2 << "__threadfence();\n";
   each_vector(os, v, in2, [&](const std::string& ind) {
     reset(ind);
-    os << ind << "#pragma unroll 4\n" << ind << "for (unsigned g = 0; g < G; ++g) {\n";
-    gather(ind + "  ", "gridDim.x + g");
+    os << ind << "#pragma unroll 4\n" << ind << "for (unsigned b = first; b < first + members; ++b) {\n";
+    gather(ind + "  ", "rows_below + b");
     os << ind << "}\n";
   });
-  os << in2 << "if (tid == 0) p.counters[G] = 0;\n";
+  os << in2 << "if (tid == 0) p.counters[counters_below + parent] = 0;  // for the next launch on this stream\n";
+  os << in2 << "rows_below += n;\n" << in2 << "counters_below += parents;\n" << in2 << "n = parents;\n" << in2 << "node = parent;\n";
+  os << in2 << "if (n > 1) {\n";
+  each_vector(os, v, in2 + "  ", [&](const std::string& ind) { store(ind, "rows_below + node"); });
+  os << in2 << "}\n";
   os << in << "}\n";
 }
 

@@ -20,7 +20,7 @@ std::string cat_key(const std::vector<int>& cat_axes) {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (grid ? "_g" : "") + (inner_outer ? "_io" : "") + (prefetch ? "_pf" : "") + (index32 ? "_32" : "") + (recompute ? "_rc" : "") + (early_loads ? "_el" : "") + (full_rows ? "_f" : "") + (edge_elements ? "_e" : "") + (streaming_online ? "_so" : "") + "_" +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (grid ? "_g" : "") + (inner_outer ? "_io" : "") + (prefetch ? "_pf" : "") + (combine_levels != 2 ? "_l" + std::to_string(combine_levels) : "") + (index32 ? "_32" : "") + (recompute ? "_rc" : "") + (early_loads ? "_el" : "") + (full_rows ? "_f" : "") + (edge_elements ? "_e" : "") + (streaming_online ? "_so" : "") + "_" +
          leaf_modes + cat_key(cat_axes) + (transpose_axis >= 0 ? "_t" + std::to_string(transpose_axis) + staged : "");
 }
 
@@ -73,18 +73,26 @@ int column_workspace_words(const KernelAnalysis& a) {
   return words;
 }
 
-int64_t inner_outer_group_size(int64_t blocks) {
-  int64_t s = 1;
-  while (s * s < blocks) ++s;
-  return s;
+InnerOuterTree inner_outer_tree(int64_t blocks, int levels) {
+  InnerOuterTree t;
+  if (blocks <= 1) return t;
+  auto reach = [&](int64_t s) {  // s^levels, saturated at blocks
+    int64_t r = 1;
+    for (int l = 0; l < levels && r < blocks; ++l) r *= s;
+    return r;
+  };
+  while (reach(t.fanout) < blocks) ++t.fanout;
+  for (int64_t n = blocks; n > 1; n = (n + t.fanout - 1) / t.fanout) {
+    t.rows += n;
+    t.counters += (n + t.fanout - 1) / t.fanout;
+  }
+  return t;
 }
 
-size_t inner_outer_workspace_bytes(const KernelAnalysis& a, int64_t blocks, int64_t cols) {
-  if (blocks <= 1) return 0;
-  int64_t groups = (blocks + inner_outer_group_size(blocks) - 1) / inner_outer_group_size(blocks);
+size_t inner_outer_workspace_bytes(const KernelAnalysis& a, int64_t blocks, int64_t cols, int levels) {
   size_t bytes_per_column = 0;
   for (const Op* r : a.outer_reductions) bytes_per_column += std::string(compute_type(r->outputs[0]->dtype())) == "double" ? 8 : 4;
-  return size_t(blocks + groups) * size_t(cols) * bytes_per_column;
+  return size_t(inner_outer_tree(blocks, levels).rows) * size_t(cols) * bytes_per_column;
 }
 
 bool along_columns_only(const KernelAnalysis& a, const Value* leaf) {

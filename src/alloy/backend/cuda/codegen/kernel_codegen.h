@@ -47,6 +47,9 @@ struct KernelVariant {
   // only along the columns (a norm's weight) are loaded once, before the row loop; and a stage's
   // sums share one block reduction (one barrier).
   bool prefetch = false;
+  // Inner-outer kernels: the levels of the tree that combines the blocks' column partials
+  // (KernelTuning::inner_outer_combine_levels; inner_outer_tree).
+  int combine_levels = 2;
   // Offsets fit in 32 bits (every tensor spans under 2^30 elements): int index arithmetic, fewer
   // registers than 64-bit.
   bool index32 = false;
@@ -144,15 +147,21 @@ int column_shared_bytes(const KernelAnalysis& analysis, const KernelVariant& var
 constexpr int kMaxColumnSharedBytes = 40 * 1024;
 int column_workspace_words(const KernelAnalysis& analysis);
 
-// Inner-outer kernels: the B blocks' column partials are combined in groups of S consecutive blocks
-// (S the least with S * S >= B), each group's last block to arrive summing its blocks' partials
-// in block order into a group partial, then the last group to finish summing the G = ceil(B / S)
-// group partials in group order: two short combines that overlap the other blocks' rows, where
-// one block reading all B partials would take tens of microseconds. The kernel computes S the
-// same way. Workspace: (B + G) partials of every column for each outer reduction (f64 ones first,
-// so every region stays aligned to its vectors); counters: G + 1.
-int64_t inner_outer_group_size(int64_t blocks);
-size_t inner_outer_workspace_bytes(const KernelAnalysis& analysis, int64_t blocks, int64_t cols);
+// Inner-outer kernels: the B blocks' column partials are combined by a tree of L levels
+// (KernelVariant::combine_levels) whose nodes have S children (S the least with S^L >= B): the
+// last child of a node to arrive sums its children's partials in order into the node's, so the
+// combines of the first nodes to fill overlap the other blocks' rows, and the last block to finish
+// its rows reads L * S partials, not B (two levels: groups of S consecutive blocks, then the
+// groups). The kernel computes S and the tree the same way. Workspace: a row of partials of every
+// column for each block and each node below the root, for each outer reduction (f64 ones first,
+// so every region stays aligned to its vectors); counters: one a node.
+struct InnerOuterTree {
+  int64_t fanout = 1;    // S
+  int64_t rows = 0;      // the blocks' and the nodes' partials below the root (0 for one block)
+  int64_t counters = 0;  // the nodes', the root's included
+};
+InnerOuterTree inner_outer_tree(int64_t blocks, int levels);
+size_t inner_outer_workspace_bytes(const KernelAnalysis& analysis, int64_t blocks, int64_t cols, int levels);
 // A leaf that varies along none of the kept axes, only along the reduced ones (a norm's weight):
 // the same in every row, so an inner-outer kernel loading rows ahead (KernelVariant::prefetch)
 // loads it once.
