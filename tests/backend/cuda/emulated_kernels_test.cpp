@@ -870,8 +870,9 @@ TEST(EmulatedKernels, GridReductionsGiveTheSameBitsInAnyBlockOrder) {
 // blocks of one row, none to load ahead); 37 rows (blocks of one or more rows, partials combined
 // in two levels, a row count no grid of 4 SMs divides: the blocks end on different rows). One
 // kernel each, an inner-outer variant ("_io_"), loading ahead ("_pf_") where asked, its results
-// the CPU reference's; where both settings take the same grid, the same bytes (loading ahead
-// changes when a row is read, not what is computed from it).
+// the CPU reference's. (Not the same bytes on and off: each variant is compiled on its own, and
+// the compiler may contract a multiply and an add into one rounding in one and not the other; the
+// same bits on every run of one variant are the claim, checked below.)
 TEST(EmulatedKernels, InnerOuterNormalizationBackwardsOfOddSizes) {
   cuda::KernelTuning ahead, plain;
   plain.inner_outer_prefetch = false;
@@ -879,10 +880,9 @@ TEST(EmulatedKernels, InnerOuterNormalizationBackwardsOfOddSizes) {
     for (int64_t n : {1, 3, 37})
       for (const std::string& text : {testing::layer_norm_backward(T), testing::rms_norm_backward(T)}) {
         SCOPED_TRACE(T + " N=" + std::to_string(n) + " D=" + std::to_string(d) + "\n" + text);
-        GridRun runs[2];
         for (bool prefetch : {true, false}) {
           SCOPED_TRACE(prefetch ? "next row loaded ahead" : "no row loaded ahead");
-          GridRun& run = runs[prefetch ? 0 : 1];
+          GridRun run;
           run_grid(text, {{"N", n}, {"D", d}}, Flavour::default_choice, {}, 0, run, prefetch ? ahead : plain);
           ASSERT_EQ(run.launches.size(), 1u) << ::testing::PrintToString(run.launches);
           const std::string& launch = run.launches[0];
@@ -895,8 +895,6 @@ TEST(EmulatedKernels, InnerOuterNormalizationBackwardsOfOddSizes) {
           for (size_t i = 0; i < run.expected.size(); ++i)
             EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
         }
-        auto grid_of = [](const GridRun& r) { return r.launches.at(0).substr(r.launches.at(0).find(" grid ")); };
-        if (grid_of(runs[0]) == grid_of(runs[1])) expect_the_same_bytes(runs[0], runs[1], "with the next row loaded ahead");
       }
 }
 

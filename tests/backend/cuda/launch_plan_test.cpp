@@ -264,11 +264,14 @@ TEST(LaunchPlan, RowKernelsTakeTheirBlockCapAndLaunchBoundsFromTheTuning) {
   EXPECT_EQ(tuned.plan.block, 128u);
 }
 
-// The layer norm backward at [8192, 4096] bf16 on 132 SMs: an inner-outer kernel of 256 threads, two
-// vectors of 8 a thread (32 f32 partials of dw and db), each block's next row loaded ahead, two
-// blocks an SM by the register estimate: 264 blocks in groups of 17 (16 groups), whose partials
-// take (264 + 16) x 4096 x 2 floats, and 17 counters. The tuning's keys change the block and the
-// grid; one row is one block, no workspace.
+// The layer norm backward at [8192, 4096] bf16 on 132 SMs, by the built-in tuning: an inner-outer
+// kernel of 512 threads, one vector of 8 a thread (16 f32 partials of dw and db), each block's
+// next row loaded ahead, one block an SM by the register estimate: 132 blocks, combined by a tree
+// of three levels (nodes of 6: 132 -> 22 -> 4 -> the root), whose partials take (132 + 22 + 4) x
+// 4096 x 2 floats, and 27 counters. With the tuning of before (32 accumulators, two levels): 256
+// threads of two vectors, two blocks an SM, 264 blocks in groups of 17 (16 groups), (264 + 16)
+// rows of partials, 17 counters. The tuning's keys change the block and the grid; one row is one
+// block, no workspace.
 TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
   const std::string text = testing::layer_norm_backward("bf16");
   Planned p = plan_of(text, {{"N", 8192}, {"D", 4096}});
@@ -276,13 +279,22 @@ TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
   const cuda::KernelVariant& v = p.plan.variant;
   EXPECT_TRUE(v.inner_outer);
   EXPECT_TRUE(v.prefetch);
-  EXPECT_EQ(v.key(), "r1.1_v8_t256_i2_b2_io_pf_32_f_vvvss");
-  EXPECT_EQ(p.plan.grid_x, 264u);
+  EXPECT_EQ(v.key(), "r1.1_v8_t512_i1_b1_io_pf_l3_32_f_vvvss");
+  EXPECT_EQ(p.plan.grid_x, 132u);
   EXPECT_EQ(p.plan.grid_y, 1u);
-  EXPECT_EQ(cuda::inner_outer_tree(264, 2).fanout, 17);
-  EXPECT_EQ(p.plan.workspace_bytes, size_t(264 + 16) * 4096 * 8);
-  EXPECT_EQ(p.plan.counter_bytes, size_t(17) * 4);
+  EXPECT_EQ(cuda::inner_outer_tree(132, 3).fanout, 6);
+  EXPECT_EQ(p.plan.workspace_bytes, size_t(132 + 22 + 4) * 4096 * 8);
+  EXPECT_EQ(p.plan.counter_bytes, size_t(22 + 4 + 1) * 4);
   EXPECT_FALSE(p.plan.split_stages);
+  cuda::KernelTuning before;
+  before.inner_outer_accumulators = 32;
+  before.inner_outer_combine_levels = 2;
+  Planned old = plan_of(text, {{"N", 8192}, {"D", 4096}}, 0, true, before);
+  EXPECT_EQ(old.plan.variant.key(), "r1.1_v8_t256_i2_b2_io_pf_32_f_vvvss");
+  EXPECT_EQ(old.plan.grid_x, 264u);
+  EXPECT_EQ(cuda::inner_outer_tree(264, 2).fanout, 17);
+  EXPECT_EQ(old.plan.workspace_bytes, size_t(264 + 16) * 4096 * 8);
+  EXPECT_EQ(old.plan.counter_bytes, size_t(17) * 4);
   cuda::KernelTuning tuning;
   tuning.inner_outer_accumulators = 64;
   tuning.inner_outer_blocks_per_sm = 3;
@@ -290,8 +302,8 @@ TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
   EXPECT_EQ(tuned.plan.variant.threads, 128);
   EXPECT_EQ(tuned.plan.variant.items, 4);
   EXPECT_EQ(tuned.plan.grid_x, 396u);
-  // three levels: nodes of 7 (7^3 >= 264), 264 -> 38 -> 6 -> the root; 308 rows, 45 counters
-  cuda::KernelTuning three;
+  // 264 blocks in three levels: nodes of 7 (7^3 >= 264), 264 -> 38 -> 6 -> the root; 308 rows, 45 counters
+  cuda::KernelTuning three = before;
   three.inner_outer_combine_levels = 3;
   Planned deeper = plan_of(text, {{"N", 8192}, {"D", 4096}}, 0, true, three);
   EXPECT_EQ(deeper.plan.variant.key(), "r1.1_v8_t256_i2_b2_io_pf_l3_32_f_vvvss");
@@ -313,10 +325,13 @@ TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
 // threads may not have the registers for a second row (16384 columns: 1024 threads, 64 registers)
 // are not loaded ahead.
 TEST(LaunchPlan, InnerOuterRowsLoadedAheadCountTheirRegisters) {
-  cuda::KernelTuning off;
+  cuda::KernelTuning before;  // 32 accumulators, two levels: the tuning these widths were written for
+  before.inner_outer_accumulators = 32;
+  before.inner_outer_combine_levels = 2;
+  cuda::KernelTuning off = before;
   off.inner_outer_prefetch = false;
   const std::string rms = testing::rms_norm_backward("bf16"), ln = testing::layer_norm_backward("bf16");
-  Planned ahead = plan_of(rms, {{"N", 8192}, {"D", 4096}}), plain = plan_of(rms, {{"N", 8192}, {"D", 4096}}, 0, true, off);
+  Planned ahead = plan_of(rms, {{"N", 8192}, {"D", 4096}}, 0, true, before), plain = plan_of(rms, {{"N", 8192}, {"D", 4096}}, 0, true, off);
   EXPECT_EQ(ahead.plan.variant.key(), "r1.1_v8_t128_i4_b2_io_pf_32_f_vvvs");
   EXPECT_EQ(ahead.plan.grid_x, 264u);
   EXPECT_EQ(plain.plan.variant.key(), "r1.1_v8_t128_i4_b4_io_32_f_vvvs");
@@ -327,6 +342,12 @@ TEST(LaunchPlan, InnerOuterRowsLoadedAheadCountTheirRegisters) {
   Planned wide = plan_of(ln, {{"N", 2048}, {"D", 16384}});
   EXPECT_EQ(wide.plan.variant.threads, 1024);
   EXPECT_FALSE(wide.plan.variant.prefetch);
+  // by the built-in tuning (16 accumulators), 8192 columns would be 1024 threads of one vector,
+  // which have no registers for a second row: 512 threads of two vectors instead, loading ahead
+  Planned ln8k = plan_of(ln, {{"N", 8192}, {"D", 8192}});
+  EXPECT_EQ(ln8k.plan.variant.threads, 512);
+  EXPECT_EQ(ln8k.plan.variant.items, 2);
+  EXPECT_TRUE(ln8k.plan.variant.prefetch);
 }
 
 // The combine tree of B blocks' partials over L levels: the fanout is the least S with S^L >= B,
@@ -345,7 +366,7 @@ TEST(LaunchPlan, InnerOuterCombineTreeShapes) {
 // A block width that would leave threads without a vector in every row gives way to the nearest
 // that leaves fewer: 768 bf16 columns are 96 vectors of 8, one a thread of 96 threads (not 128, a
 // quarter idle), for the layer norm's and the RMSNorm's backward alike; 1600 columns (200 vectors)
-// one a thread of 224 (24 idle, where 128 threads of two left 56). Widths that fill the block keep it.
+// one a thread of 224 (24 idle, where 256 threads left 56). Widths that fill the block keep it.
 TEST(LaunchPlan, InnerOuterBlocksLeaveTheFewestThreadsIdle) {
   for (const std::string& text : {testing::layer_norm_backward("bf16"), testing::rms_norm_backward("bf16")}) {
     Planned narrow = plan_of(text, {{"N", 32768}, {"D", 768}});
@@ -357,8 +378,8 @@ TEST(LaunchPlan, InnerOuterBlocksLeaveTheFewestThreadsIdle) {
   EXPECT_EQ(xl.plan.variant.threads, 224);
   EXPECT_EQ(xl.plan.variant.items, 1);
   Planned filled = plan_of(testing::layer_norm_backward("bf16"), {{"N", 8192}, {"D", 2048}});
-  EXPECT_EQ(filled.plan.variant.threads, 128);
-  EXPECT_EQ(filled.plan.variant.items, 2);
+  EXPECT_EQ(filled.plan.variant.threads, 256);
+  EXPECT_EQ(filled.plan.variant.items, 1);
 }
 
 TEST(LaunchPlan, NormalizationOverANonContiguousAxisRunsAKernelAPass) {

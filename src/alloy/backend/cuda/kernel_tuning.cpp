@@ -37,25 +37,23 @@ namespace {
 //   sums fit); a row split only where each thread then loads at least 8 vectors. To sweep on the
 //   GPU: the grad-norm bench case (grad_norm_1e8); grid_blocks_per_sm 0 is the A/B against the
 //   column kernels that ran these shapes before.
-// - inner_outer_accumulators 32, inner_outer_blocks_per_sm 0 (issue 27; the defaults measured on an
-//   H100 at 63-71% of copy bandwidth, not yet swept: `scripts/gpu-ab inner_outer`): a
-//   thread holds at most 32 f32 column partials (the layer norm backward's dw and db of two bf16
-//   vectors of 8), so rows wider than 256 threads' worth take wider blocks; the persistent grid
-//   holds as many blocks an SM as ~64K registers fit by an estimate of the kernel's.
+// - inner_outer_accumulators 16, inner_outer_blocks_per_sm 0, inner_outer_prefetch true,
+//   inner_outer_combine_levels 3 (issue 27; `scripts/gpu-ab inner_outer`, H100, session 27, the
+//   layer norm / RMSNorm backward at [8192, 4096] and [32768, 768] bf16, alloy_bench medians): a
+//   thread holds at most 16 f32 column partials, so rows wider than 128 threads' worth take wider
+//   blocks (the layer norm's at 4096 columns 512 threads of one vector; where such a block has no
+//   registers for a second row, the one of two vectors a thread); the persistent grid holds as
+//   many blocks an SM as ~64K registers fit by an estimate of the kernel's.
+//   Each block loads its next row while it reduces and stores (before, nothing was in flight to
+//   memory then): 103.1/79.0/106.9/69.8 us off, 101.4/74.1/91.6/68.3 on (and the 768-column
+//   blocks of 96 threads, not 128 with a quarter idle). The partials' combine tree of three
+//   levels: 100.4/70.6/89.3/65.2 (one level, the last block reading all: 158.8/185.9/152.2/135.8).
+//   16 accumulators (two levels): 98.9/74.2/85.0/67.5. Each of the three measured alone against
+//   the others at their defaults of then; their combination, the default now, is not yet timed.
+//   Blocks an SM by hand: 2 gave 99.5/104.4/89.1/100.7, 4 spills (666.8 at 4096 columns).
 // - multi_tensor_threads 256, multi_tensor_chunk_vectors 2 (issue 27): GPT-2's AdamW step over 148
 //   tensors in one launch at 86% of copy bandwidth on an H100 (as torch._fused_adamw_), the one
 //   2^28 tensor step at 100%; `scripts/gpu-ab multi_tensor` times other chunks and blocks.
-// - inner_outer_prefetch true (not measured yet; `scripts/gpu-ab inner_outer` times it on and off):
-//   without it each row's iteration issues its loads, waits for them, then reduces (barriers) and
-//   stores with nothing in flight to memory, so the kernel is latency-bound (the 63-71% above). On,
-//   each block loads its next row while it reduces and stores, loads its weight once and reduces a
-//   row's sums together (one barrier). It costs a second row's registers: by the estimate, the
-//   RMSNorm backward at [8192, 4096] bf16 runs 2 blocks an SM instead of 4, the layer norm's keeps
-//   2 (NVRTC sm_90: 128 registers either way, no spills); rows too wide for a second row in a
-//   block's registers (16384 columns) are not loaded ahead.
-// - inner_outer_combine_levels 2 (issue 27; `scripts/gpu-ab inner_outer` times 3 and 1): the last
-//   block to finish its rows reads 2 * sqrt(blocks) partial rows (33 at 264 blocks, ~1 MB for the
-//   layer norm backward's dw and db over 4096 columns); 3 levels read 20.
 // sm_80 (A100) has not been measured: it takes the same values.
 const KernelTuningTable kBuiltin = {
     {80, KernelTuning{}},

@@ -30,7 +30,7 @@ struct KernelTuning {
   // choose_inner_outer): the f32 column accumulators a thread holds at most (wider blocks for wider
   // rows), and the blocks an SM runs (the persistent grid is SMs * this, also __launch_bounds__'
   // minimum; 0: estimated from the registers the accumulators and the held row take).
-  int inner_outer_accumulators = 32;  // 4 to 256
+  int inner_outer_accumulators = 16;  // 4 to 256
   int inner_outer_blocks_per_sm = 0;  // 0 to 32
   // Multi-tensor kernels (an optimizer step over many parameters in one launch): threads a block,
   // and the vectors a thread computes of each chunk (a chunk is threads * vector * this elements
@@ -43,7 +43,7 @@ struct KernelTuning {
   bool inner_outer_prefetch = true;
   // Inner-outer kernels: the levels of the tree that combines the blocks' column partials (the
   // last block to finish its rows reads levels * blocks^(1/levels) partials).
-  int inner_outer_combine_levels = 2;  // 1 to 4
+  int inner_outer_combine_levels = 3;  // 1 to 4
   bool recompute_values = false;  // row kernels recompute costly values (exp, tanh, ...) instead of holding them
   bool operator==(const KernelTuning&) const = default;
 };

@@ -589,19 +589,22 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
   for (const Op* r : a.outer_reductions) words += std::string(compute_type(r->outputs[0]->dtype())) == "double" ? 2 : 1;
   const int64_t slots = std::max<int64_t>(1, (l.cols + v.vector - 1) / v.vector);
   const int64_t per_thread = std::max(1, target.tuning.inner_outer_accumulators / std::max(1, v.vector * words));
-  int64_t threads = std::clamp<int64_t>(((slots + per_thread - 1) / per_thread + 31) / 32 * 32, 128, 1024);
-  // Where that block leaves threads without a vector in a row (768 bf16 columns are 96 vectors: a
-  // quarter of 128 threads idle), the width nearest it that leaves fewer idle, within the
-  // accumulators (96 threads of one vector each there).
-  auto idle = [&](int64_t t) { return (slots + t - 1) / t * t - slots; };
-  const int64_t first = threads;
-  for (int64_t t = 32; t <= 1024; t += 32)
-    if ((slots + t - 1) / t <= per_thread &&
-        (idle(t) < idle(threads) || (idle(t) == idle(threads) && std::abs(t - first) < std::abs(threads - first))))
-      threads = t;
-  v.threads = int(threads);
-  v.items = int((slots + threads - 1) / threads);
-  v.full_rows = l.cols == int64_t(v.items) * threads * v.vector;
+  // The block for `per` vectors a thread at most: the fewest threads that hold the row in that
+  // many (128 to 1024), or, where that block leaves threads without a vector in a row (768 bf16
+  // columns are 96 vectors: a quarter of 128 threads idle), the width nearest it that leaves fewer
+  // idle (96 threads of one vector each there).
+  auto shape = [&](int64_t per) {
+    int64_t threads = std::clamp<int64_t>(((slots + per - 1) / per + 31) / 32 * 32, 128, 1024);
+    auto idle = [&](int64_t t) { return (slots + t - 1) / t * t - slots; };
+    const int64_t first = threads;
+    for (int64_t t = 32; t <= 1024; t += 32)
+      if ((slots + t - 1) / t <= per &&
+          (idle(t) < idle(threads) || (idle(t) == idle(threads) && std::abs(t - first) < std::abs(threads - first))))
+        threads = t;
+    v.threads = int(threads);
+    v.items = int((slots + threads - 1) / threads);
+    v.full_rows = l.cols == int64_t(v.items) * threads * v.vector;
+  };
   // 32-bit registers a thread takes, by an estimate: 40, the partials and the leaves, were every
   // per-element one held. Loading the next row ahead holds those loaded with each row twice (the
   // row's and the next row's; the per-row ones too), those of the columns once, and one register
@@ -609,8 +612,8 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
   // reductions): fitted to NVRTC's sm_90 compiles of the norm backwards at widths 768 to 8192,
   // bf16 and f32, so that none spills at the blocks an SM it gives. (Without, the estimate of
   // before, which the kernel of before keeps.)
-  const int64_t elements = int64_t(v.items) * v.vector;
   auto registers = [&](bool prefetch) {
+    const int64_t elements = int64_t(v.items) * v.vector;
     int64_t held = 0;
     for (const Value* leaf : a.leaves) {
       if (a.is_position(leaf)) continue;
@@ -619,12 +622,23 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
     }
     return 40 + elements * words + held + (prefetch ? elements / 2 : 0);
   };
-  // no room for a second row in the registers a block of this width may have: it would spill
-  v.prefetch = target.tuning.inner_outer_prefetch && registers(true) <= std::min<int64_t>(255, 65536 / threads);
+  // the next row loaded ahead where asked and a thread of the block has the registers for it (else
+  // it would spill); where a block this wide has not, the one of twice the vectors a thread where
+  // that has (the layer norm backward over 8192 bf16 columns at 16 accumulators: 512 threads of two
+  // vectors loading ahead, not 1024 of one that cannot; no further: the estimate is tight there)
+  auto fits_ahead = [&] { return registers(true) <= std::min<int64_t>(255, 65536 / v.threads); };
+  shape(per_thread);
+  v.prefetch = target.tuning.inner_outer_prefetch && fits_ahead();
+  if (target.tuning.inner_outer_prefetch && !v.prefetch) {
+    const KernelVariant widest = v;
+    shape(2 * per_thread);
+    v.prefetch = v.threads < widest.threads && fits_ahead();
+    if (!v.prefetch) v = widest;
+  }
   v.min_blocks = target.tuning.inner_outer_blocks_per_sm;
   if (v.min_blocks == 0) {
     int64_t r = std::min<int64_t>(255, registers(v.prefetch));
-    v.min_blocks = int(std::clamp<int64_t>(65536 / (threads * ((r + 7) / 8 * 8)), 1, 2048 / threads));
+    v.min_blocks = int(std::clamp<int64_t>(65536 / (v.threads * ((r + 7) / 8 * 8)), 1, 2048 / v.threads));
   }
   v.index32 = small_offsets(axes, l.numel);
   v.recompute = target.tuning.recompute_values;
