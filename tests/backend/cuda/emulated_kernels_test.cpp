@@ -915,8 +915,9 @@ TEST(EmulatedKernels, InnerOuterGivesTheSameBitsInAnyBlockOrder) {
   }
 }
 
-// The partials combined by a tree of three levels and of one (KernelTuning::
-// inner_outer_combine_levels): the CPU reference's results, the same bits in any block order.
+// The partials combined by a tree of three levels (40 blocks: nodes of 4, 40 -> 10 -> 3 -> the
+// root) and of one (the last block reads all 40; KernelTuning::inner_outer_combine_levels): the
+// CPU reference's results, the same bits in any block order.
 TEST(EmulatedKernels, InnerOuterCombineTreesOfOtherDepths) {
   const std::string text = testing::layer_norm_backward("f32");
   for (int levels : {1, 3}) {
@@ -924,13 +925,14 @@ TEST(EmulatedKernels, InnerOuterCombineTreesOfOtherDepths) {
     cuda::KernelTuning tuning;
     tuning.inner_outer_combine_levels = levels;
     GridRun run;
-    run_grid(text, {{"N", 90}, {"D", 768}}, Flavour::default_choice, {}, 0, run, tuning);
+    run_grid(text, {{"N", 40}, {"D", 256}}, Flavour::default_choice, {}, 0, run, tuning);
     ASSERT_EQ(run.launches.size(), 1u);
     EXPECT_NE(run.launches[0].find("_l" + std::to_string(levels) + "_"), std::string::npos) << run.launches[0];
+    EXPECT_NE(run.launches[0].find(" grid 40"), std::string::npos) << "40 blocks: " << run.launches[0];
     ASSERT_EQ(run.outputs.size(), run.expected.size());
     for (size_t i = 0; i < run.expected.size(); ++i)
       EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
-    expect_the_same_bits_in_any_block_order(text, {{"N", 90}, {"D", 768}}, "_l" + std::to_string(levels) + "_", tuning);
+    expect_the_same_bits_in_any_block_order(text, {{"N", 40}, {"D", 256}}, "_l" + std::to_string(levels) + "_", tuning);
   }
 }
 
