@@ -31,7 +31,9 @@ namespace {
 // - recompute_values false: on the H200 rows above 74.7/83.4/75.8 us recomputing (softmax slower);
 //   nanoGPT's layer norm on an H100 9.2 against 10.3 us (session 22): a case for an entry by shape
 //   some day, not by architecture.
-// - grid_threads 256, grid_blocks_per_sm 4, grid_min_vectors 8 (issue 27, not measured yet): 1024
+// - grid_threads 256, grid_blocks_per_sm 4, grid_min_vectors 8 (issue 27; on an H100, session 27,
+//   2, 6 or 8 blocks an SM and 128 threads were all slower for var_mean and the grad norm:
+//   scripts/gpu-ab grid): 1024
 //   threads an SM, each with up to four 16-byte loads in flight (64 KiB an SM, above the ~25 KiB
 //   an H100's bandwidth-latency product asks of each SM), at most 64 registers (var_mean's step
 //   sums fit); a row split only where each thread then loads at least 8 vectors. To sweep on the
