@@ -414,6 +414,17 @@ void print_stack_and_die(int signal) {
   std::raise(signal);
 }
 
+// "a,b,,c" -> {"a", "b", "c"}
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> parts;
+  for (size_t start = 0; start <= list.size();) {
+    size_t comma = std::min(list.find(',', start), list.size());
+    if (comma > start) parts.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return parts;
+}
+
 int main(int argc, char** argv) {
   std::signal(SIGSEGV, print_stack_and_die);
   std::signal(SIGBUS, print_stack_and_die);
@@ -582,6 +593,10 @@ int main(int argc, char** argv) {
     cases.push_back(norm_backward(8192, 4096, rms));
     cases.push_back(norm_backward(32768, 768, rms));
   }
+  // ALLOY_BENCH_NORM_ROWS=132,264,...: the layer norm backward over 4096 columns at those rows too
+  // (scripts/gpu-ab inner_outer_rows: an inner-outer launch's fixed part and its time a row)
+  if (const char* rows = std::getenv("ALLOY_BENCH_NORM_ROWS"))
+    for (const std::string& n : split_list(rows)) cases.push_back(norm_backward(std::stoll(n), 4096, false));
   for (int64_t v : {int64_t(32000), int64_t(50257), int64_t(128256)}) {
     cases.push_back(cross_entropy_forward(8192, v));
     cases.push_back(cross_entropy_backward(8192, v));
@@ -599,11 +614,8 @@ int main(int argc, char** argv) {
   time_copy(runs);
   auto wanted = [&](const std::string& name) {
     if (only.empty()) return true;
-    for (size_t start = 0; start <= only.size();) {
-      size_t comma = std::min(only.find(',', start), only.size());
-      if (comma > start && name.find(only.substr(start, comma - start)) != std::string::npos) return true;
-      start = comma + 1;
-    }
+    for (const std::string& part : split_list(only))
+      if (name.find(part) != std::string::npos) return true;
     return false;
   };
   for (auto& c : cases)
