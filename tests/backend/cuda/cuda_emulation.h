@@ -35,6 +35,7 @@ inline thread_local AlloyEmuWarp* alloy_emu_warp;
 inline void __syncthreads() { alloy_emu_block->arrive_and_wait(); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline void __nanosleep(unsigned) { std::this_thread::yield(); }
 inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long expected, unsigned long long desired) {
   __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   return expected;  // the old value, as CUDA's
@@ -77,6 +78,19 @@ inline unsigned __ballot_sync(unsigned, int predicate) {
 #define __forceinline__ inline
 #define __global__
 #define __shared__ static
+// A barrier of the grid (an inner-outer kernel's combine over the grid): the blocks run one after
+// another here, so alloy_emulate_grid runs them twice; in the first run (phase 0) a block ends at
+// the barrier, in the second it skips what comes before (ALLOY_GRID_FIRST_PHASE) and goes on.
+inline int alloy_emu_phase = 0;
+inline std::atomic<bool> alloy_emu_barrier_met{false};
+#define ALLOY_GRID_BARRIER(counters)                  \
+  do {                                                \
+    if (alloy_emu_phase == 0) {                       \
+      alloy_emu_barrier_met = true;                   \
+      return;                                         \
+    }                                                 \
+  } while (0)
+#define ALLOY_GRID_FIRST_PHASE (alloy_emu_phase == 0)
 #define __launch_bounds__(...)
 #define __grid_constant__
 #define __align__(n) alignas(n)
@@ -105,18 +119,26 @@ void alloy_emulate_grid(void (*kernel)(const Params), unsigned gx, unsigned gy, 
   std::barrier<> block(threads), between(threads);
   std::vector<std::unique_ptr<AlloyEmuWarp>> warps;
   for (unsigned w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<AlloyEmuWarp>());
-  std::vector<std::thread> pool;
-  pool.reserve(threads);
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      threadIdx = {t, 0, 0};
-      alloy_emu_block = &block;
-      alloy_emu_warp = warps[t / 32].get();
-      for (const AlloyEmuDim3& b : blocks) {
-        blockIdx = b;
-        kernel(p);
-        between.arrive_and_wait();
-      }
-    });
-  for (auto& th : pool) th.join();
+  auto run_blocks = [&] {
+    std::vector<std::thread> pool;
+    pool.reserve(threads);
+    for (unsigned t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        threadIdx = {t, 0, 0};
+        alloy_emu_block = &block;
+        alloy_emu_warp = warps[t / 32].get();
+        for (const AlloyEmuDim3& b : blocks) {
+          blockIdx = b;
+          kernel(p);
+          between.arrive_and_wait();
+        }
+      });
+    for (auto& th : pool) th.join();
+  };
+  run_blocks();
+  if (!alloy_emu_barrier_met) return;
+  alloy_emu_phase = 1;  // every block past the grid's barrier (ALLOY_GRID_BARRIER)
+  run_blocks();
+  alloy_emu_phase = 0;
+  alloy_emu_barrier_met = false;
 }

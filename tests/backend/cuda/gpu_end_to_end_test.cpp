@@ -9,8 +9,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "alloy/backend/backend.h"
+#include "alloy/backend/cuda/kernel_tuning.h"
 #include "alloy/ir/parser.h"
 #include "alloy/runtime/executor.h"
 #include "alloy/runtime/run_inputs.h"
@@ -124,9 +126,11 @@ struct TuningFile {
 // layer norm and RMSNorm backward, bf16 and f32, from one row to 16k rows (more rows than any grid
 // has blocks), widths 768 to 16384 (8192: the block of two vectors a thread that the rows loaded
 // ahead fall back to) and odd ones (1000, 4099), one inner_outer segment each,
-// matching the CPU reference; each block's next row loaded ahead (the default), and at three of
-// the sizes not (inner_outer_prefetch off in a tuning file). (The CPU references of 64k rows made
-// the test minutes long; the bit-identity test below runs 64k rows.)
+// matching the CPU reference; each block's next row loaded ahead (the default), and at four of
+// the sizes not (inner_outer_prefetch off in a tuning file), and with the other combine and rows
+// ahead (a tree of three levels and one row ahead; the combine over the grid, a cooperative launch,
+// and two rows ahead). (The CPU references of 64k rows made the test minutes long; the
+// bit-identity test below runs 64k rows.)
 TEST(GpuEndToEnd, InnerOuterNormalizationBackwards_AreOneKernelAndMatchTheCpu) {
   ALLOY_REQUIRE_GPU();
   const std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 768}, {3, 1000}, {1000, 4099}, {8192, 4096}, {16384, 768}, {600, 8192}, {512, 16384}};
@@ -140,26 +144,41 @@ TEST(GpuEndToEnd, InnerOuterNormalizationBackwards_AreOneKernelAndMatchTheCpu) {
           EXPECT_NE(ran.segments.find("segment 0 [inner_outer]"), std::string::npos) << ran.segments;
           EXPECT_EQ(ran.segments.find("segment 1"), std::string::npos) << ran.segments;
           // (rows of 16384 are not loaded ahead: a block of 1024 threads has no registers for a second row)
-          if (d < 16384) EXPECT_EQ(ran.launched.find("_io_pf_") != std::string::npos, ahead) << ran.launched.substr(0, 200);
+          if (d < 16384) EXPECT_EQ(ran.launched.find("_io_pf") != std::string::npos, ahead) << ran.launched.substr(0, 200);
         }
   };
   expect_one_kernel(sizes, true);
-  TuningFile off("\"inner_outer_prefetch\": false");
-  testing::ScopedEnv tuning("ALLOY_KERNEL_TUNING", off.path.c_str());
-  expect_one_kernel({{3, 1000}, {1000, 4099}, {8192, 4096}}, false);
+  const std::vector<std::pair<int64_t, int64_t>> some = {{3, 1000}, {1000, 4099}, {8192, 4096}, {16384, 768}};
+  for (const char* keys : {"\"inner_outer_prefetch\": false", "\"inner_outer_combine_levels\": 3, \"inner_outer_rows_ahead\": 1",
+                           "\"inner_outer_combine_levels\": 0, \"inner_outer_rows_ahead\": 2"}) {
+    SCOPED_TRACE(keys);
+    TuningFile file(keys);
+    testing::ScopedEnv tuning("ALLOY_KERNEL_TUNING", file.path.c_str());
+    expect_one_kernel(some, std::string(keys).find("false") == std::string::npos);
+  }
 }
 
 // An inner-outer kernel's column sums give the same bits on every run (the blocks' partials are
 // combined in a fixed order whichever blocks arrive last): ten runs of one executor and a fresh
 // one's, byte for byte, at the bench case's [8192, 4096] bf16 and at 64k rows of 768 f32, each
-// block's next row loaded ahead (the default).
+// block's rows loaded ahead (the default), with the default combine and with the other one (a tree
+// of three levels, or over the grid: inner_outer_combine_levels 0).
 TEST(GpuEndToEnd, InnerOuterIsBitIdenticalAcrossRuns) {
   ALLOY_REQUIRE_GPU();
   const std::vector<std::pair<std::string, Bindings>> cases = {{testing::layer_norm_backward("bf16"), {{"N", 8192}, {"D", 4096}}},
                                                                {testing::rms_norm_backward("f32"), {{"N", 65536}, {"D", 768}}}};
-  for (const auto& [text, sizes] : cases) {
-    SCOPED_TRACE(text);
-    expect_the_same_bits_every_run(text, sizes, "_io_pf_", false);
+  const int other = cuda::builtin_kernel_tuning().at(90).inner_outer_combine_levels == 0 ? 3 : 0;
+  for (int levels : {-1, other}) {
+    std::optional<TuningFile> file;
+    std::optional<testing::ScopedEnv> tuning;
+    if (levels >= 0) {
+      file.emplace("\"inner_outer_combine_levels\": " + std::to_string(levels));
+      tuning.emplace("ALLOY_KERNEL_TUNING", file->path.c_str());
+    }
+    for (const auto& [text, sizes] : cases) {
+      SCOPED_TRACE(text + (levels >= 0 ? " combine levels " + std::to_string(levels) : ""));
+      expect_the_same_bits_every_run(text, sizes, levels >= 0 ? "_l" + std::to_string(levels) + "_" : "_io_pf", false);
+    }
   }
 }
 

@@ -309,6 +309,27 @@ TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
   EXPECT_EQ(deeper.plan.variant.key(), "r1.1_v8_t256_i2_b2_io_pf_l3_32_f_vvvss");
   EXPECT_EQ(deeper.plan.workspace_bytes, size_t(264 + 38 + 6) * 4096 * 8);
   EXPECT_EQ(deeper.plan.counter_bytes, size_t(38 + 6 + 1) * 4);
+  EXPECT_FALSE(deeper.plan.cooperative);
+  // the combine over the grid (0 levels): a cooperative launch, a row of partials a block and the
+  // barrier's two counters; cut to the blocks the compiled kernel fits at once; two rows ahead
+  cuda::KernelTuning grid;
+  grid.inner_outer_combine_levels = 0;
+  grid.inner_outer_rows_ahead = 2;
+  Planned over_grid = plan_of(text, {{"N", 8192}, {"D", 4096}}, 0, true, grid);
+  EXPECT_EQ(over_grid.plan.variant.key(), "r1.1_v8_t512_i1_b1_io_pf2_l0_32_f_vvvss");
+  EXPECT_TRUE(over_grid.plan.cooperative);
+  EXPECT_EQ(over_grid.plan.grid_x, 132u);
+  EXPECT_EQ(over_grid.plan.workspace_bytes, size_t(132) * 4096 * 8);
+  EXPECT_EQ(over_grid.plan.counter_bytes, size_t(2) * 4);
+  cuda::LaunchTarget target;
+  target.sm_count = 132;
+  cuda::LaunchPlan cut = over_grid.plan;
+  EXPECT_TRUE(cuda::fit_cooperative_grid(cut, 1, target));
+  EXPECT_EQ(cut.grid_x, 132u);
+  cut.grid_x = 264;
+  EXPECT_TRUE(cuda::fit_cooperative_grid(cut, 1, target));
+  EXPECT_EQ(cut.grid_x, 132u);
+  EXPECT_FALSE(cuda::fit_cooperative_grid(cut, 0, target));
   Planned one_row = plan_of(text, {{"N", 1}, {"D", 4096}});
   EXPECT_EQ(one_row.plan.grid_x, 1u);
   EXPECT_EQ(one_row.plan.workspace_word, -1);

@@ -44,13 +44,16 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     if (plan.split_stages && run_split(state, stream)) return;
     const LoadedKernel* kernel = kernel_for(plan.variant, state.device.index);
     if (plan.column_max_splits > 1) fit_column_grid(plan, last_blocks_per_sm_, target_);
+    if (plan.cooperative && !fit_cooperative_grid(plan, last_blocks_per_sm_, target_))
+      internal_error("segment ", id_, ": no block of kernel ", plan.variant.key(), " fits on an SM of device ", state.device.index);
     if (plan.workspace_word >= 0) {
       plan.words[plan.workspace_word] = uint64_t(reinterpret_cast<uintptr_t>(stream.scratch(plan.workspace_bytes)));
       plan.words[plan.counters_word] = uint64_t(reinterpret_cast<uintptr_t>(stream.zeroed_scratch(plan.counter_bytes)));
     }
     if (plan.error_word >= 0) plan.words[plan.error_word] = gather_flag_.word(a_, state);
     void* args[] = {plan.words.data()};
-    kernel->launch(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, 0, stream, args);
+    if (plan.cooperative) kernel->launch_cooperative(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, 0, stream, args);
+    else kernel->launch(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, 0, stream, args);
   }
 
   std::string source() const override {
@@ -98,8 +101,10 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     last_variant_ = v;
     last_device_ = device;
     last_kernel_ = lookup_or_compile(v, device);
-    // blocks an SM holds: column kernels size their grid by it (fit_column_grid)
-    last_blocks_per_sm_ = v.tile_x > 0 ? last_kernel_->max_active_blocks_per_sm(v.threads, 0) : 0;
+    // blocks an SM holds: column kernels size their grid by it (fit_column_grid), cooperative
+    // launches cut theirs to it (fit_cooperative_grid)
+    const bool cooperative = v.inner_outer && v.combine_levels == 0;
+    last_blocks_per_sm_ = v.tile_x > 0 || cooperative ? last_kernel_->max_active_blocks_per_sm(v.threads, 0) : 0;
     return last_kernel_;
   }
 

@@ -79,7 +79,8 @@ const IntegerKey kIntegerKeys[] = {
     {"grid_min_vectors", &KernelTuning::grid_min_vectors, 1, 1 << 20, 1},
     {"inner_outer_accumulators", &KernelTuning::inner_outer_accumulators, 4, 256, 1},
     {"inner_outer_blocks_per_sm", &KernelTuning::inner_outer_blocks_per_sm, 0, 32, 1},
-    {"inner_outer_combine_levels", &KernelTuning::inner_outer_combine_levels, 1, 4, 1},
+    {"inner_outer_combine_levels", &KernelTuning::inner_outer_combine_levels, 0, 4, 1},
+    {"inner_outer_rows_ahead", &KernelTuning::inner_outer_rows_ahead, 1, 4, 1},
     {"multi_tensor_threads", &KernelTuning::multi_tensor_threads, 32, 1024, 32},
     {"multi_tensor_chunk_vectors", &KernelTuning::multi_tensor_chunk_vectors, 1, 256, 1},
 };

@@ -41,9 +41,13 @@ struct KernelTuning {
   // row's registers), load the leaves that vary only along the columns (a norm's weight) once, and
   // reduce a row's sums together, one barrier for them all (KernelVariant::prefetch).
   bool inner_outer_prefetch = true;
+  // ... and how many rows ahead of the one it reduces (each another set of the row's registers;
+  // fewer where the registers a thread may have do not hold them).
+  int inner_outer_rows_ahead = 1;  // 1 to 4
   // Inner-outer kernels: the levels of the tree that combines the blocks' column partials (the
-  // last block to finish its rows reads levels * blocks^(1/levels) partials).
-  int inner_outer_combine_levels = 3;  // 1 to 4
+  // last block to finish its rows reads levels * blocks^(1/levels) partials), or 0: every block
+  // combines a share of the columns past a barrier of the grid (a cooperative launch).
+  int inner_outer_combine_levels = 3;  // 0 to 4
   bool recompute_values = false;  // row kernels recompute costly values (exp, tanh, ...) instead of holding them
   bool operator==(const KernelTuning&) const = default;
 };

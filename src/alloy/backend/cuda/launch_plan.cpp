@@ -11,6 +11,7 @@
 #include "alloy/backend/cuda/codegen/cuda_expressions.h"
 #include "alloy/backend/cuda/launch_vectors.h"
 #include "alloy/common/settings.h"
+#include "alloy/ir/op_table.h"
 
 namespace alloy::cuda {
 namespace {
@@ -354,6 +355,18 @@ std::vector<int> cat_axes_of(const std::vector<CatSources>& cats, const std::vec
   return positions;
 }
 
+namespace {
+// Whether a pointwise op on the outer reductions' results (computed per column) reads a leaf.
+bool column_ops_read_leaves(const KernelAnalysis& a) {
+  for (const Op* op : a.compute_ops) {
+    if (op_row(op->kind).op_class == OpClass::reduction || !a.at(op->outputs[0]).per_column) continue;
+    for (const Value* in : op->inputs)
+      if (std::find(a.leaves.begin(), a.leaves.end(), in) != a.leaves.end()) return true;
+  }
+  return false;
+}
+}  // namespace
+
 // Row and outer reductions in one persistent kernel (KernelVariant::inner_outer): a block per row,
 // the row held in registers in whole vectors (a thread owns the same columns in every row, so no
 // edge elements), as many threads as keep a thread's column partials within
@@ -393,28 +406,35 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
   // reductions): fitted to NVRTC's sm_90 compiles of the norm backwards at widths 768 to 8192,
   // bf16 and f32, so that none spills at the blocks an SM it gives. (Without, the estimate of
   // before, which the kernel of before keeps.)
-  auto registers = [&](bool prefetch) {
+  // (`ahead` rows loaded ahead: each holds the per-element leaves of a row once more.)
+  auto registers = [&](int ahead) {
     const int64_t elements = int64_t(v.items) * v.vector;
     int64_t held = 0;
     for (const Value* leaf : a.leaves) {
       if (a.is_position(leaf)) continue;
-      if (!a.at(leaf).per_row) held += elements * dtype_size(leaf->dtype()) / 4 * (prefetch && !along_columns_only(a, leaf) ? 2 : 1);
-      else if (prefetch) held += 2 * ((dtype_size(leaf->dtype()) + 3) / 4);
+      if (!a.at(leaf).per_row) held += elements * dtype_size(leaf->dtype()) / 4 * (ahead > 0 && !along_columns_only(a, leaf) ? 1 + ahead : 1);
+      else if (ahead > 0) held += (1 + ahead) * ((dtype_size(leaf->dtype()) + 3) / 4);
     }
-    return 40 + elements * words + held + (prefetch ? elements / 2 : 0);
+    return 40 + elements * words + held + (ahead > 0 ? elements / 2 : 0);
   };
-  // the next row loaded ahead where asked and a thread of the block has the registers for it (else
-  // it would spill); where a block this wide has not, the one of twice the vectors a thread where
-  // that has (the layer norm backward over 8192 bf16 columns at 16 accumulators: 512 threads of two
-  // vectors loading ahead, not 1024 of one that cannot; no further: the estimate is tight there)
-  auto fits_ahead = [&] { return registers(true) <= std::min<int64_t>(255, 65536 / v.threads); };
+  // rows loaded ahead where asked, as many as the tuning's rows ahead or fewer, where a thread of
+  // the block has the registers for them (else it would spill); where a block this wide has no
+  // registers for one row ahead, the one of twice the vectors a thread where that has (the layer
+  // norm backward over 8192 bf16 columns at 16 accumulators: 512 threads of two vectors loading
+  // ahead, not 1024 of one that cannot; no further: the estimate is tight there)
+  auto most_ahead = [&] {
+    const int64_t limit = std::min<int64_t>(255, 65536 / v.threads);
+    int ahead = target.tuning.inner_outer_prefetch ? std::max(1, target.tuning.inner_outer_rows_ahead) : 0;
+    while (ahead > 0 && registers(ahead) > limit) --ahead;
+    return ahead;
+  };
   shape(per_thread);
-  v.prefetch = target.tuning.inner_outer_prefetch && fits_ahead();
-  if (target.tuning.inner_outer_prefetch && !v.prefetch) {
+  v.prefetch = most_ahead();
+  if (target.tuning.inner_outer_prefetch && v.prefetch == 0) {
     const KernelVariant widest = v;
     shape(2 * per_thread);
-    v.prefetch = v.threads < widest.threads && fits_ahead();
-    if (!v.prefetch) v = widest;
+    v.prefetch = v.threads < widest.threads ? most_ahead() : 0;
+    if (v.prefetch == 0) v = widest;
   }
   v.min_blocks = target.tuning.inner_outer_blocks_per_sm;
   if (v.min_blocks == 0) {
@@ -424,6 +444,9 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
   v.index32 = small_offsets(axes, l.numel);
   v.recompute = target.tuning.recompute_values;
   v.combine_levels = target.tuning.inner_outer_combine_levels;
+  // (the combine over the grid computes a column's results in a thread that holds none of its
+  // leaves: a column op reading a leaf keeps the tree, which computes them where they are held)
+  if (v.combine_levels == 0 && column_ops_read_leaves(a)) v.combine_levels = 3;
   return std::clamp<int64_t>(std::min<int64_t>(l.rows, int64_t(std::max(1, target.sm_count)) * v.min_blocks), 1, 2147483647);
 }
 
@@ -511,6 +534,14 @@ void fit_column_grid(LaunchPlan& plan, int blocks_per_sm, const LaunchTarget& ta
   plan.workspace_bytes = size_t(splits) * plan.workspace_bytes_per_split;
 }
 
+bool fit_cooperative_grid(LaunchPlan& plan, int blocks_per_sm, const LaunchTarget& target) {
+  if (!plan.cooperative) return true;
+  const int64_t resident = int64_t(std::max(1, target.sm_count)) * blocks_per_sm;
+  if (resident < 1) return false;
+  plan.grid_x = unsigned(std::min<int64_t>(plan.grid_x, resident));
+  return true;
+}
+
 LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& domain, const std::vector<const Tensor*>& tensors,
                        const std::vector<uint64_t>& scalar_words, const LaunchTarget& target) {
   LaunchPlan plan;
@@ -558,6 +589,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   if (v.inner_outer) {  // the persistent grid, and where it has several blocks their column partials' workspace
     plan.grid_x = unsigned(splits);
     plan.workspace_bytes = inner_outer_workspace_bytes(a, splits, l.cols, v.combine_levels);
+    plan.cooperative = v.combine_levels == 0 && splits > 1;
     if (plan.workspace_bytes > 0) {
       plan.counter_bytes = size_t(inner_outer_tree(splits, v.combine_levels).counters) * 4;
       plan.workspace_word = int(words.size());

@@ -58,6 +58,10 @@ struct LaunchPlan {
   int error_word = -1;
   size_t workspace_bytes = 0, counter_bytes = 0;
   unsigned grid_x = 1, grid_y = 1, block = 256;
+  // Every block resident at once (an inner-outer kernel combining over the grid past a barrier of
+  // it, KernelVariant::combine_levels 0): a cooperative launch, of at most the blocks the compiled
+  // kernel fits on the device at once (fit_cooperative_grid).
+  bool cooperative = false;
   // Column kernels: the most blocks along the reduced axes worth launching (0: not a column
   // kernel) and the workspace each needs; fit_column_grid sizes grid_y to the compiled kernel.
   int64_t column_max_splits = 0;
@@ -72,6 +76,10 @@ struct LaunchPlan {
 // registers may hold below what plan_launch assumed from threads and shared memory). A no-op for
 // other kernels and where the tuning fixes the blocks an SM (KernelTuning::column_blocks_per_sm).
 void fit_column_grid(LaunchPlan& plan, int blocks_per_sm, const LaunchTarget& target);
+// A cooperative plan's grid cut to the blocks the device holds at once when an SM holds
+// `blocks_per_sm` of the compiled kernel's (its registers may hold fewer than the plan assumed);
+// false where not even one block fits (the launcher refuses). A no-op for other plans.
+bool fit_cooperative_grid(LaunchPlan& plan, int blocks_per_sm, const LaunchTarget& target);
 
 // Each scalar input of the analysis as its Params word (double bits, or int64), read from the
 // host tensor `value_of` gives for it.

@@ -96,8 +96,11 @@ std::vector<cuda::KernelVariant> representative_variants(const KernelAnalysis& a
     inner_outer_scalar.inner_outer = true;
     inner_outer_scalar.items = 4;
     cuda::KernelVariant rows_ahead = inner_outer, rows_ahead_scalar = inner_outer_scalar;  // the next row loaded ahead
-    rows_ahead.prefetch = rows_ahead_scalar.prefetch = true;
-    return {inner_outer_scalar, inner_outer, rows_ahead_scalar, rows_ahead};
+    rows_ahead.prefetch = rows_ahead_scalar.prefetch = 1;
+    cuda::KernelVariant two_ahead = rows_ahead;  // the next two, combined over the grid
+    two_ahead.prefetch = 2;
+    two_ahead.combine_levels = 0;
+    return {inner_outer_scalar, inner_outer, rows_ahead_scalar, rows_ahead, two_ahead};
   }
   if (!a.single_pass || a.has_indexing()) return with_edges({scalar, vector, warp_rows, index32, early_warp_rows});
   cuda::KernelVariant columns = vector;  // reductions over outer axes, split over blocks

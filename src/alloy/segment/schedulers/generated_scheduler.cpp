@@ -40,7 +40,7 @@ std::string inner_outer_note(const KernelAnalysis& a) {
   std::string axes;
   for (int d : a.reduced_axes) axes += (axes.empty() ? "" : ", ") + std::to_string(d);
   return "(row reductions " + names(rows) + " over [" + axes + "]; over the rows: " + names(a.outer_reductions) +
-         ", in one persistent kernel whose last blocks combine the column partials)";
+         ", in one persistent kernel that combines the blocks' column partials in a fixed order)";
 }
 
 std::string too_many_ops() { return "a generated kernel takes at most " + std::to_string(kMaxKernelOps) + " ops"; }

@@ -7,10 +7,11 @@
 // a thread owns the same columns in every row (its `items` vectors), so the final pass adds each
 // outer reduction's input to the thread's f32 column partials, in row order. After its last row a
 // block writes its partials to the workspace, and the partials are combined by a tree of
-// last-block tickets (kernel_codegen.h's inner_outer_tree; two levels by default: groups of S
-// consecutive blocks, then the groups): the last child of each node to arrive sums its children's
-// partials in order, and the root's computes each column's results (the outer reductions' values
-// and the pointwise ops on them, dw's cast to bf16) and stores them. Deterministic: each partial's
+// last-block tickets (kernel_codegen.h's inner_outer_tree: groups of S consecutive blocks, then
+// the groups, ...): the last child of each node to arrive sums its children's partials in order,
+// and the root's computes each column's results (the outer reductions' values and the pointwise
+// ops on them, dw's cast to bf16) and stores them; or (combine_levels 0, a cooperative launch)
+// every block, past a barrier of the grid, combines a share of the columns (combine_over_the_grid). Deterministic: each partial's
 // rows, the tree and its order are fixed by the block count, which the launch plan takes from the
 // sizes, the SM count and the tuning only; which block arrives last changes nothing. The counters
 // live in the stream's zeroed scratch and each combining block resets its own.
@@ -18,8 +19,9 @@
 // Against two kernels (the row kernel for dx, a column kernel re-reading dy and x for dw and db):
 // 3 tensor passes instead of 5, and one launch.
 //
-// With rows loaded ahead (KernelVariant::prefetch) each block loads its next row into a second set
-// of registers before its row's reductions, and the leaves of the columns (the weight) once.
+// With rows loaded ahead (KernelVariant::prefetch: R rows) each block loads the row R ahead of the
+// one it reduces into another set of registers before that row's reductions (the rows between
+// were loaded by the iterations before), and the leaves of the columns (the weight) once.
 #include <set>
 #include <string>
 #include <vector>
@@ -100,19 +102,32 @@ void InnerOuterParts::load_rows_ahead(const std::string& in) {
     e_.emit_leaf_arrays("L", held, in, columns);
     load_held_vectors(in, "", "L", columns);
   }
-  os << in << "// the block's first row; each iteration then loads the next one ahead\n";
-  e_.emit_leaf_arrays("L", held, in, held_row_leaves());
-  for (int k : per_row_leaves()) os << in << compute_type(e_.a_.leaves[k]->dtype()) << " P" << k << ";\n";
-  load_row("(long long)blockIdx.x", "L", "P", in);
+  const int ahead = e_.v_.prefetch;
+  os << in << "// the block's first row" << (ahead > 1 ? "s" : "") << "; each iteration then loads the one " << ahead << " row"
+     << (ahead > 1 ? "s" : "") << " ahead\n";
+  for (int j = 0; j < ahead; ++j) {
+    e_.emit_leaf_arrays(held_prefix(j), held, in, held_row_leaves());
+    for (int k : per_row_leaves()) os << in << compute_type(e_.a_.leaves[k]->dtype()) << " " << scalar_prefix(j) << k << ";\n";
+    load_row("(long long)blockIdx.x" + (j ? " + " + std::to_string(j) + "ll * gridDim.x" : std::string()), held_prefix(j), scalar_prefix(j), in);
+  }
+}
+
+// The registers of the row j rows ahead of the one reduced (0: that one; prefetch: the one an
+// iteration loads): L<k>[it], P<k>; A<j>_<k>[it], B<j>_<k>; N<k>[it], Q<k>.
+std::string InnerOuterParts::held_prefix(int j) const {
+  return j == 0 ? "L" : j == e_.v_.prefetch ? "N" : "A" + std::to_string(j) + "_";
+}
+std::string InnerOuterParts::scalar_prefix(int j) const {
+  return j == 0 ? "P" : j == e_.v_.prefetch ? "Q" : "B" + std::to_string(j) + "_";
 }
 
 void InnerOuterParts::load_next_row(const std::string& in) {
   std::ostringstream& os = e_.os_;
-  os << in << "// the block's next row, in flight while this one reduces and stores\n";
+  const int ahead = e_.v_.prefetch;
+  os << in << "// the block's row " << ahead << " ahead, in flight while this one reduces and stores\n";
   e_.emit_leaf_arrays("N", "[" + std::to_string(e_.v_.items) + "]", in, held_row_leaves());
   for (int k : per_row_leaves()) os << in << compute_type(e_.a_.leaves[k]->dtype()) << " Q" << k << ";\n";
-  os << in << "const long long next_row = row + gridDim.x;\n";
-  load_row("next_row", "N", "Q", in);
+  load_row("row + " + (ahead > 1 ? std::to_string(ahead) + "ll * " : std::string()) + "gridDim.x", "N", "Q", in);
 }
 
 void InnerOuterParts::next_row_becomes_current(const std::string& in) {
@@ -120,13 +135,16 @@ void InnerOuterParts::next_row_becomes_current(const std::string& in) {
   std::set<int> held = held_row_leaves();
   std::vector<int> scalars = per_row_leaves();
   if (held.empty() && scalars.empty()) return;
-  os << in << "if (next_row < p.rows) {\n";
-  if (!held.empty()) {
-    os << in << "  #pragma unroll\n" << in << "  for (int it = 0; it < " << e_.v_.items << "; ++it) {";
-    for (int k : held) os << " L" << k << "[it] = N" << k << "[it];";
-    os << " }\n";
+  // each row's registers move one place nearer (where the loop goes on)
+  os << in << "if (row + gridDim.x < p.rows) {\n";
+  for (int j = 0; j < e_.v_.prefetch; ++j) {
+    if (!held.empty()) {
+      os << in << "  #pragma unroll\n" << in << "  for (int it = 0; it < " << e_.v_.items << "; ++it) {";
+      for (int k : held) os << " " << held_prefix(j) << k << "[it] = " << held_prefix(j + 1) << k << "[it];";
+      os << " }\n";
+    }
+    for (int k : scalars) os << in << "  " << scalar_prefix(j) << k << " = " << scalar_prefix(j + 1) << k << ";\n";
   }
-  for (int k : scalars) os << in << "  P" << k << " = Q" << k << ";\n";
   os << in << "}\n";
 }
 
@@ -173,9 +191,22 @@ void InnerOuterParts::accumulate(const std::string& in, const std::string& eleme
 
 void InnerOuterParts::combine_and_store() {
   e_.os_ << "  if (gridDim.x > 1) {\n";
-  combine_partials();
+  if (e_.v_.combine_levels == 0) combine_over_the_grid();
+  else combine_partials();
   e_.os_ << "  }\n";
   store_columns();
+}
+
+// Each outer reduction's region of the workspace: W<id>, `rows` (an expression) rows of every
+// column's partials, the regions in workspace_order.
+void InnerOuterParts::declare_workspace(const std::string& in, const std::string& rows) {
+  std::string before = "0";
+  for (const Op* r : workspace_order(e_.a_)) {
+    std::string T = partial_type(r);
+    e_.os_ << in << T << "* W" << r->outputs[0]->id << " = reinterpret_cast<" << T << "*>(reinterpret_cast<char*>(p.ws) + (long long)("
+           << rows << ") * p.cols * (" << before << "));\n";
+    before += T == "double" ? " + 8" : " + 4";
+  }
 }
 
 // Opens, at `in`, the loop over the thread's vectors of columns (`col0`, its first column, inside
@@ -203,13 +234,7 @@ void InnerOuterParts::combine_partials() {
      << " && reach < gridDim.x; ++l) reach *= S; if (reach >= gridDim.x) break; }\n";
   os << in << "unsigned long long tree_rows = 0;\n";
   os << in << "for (unsigned n = gridDim.x; n > 1; n = (n + S - 1) / S) tree_rows += n;\n";
-  std::string before = "0";
-  for (const Op* r : order) {
-    std::string T = partial_type(r);
-    os << in << T << "* W" << r->outputs[0]->id << " = reinterpret_cast<" << T << "*>(reinterpret_cast<char*>(p.ws) + (long long)tree_rows * p.cols * ("
-       << before << "));\n";
-    before += T == "double" ? " + 8" : " + 4";
-  }
+  declare_workspace(in, "tree_rows");
   auto W = [](const Op* r) { return "W" + std::to_string(r->outputs[0]->id); };
   // a vector of partials into `T q[V]` from row `at` of the workspace, combined into O[it]
   auto gather = [&](const std::string& ind, const std::string& at) {
@@ -261,13 +286,18 @@ void InnerOuterParts::combine_partials() {
 // Each column's results: the outer reductions' values (rounded to their dtypes), the pointwise
 // ops on them, and the stores of the values returned per column.
 void InnerOuterParts::store_columns() {
+  each_vector(e_.os_, e_.v_, "  ", [&](const std::string& ind) { store_column_vector(ind); });
+}
+
+// The columns of the vector at col0 from the combined partials O<id>[it]: their results and stores.
+void InnerOuterParts::store_column_vector(const std::string& ind) {
   std::ostringstream& os = e_.os_;
   const KernelAnalysis& a = e_.a_;
   const KernelVariant& v = e_.v_;
   std::vector<std::string> stored;
   for (size_t k = 0; k < a.outputs.size(); ++k)
     if (a.at(a.outputs[k]).per_column) stored.push_back("o" + std::to_string(k));
-  each_vector(os, v, "  ", [&](const std::string& ind) {
+  {
     os << ind << "#pragma unroll\n" << ind << "for (int e = 0; e < " << v.vector << "; ++e) {\n";
     const std::string body = ind + "  ";
     for (const Op* r : a.outer_reductions) {
@@ -282,7 +312,63 @@ void InnerOuterParts::store_columns() {
       if (a.at(a.outputs[k]).per_column)
         os << body << "p.o" << k << "[cc_o" << k << "] = " << store_convert(a.outputs[k]->dtype(), e_.ref(a.outputs[k], "")) << ";\n";
     os << ind << "}\n";
+  }
+}
+
+// The combine over the whole grid (KernelVariant::combine_levels 0; a cooperative launch): every
+// block stores its partials in its row of the workspace and waits at a barrier of the grid; then
+// warp w of block b takes the vectors of columns w * gridDim.x + b, + gridDim.x * warps, ... (the
+// first warps of every block, where the vectors are fewer than the grid's warps): its lane
+// l sums the partials of blocks l, l + 32, ... in order, the lanes are summed in a fixed butterfly,
+// and lane 0 computes and stores the columns. No block waits for one chain of others' combines
+// (a tree's last block reads levels * S partials one after another); the order of every sum is
+// fixed by the grid alone. The row loop and the partials' stores run where ALLOY_GRID_FIRST_PHASE
+// holds (always on the GPU; the CPU emulation runs the blocks twice, the barrier ending the first
+// run, and skips them in the second).
+void InnerOuterParts::combine_over_the_grid() {
+  std::ostringstream& os = e_.os_;
+  const KernelVariant& v = e_.v_;
+  const std::vector<const Op*> order = workspace_order(e_.a_);
+  const std::string in = "    ";
+  const int V = v.vector;
+  declare_workspace(in, "gridDim.x");
+  os << in << "if (ALLOY_GRID_FIRST_PHASE) {\n";
+  each_vector(os, v, in + "  ", [&](const std::string& ind) {
+    for (const Op* r : order) {
+      std::string T = partial_type(r), O = partial_name(r);
+      os << ind << "{ AlloyVec<" << T << ", " << V << "> w;\n" << ind << "  #pragma unroll\n" << ind << "  for (int e = 0; e < " << V
+         << "; ++e) w.v[e] = " << O << "[it][e];\n"
+         << ind << "  *reinterpret_cast<AlloyVec<" << T << ", " << V << ">*>(W" << r->outputs[0]->id << " + (long long)blockIdx.x * p.cols + col0) = w; }\n";
+    }
   });
+  os << in << "}\n";
+  os << in << "ALLOY_GRID_BARRIER(p.counters);\n";
+  os << in << "const unsigned lane = tid & 31u, warps = blockDim.x >> 5;\n";
+  os << in << "for (long long slot = (long long)(tid >> 5) * gridDim.x + blockIdx.x; slot * " << V << " < p.cols; slot += (long long)gridDim.x * warps) {\n";
+  const std::string in2 = in + "  ";
+  os << in2 << "const int it = 0;\n" << in2 << "const long long col0 = slot * " << V << ";\n";
+  for (const Op* r : order) {
+    std::string T = partial_type(r), O = partial_name(r);
+    os << in2 << "#pragma unroll\n" << in2 << "for (int e = 0; e < " << V << "; ++e) " << O << "[it][e] = " << KernelEmitter::identity_of(*r, T) << ";\n";
+  }
+  os << in2 << "for (unsigned b = lane; b < gridDim.x; b += 32) {\n";
+  for (const Op* r : order) {
+    std::string T = partial_type(r), O = partial_name(r);
+    os << in2 << "  { " << T << " q[" << V << "];\n" << in2 << "    alloy_load_partials<" << T << ", " << V << ">(q, W" << r->outputs[0]->id
+       << " + (long long)b * p.cols + col0);\n"
+       << in2 << "    #pragma unroll\n" << in2 << "    for (int e = 0; e < " << V << "; ++e) " << O << "[it][e] = " << combine(r, O + "[it][e]", "q[e]") << "; }\n";
+  }
+  os << in2 << "}\n";
+  for (const Op* r : order) {
+    std::string O = partial_name(r);
+    os << in2 << "#pragma unroll\n" << in2 << "for (int e = 0; e < " << V << "; ++e)\n" << in2 << "  #pragma unroll\n" << in2
+       << "  for (int o = 16; o > 0; o >>= 1) " << O << "[it][e] = " << combine(r, O + "[it][e]", "__shfl_xor_sync(0xffffffffu, " + O + "[it][e], o)")
+       << ";\n";
+  }
+  os << in2 << "if (lane == 0) {\n";
+  store_column_vector(in2 + "  ");
+  os << in2 << "}\n";
+  os << in << "}\n" << in << "return;\n";
 }
 
 }  // namespace alloy::cuda

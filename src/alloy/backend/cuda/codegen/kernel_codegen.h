@@ -41,14 +41,16 @@ struct KernelVariant {
   // they own (`items` vectors a thread, always held) over their rows; the blocks' partials are
   // combined at the end by the last blocks to arrive, in a fixed order.
   bool inner_outer = false;
-  // Inner-outer kernels (KernelTuning::inner_outer_prefetch): each block's next row is loaded
-  // (its held leaves into a second set of registers, its per-row leaves) before the row's
-  // reductions, so loads are in flight while the block reduces and stores; the leaves that vary
-  // only along the columns (a norm's weight) are loaded once, before the row loop; and a stage's
-  // sums share one block reduction (one barrier).
-  bool prefetch = false;
+  // Inner-outer kernels (KernelTuning::inner_outer_prefetch, inner_outer_rows_ahead): the rows a
+  // block has loaded ahead of the one it reduces (0: none). Each iteration loads the row `prefetch`
+  // rows ahead (its held leaves into another set of registers, its per-row leaves) before the
+  // row's reductions, so loads are in flight while the block reduces and stores; the leaves that
+  // vary only along the columns (a norm's weight) are loaded once, before the row loop; and a
+  // stage's sums share one block reduction (one barrier).
+  int prefetch = 0;
   // Inner-outer kernels: the levels of the tree that combines the blocks' column partials
-  // (KernelTuning::inner_outer_combine_levels; inner_outer_tree).
+  // (KernelTuning::inner_outer_combine_levels; inner_outer_tree), or 0: every block combines a
+  // share of the columns past a barrier of the grid (a cooperative launch; LaunchPlan::cooperative).
   int combine_levels = 2;
   // Offsets fit in 32 bits (every tensor spans under 2^30 elements): int index arithmetic, fewer
   // registers than 64-bit.
@@ -154,7 +156,8 @@ int column_workspace_words(const KernelAnalysis& analysis);
 // its rows reads L * S partials, not B (two levels: groups of S consecutive blocks, then the
 // groups). The kernel computes S and the tree the same way. Workspace: a row of partials of every
 // column for each block and each node below the root, for each outer reduction (f64 ones first,
-// so every region stays aligned to its vectors); counters: one a node.
+// so every region stays aligned to its vectors); counters: one a node. With L = 0 (the combine over
+// the grid): a row a block, two counters (the grid barrier's).
 struct InnerOuterTree {
   int64_t fanout = 1;    // S
   int64_t rows = 0;      // the blocks' and the nodes' partials below the root (0 for one block)

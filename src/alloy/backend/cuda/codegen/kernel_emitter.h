@@ -37,25 +37,31 @@ class InnerOuterParts {
   explicit InnerOuterParts(KernelEmitter& row_kernel) : e_(row_kernel) {}
   // Before the row loop: each outer reduction's column partials, a thread's `items` vectors.
   void declare_partials(const std::string& indent);
-  // Rows loaded ahead (KernelVariant::prefetch), in place of the row kernel's loads of the held
-  // row: before the row loop, the held leaves that vary only along the columns (loaded once) and
-  // the block's first row, into the row's registers (L<k>[it], P<k> for the per-row leaves); in
-  // the loop, before the row's reductions, the block's next row into N<k>[it] and Q<k>; at the
-  // iteration's end, those become the row's.
+  // Rows loaded ahead (KernelVariant::prefetch: R of them), in place of the row kernel's loads of
+  // the held row: before the row loop, the held leaves that vary only along the columns (loaded
+  // once) and the block's first R rows, into the row's registers (L<k>[it], P<k> for the per-row
+  // leaves) and those of the rows ahead (A<j>_<k>[it], B<j>_<k>); in the loop, before the row's
+  // reductions, the block's row R ahead into N<k>[it] and Q<k>; at the iteration's end, each set
+  // moves one row nearer.
   void load_rows_ahead(const std::string& indent);
   void load_next_row(const std::string& indent);
   void next_row_becomes_current(const std::string& indent);
   // In the final pass, element e of the thread's vector `element` ("[it]"): each outer
   // reduction's input added to its partial.
   void accumulate(const std::string& indent, const std::string& element);
-  // After the row loop: the blocks' partials combined (the last blocks to arrive, in a fixed
-  // order), then each column's results and stores.
+  // After the row loop: the blocks' partials combined (the last blocks to arrive, or every block
+  // past a barrier of the grid; in a fixed order), then each column's results and stores.
   void combine_and_store();
 
  private:
   void combine_partials();
+  void combine_over_the_grid();
+  void declare_workspace(const std::string& indent, const std::string& rows);
   void store_columns();
+  void store_column_vector(const std::string& indent);
   std::set<int> held_row_leaves() const;
+  std::string held_prefix(int rows_ahead) const;
+  std::string scalar_prefix(int rows_ahead) const;
   std::vector<int> per_row_leaves() const;
   std::vector<std::string> tensors_of(const std::vector<int>& leaves) const;  // the leaves' Params names
   void load_row(const std::string& row, const std::string& held, const std::string& scalar, const std::string& indent);

@@ -207,6 +207,30 @@ __device__ __forceinline__ void alloy_load_partials(T (&dst)[V], const T* src) {
   #pragma unroll
   for (int e = 0; e < V; ++e) dst[e] = __ldcg(src + e);
 }
+// Every block of the launch past this point (an inner-outer kernel's grid combine; the launch is
+// cooperative, so every block is resident and a block waiting here waits only for running ones).
+// counters[0] counts the blocks arrived, counters[1] those gone on; the last to go on zeroes both
+// for the next launch on the stream. Each block's writes before it are visible to every block after.
+__device__ __forceinline__ void alloy_grid_barrier(unsigned* counters) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    atomicAdd(counters, 1u);
+    while (__ldcg(counters) < gridDim.x) __nanosleep(32);
+    if (atomicAdd(counters + 1, 1u) == gridDim.x - 1) {
+      counters[0] = 0;
+      counters[1] = 0;
+    }
+  }
+  __syncthreads();
+  __threadfence();
+}
+// (The CPU emulation runs a grid's blocks one after another: it defines these to run them twice,
+// the barrier ending the first run, the code before it skipped in the second.)
+#ifndef ALLOY_GRID_BARRIER
+#define ALLOY_GRID_BARRIER(counters) alloy_grid_barrier(counters)
+#define ALLOY_GRID_FIRST_PHASE true
+#endif
 template <class T>
 __device__ __forceinline__ void alloy_warp_welford(T& n, T& mean, T& m2, T*) {
   #pragma unroll

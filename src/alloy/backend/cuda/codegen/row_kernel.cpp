@@ -220,6 +220,8 @@ class RowEmitter final : public KernelEmitter {
         columns->load_rows_ahead("  ");
         os_ << "  unsigned alloy_region = 0;  // the shared region of the row's first reduction (no barrier ends a row)\n";
       }
+      // (a combine over the grid: the CPU emulation's second run of the blocks skips the rows)
+      if (v_.inner_outer && v_.combine_levels == 0) os_ << "  if (ALLOY_GRID_FIRST_PHASE)\n";
       os_ << "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n";
     }
     std::string in = "    ";
