@@ -266,9 +266,10 @@ TEST(LaunchPlan, RowKernelsTakeTheirBlockCapAndLaunchBoundsFromTheTuning) {
 
 // The layer norm backward at [8192, 4096] bf16 on 132 SMs, by the built-in tuning: an inner-outer
 // kernel of 512 threads, one vector of 8 a thread (16 f32 partials of dw and db), each block's
-// next row loaded ahead, one block an SM by the register estimate: 132 blocks, combined by a tree
-// of three levels (nodes of 6: 132 -> 22 -> 4 -> the root), whose partials take (132 + 22 + 4) x
-// 4096 x 2 floats, and 27 counters. With the tuning of before (32 accumulators, two levels): 256
+// next row loaded ahead, one block an SM by the register estimate: 132 blocks, combined over the
+// grid (a cooperative launch; a row of 4096 x 2 float partials a block, the barrier's two
+// counters). By a tree of three levels: nodes of 6 (132 -> 22 -> 4 -> the root), whose partials
+// take (132 + 22 + 4) x 4096 x 2 floats, and 27 counters. With the tuning of before (32 accumulators, two levels): 256
 // threads of two vectors, two blocks an SM, 264 blocks in groups of 17 (16 groups), (264 + 16)
 // rows of partials, 17 counters. The tuning's keys change the block and the grid; one row is one
 // block, no workspace.
@@ -279,13 +280,21 @@ TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
   const cuda::KernelVariant& v = p.plan.variant;
   EXPECT_TRUE(v.inner_outer);
   EXPECT_TRUE(v.prefetch);
-  EXPECT_EQ(v.key(), "r1.1_v8_t512_i1_b1_io_pf_l3_32_f_vvvss");
+  EXPECT_EQ(v.key(), "r1.1_v8_t512_i1_b1_io_pf_l0_32_f_vvvss");
   EXPECT_EQ(p.plan.grid_x, 132u);
   EXPECT_EQ(p.plan.grid_y, 1u);
-  EXPECT_EQ(cuda::inner_outer_tree(132, 3).fanout, 6);
-  EXPECT_EQ(p.plan.workspace_bytes, size_t(132 + 22 + 4) * 4096 * 8);
-  EXPECT_EQ(p.plan.counter_bytes, size_t(22 + 4 + 1) * 4);
+  EXPECT_TRUE(p.plan.cooperative);
+  EXPECT_EQ(p.plan.workspace_bytes, size_t(132) * 4096 * 8);
+  EXPECT_EQ(p.plan.counter_bytes, size_t(2) * 4);
   EXPECT_FALSE(p.plan.split_stages);
+  cuda::KernelTuning tree;
+  tree.inner_outer_combine_levels = 3;
+  Planned by_tree = plan_of(text, {{"N", 8192}, {"D", 4096}}, 0, true, tree);
+  EXPECT_EQ(by_tree.plan.variant.key(), "r1.1_v8_t512_i1_b1_io_pf_l3_32_f_vvvss");
+  EXPECT_FALSE(by_tree.plan.cooperative);
+  EXPECT_EQ(cuda::inner_outer_tree(132, 3).fanout, 6);
+  EXPECT_EQ(by_tree.plan.workspace_bytes, size_t(132 + 22 + 4) * 4096 * 8);
+  EXPECT_EQ(by_tree.plan.counter_bytes, size_t(22 + 4 + 1) * 4);
   cuda::KernelTuning before;
   before.inner_outer_accumulators = 32;
   before.inner_outer_combine_levels = 2;
@@ -310,8 +319,7 @@ TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
   EXPECT_EQ(deeper.plan.workspace_bytes, size_t(264 + 38 + 6) * 4096 * 8);
   EXPECT_EQ(deeper.plan.counter_bytes, size_t(38 + 6 + 1) * 4);
   EXPECT_FALSE(deeper.plan.cooperative);
-  // the combine over the grid (0 levels): a cooperative launch, a row of partials a block and the
-  // barrier's two counters; cut to the blocks the compiled kernel fits at once; two rows ahead
+  // the combine over the grid with two rows ahead; cut to the blocks the compiled kernel fits at once
   cuda::KernelTuning grid;
   grid.inner_outer_combine_levels = 0;
   grid.inner_outer_rows_ahead = 2;

@@ -214,7 +214,7 @@ TEST(OfflineCompile, NormalizationBackwardsCompileIntoOneInnerOuterKernel) {
   Bindings bench{{"N", 8192}, {"D", 4096}};
   auto f = parse_fusion(testing::layer_norm_backward("bf16"), "io.fusion", std::nullopt);
   std::string report = compile_offline(*f, "sm_90", false, &bench);
-  EXPECT_NE(report.find("segment 0 [inner_outer] variant r1.1_v8_t512_i1_b1_io_pf_l3_32_f_vvvss: sm_90 cubin"), std::string::npos) << report;
+  EXPECT_NE(report.find("segment 0 [inner_outer] variant r1.1_v8_t512_i1_b1_io_pf_l0_32_f_vvvss: sm_90 cubin"), std::string::npos) << report;
   EXPECT_NE(report.find("grid 132x1, block 512"), std::string::npos) << report;
   EXPECT_NE(report.find(" 0 bytes spill stores"), std::string::npos) << report;
   auto rms = parse_fusion(testing::rms_norm_backward("bf16"), "io.fusion", std::nullopt);

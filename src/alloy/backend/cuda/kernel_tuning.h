@@ -47,7 +47,7 @@ struct KernelTuning {
   // Inner-outer kernels: the levels of the tree that combines the blocks' column partials (the
   // last block to finish its rows reads levels * blocks^(1/levels) partials), or 0: every block
   // combines a share of the columns past a barrier of the grid (a cooperative launch).
-  int inner_outer_combine_levels = 3;  // 0 to 4
+  int inner_outer_combine_levels = 0;  // 0 to 4
   bool recompute_values = false;  // row kernels recompute costly values (exp, tanh, ...) instead of holding them
   bool operator==(const KernelTuning&) const = default;
 };

@@ -351,7 +351,8 @@ void InnerOuterParts::combine_over_the_grid() {
     std::string T = partial_type(r), O = partial_name(r);
     os << in2 << "#pragma unroll\n" << in2 << "for (int e = 0; e < " << V << "; ++e) " << O << "[it][e] = " << KernelEmitter::identity_of(*r, T) << ";\n";
   }
-  os << in2 << "for (unsigned b = lane; b < gridDim.x; b += 32) {\n";
+  // (eight rows' loads in flight a lane: a grid of a thousand blocks gives a lane 33 rows)
+  os << in2 << "#pragma unroll 8\n" << in2 << "for (unsigned b = lane; b < gridDim.x; b += 32) {\n";
   for (const Op* r : order) {
     std::string T = partial_type(r), O = partial_name(r);
     os << in2 << "  { " << T << " q[" << V << "];\n" << in2 << "    alloy_load_partials<" << T << ", " << V << ">(q, W" << r->outputs[0]->id
