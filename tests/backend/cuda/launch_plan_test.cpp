@@ -271,8 +271,8 @@ TEST(LaunchPlan, RowKernelsTakeTheirBlockCapAndLaunchBoundsFromTheTuning) {
 // counters). By a tree of three levels: nodes of 6 (132 -> 22 -> 4 -> the root), whose partials
 // take (132 + 22 + 4) x 4096 x 2 floats, and 27 counters. With the tuning of before (32 accumulators, two levels): 256
 // threads of two vectors, two blocks an SM, 264 blocks in groups of 17 (16 groups), (264 + 16)
-// rows of partials, 17 counters. The tuning's keys change the block and the grid; one row is one
-// block, no workspace.
+// rows of partials, 17 counters. The tuning's keys change the block and the grid (more than two
+// blocks an SM combine by a tree of three levels); one row is one block, no workspace.
 TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
   const std::string text = testing::layer_norm_backward("bf16");
   Planned p = plan_of(text, {{"N", 8192}, {"D", 4096}});
@@ -311,6 +311,13 @@ TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
   EXPECT_EQ(tuned.plan.variant.threads, 128);
   EXPECT_EQ(tuned.plan.variant.items, 4);
   EXPECT_EQ(tuned.plan.grid_x, 396u);
+  // more than two blocks an SM (3 here, 8 at 768 columns): a tree of three levels, not the grid's combine
+  EXPECT_EQ(tuned.plan.variant.combine_levels, 3);
+  EXPECT_FALSE(tuned.plan.cooperative);
+  Planned narrow = plan_of(text, {{"N", 32768}, {"D", 768}});
+  EXPECT_GT(narrow.plan.variant.min_blocks, 2);
+  EXPECT_EQ(narrow.plan.variant.combine_levels, 3);
+  EXPECT_FALSE(narrow.plan.cooperative);
   // 264 blocks in three levels: nodes of 7 (7^3 >= 264), 264 -> 38 -> 6 -> the root; 308 rows, 45 counters
   cuda::KernelTuning three = before;
   three.inner_outer_combine_levels = 3;

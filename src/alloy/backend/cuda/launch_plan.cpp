@@ -444,9 +444,12 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
   v.index32 = small_offsets(axes, l.numel);
   v.recompute = target.tuning.recompute_values;
   v.combine_levels = target.tuning.inner_outer_combine_levels;
-  // (the combine over the grid computes a column's results in a thread that holds none of its
-  // leaves: a column op reading a leaf keeps the tree, which computes them where they are held)
-  if (v.combine_levels == 0 && column_ops_read_leaves(a)) v.combine_levels = 3;
+  // The combine over the grid where the grid has at most two blocks an SM, else a tree of three
+  // levels: on an H100 the grid's combine took 8-10 us off the norm backwards at 4096 columns (132
+  // blocks) and added 6-8 at 768 (1056 blocks of 96 threads; session 28, scripts/gpu-ab
+  // inner_outer_combine). And the tree where a column op reads a leaf (the combine over the grid
+  // computes a column's results in a thread that holds none of its leaves).
+  if (v.combine_levels == 0 && (v.min_blocks > 2 || column_ops_read_leaves(a))) v.combine_levels = 3;
   return std::clamp<int64_t>(std::min<int64_t>(l.rows, int64_t(std::max(1, target.sm_count)) * v.min_blocks), 1, 2147483647);
 }
 
