@@ -64,7 +64,8 @@ class LandingTeam final : public TwoRankTeam {
     staging_ = Tensor::empty(in.dtype(), in.sizes());
     std::memcpy(staging_.data(), chunk_of(1 - rank(), in).data(), size_t(in.numel()) * sizeof(float));
     multidevice::LandedParts landed{{in, in}, ++calls_};
-    landed.parts[size_t(1 - rank())] = staging_;
+    // at call `bad_call`, a part of the wrong width: the GEMM that reads it fails
+    landed.parts[size_t(1 - rank())] = landed.call == bad_call_ ? Tensor::empty(DType::f32, {in.size(0), kFeatures + 1}) : staging_;
     held_ = landed.call;
     log_ += "land " + std::to_string(landed.call) + "; ";
     return landed;
@@ -78,6 +79,7 @@ class LandingTeam final : public TwoRankTeam {
   }
 
   std::string log_;
+  uint64_t bad_call_ = 0;
 
  private:
   Tensor staging_;
@@ -147,6 +149,21 @@ TEST(LandedChunks, TheGemmsReadEachChunkWhereItLanded_AndReleaseItAfterThem) {
       EXPECT_EQ(team.log_, expected);
     }
   }
+}
+
+// A run cut short between a chunk's landing and its Release gives the chunk back (else the team
+// would hold it, and its peers wait for it, forever), and the next run goes on.
+TEST(LandedChunks, ARunCutShortAfterALanding_ReleasesIt) {
+  std::vector<Tensor> x = {filled({kRows, kFeatures}, 1), filled({kRows, kFeatures}, 2)};
+  Tensor w_global = filled({32, kFeatures}, 3);
+  Tensor w = w_global.as_strided({16, kFeatures}, w_global.strides(), 0);
+  LandingTeam team(0, x);
+  team.bad_call_ = 2;
+  EXPECT_ANY_THROW(run_rank(team, x, w, 3));
+  EXPECT_EQ(team.log_, "land 1; release 1; land 2; release 2; ");
+  team.log_.clear();
+  EXPECT_TRUE(testing::tensors_close(run_rank(team, x, w, 2).h, reference(x, w)));
+  EXPECT_EQ(team.log_, "land 3; release 3; land 4; release 4; ");
 }
 
 TEST(LandedChunks, ATeamThatCopies_GathersIntoTheWholeBufferAsBefore) {

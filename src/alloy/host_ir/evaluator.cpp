@@ -130,6 +130,15 @@ void Executable::run(RunState& state) const {
       streams->use(0);
       streams->join();
     }
+    // a landed chunk whose Release the error skipped goes back to its collective (behind every
+    // stream's work, joined above), so the team's next call is not refused; the first error stays
+    for (auto& [id, chunk] : state.landed) {
+      try {
+        chunk.release();
+      } catch (...) {
+      }
+    }
+    state.landed.clear();
     throw;
   }
   for (auto& [owner, check] : state.end_checks) check();
