@@ -1,8 +1,8 @@
 // The host program: what the runtime executes, even on one device. A list of nodes (Allocate,
 // Launch of a segment's executable on a stream, Communicate, Record / Wait of events between
 // streams, ForChunks loops of them, a ring's SendRecv and Accumulate steps, a landed chunk's
-// Release, and the Choose of --pipeline auto) lowered from a segmentation, then rewritten by the program passes
-// (host_ir/side_streams.h, host_ir/pipeline_collectives.h).
+// Release, and the Choose of --pipeline auto) lowered from a segmentation, then rewritten by the
+// program passes (host_ir/side_streams.h, host_ir/pipeline_collectives.h).
 #pragma once
 
 #include <memory>
