@@ -187,6 +187,117 @@ TEST(PipelinedProgram, SequenceParallelMlp_GathersAndScattersChunksOnTheirOwnStr
   }
 }
 
+// The allocation of `name` before the first loop, or null.
+const host_ir::Allocate* allocation_of(const Program& p, const std::string& name) {
+  for (const auto& node : p.nodes) {
+    if (std::holds_alternative<ForChunks>(node)) break;
+    if (auto* a = std::get_if<host_ir::Allocate>(&node); a && a->value->name == name) return a;
+  }
+  return nullptr;
+}
+
+// Issue 25: where only the GEMM reads the gathered rows, the loop never makes them whole. Its body:
+// the own block's GEMM, the all-gather of chunk i in its landed form, the event, the other
+// block's GEMM reading the chunk where it landed, then the Release of those places on the same
+// compute stream (after that GEMM); the gathered buffer is allocated only for a communicator
+// that copies the chunks into it.
+TEST(PipelinedProgram, AllGatherGemm_GatheredOnlyByTheGemm_ReadsEachChunkWhereItLands) {
+  for (Target target : {Target::cpu, Target::cuda}) {
+#if !ALLOY_HAVE_CUDA
+    if (target == Target::cuda) ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();  // the CPU half ran; this one is reported skipped
+#endif
+    CompiledFusion c = compile_sequence_parallel(target, "chunks=4");
+    const Program& p = c.executable->program;
+    auto loops = loops_of(p);
+    ASSERT_EQ(loops.size(), 2u) << p.str();
+    const ForChunks& loop = *loops[0];
+    ASSERT_EQ(loop.values.size(), 3u) << p.str();
+    EXPECT_EQ(loop.values[1].value->name, "x__gathered");
+    EXPECT_EQ(loop.values[1].layout, host_ir::ChunkedValue::Layout::landed) << p.str();
+    ASSERT_NE(loop.values[1].own, nullptr);
+    EXPECT_EQ(loop.values[1].own->name, "x") << "the own block's GEMM reads the device's own rows";
+    ASSERT_EQ(loop.body.size(), 6u) << p.str();
+    auto* own = std::get_if<host_ir::Launch>(&loop.body[0]);
+    auto* gather = std::get_if<host_ir::Communicate>(&loop.body[1]);
+    auto* record = std::get_if<host_ir::Record>(&loop.body[2]);
+    auto* wait = std::get_if<host_ir::Wait>(&loop.body[3]);
+    auto* other = std::get_if<host_ir::Launch>(&loop.body[4]);
+    auto* release = std::get_if<host_ir::Release>(&loop.body[5]);
+    ASSERT_TRUE(own && gather && record && wait && other && release) << p.str();
+    EXPECT_EQ(own->part, 0);
+    EXPECT_EQ(gather->phase, host_ir::ChunkPhase::land);
+    EXPECT_EQ(other->part, -1);
+    EXPECT_EQ(other->stream, host_ir::kIterationStream);
+    EXPECT_EQ(release->stream, other->stream) << "released behind the GEMM that reads the chunk, on its stream";
+    EXPECT_EQ(release->value, loop.values[1].value);
+    // the buffer only for a communicator that copies; the GEMM's output always
+    const host_ir::Allocate* gathered = allocation_of(p, "x__gathered");
+    ASSERT_NE(gathered, nullptr) << p.str();
+    EXPECT_EQ(gathered->unless_landed, gather->segment) << p.str();
+    ASSERT_NE(allocation_of(p, "h"), nullptr) << p.str();
+    EXPECT_EQ(allocation_of(p, "h")->unless_landed, -1);
+    // the reduce-scatter loop is unchanged: nothing in it lands
+    for (const auto& node : loops[1]->body) EXPECT_FALSE(std::holds_alternative<host_ir::Release>(node)) << p.str();
+  }
+  // the whole loop, as --dump program prints it (CPU)
+  auto f = parse_fusion(R"(fusion f(x: f32[8, 16] @mesh[0, 1] shard(axis=0), w: f32[32, 16] @mesh[0, 1] shard(axis=0)) {
+    h = linear(x, w) @mesh[0, 1] shard(axis=1)
+    return h
+  })", "landed.fusion");
+  EXPECT_EQ(compile_fusion(*f, Target::cpu, {.program = parse_pipeline_option("chunks=2")}).executable->program.str(), R"(program (cpu, 4 streams):
+  Allocate x__gathered: f32[8, 16], for segment 0 to copy its chunks into (none where its communicator leaves them where they land)
+  Allocate h: f32[8, 16]
+  Record event 0 on stream 0
+  Stream 1 waits for event 0
+  Stream 2 waits for event 0
+  Stream 3 waits for event 0
+  For i in 0..2 (all_gather -> linear h: 2 chunks (--pipeline chunks=2)); chunked: x (rows) x__gathered (blocks of 2, each read where its chunk lands; its own block is x) h (blocks of 2)
+    Launch segment 1 [cpu_reference] (x__gathered, w) -> (h) on chunk i of its own block on stream (2 + i % 2)
+    Communicate segment 0: all_gather(axis=0) x: f32[4, 16] -> x__gathered: f32[8, 16], team @mesh[0, 1], sends 256 bytes (chunk i, read where it lands) on stream 1
+    Record event 1 on stream 1
+    Stream (2 + i % 2) waits for event 1
+    Launch segment 1 [cpu_reference] (x__gathered, w) -> (h) on chunk i of block (rank - 1) mod 2 on stream (2 + i % 2)
+    Release chunk i of x__gathered to its collective (nothing below reads where it landed) on stream (2 + i % 2)
+  Record event 2 on stream 1
+  Stream 0 waits for event 2
+  Record event 3 on stream 2
+  Stream 0 waits for event 3
+  Record event 4 on stream 3
+  Stream 0 waits for event 4
+)");
+}
+
+// A gathered value that another segment reads too (or the fusion returns) is gathered whole, as
+// before: the plain all-gather into the buffer, no Release, the buffer always allocated.
+TEST(PipelinedProgram, AllGatherGemm_GatheredValueReadElsewhere_IsGatheredIntoTheWholeBuffer) {
+  auto f = parse_fusion(R"(fusion f(x: f32[8, 16] @mesh[0, 1] shard(axis=0), w1: f32[32, 16] @mesh[0, 1] shard(axis=0)) {
+    h = linear(x, w1) @mesh[0, 1] shard(axis=1)
+    x_all = neg(x) @mesh[0, 1] replicated
+    return h, x_all
+  })", "read_elsewhere.fusion");
+  for (Target target : {Target::cpu, Target::cuda}) {
+#if !ALLOY_HAVE_CUDA
+    if (target == Target::cuda) ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();
+#endif
+    CompiledFusion c = compile_fusion(*f, target, {.program = parse_pipeline_option("chunks=2")});
+    const Program& p = c.executable->program;
+    auto loops = loops_of(p);
+    ASSERT_EQ(loops.size(), 1u) << p.str();
+    EXPECT_EQ(loops[0]->values.at(1).value->name, "x__gathered");
+    EXPECT_EQ(loops[0]->values.at(1).layout, host_ir::ChunkedValue::Layout::blocks) << p.str();
+    for (const auto& node : loops[0]->body) {
+      EXPECT_FALSE(std::holds_alternative<host_ir::Release>(node)) << p.str();
+      if (auto* cm = std::get_if<host_ir::Communicate>(&node)) EXPECT_EQ(cm->phase, host_ir::ChunkPhase::whole) << p.str();
+    }
+    const host_ir::Allocate* gathered = allocation_of(p, "x__gathered");
+    ASSERT_NE(gathered, nullptr) << p.str();
+    EXPECT_EQ(gathered->unless_landed, -1) << p.str();
+    std::string text = p.str();
+    EXPECT_NE(text.find("x__gathered (blocks of 2; its own block is x)"), std::string::npos) << text;
+    EXPECT_EQ(text.find("where it lands"), std::string::npos) << text;
+  }
+}
+
 TEST(PipelinedProgram, OffOrAutoOnTheCpu_LeavesTheProgramUnchunked_AndDumpAfterNamesThePass) {
   for (const char* mode : {"off", "auto"}) {
     CompiledFusion c = compile_sequence_parallel(Target::cpu, mode);

@@ -180,6 +180,38 @@ TEST_P(Collectives, AllReduce_OfRowsOfWholeBuffers_LeavesTheOtherRows) {
   expect_all_reduce_of_rows(*team, GetParam(), [](const Tensor& t) { return t; }, [](const Tensor& t) { return t; });
 }
 
+// The landed all-gather of a pipelined loop (issue 25), call after call as a loop makes them: each
+// rank's chunk readable where the call says, until its release; a team that lands in place (the
+// copy engines) is handed no buffer and reuses its places (two a peer) at every other call, so
+// five calls with a copying all-gather between reuse both; the others copy into the buffer.
+template <class OnDevice, class OnHost>
+void expect_landed_all_gathers(multidevice::Communicator& team, DType t, OnDevice on_device, OnHost on_host) {
+  int n = team.size(), r = team.rank();
+  // integers below 256: exact in bf16
+  auto chunk = [&](int rank, int call) { return filled(t, {3, 2}, [&](int64_t i) { return rank * 16 + call * 32 + i; }); };
+  for (int call = 0; call < 5; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call) + " through " + team.name());
+    Tensor buffer = team.lands_in_place() ? Tensor() : on_device(Tensor::empty(t, {n, 3, 2}));
+    multidevice::LandedParts landed = team.all_gather_landed(on_device(chunk(r, call)), buffer);
+    ASSERT_EQ(landed.parts.size(), size_t(n));
+    EXPECT_EQ(landed.call != 0, team.lands_in_place()) << "only a landing is given back";
+    for (int q = 0; q < n; ++q) EXPECT_TRUE(testing::tensors_close(on_host(landed.parts[size_t(q)]), chunk(q, call))) << "rank " << q;
+    team.release_landed(landed);
+    if (call == 2) {  // a copying all-gather between: its call takes a place of its own
+      Tensor parts = on_device(Tensor::empty(t, {n, 3, 2}));
+      team.all_gather_into_parts(on_device(chunk(r, 7)), parts);
+      Tensor all = on_host(parts);
+      for (int q = 0; q < n; ++q) EXPECT_TRUE(testing::tensors_close(multidevice::part_of(all, q), chunk(q, 7))) << "rank " << q;
+    }
+  }
+}
+
+TEST_P(Collectives, AllGatherLanded_CopiesIntoTheBufferCallAfterCall) {
+  auto team = multidevice::communicator_for(world_mesh(), Device{});
+  EXPECT_FALSE(team->lands_in_place()) << team->name();
+  expect_landed_all_gathers(*team, GetParam(), [](const Tensor& t) { return t; }, [](const Tensor& t) { return t; });
+}
+
 // The same collectives on device tensors, through the communicator a GPU run uses.
 class DeviceCollectives : public ::testing::TestWithParam<DType> {
  protected:
@@ -227,6 +259,14 @@ TEST_P(DeviceCollectives, AllGatherReduceScatterAllReduceAndAllToAll) {
   EXPECT_TRUE(testing::tensors_close(on_host(ring_in), filled(t, {5}, [&](int64_t i) { return ((r + n - 1) % n) * 7 + i; })));
   // rows of whole buffers (NCCL on the current stream, or the staged path)
   expect_all_reduce_of_rows(*team, t, [&](const Tensor& h) { return on_device(h); }, [&](const Tensor& d) { return on_host(d); });
+}
+
+// The copy engines' landed all-gather where the team has them (GPUs of one host that reach each
+// other): the peers' chunks read in their staging slots, released call by call; elsewhere (NCCL,
+// the staged path) copied into the buffer.
+TEST_P(DeviceCollectives, AllGatherLanded_CallAfterCall) {
+  auto team = multidevice::communicator_for(world_mesh(), device_, &gpu());
+  expect_landed_all_gathers(*team, GetParam(), [&](const Tensor& h) { return on_device(h); }, [&](const Tensor& d) { return on_host(d); });
 }
 #else
 TEST_P(DeviceCollectives, NeedTheCudaBackend) {}
@@ -527,6 +567,49 @@ TEST(PipelinedFusions, ChunkedGemmAllReduce_OnIntegerValuedInputs_IsExactAndAdds
     EXPECT_EQ(program.find("(linear y__partial -> all_reduce: ") != std::string::npos, std::string(pipeline) != "off") << program;
     ASSERT_EQ(y.sizes(), expected.sizes());
     EXPECT_EQ(std::memcmp(y.data(), expected.data(), size_t(y.numel()) * 4), 0);
+  }
+}
+
+// Issue 25: an all-gather -> GEMM whose gathered rows only the GEMM reads runs its landed loop
+// (where the team has the copy engines, the other blocks' GEMMs read the peers' chunks in their
+// staging slots, each released after its GEMM; elsewhere the chunks are copied into the buffer).
+// Run after run on one executor, with new inputs each time (a chunk read from a slot that a
+// later call had overwritten would show), in 1 to 8 chunks of 5 rows a device (8: a chunk per
+// row); integer-valued inputs, so every chunking equals off to the bit on every rank.
+TEST(PipelinedFusions, LandedGatherGemm_RunAfterRun_EqualsOffExactly) {
+  int n = process().size;
+  std::string m = world_mesh_text();
+  std::string text = "fusion f(x: f32[" + std::to_string(5 * n) + ", 8] " + m + " shard(axis=0), w: f32[" + std::to_string(4 * n) +
+                     ", 8] " + m + R"( shard(axis=0)) {
+    h = linear(x, w) )" + m + R"( shard(axis=1)
+    return h
+  })";
+  auto executor = [&](const char* pipeline) {
+    ExecutorOptions options{sharded_device()};
+    options.pipeline = pipeline;
+    options.poison_outputs = true;
+    return std::make_unique<FusionExecutor>(parse_fusion(text, "landed.fusion"), options);
+  };
+  std::unique_ptr<FusionExecutor> off = executor("off");
+  auto in_shardings = off->input_shardings();
+  int team_rank = multidevice::team_rank_of(in_shardings[0]->mesh);
+  Tensor w = filled(DType::f32, {4 * n, 8}, [](int64_t i) { return double((i * 3) % 5) - 2; });
+  for (const char* pipeline : {"chunks=1", "chunks=2", "chunks=3", "chunks=8"}) {
+    SCOPED_TRACE(pipeline);
+    std::unique_ptr<FusionExecutor> pipelined = executor(pipeline);
+    for (int run = 0; run < 3; ++run) {
+      Tensor x = filled(DType::f32, {5 * n, 8}, [&](int64_t i) { return double((i * 7 + run * 3) % 5) - 2; });
+      std::vector<Tensor> local = {multidevice::local_part(x, *in_shardings[0], team_rank, "input"),
+                                   multidevice::local_part(w, *in_shardings[1], team_rank, "input")};
+      Tensor expected = to_cpu(off->run(local).at(0)), h = to_cpu(pipelined->run(local).at(0));
+      ASSERT_EQ(h.sizes(), expected.sizes());
+      EXPECT_EQ(std::memcmp(h.data(), expected.data(), size_t(h.numel()) * 4), 0) << "run " << run;
+    }
+    std::string program = pipelined->dump("program");
+    EXPECT_NE(program.find("(all_gather -> linear h: "), std::string::npos) << program;
+    EXPECT_NE(program.find("x__gathered (blocks of " + std::to_string(n) + ", each read where its chunk lands; its own block is x)"),
+              std::string::npos)
+        << program;
   }
 }
 

@@ -29,6 +29,7 @@ std::vector<int64_t> RunState::concrete_shape(const Value* v) const {
 }
 
 void SegmentExecutable::run_chunk(RunState&, ChunkPhase) { internal_error("this segment cannot run inside a chunked loop"); }
+bool SegmentExecutable::lands_in_place(const RunState&) const { return false; }
 
 Tensor DeviceRuntime::allocate(DType dtype, const std::vector<int64_t>& sizes, const RunState& state) const {
   Tensor t = empty(dtype, sizes, state.device.index);
@@ -42,7 +43,7 @@ struct Executable::LoopFrame {
   int iteration;
   int count;                   // chunks this run (at most the loop's count, at most the rows)
   int rank = 0;                // this device's rank in the team (ring loops)
-  std::vector<Tensor> whole;   // per loop.values entry (undefined for a ring_buffer)
+  std::vector<Tensor> whole;   // per loop.values entry (undefined for a ring_buffer, and a landed value read where it lands)
   std::vector<Tensor> own;     // per loop.values entry: its `own` value's tensor, where it has one
   std::vector<std::array<Tensor, 2>> scratch;  // per loop.values entry: a ring_buffer's two blocks
   std::array<Tensor, 2> sums;  // a reduce-scatter ring's running sums
@@ -85,8 +86,20 @@ struct Executable::LoopFrame {
     if (step == n - 1 && v.last) return state.at(v.last);
     return scratch[k][size_t(step % 2)];
   }
+  // Where this iteration's Communicate left block `part` of landed value k (its own block: `own`).
+  Tensor landed(size_t k, int part, const RunState& state) const {
+    if (part == rank && own[k].defined()) return chunk(k, part);
+    const Value* v = loop->values[k].value;
+    auto it = state.landed.find(v->id);
+    if (it == state.landed.end())
+      internal_error("block ", part, " of '", v->name, "' is read before its chunk landed (or after its Release)");
+    return it->second.parts.at(size_t(part));
+  }
   // This iteration's binding of every value (block `part` of the blocked ones).
-  Tensor bound(size_t k, int part, const RunState& state) const { return ring() ? ring_view(k, iteration, state) : chunk(k, part); }
+  Tensor bound(size_t k, int part, const RunState& state) const {
+    if (ring()) return ring_view(k, iteration, state);
+    return loop->values[k].layout == ChunkedValue::Layout::landed ? landed(k, part, state) : chunk(k, part);
+  }
   size_t index_of(const Value* v) const {
     for (size_t k = 0; k < loop->values.size(); ++k)
       if (loop->values[k].value == v) return k;
@@ -117,6 +130,15 @@ void Executable::run(RunState& state) const {
       streams->use(0);
       streams->join();
     }
+    // a landed chunk whose Release the error skipped goes back to its collective (behind every
+    // stream's work, joined above), so the team's next call is not refused; the first error stays
+    for (auto& [id, chunk] : state.landed) {
+      try {
+        chunk.release();
+      } catch (...) {
+      }
+    }
+    state.landed.clear();
     throw;
   }
   for (auto& [owner, check] : state.end_checks) check();
@@ -212,6 +234,7 @@ struct Executable::NodeRunner {
 
   void operator()(const Allocate& a) const {
     host_span([&] { return "allocate " + a.value->name + (a.input ? " (input " + a.input->name + "'s memory)" : ""); }, [&] {
+      if (a.unless_landed >= 0 && x.segments.at(size_t(a.unless_landed))->lands_in_place(state)) return;
       std::vector<int64_t> sizes = state.concrete_shape(a.value);
       if (a.input) {
         const Tensor& memory = state.at(a.input);
@@ -293,7 +316,10 @@ struct Executable::NodeRunner {
       if (!frame) return span(c.stream, kind, name, [&] { x.segments.at(size_t(c.segment))->run(state); });
       for (size_t k = 0; k < frame->loop->values.size(); ++k) {
         const ChunkedValue& v = frame->loop->values[k];
-        state.values[v.value->id] = v.layout == ChunkedValue::Layout::blocks ? frame->parts_view(k) : frame->chunk(k, 0);
+        if (v.layout == ChunkedValue::Layout::landed)  // the chunks' buffer, where the collective copies into one
+          state.values[v.value->id] = frame->whole[k].defined() ? frame->parts_view(k) : Tensor();
+        else
+          state.values[v.value->id] = v.layout == ChunkedValue::Layout::blocks ? frame->parts_view(k) : frame->chunk(k, 0);
       }
       span(c.stream, kind, name, [&] { x.segments.at(size_t(c.segment))->run_chunk(state, c.phase); });
     });
@@ -333,6 +359,17 @@ struct Executable::NodeRunner {
         x.device->accumulate(frame->ring_view(frame->index_of(acc.into), frame->iteration, state), frame->sums[size_t(frame->iteration % 2)]);
       });
     });
+  }
+
+  // Gives this iteration's landed chunk back to its collective, behind the work on the node's
+  // stream (the GEMMs that read it). No span: like a Record, it enqueues a signal (the copy
+  // engines: a flag write), not work that takes time on the stream.
+  void operator()(const Release& r) const {
+    ALLOY_CHECK(frame && !frame->ring(), "Release outside a chunked loop");
+    auto it = state.landed.find(r.value->id);
+    ALLOY_CHECK(it != state.landed.end(), "Release of '", r.value->name, "' with no chunk landed in this iteration");
+    with_stream(r.stream, [&] { it->second.release(); });
+    state.landed.erase(it);
   }
 
   void operator()(const ForChunks& f) const {
@@ -397,6 +434,14 @@ void Executable::run_loop(const ForChunks& loop, RunState& state, RunStreams* st
       for (Tensor& t : frame.scratch[k]) state.scratch.push_back(t = device->allocate(v.value->dtype(), sizes, state));
       frame.whole.emplace_back();
       rows = sizes[0];
+    } else if (v.layout == ChunkedValue::Layout::landed) {
+      // a buffer only where the collective copies the chunks into one (Allocate's unless_landed)
+      std::vector<int64_t> sizes = state.concrete_shape(v.value);
+      ALLOY_CHECK(!sizes.empty(), "landed value '", v.value->name, "' has no rows");
+      if (sizes[0] % loop.parts != 0)
+        user_error_at("value '" + v.value->name + "'", "its ", sizes[0], " rows are not ", loop.parts, " equal blocks, one a rank");
+      frame.whole.push_back(state.values.at(v.value->id));
+      rows = sizes[0] / loop.parts;
     } else {
       const Tensor& t = state.at(v.value);
       ALLOY_CHECK(t.dim() >= 1, "chunked value '", v.value->name, "' has no rows");
@@ -424,6 +469,8 @@ void Executable::run_loop(const ForChunks& loop, RunState& state, RunStreams* st
     frame.count = int(std::max<int64_t>(1, std::min<int64_t>(count, rows_per_block)));
   }
   for (frame.iteration = 0; frame.iteration < frame.count; ++frame.iteration) run_nodes(loop.body, state, streams, &frame);
+  for (const ChunkedValue& v : loop.values)
+    ALLOY_CHECK(!state.landed.count(v.value->id), "a loop ended with a landed chunk of '", v.value->name, "' not released");
   for (size_t k = 0; k < loop.values.size(); ++k) {
     state.values[loop.values[k].value->id] = frame.whole[k];
     state.chunk_shapes.erase(loop.values[k].value->id);

@@ -33,6 +33,15 @@ struct RunState {
   std::function<PipelineChoice(const PairShape&)> choose;
   // The chunk count a Choose picked for the loop it runs (0: the loop's own).
   int chosen_chunks = 0;
+  // Inside a ForChunks loop, this iteration's chunk of each `landed` value (by value id), set by
+  // the Communicate that lands it (ChunkPhase::land): per team rank, where that rank's block of
+  // the chunk can be read, and what gives those places back to the collective (the Release node
+  // runs it on its stream, behind the GEMMs that read them, and forgets the entry).
+  struct LandedChunk {
+    std::vector<Tensor> parts;
+    std::function<void()> release;
+  };
+  std::map<int, LandedChunk> landed;
   // Buffers a loop allocated for itself (a ring's scratch blocks), kept to the end of the run:
   // other streams use them, and the run's stream joins those before the run ends.
   std::vector<Tensor> scratch;
@@ -57,6 +66,10 @@ class SegmentExecutable {
   // Inside a ForChunks loop (communication segments): moves this iteration's chunk between the
   // views the loop bound, writing into the bound output (a reduce-scatter in halves: `phase`).
   virtual void run_chunk(RunState& state, ChunkPhase phase);
+  // An all-gather run with ChunkPhase::land: whether its chunks are read where they land, so the
+  // loop holds no buffer of the whole value (Allocate's `unless_landed`); false: it copies them
+  // into that buffer and the loop reads them there.
+  virtual bool lands_in_place(const RunState& state) const;
   // The generated source, for `--dump cuda`; empty where there is none.
   virtual std::string source() const { return {}; }
 };

@@ -1,6 +1,7 @@
 #include "alloy/host_ir/pipeline_collectives.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -197,17 +198,21 @@ class Rewriter {
     return {};
   }
 
+  // Why an all-gather -> GEMM pair's gathered value is needed whole (empty where only the pair's
+  // GEMM reads it): the fusion returns it, or another segment reads it.
+  std::string gathered_needed(const Pair& pair) const {
+    const Value* gathered = segment(pair.collective).ops[0]->outputs[0];
+    bool returned = std::find(p_.fusion_outputs.begin(), p_.fusion_outputs.end(), gathered) != p_.fusion_outputs.end();
+    if (!returned && !read_elsewhere(p_, gathered, {pair.gemm})) return {};
+    return "'" + gathered->name + "' is " + (returned ? "returned" : "read by another segment");
+  }
+
   // Why the pair has no ring (empty when it has one): the accumulate step adds, and a ring never
   // holds the gathered value whole.
   std::string ring_refusal(const Pair& pair) const {
     const Op& op = *segment(pair.collective).ops[0];
-    if (pair.kind == PairSizes::Kind::all_gather_gemm) {
-      const Value* gathered = op.outputs[0];
-      bool returned = std::find(p_.fusion_outputs.begin(), p_.fusion_outputs.end(), gathered) != p_.fusion_outputs.end();
-      if (returned || read_elsewhere(p_, gathered, {pair.gemm}))
-        return "'" + gathered->name + "' is " + (returned ? "returned" : "read by another segment") +
-               ", and a ring never holds the gathered rows whole";
-    }
+    if (pair.kind == PairSizes::Kind::all_gather_gemm)
+      if (std::string needed = gathered_needed(pair); !needed.empty()) return needed + ", and a ring never holds the gathered rows whole";
     if (pair.kind == PairSizes::Kind::gemm_reduce_scatter && op.string_attr("reduce") != "sum")
       return "its reduce_scatter reduces by " + op.string_attr("reduce") + ", and a ring's accumulate step adds";
     if (pair.kind == PairSizes::Kind::gemm_all_reduce)
@@ -224,15 +229,19 @@ class Rewriter {
   }
 
   // Chunk i of the pair's collective on the communication stream, the GEMMs of chunk i on the
-  // compute pool, an event between them each iteration.
+  // compute pool, an event between them each iteration. A gathered value that only the GEMM
+  // reads is `landed`: the other blocks' GEMMs read each chunk where it arrived (no copy into a
+  // gathered buffer on the communication stream), and give the place back after them.
   void emit_chunks(const Pair& pair, const std::vector<Node>& nodes, std::vector<Node>& out, const std::string& why) {
     if (pair.kind == PairSizes::Kind::gemm_all_reduce) return emit_all_reduce_chunks(pair, nodes, out, why);
     const Op& op = *segment(pair.collective).ops[0];
     const Segment& gemm = segment(pair.gemm);
     const int c = pair.collective, m = pair.gemm, parts = pair.parts;
+    const bool landed = pair.kind == PairSizes::Kind::all_gather_gemm && gathered_needed(pair).empty();
     std::vector<ChunkedValue> values;
     if (pair.kind == PairSizes::Kind::all_gather_gemm) {
-      values = {{op.inputs[0], ChunkedValue::Layout::rows}, {op.outputs[0], ChunkedValue::Layout::blocks}};
+      values = {{op.inputs[0], ChunkedValue::Layout::rows},
+                {op.outputs[0], landed ? ChunkedValue::Layout::landed : ChunkedValue::Layout::blocks}};
       values.back().own = op.inputs[0];
       for (Value* v : gemm.outputs) values.push_back({v, ChunkedValue::Layout::blocks});
     } else {
@@ -249,10 +258,12 @@ class Rewriter {
       // the collective, whose host calls would delay it), then the others in the order they
       // arrive (the previous rank's first)
       loop.body.push_back(Launch{m, kIterationStream, 0, true});
-      loop.body.push_back(Communicate{c, comm});
+      loop.body.push_back(Communicate{c, comm, landed ? ChunkPhase::land : ChunkPhase::whole});
       loop.body.push_back(Record{comm, event});
       loop.body.push_back(Wait{kIterationStream, event});
       for (int j = 1; j < parts; ++j) loop.body.push_back(Launch{m, kIterationStream, -j, true});
+      // the chunks' places (a peer's next-but-one chunk overwrites them) once those GEMMs are done
+      if (landed) loop.body.push_back(Release{kIterationStream, op.outputs[0]});
     } else {
       // the other ranks' blocks first (the next rank's first), sent while the own block's GEMM
       // runs; this rank's part finished once that GEMM is done
@@ -354,29 +365,36 @@ class Rewriter {
   }
 
   // Allocates the pair's outputs that the loop writes whole (the Allocate nodes already between
-  // first and last, and those the CPU program has none of; never a ring's scratch-only values),
-  // forks the communication stream and the compute pool from the run's stream, and returns the
-  // loop to fill.
+  // first and last, and those the CPU program has none of; never a ring's scratch-only values; a
+  // landed value only where its collective copies the chunks), forks the communication stream
+  // and the compute pool from the run's stream, and returns the loop to fill.
   ForChunks open_loop(int parts, std::vector<ChunkedValue> values, const std::vector<Value*>& also_allocated, const std::string& what,
                       const std::vector<Node>& nodes, size_t first, size_t last, std::vector<Node>& out) {
+    std::map<const Value*, int> made_by;  // the pair's outputs, by the segment that makes them
+    for (size_t n = first; n <= last; ++n)
+      if (int s = segment_of(nodes[n]); s >= 0)
+        for (const Value* o : segment(s).outputs) made_by[o] = s;
     std::set<const Value*> scratch_only;
-    for (const ChunkedValue& v : values)
+    std::map<const Value*, int> landed_by;
+    for (const ChunkedValue& v : values) {
       if (v.layout == ChunkedValue::Layout::ring_buffer) scratch_only.insert(v.value);
+      if (v.layout == ChunkedValue::Layout::landed) landed_by[v.value] = made_by.at(v.value);
+    }
+    auto allocate = [&](Allocate a) {
+      if (auto it = landed_by.find(a.value); it != landed_by.end()) a.unless_landed = it->second;
+      out.push_back(a);
+    };
     std::set<const Value*> allocated;
     for (size_t n = first; n <= last; ++n)
       if (auto* a = std::get_if<Allocate>(&nodes[n]); a && !scratch_only.count(a->value)) {
-        out.push_back(*a);
+        allocate(*a);
         allocated.insert(a->value);
       }
-    std::set<const Value*> pair_outputs;
-    for (size_t n = first; n <= last; ++n)
-      if (int s = segment_of(nodes[n]); s >= 0)
-        for (const Value* o : segment(s).outputs) pair_outputs.insert(o);
     std::vector<Value*> wanted = also_allocated;
     for (const ChunkedValue& v : values)
-      if (pair_outputs.count(v.value) && !scratch_only.count(v.value)) wanted.push_back(v.value);
+      if (made_by.count(v.value) && !scratch_only.count(v.value)) wanted.push_back(v.value);
     for (Value* v : wanted)
-      if (allocated.insert(v).second) out.push_back(Allocate{v});
+      if (allocated.insert(v).second) allocate(Allocate{v});
     ForChunks loop;
     loop.parts = parts;
     loop.values = std::move(values);

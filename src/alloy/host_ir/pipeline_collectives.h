@@ -10,7 +10,15 @@
 // into a ForChunks loop over S chunks of each device's rows. All-gather -> GEMM: the GEMM of the
 // device's own block of chunk i runs first, on its own rows (it waits for nothing), while chunk i
 // of the other blocks is all-gathered on the communication stream; then the other blocks' GEMMs,
-// in the order they arrive. GEMM -> reduce-scatter: the other blocks' GEMMs of chunk i run first
+// in the order they arrive. Where the gathered value is read by nothing but that GEMM (not
+// returned, no other segment's input), it is never made whole (ChunkedValue::Layout::landed):
+// the collective (ChunkPhase::land, Communicator::all_gather_landed) leaves each chunk where it
+// arrives, the other blocks' GEMMs read it there, and a Release node after them on the compute
+// stream gives the places back (the copy engines' staging slots, which a peer's later chunk
+// overwrites), so no same-device copy runs on the communication stream beside the GEMMs; its
+// buffer is allocated only where the communicator copies the chunks into one (NCCL, MPI, the
+// staged path: Allocate's unless_landed). Where it is read elsewhere, the loop gathers into the
+// whole buffer as before (`blocks`). GEMM -> reduce-scatter: the other blocks' GEMMs of chunk i run first
 // and their partial sums are sent while the own block's GEMM writes the output; the collective's
 // finish then adds what arrived (ChunkPhase::send / finish). One GEMM per block of rows, written
 // in place into the whole output; the epilogue (bias, GELU) stays in each chunk's GEMM.

@@ -62,6 +62,9 @@ std::string chunked_str(const ChunkedValue& v, const ForChunks& f) {
     case ChunkedValue::Layout::rows: return v.value->name + " (rows)";
     case ChunkedValue::Layout::blocks:
       return v.value->name + " (blocks of " + std::to_string(f.parts) + (v.own ? "; its own block is " + v.own->name : "") + ")";
+    case ChunkedValue::Layout::landed:
+      return v.value->name + " (blocks of " + std::to_string(f.parts) + ", each read where its chunk lands" +
+             (v.own ? "; its own block is " + v.own->name : "") + ")";
     case ChunkedValue::Layout::ring_block: {
       std::string shift = v.shift == 0 ? "" : v.shift > 0 ? " + " + std::to_string(v.shift) : " - " + std::to_string(-v.shift);
       return v.value->name + " (block (rank - s" + shift + ") mod " + std::to_string(f.parts) + ")";
@@ -81,6 +84,8 @@ void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& no
     if (auto* a = std::get_if<Allocate>(&node)) {
       os << indent << "Allocate " << a->value->name << ": " << a->value->type_str();
       if (a->input) os << " = the memory of input " << a->input->name << " (written in place)";
+      if (a->unless_landed >= 0)
+        os << ", for segment " << a->unless_landed << " to copy its chunks into (none where its communicator leaves them where they land)";
       os << "\n";
     } else if (auto* l = std::get_if<Launch>(&node)) {
       const Segment& s = p.segmentation.segments.at(l->segment);
@@ -103,6 +108,7 @@ void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& no
       os << indent << communication_str(p.segmentation.segments.at(c->segment));
       if (loop) os << (c->phase == ChunkPhase::send     ? " (chunk i: send the parts of the other ranks)"
                        : c->phase == ChunkPhase::finish ? " (chunk i: finish this rank's part)"
+                       : c->phase == ChunkPhase::land   ? " (chunk i, read where it lands)"
                                                         : " (chunk i)");
       if (c->stream != 0) os << " on stream " << stream_str(c->stream, loop);
       os << "\n";
@@ -115,6 +121,9 @@ void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& no
       os << indent << "Accumulate " << acc->into->name << " += the running sum received (none in step 0)";
       if (acc->stream != 0) os << " on stream " << stream_str(acc->stream, loop);
       os << "\n";
+    } else if (auto* rl = std::get_if<Release>(&node)) {
+      os << indent << "Release chunk i of " << rl->value->name << " to its collective (nothing below reads where it landed) on stream "
+         << stream_str(rl->stream, loop) << "\n";
     } else if (auto* f = std::get_if<ForChunks>(&node)) {
       if (f->schedule == ForChunks::Schedule::ring)
         os << indent << "Ring s in 0.." << f->parts << " over the team (" << f->why << "); bound:";

@@ -1,8 +1,8 @@
 // The host program: what the runtime executes, even on one device. A list of nodes (Allocate,
 // Launch of a segment's executable on a stream, Communicate, Record / Wait of events between
-// streams, ForChunks loops of them, a ring's SendRecv and Accumulate steps, and the Choose of
-// --pipeline auto) lowered from a segmentation, then rewritten by the program passes
-// (host_ir/side_streams.h, host_ir/pipeline_collectives.h).
+// streams, ForChunks loops of them, a ring's SendRecv and Accumulate steps, a landed chunk's
+// Release, and the Choose of --pipeline auto) lowered from a segmentation, then rewritten by the
+// program passes (host_ir/side_streams.h, host_ir/pipeline_collectives.h).
 #pragma once
 
 #include <memory>
@@ -19,9 +19,13 @@ namespace alloy::host_ir {
 // (Segmentation::in_place): the buffer is that input's memory, which the segment writes in place
 // (a run whose input tensor does not fit, as y's sizes, dtype and device, allocates instead, and
 // the run's in-place write copies).
+// With `unless_landed` (a segment id), the buffer of a chunked all-gather's output that a loop
+// reads where the chunks land (ChunkedValue::Layout::landed): allocated only where that segment's
+// communicator copies the chunks into it (SegmentExecutable::lands_in_place false), else none.
 struct Allocate {
   Value* value;
   Value* input = nullptr;
+  int unless_landed = -1;
 };
 
 // Run segment `segment` of the segmentation through its executable, its device work going to
@@ -53,10 +57,12 @@ struct Wait {
   bool previous_step = false;
 };
 
-// Which half of a chunked reduce-scatter a Communicate node runs (Communicator's
-// reduce_scatter_parts_send / _finish): `send` moves the parts bound for other ranks once their
-// GEMMs ran, `finish` makes this rank's part once its own GEMM ran.
-enum class ChunkPhase { whole, send, finish };
+// Which form of a chunked collective a Communicate node runs. Which half of a reduce-scatter
+// (Communicator's reduce_scatter_parts_send / _finish): `send` moves the parts bound for other
+// ranks once their GEMMs ran, `finish` makes this rank's part once its own GEMM ran. `land`: an
+// all-gather whose chunks the loop's GEMMs read where they land (Communicator::all_gather_landed;
+// its output is `landed` in the loop, and a Release node gives each chunk's places back).
+enum class ChunkPhase { whole, send, finish, land };
 
 // Run communication segment `segment` (one resharding op: a collective over the mesh's team, or
 // shard_slice) on `stream`; its results are views or buffers it allocates itself. Inside a
@@ -84,9 +90,18 @@ struct Accumulate {
   Value* into;
 };
 
+// Inside a loop: this iteration's chunk of the `landed` value `value` is read by nothing enqueued
+// after this node on `stream` (the last GEMM that reads it ran there, before it), so its
+// collective may reuse the places it landed in (the copy engines: the staging slots, which a peer
+// overwrites two calls later) once that stream gets here.
+struct Release {
+  int stream;
+  Value* value;
+};
+
 struct ForChunks;
 struct Choose;
-using Node = std::variant<Allocate, Launch, Record, Wait, Communicate, SendRecv, Accumulate, ForChunks, Choose>;
+using Node = std::variant<Allocate, Launch, Record, Wait, Communicate, SendRecv, Accumulate, Release, ForChunks, Choose>;
 
 // How a value is cut into a loop's chunks along its axis 0 (`count` chunks, as even as the rows
 // allow: chunk i is rows [i*L/count, (i+1)*L/count) of L):
@@ -99,6 +114,10 @@ using Node = std::variant<Allocate, Launch, Record, Wait, Communicate, SendRecv,
 //           rows) instead: the all-gathered value's own block is the input it gathers, so the
 //           GEMM of it need not wait for the collective; the reduce-scattered partial sums' own
 //           block is the output they reduce into, which the reduce-scatter then adds to.
+//   landed: an all-gather's output that only the loop's GEMM reads: as `blocks` with `own`, but a
+//           Launch of another rank's block sees chunk i of it where iteration i's Communicate
+//           (ChunkPhase::land) left it (RunState::landed), until the iteration's Release; the
+//           whole value is a buffer only where the collective copies the chunks into it.
 // And in a ring loop (step s of `parts`, on team rank r):
 //   ring_block:  the value's rows are `parts` blocks; step s binds block (r - s + shift) mod parts;
 //   ring_buffer: a block-sized value that is never whole: step s binds one of two scratch blocks
@@ -106,7 +125,7 @@ using Node = std::variant<Allocate, Launch, Record, Wait, Communicate, SendRecv,
 //                and the last step binds `last` (the finished block) where there is one.
 struct ChunkedValue {
   Value* value;
-  enum class Layout { rows, blocks, ring_block, ring_buffer } layout;
+  enum class Layout { rows, blocks, landed, ring_block, ring_buffer } layout;
   int shift = 0;
   Value* first = nullptr;
   Value* last = nullptr;

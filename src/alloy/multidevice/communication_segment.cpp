@@ -33,11 +33,13 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
   }
 
   // Inside a pipelined loop: chunk i of every rank's block (an all-reduce's: chunk i of the
-  // rows), into the loop's whole buffers.
+  // rows), into the loop's whole buffers; a landed all-gather's chunk wherever its communicator
+  // leaves it, handed to the loop in RunState::landed with what gives the places back.
   void run_chunk(host_ir::RunState& state, host_ir::ChunkPhase phase) override {
     ALLOY_CHECK(state.team, "a chunked ", op_name(op_.kind), " without a team");
     Communicator& comm = team_of(state);
     const Tensor& in = state.at(op_.inputs[0]);
+    if (phase == host_ir::ChunkPhase::land) return land(comm, in, state);
     const Tensor& out = state.at(op_.outputs[0]);
     if (op_.kind == OpKind::all_gather) return comm.all_gather_into_parts(device_.contiguous(in), out);
     if (op_.kind == OpKind::reduce_scatter) {
@@ -52,6 +54,10 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
       return comm.all_reduce(device_.contiguous(in), out, reduce_of(op_));
     }
     internal_error("run_chunk: ", op_name(op_.kind));
+  }
+
+  bool lands_in_place(const host_ir::RunState& state) const override {
+    return op_.kind == OpKind::all_gather && state.team && team_of(state).lands_in_place();
   }
 
   void run(host_ir::RunState& state) override {
@@ -130,8 +136,20 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
     return packed.view(out_sizes);
   }
 
+  void land(Communicator& comm, const Tensor& in, host_ir::RunState& state) {
+    ALLOY_CHECK(op_.kind == OpKind::all_gather, "a landed ", op_name(op_.kind));
+    // the loop's buffer of the chunks, where the communicator copies them into one (else none)
+    const Tensor& parts = state.values.at(op_.outputs[0]->id);
+    ALLOY_CHECK(comm.lands_in_place() || parts.defined(), "a landed all_gather of '", op_.inputs[0]->name, "' through ", comm.name(),
+                ", which copies, without a buffer to copy into");
+    LandedParts landed = comm.all_gather_landed(device_.contiguous(in), parts);
+    ALLOY_CHECK(landed.parts.size() == size_t(comm.size()), comm.name(), ": all_gather_landed returned ", landed.parts.size(), " parts");
+    std::vector<Tensor> views = landed.parts;
+    state.landed[op_.outputs[0]->id] = {std::move(views), [&comm, landed = std::move(landed)] { comm.release_landed(landed); }};
+  }
+
   // Every team a run holds is a communicator (the executor's, from communicator_for).
-  static Communicator& team_of(host_ir::RunState& state) { return static_cast<Communicator&>(*state.team); }
+  static Communicator& team_of(const host_ir::RunState& state) { return static_cast<Communicator&>(*state.team); }
 
   const Op& op_;
   const host_ir::DeviceRuntime& device_;

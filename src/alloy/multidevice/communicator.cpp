@@ -47,6 +47,18 @@ void Communicator::all_gather_into_parts(const Tensor& in, const Tensor& parts) 
   }
 }
 
+LandedParts Communicator::all_gather_landed(const Tensor& in, const Tensor& parts) {
+  ALLOY_CHECK(parts.defined(), name(), ": all_gather_landed without a buffer to copy the chunks into");
+  all_gather_into_parts(in, parts);
+  LandedParts landed;
+  for (int r = 0; r < size(); ++r) landed.parts.push_back(part_of(parts, r));
+  return landed;
+}
+
+void Communicator::release_landed(const LandedParts& landed) {
+  ALLOY_CHECK(landed.call == 0, name(), ": a landing to give back, but this communicator copies the chunks");
+}
+
 void Communicator::send_recv(const Tensor& in, int to, const Tensor& out, int from) {
   if (to == rank() && from == rank()) {  // a ring of one (nothing else can pair with itself)
     ALLOY_CHECK(in.device().kind == DeviceKind::cpu && in.is_contiguous() && out.is_contiguous(), name(), ": send_recv to itself of ", in.str());

@@ -9,9 +9,12 @@
 //     which NCCL refuses): through host memory and MPI, slowly but correctly; said once on stderr.
 // Buffers handed to a collective are contiguous; the parts of a team are rank-major (part r of
 // an all-gather's output is team rank r's input). Team rank r is the device at position r of
-// the mesh.
+// the mesh. The NCCL communicator of GPUs of one host that reach each other moves the pipelined
+// loops' chunked collectives with the copy engines instead (copy_engine_communicator.h), and
+// lets a loop read the chunks of an all-gather where they land (all_gather_landed).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,6 +25,14 @@
 #include "alloy/tensor/tensor.h"
 
 namespace alloy::multidevice {
+
+// Where a chunked all-gather left every rank's chunk (Communicator::all_gather_landed): parts[r]
+// is team rank r's, on this device. `call` names the landing to give back with release_landed
+// (0: nothing to give back, the parts are views of the caller's buffer).
+struct LandedParts {
+  std::vector<Tensor> parts;
+  uint64_t call = 0;
+};
 
 struct ProcessInfo {
   int rank = 0;        // in the job (MPI_COMM_WORLD)
@@ -103,6 +114,18 @@ class Communicator : public host_ir::Team {
   // same parts. The defaults: nothing, then `out` copied into part rank() and reduce_scatter_parts.
   virtual void reduce_scatter_parts_send(const Tensor& parts, PartialReduce op);
   virtual void reduce_scatter_parts_finish(const Tensor& parts, const Tensor& out, PartialReduce op);
+
+  // The chunked all-gather of a loop whose gathered value nothing but the loop's GEMMs reads
+  // (ChunkPhase::land): returns where each rank's chunk can be read, so nothing is copied into a
+  // gathered buffer. Where lands_in_place() (the copy engines), part rank() is `in` itself, every
+  // other part is where that peer's chunk arrived, `parts` is not used (it may be undefined), and
+  // the places stay the caller's until release_landed, which the caller enqueues on the stream of
+  // the last reader, after it, before its next call on this communicator (a peer's later chunk
+  // overwrites them once that stream gets there). The default copies the chunks into `parts`
+  // (all_gather_into_parts) and returns its parts; release_landed then does nothing.
+  virtual bool lands_in_place() const { return false; }
+  virtual LandedParts all_gather_landed(const Tensor& in, const Tensor& parts);
+  virtual void release_landed(const LandedParts& landed);
 
  protected:
   Communicator(int rank, int size) : Team(rank, size) {}

@@ -5,15 +5,29 @@
 // opens its peers' through CUDA IPC (the handles travel over the host team). A transfer is a
 // peer-to-peer cudaMemcpyAsync into the peer's staging buffer, then a 32-bit write into the peer's
 // flags (cuStreamWriteValue32, which fences the copy before it); the receiver's stream waits on
-// its own flag (cuStreamWaitValue32) and copies out of its staging buffer, or adds from it. Every
-// call is an epoch e (1, 2, ..., as 32 bits; ranks call in the same order, as their programs are
-// the same):
-//   flags[arrived + s] = e   rank s's data of epoch e is in my staging slot (s, e % 2)
-//   flags[freed + p]   = e   rank p has read what I put in its slot of epoch e
-// A sender waits for freed >= e - 2 before writing slot (me, e % 2) again: two slots a peer, so
-// epoch e's transfer never waits for the receiver to finish epoch e - 1 (the first two calls wait
-// for nothing). The comparisons are cyclic (the driver's GEQ), so the 32-bit epoch may wrap. Calls are ordered on the device too
-// (each waits for the previous call's event), whichever streams they are made on.
+// its own flag (cuStreamWaitValue32) and copies out of its staging buffer, or adds from it, or
+// (all_gather_landed) leaves it there for the loop's GEMMs to read. Every call that moves bytes
+// is an epoch e (1, 2, ..., as 32 bits; ranks call in the same order, as their programs are the
+// same):
+//   flags[arrived + s]          = e   rank s's data of epoch e is in my staging slot (s, e % 2)
+//   flags[freed + (e % 2) n + p] = e   rank p is done reading what I put in its slot (me, e % 2) at
+//                                      epoch e (n = kMaxRanks: one word per slot parity and peer)
+// A sender waits for freed(e % 2) >= e - 2 before writing slot (me, e % 2) again: two slots a
+// peer, so epoch e's transfer never waits for the receiver to finish epoch e - 1 (the first two
+// calls wait for nothing). The comparisons are cyclic (the driver's GEQ), so the 32-bit epoch may
+// wrap. Calls are ordered on the device too (each waits for the previous call's event), whichever
+// streams they are made on, so arrived only grows.
+// Who frees a slot: a copy out or an add frees it on the communication stream right after, in
+// call order. A landed chunk (all_gather_landed: the loop's GEMMs of the other blocks read the
+// slots themselves, so no same-device copy waits for SMs the GEMMs hold, issue 25) is freed by
+// release_landed on the stream of its last GEMM, after it; that is not in call order (the loop's
+// compute streams alternate), which is why freed has a word per slot parity: the release of epoch
+// e of a slot comes after the receiver waited for epoch e's arrival, which the sender wrote after
+// it saw the release of epoch e - 2 of the same slot, so each word only grows too. The release
+// stays out of the calls' order (it waits for no call's event, and no call's event covers it), so
+// this rank's communication stream never waits for its own GEMMs; a peer's push of epoch e waits,
+// through its flag, for this rank's GEMMs of epoch e - 2 only. One landed epoch is held at a
+// time: it is released (enqueued) before the next call.
 //
 // Where: ranks of one host whose GPUs can reach each other (peer access), ALLOY_NO_COPY_ENGINES
 // not set. The probe at creation (a signal around the team) must complete within seconds, else
@@ -155,6 +169,40 @@ class CopyEngineCommunicator final : public Communicator {
   void recv(const Tensor& out, int peer) override { inner_->recv(out, peer); }
   void send_recv(const Tensor& in, int to, const Tensor& out, int from) override { inner_->send_recv(in, to, out, from); }
 
+  bool lands_in_place() const override { return true; }
+
+  // `in` pushed to every peer's slot; the peers' blocks left in this rank's slots, the stream
+  // past their arrival (the nearest rank first: it pushes to this one first). No copy on this
+  // device: part rank() is `in`, and `parts` is not used.
+  LandedParts all_gather_landed(const Tensor& in, const Tensor&) override {
+    const size_t bytes = bytes_of(in);
+    LandedParts landed{std::vector<Tensor>(size_t(size()), in), 0};
+    if (bytes == 0) return landed;  // empty chunks (a rank without rows): nothing to move or hold
+    Tensor packed = runtime_.contiguous(in);
+    Calls call(*this, bytes);
+    const uint32_t e = call.epoch;
+    for (int j = 1; j < size(); ++j) push((rank() + j) % size(), packed.data(), bytes, e, call.fresh_slots, call.stream);
+    for (int j = 1; j < size(); ++j) {
+      int q = (rank() - j + size()) % size();
+      arrive(q, e, call.stream);
+      landed.parts[size_t(q)] = Tensor::borrow(slot(rank(), q, e), in.device(), in.dtype(), in.sizes(), contiguous_strides(in.sizes()));
+    }
+    landed.call = landed_ = call.number;
+    return landed;
+  }
+
+  // The slots of the landed epoch freed for their senders, on the current stream (the last
+  // reader's), outside the calls' order.
+  void release_landed(const LandedParts& landed) override {
+    if (landed.call == 0) return;
+    ALLOY_CHECK(landed.call == landed_, name(), ": release of the landing of call ", landed.call, ", but the one held is ",
+                landed_ ? std::to_string(landed_) : std::string("none"));
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    auto stream = reinterpret_cast<cudaStream_t>(runtime_.current_stream(device_));
+    for (int j = 1; j < size(); ++j) release((rank() - j + size()) % size(), uint32_t(landed.call), stream);
+    landed_ = 0;
+  }
+
   // Part rank() copied in place; `in` pushed to every peer's slot, the peers' blocks copied out of
   // this rank's slots as they arrive (the nearest rank first: it pushes to this one first).
   void all_gather_into_parts(const Tensor& in, const Tensor& parts) override {
@@ -217,8 +265,9 @@ class CopyEngineCommunicator final : public Communicator {
 
  private:
   static constexpr int kMaxRanks = 64;
-  // arrived[kMaxRanks], freed[kMaxRanks], probe
-  static constexpr size_t kArrived = 0, kFreed = kMaxRanks, kProbe = 2 * kMaxRanks, kFlagWords = 2 * kMaxRanks + 1;
+  // arrived[kMaxRanks], freed[2][kMaxRanks] (by slot parity), probe
+  static constexpr size_t kArrived = 0, kFreed = kMaxRanks, kProbe = 3 * kMaxRanks, kFlagWords = 3 * kMaxRanks + 1;
+  static size_t freed_word(uint32_t e, int rank) { return kFreed + size_t(e % 2) * kMaxRanks + size_t(rank); }
 
   // One call: its epoch (a new one where `bytes` > 0), on the current stream, after the previous
   // call; the staging slots at least `bytes`.
@@ -226,16 +275,19 @@ class CopyEngineCommunicator final : public Communicator {
     CopyEngineCommunicator& c;
     cudaStream_t stream;
     uint32_t epoch = 0;
+    uint64_t number = 0;       // the call's count (its epoch's 64 bits; 0 where it moves nothing)
     bool fresh_slots = false;  // the first two calls: no earlier epoch used the slots
     Calls(CopyEngineCommunicator& comm, size_t bytes) : c(comm) {
+      // a held landing is released before the next call (a peer's call may wait for it)
+      ALLOY_CHECK(c.landed_ == 0, c.name(), ": a call while the chunk of call ", c.landed_, " is still landed (not released)");
       check(cudaSetDevice(c.device_), "cudaSetDevice");
       if (bytes > c.slot_bytes_) c.grow(bytes);
       stream = reinterpret_cast<cudaStream_t>(c.runtime_.current_stream(c.device_));
       check(cudaStreamWaitEvent(stream, c.last_, 0), "cudaStreamWaitEvent");
       if (bytes > 0) {
-        ++c.calls_;
-        epoch = uint32_t(c.calls_);
-        fresh_slots = c.calls_ <= 2;
+        number = ++c.calls_;
+        epoch = uint32_t(number);
+        fresh_slots = number <= 2;
       }
     }
     ~Calls() { cudaEventRecord(c.last_, stream); }
@@ -277,12 +329,12 @@ class CopyEngineCommunicator final : public Communicator {
   }
   // `bytes` at `src` into peer p's slot for this rank, once p has read that slot's previous epoch.
   void push(int p, const void* src, size_t bytes, uint32_t e, bool fresh_slots, cudaStream_t s) {
-    if (!fresh_slots) wait_flag(flags_ + kFreed + p, e - 2, s);
+    if (!fresh_slots) wait_flag(flags_ + freed_word(e, p), e - 2, s);
     copy(slot(p, rank(), e), src, bytes, s);
     write_flag(peer_flags_[size_t(p)] + kArrived + rank(), e, s);
   }
   void arrive(int q, uint32_t e, cudaStream_t s) { wait_flag(flags_ + kArrived + q, e, s); }
-  void release(int q, uint32_t e, cudaStream_t s) { write_flag(peer_flags_[size_t(q)] + kFreed + rank(), e, s); }
+  void release(int q, uint32_t e, cudaStream_t s) { write_flag(peer_flags_[size_t(q)] + freed_word(e, rank()), e, s); }
 
   // Larger staging slots on every rank (each reaches the same call with the same size): the device
   // idle and every rank past that point before the old buffers go.
@@ -343,6 +395,7 @@ class CopyEngineCommunicator final : public Communicator {
   std::vector<char*> peer_staging_;
   size_t slot_bytes_ = 0;
   uint64_t calls_ = 0;  // calls that moved bytes: the epoch is its low 32 bits
+  uint64_t landed_ = 0;  // the call whose chunk is landed and not yet released (0: none)
   uint32_t sent_ = 0;   // the epoch of the reduce-scatter sent and not yet finished
   bool sending_ = false;
   cudaEvent_t last_ = nullptr;

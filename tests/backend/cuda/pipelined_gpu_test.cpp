@@ -2,7 +2,8 @@
 // --pipeline ring, chunks and auto (whose cost model measures this GPU, into a temporary cache)
 // against off, on the streams of a real device; the Megatron MLP's GEMM -> all-reduce (forward and
 // backward) likewise; and the ring's accumulate kernel for every dtype.
-// The rings of several ranks run on GPUs in alloy_mpi_tests (ALLOY_MPI_TEST_DEVICE=cuda).
+// The rings of several ranks, and the copy engines' landed chunks, run on GPUs in alloy_mpi_tests
+// (ALLOY_MPI_TEST_DEVICE=cuda).
 #include <gtest/gtest.h>
 
 #include "test_util.h"
@@ -80,6 +81,10 @@ TEST(PipelinedGpu, RingChunksAndAuto_OnAMeshOfOne_EqualOff) {
       EXPECT_EQ(count(program, "For i in 0.."), 2) << program;
       EXPECT_EQ(count(program, "Ring s in 0.."), 0) << program;
       EXPECT_NE(program.find("For i in 0..3 (all_gather -> linear h: 3 chunks (--pipeline chunks=3))"), std::string::npos) << program;
+      // only the GEMM reads the gathered rows: its loop takes each chunk where it lands (a team of
+      // one copies it into the buffer) and releases it after the GEMM (issue 25)
+      EXPECT_NE(program.find("x__gathered (blocks of 1, each read where its chunk lands; its own block is x)"), std::string::npos) << program;
+      EXPECT_EQ(count(program, "Release chunk i of x__gathered"), 1) << program;
       EXPECT_NE(program.find("For i in 0..3 (linear y__computed -> reduce_scatter: 3 chunks (--pipeline chunks=3))"), std::string::npos)
           << program;
     } else {
