@@ -50,9 +50,16 @@ namespace {
 //   memory then): 103.1/79.0/106.9/69.8 us off, 101.4/74.1/91.6/68.3 on (and the 768-column
 //   blocks of 96 threads, not 128 with a quarter idle). The partials' combine tree of three
 //   levels: 100.4/70.6/89.3/65.2 (one level, the last block reading all: 158.8/185.9/152.2/135.8).
-//   16 accumulators (two levels): 98.9/74.2/85.0/67.5. Each of the three measured alone against
-//   the others at their defaults of then; their combination, the default now, is not yet timed.
-//   Blocks an SM by hand: 2 gave 99.5/104.4/89.1/100.7, 4 spills (666.8 at 4096 columns).
+//   16 accumulators (two levels): 98.9/74.2/85.0/67.5. Their combination, timed in session 28:
+//   99.8/71.8/86.8/65.3. Blocks an SM by hand: 2 gave 99.5/104.4/89.1/100.7, 4 spills (666.8 at
+//   4096 columns).
+// - inner_outer_combine_levels 0, inner_outer_rows_ahead 1 (issue 27, session 28, `scripts/gpu-ab
+//   inner_outer` and `inner_outer_combine`, same four cases, H100): the combine over the grid
+//   89.7-92.1/78.5-79.8/78.5-80.7/71.6-72.6 against the tree of three levels'
+//   99.2-99.7/70.5-70.8/85.7-86.1/64.9-65.2 (faster at one block an SM, slower at 1056 blocks of
+//   96 threads: the plan keeps the tree where the grid has more than two blocks an SM, so the
+//   default gives 90.3/71.2/78.6/64.7); two rows ahead 100.7/74.4/85.7/66.2 and three
+//   101.5/73.1/95.2/67.2 against one's 99.8/71.8/86.8/65.3.
 // - multi_tensor_threads 256, multi_tensor_chunk_vectors 2 (issue 27): GPT-2's AdamW step over 148
 //   tensors in one launch at 86% of copy bandwidth on an H100 (as torch._fused_adamw_), the one
 //   2^28 tensor step at 100%; `scripts/gpu-ab multi_tensor` times other chunks and blocks.

@@ -224,9 +224,7 @@ void each_vector(std::ostringstream& os, const KernelVariant& v, const std::stri
 void InnerOuterParts::combine_partials() {
   std::ostringstream& os = e_.os_;
   const KernelVariant& v = e_.v_;
-  const std::vector<const Op*> order = workspace_order(e_.a_);
   const std::string in = "    ";
-  const int V = v.vector;
   // the tree (inner_outer_tree): nodes of S children, S the least with S^L >= gridDim.x; its rows
   // of partials, each block's then each level's nodes' below the root
   os << in << "unsigned S = 1;\n";
@@ -235,33 +233,9 @@ void InnerOuterParts::combine_partials() {
   os << in << "unsigned long long tree_rows = 0;\n";
   os << in << "for (unsigned n = gridDim.x; n > 1; n = (n + S - 1) / S) tree_rows += n;\n";
   declare_workspace(in, "tree_rows");
-  auto W = [](const Op* r) { return "W" + std::to_string(r->outputs[0]->id); };
-  // a vector of partials into `T q[V]` from row `at` of the workspace, combined into O[it]
-  auto gather = [&](const std::string& ind, const std::string& at) {
-    for (const Op* r : order) {
-      std::string T = partial_type(r), O = partial_name(r);
-      os << ind << "{ " << T << " q[" << V << "];\n" << ind << "  alloy_load_partials<" << T << ", " << V << ">(q, " << W(r) << " + (long long)(" << at
-         << ") * p.cols + col0);\n"
-         << ind << "  #pragma unroll\n" << ind << "  for (int e = 0; e < " << V << "; ++e) " << O << "[it][e] = " << combine(r, O + "[it][e]", "q[e]")
-         << "; }\n";
-    }
-  };
-  auto reset = [&](const std::string& ind) {
-    for (const Op* r : order)
-      os << ind << "#pragma unroll\n" << ind << "for (int e = 0; e < " << V << "; ++e) " << partial_name(r) << "[it][e] = "
-         << KernelEmitter::identity_of(*r, partial_type(r)) << ";\n";
-  };
-  auto store = [&](const std::string& ind, const std::string& at) {
-    for (const Op* r : order) {
-      std::string T = partial_type(r), O = partial_name(r);
-      os << ind << "{ AlloyVec<" << T << ", " << V << "> w;\n" << ind << "  #pragma unroll\n" << ind << "  for (int e = 0; e < " << V
-         << "; ++e) w.v[e] = " << O << "[it][e];\n"
-         << ind << "  *reinterpret_cast<AlloyVec<" << T << ", " << V << ">*>(" << W(r) << " + (long long)(" << at << ") * p.cols + col0) = w; }\n";
-    }
-  };
   os << in << "// this block's partial; then, level by level, the last child of a node to arrive sums its\n";
   os << in << "// children's partials in order into the node's (stored for the level above, but the root's)\n";
-  each_vector(os, v, in, [&](const std::string& ind) { store(ind, "blockIdx.x"); });
+  each_vector(os, v, in, [&](const std::string& ind) { store_partials(ind, "blockIdx.x"); });
   os << in << "unsigned n = gridDim.x, node = blockIdx.x, rows_below = 0, counters_below = 0;\n";
   os << in << "while (n > 1) {\n";
   const std::string in2 = in + "  ";
@@ -270,17 +244,47 @@ void InnerOuterParts::combine_partials() {
   os << in2 << "if (tid == 0) alloy_last = atomicAdd(p.counters + counters_below + parent, 1u) == members - 1;\n";
   os << in2 << "__syncthreads();\n" << in2 << "if (!alloy_last) return;\n" << in2 << "__threadfence();\n";
   each_vector(os, v, in2, [&](const std::string& ind) {
-    reset(ind);
+    reset_partials(ind);
     os << ind << "#pragma unroll 4\n" << ind << "for (unsigned b = first; b < first + members; ++b) {\n";
-    gather(ind + "  ", "rows_below + b");
+    add_partials(ind + "  ", "rows_below + b");
     os << ind << "}\n";
   });
   os << in2 << "if (tid == 0) p.counters[counters_below + parent] = 0;  // for the next launch on this stream\n";
   os << in2 << "rows_below += n;\n" << in2 << "counters_below += parents;\n" << in2 << "n = parents;\n" << in2 << "node = parent;\n";
   os << in2 << "if (n > 1) {\n";
-  each_vector(os, v, in2 + "  ", [&](const std::string& ind) { store(ind, "rows_below + node"); });
+  each_vector(os, v, in2 + "  ", [&](const std::string& ind) { store_partials(ind, "rows_below + node"); });
   os << in2 << "}\n";
   os << in << "}\n";
+}
+
+// The thread's partials of its vector `it` at col0 (O<id>[it]): set to the reductions' identities;
+// row `at` (an expression) of the workspace's added to them; stored in row `at`.
+void InnerOuterParts::reset_partials(const std::string& ind) {
+  for (const Op* r : workspace_order(e_.a_))
+    e_.os_ << ind << "#pragma unroll\n" << ind << "for (int e = 0; e < " << e_.v_.vector << "; ++e) " << partial_name(r) << "[it][e] = "
+           << KernelEmitter::identity_of(*r, partial_type(r)) << ";\n";
+}
+
+void InnerOuterParts::add_partials(const std::string& ind, const std::string& at) {
+  const int V = e_.v_.vector;
+  for (const Op* r : workspace_order(e_.a_)) {
+    std::string T = partial_type(r), O = partial_name(r);
+    e_.os_ << ind << "{ " << T << " q[" << V << "];\n" << ind << "  alloy_load_partials<" << T << ", " << V << ">(q, W" << r->outputs[0]->id
+           << " + (long long)(" << at << ") * p.cols + col0);\n"
+           << ind << "  #pragma unroll\n" << ind << "  for (int e = 0; e < " << V << "; ++e) " << O << "[it][e] = " << combine(r, O + "[it][e]", "q[e]")
+           << "; }\n";
+  }
+}
+
+void InnerOuterParts::store_partials(const std::string& ind, const std::string& at) {
+  const int V = e_.v_.vector;
+  for (const Op* r : workspace_order(e_.a_)) {
+    std::string T = partial_type(r), O = partial_name(r);
+    e_.os_ << ind << "{ AlloyVec<" << T << ", " << V << "> w;\n" << ind << "  #pragma unroll\n" << ind << "  for (int e = 0; e < " << V
+           << "; ++e) w.v[e] = " << O << "[it][e];\n"
+           << ind << "  *reinterpret_cast<AlloyVec<" << T << ", " << V << ">*>(W" << r->outputs[0]->id << " + (long long)(" << at
+           << ") * p.cols + col0) = w; }\n";
+  }
 }
 
 // Each column's results: the outer reductions' values (rounded to their dtypes), the pointwise
@@ -333,32 +337,17 @@ void InnerOuterParts::combine_over_the_grid() {
   const int V = v.vector;
   declare_workspace(in, "gridDim.x");
   os << in << "if (ALLOY_GRID_FIRST_PHASE) {\n";
-  each_vector(os, v, in + "  ", [&](const std::string& ind) {
-    for (const Op* r : order) {
-      std::string T = partial_type(r), O = partial_name(r);
-      os << ind << "{ AlloyVec<" << T << ", " << V << "> w;\n" << ind << "  #pragma unroll\n" << ind << "  for (int e = 0; e < " << V
-         << "; ++e) w.v[e] = " << O << "[it][e];\n"
-         << ind << "  *reinterpret_cast<AlloyVec<" << T << ", " << V << ">*>(W" << r->outputs[0]->id << " + (long long)blockIdx.x * p.cols + col0) = w; }\n";
-    }
-  });
+  each_vector(os, v, in + "  ", [&](const std::string& ind) { store_partials(ind, "blockIdx.x"); });
   os << in << "}\n";
   os << in << "ALLOY_GRID_BARRIER(p.counters);\n";
   os << in << "const unsigned lane = tid & 31u, warps = blockDim.x >> 5;\n";
   os << in << "for (long long slot = (long long)(tid >> 5) * gridDim.x + blockIdx.x; slot * " << V << " < p.cols; slot += (long long)gridDim.x * warps) {\n";
   const std::string in2 = in + "  ";
   os << in2 << "const int it = 0;\n" << in2 << "const long long col0 = slot * " << V << ";\n";
-  for (const Op* r : order) {
-    std::string T = partial_type(r), O = partial_name(r);
-    os << in2 << "#pragma unroll\n" << in2 << "for (int e = 0; e < " << V << "; ++e) " << O << "[it][e] = " << KernelEmitter::identity_of(*r, T) << ";\n";
-  }
+  reset_partials(in2);
   // (eight rows' loads in flight a lane: a grid of a thousand blocks gives a lane 33 rows)
   os << in2 << "#pragma unroll 8\n" << in2 << "for (unsigned b = lane; b < gridDim.x; b += 32) {\n";
-  for (const Op* r : order) {
-    std::string T = partial_type(r), O = partial_name(r);
-    os << in2 << "  { " << T << " q[" << V << "];\n" << in2 << "    alloy_load_partials<" << T << ", " << V << ">(q, W" << r->outputs[0]->id
-       << " + (long long)b * p.cols + col0);\n"
-       << in2 << "    #pragma unroll\n" << in2 << "    for (int e = 0; e < " << V << "; ++e) " << O << "[it][e] = " << combine(r, O + "[it][e]", "q[e]") << "; }\n";
-  }
+  add_partials(in2 + "  ", "b");
   os << in2 << "}\n";
   for (const Op* r : order) {
     std::string O = partial_name(r);

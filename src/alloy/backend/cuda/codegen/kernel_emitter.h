@@ -59,6 +59,9 @@ class InnerOuterParts {
   void declare_workspace(const std::string& indent, const std::string& rows);
   void store_columns();
   void store_column_vector(const std::string& indent);
+  void reset_partials(const std::string& indent);
+  void add_partials(const std::string& indent, const std::string& row);
+  void store_partials(const std::string& indent, const std::string& row);
   std::set<int> held_row_leaves() const;
   std::string held_prefix(int rows_ahead) const;
   std::string scalar_prefix(int rows_ahead) const;
