@@ -864,8 +864,8 @@ TEST(EmulatedKernels, GridReductionsGiveTheSameBitsInAnyBlockOrder) {
 }
 
 // Inner-outer kernels (SchedulerKind::inner_outer): the layer norm and RMSNorm backward, each
-// block's next row loaded ahead and not (KernelTuning::inner_outer_prefetch), and in bf16 at 37
-// rows also its next three (inner_outer_rows_ahead: more rows ahead than some blocks have), on 4 SMs, in bf16
+// block's next row loaded ahead, at 37 rows also not (KernelTuning::inner_outer_prefetch), and in
+// bf16 at 37 rows its next three (inner_outer_rows_ahead: more rows ahead than some blocks have), on 4 SMs, in bf16
 // with rows of 1000 (vectors of 8, the last thread's past the row's end) and in f32 with rows of
 // 1031 (vectors of one): one row (one block, no workspace); 3 rows (fewer than a full grid: 3
 // blocks of one row, none to load ahead); 37 rows (blocks of one or more rows, partials combined
@@ -880,7 +880,7 @@ TEST(EmulatedKernels, InnerOuterNormalizationBackwardsOfOddSizes) {
       for (const std::string& text : {testing::layer_norm_backward(T), testing::rms_norm_backward(T)}) {
         SCOPED_TRACE(T + " N=" + std::to_string(n) + " D=" + std::to_string(d) + "\n" + text);
         for (int ahead : {1, 0, 3}) {
-          if (ahead == 3 && (n != 37 || T != "bf16")) continue;
+          if ((ahead == 3 && (n != 37 || T != "bf16")) || (ahead == 0 && n != 37)) continue;
           SCOPED_TRACE(std::to_string(ahead) + " rows loaded ahead");
           cuda::KernelTuning tuning;
           tuning.inner_outer_prefetch = ahead > 0;
@@ -915,7 +915,7 @@ TEST(EmulatedKernels, InnerOuterInEveryFlavour) {
 TEST(EmulatedKernels, InnerOuterGivesTheSameBitsInAnyBlockOrder) {
   for (const std::string& text : {testing::layer_norm_backward("f32"), testing::rms_norm_backward("bf16")}) {
     SCOPED_TRACE(text);
-    expect_the_same_bits_in_any_block_order(text, {{"N", 100}, {"D", 768}}, "_io_pf_");
+    expect_the_same_bits_in_any_block_order(text, {{"N", 64}, {"D", 512}}, "_io_pf_");
   }
 }
 
