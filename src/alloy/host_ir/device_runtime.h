@@ -81,6 +81,9 @@ class DeviceRuntime {
   // Sets every byte the elements span to 0xFF (NaN for floats, -1 for integers): tests catch
   // kernels that skip elements.
   virtual void fill_poison(const Tensor& t) const = 0;
+  // Sets every byte the elements span to 0 (zeros of every dtype): a pipelined reduce-scatter's
+  // own term where the communicator reduces the other ranks' parts (ChunkedValue::landing).
+  virtual void fill_zero(const Tensor& t) const = 0;
   // The tensor itself when it is packed, else a packed copy.
   virtual Tensor contiguous(const Tensor& t) const = 0;
   // dst = src: the same dtype and sizes, dst contiguous, src at any strides.

@@ -81,6 +81,11 @@ class CpuRuntime final : public host_ir::DeviceRuntime {
     ALLOY_CHECK(t.is_contiguous(), "fill_poison of ", t.str());
     std::memset(t.data(), 0xFF, size_t(t.numel()) * size_t(dtype_size(t.dtype())));
   }
+  void fill_zero(const Tensor& t) const override {
+    if (t.numel() == 0) return;
+    ALLOY_CHECK(t.is_contiguous(), "fill_zero of ", t.str());
+    std::memset(t.data(), 0, size_t(t.numel()) * size_t(dtype_size(t.dtype())));
+  }
   Tensor contiguous(const Tensor& t) const override { return packed_cpu(t); }
   void copy(const Tensor& dst, const Tensor& src) const override { copy_into_cpu(dst, src); }
   void accumulate(const Tensor& into, const Tensor& sum) const override { accumulate_cpu(into, sum); }

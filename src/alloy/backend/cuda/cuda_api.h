@@ -133,5 +133,7 @@ void copy_d2d(const Tensor& dst, const Tensor& src, const Stream& stream);
 // Sets every byte that the tensor's elements span to 0xFF: NaN for floats, -1 for integers.
 // Tests use it to catch kernels that skip elements.
 void fill_poison(const Tensor& device_tensor, const Stream& stream);
+// Sets every byte the elements span to 0 (zeros of every dtype).
+void fill_zero(const Tensor& device_tensor, const Stream& stream);
 
 }  // namespace alloy::cuda

@@ -173,6 +173,7 @@ class CudaRuntime final : public host_ir::DeviceRuntime {
     return cuda_empty(dtype, sizes, Stream::current(index));
   }
   void fill_poison(const Tensor& t) const override { cuda::fill_poison(t, current(t)); }
+  void fill_zero(const Tensor& t) const override { cuda::fill_zero(t, current(t)); }
   Tensor contiguous(const Tensor& t) const override { return cuda::contiguous(t, current(t)); }
   void copy(const Tensor& dst, const Tensor& src) const override {
     Stream stream = current(dst);

@@ -217,15 +217,23 @@ void copy_d2d(const Tensor& dst, const Tensor& src, const Stream& stream) {
   }
 }
 
-void fill_poison(const Tensor& device_tensor, const Stream& stream) {
-  check_on_cuda(device_tensor, "fill_poison");
-  require_cuda("fill_poison");
+namespace {
+
+// Every byte the elements span set to `byte`.
+void fill_bytes(const Tensor& device_tensor, int byte, const Stream& stream, const char* what) {
+  check_on_cuda(device_tensor, what);
+  require_cuda(what);
   Span span = element_span(device_tensor);
   if (span.count() <= 0) return;
   size_t esize = dtype_size(device_tensor.dtype());
   char* first = static_cast<char*>(device_tensor.data()) + span.lo * int64_t(esize);
   DeviceGuard guard(device_tensor.device().index);
-  ALLOY_CUDA_CHECK(cudaMemsetAsync(first, 0xFF, span.count() * esize, raw(stream)));
+  ALLOY_CUDA_CHECK(cudaMemsetAsync(first, byte, span.count() * esize, raw(stream)));
 }
+
+}  // namespace
+
+void fill_poison(const Tensor& device_tensor, const Stream& stream) { fill_bytes(device_tensor, 0xFF, stream, "fill_poison"); }
+void fill_zero(const Tensor& device_tensor, const Stream& stream) { fill_bytes(device_tensor, 0, stream, "fill_zero"); }
 
 }  // namespace alloy::cuda

@@ -22,6 +22,7 @@ class UnavailableRuntime final : public host_ir::DeviceRuntime {
   int64_t memory_bytes(int) const override { unavailable("cuda"); }
   Tensor empty(DType, const std::vector<int64_t>&, int) const override { unavailable("cuda"); }
   void fill_poison(const Tensor&) const override { unavailable("cuda"); }
+  void fill_zero(const Tensor&) const override { unavailable("cuda"); }
   Tensor contiguous(const Tensor&) const override { unavailable("cuda"); }
   void copy(const Tensor&, const Tensor&) const override { unavailable("cuda"); }
   void accumulate(const Tensor&, const Tensor&) const override { unavailable("cuda"); }
