@@ -33,8 +33,9 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
   }
 
   // Inside a pipelined loop: chunk i of every rank's block (an all-reduce's: chunk i of the
-  // rows), into the loop's whole buffers; a landed all-gather's chunk wherever its communicator
-  // leaves it, handed to the loop in RunState::landed with what gives the places back.
+  // rows), into the loop's whole buffers; a landed all-gather's chunk, or a landed reduce-scatter's
+  // other ranks' parts of this rank's chunk, wherever its communicator leaves them, handed to the
+  // loop in RunState::landed with what gives the places back.
   void run_chunk(host_ir::RunState& state, host_ir::ChunkPhase phase) override {
     ALLOY_CHECK(state.team, "a chunked ", op_name(op_.kind), " without a team");
     Communicator& comm = team_of(state);
@@ -57,7 +58,7 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
   }
 
   bool lands_in_place(const host_ir::RunState& state) const override {
-    return op_.kind == OpKind::all_gather && state.team && team_of(state).lands_in_place();
+    return (op_.kind == OpKind::all_gather || op_.kind == OpKind::reduce_scatter) && state.team && team_of(state).lands_in_place();
   }
 
   void run(host_ir::RunState& state) override {
@@ -137,6 +138,7 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
   }
 
   void land(Communicator& comm, const Tensor& in, host_ir::RunState& state) {
+    if (op_.kind == OpKind::reduce_scatter) return land_sum(comm, in, state);
     ALLOY_CHECK(op_.kind == OpKind::all_gather, "a landed ", op_name(op_.kind));
     // the loop's buffer of the chunks, where the communicator copies them into one (else none)
     const Tensor& parts = state.values.at(op_.outputs[0]->id);
@@ -146,6 +148,20 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
     ALLOY_CHECK(landed.parts.size() == size_t(comm.size()), comm.name(), ": all_gather_landed returned ", landed.parts.size(), " parts");
     std::vector<Tensor> views = landed.parts;
     state.landed[op_.outputs[0]->id] = {std::move(views), [&comm, landed = std::move(landed)] { comm.release_landed(landed); }};
+  }
+
+  // A sum reduce-scatter's other ranks' parts of this rank's chunk (`in`: the parts view of the
+  // partial sums, sent before), for the own block's GEMM to add: where the communicator reduces
+  // them, into the loop's scratch chunk (the output's binding in this node; part rank() of `in`
+  // is the zeroed own block).
+  void land_sum(Communicator& comm, const Tensor& in, host_ir::RunState& state) {
+    ALLOY_CHECK(reduce_of(op_) == PartialReduce::sum, "a landed reduce_scatter by ", op_.string_attr("reduce"));
+    const Tensor& sum = state.values.at(op_.outputs[0]->id);
+    ALLOY_CHECK(comm.lands_in_place() || sum.defined(), "a landed reduce_scatter of '", op_.inputs[0]->name, "' through ", comm.name(),
+                ", which reduces, without a chunk to sum into");
+    LandedParts landed = comm.reduce_scatter_parts_landed(in, sum);
+    std::vector<Tensor> addends = landed.parts;
+    state.landed[op_.inputs[0]->id] = {std::move(addends), [&comm, landed = std::move(landed)] { comm.release_landed(landed); }};
   }
 
   // Every team a run holds is a communicator (the executor's, from communicator_for).

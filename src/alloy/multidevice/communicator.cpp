@@ -55,6 +55,12 @@ LandedParts Communicator::all_gather_landed(const Tensor& in, const Tensor& part
   return landed;
 }
 
+LandedParts Communicator::reduce_scatter_parts_landed(const Tensor& parts, const Tensor& sum) {
+  ALLOY_CHECK(sum.defined(), name(), ": reduce_scatter_parts_landed without a buffer to sum into");
+  reduce_scatter_parts(parts, sum, PartialReduce::sum);
+  return LandedParts{{sum}, 0};
+}
+
 void Communicator::release_landed(const LandedParts& landed) {
   ALLOY_CHECK(landed.call == 0, name(), ": a landing to give back, but this communicator copies the chunks");
 }

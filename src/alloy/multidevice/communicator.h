@@ -11,7 +11,8 @@
 // an all-gather's output is team rank r's input). Team rank r is the device at position r of
 // the mesh. The NCCL communicator of GPUs of one host that reach each other moves the pipelined
 // loops' chunked collectives with the copy engines instead (copy_engine_communicator.h), and
-// lets a loop read the chunks of an all-gather where they land (all_gather_landed).
+// lets a loop read the chunks of an all-gather, and the other ranks' parts of a reduce-scatter,
+// where they land (all_gather_landed, reduce_scatter_parts_landed).
 #pragma once
 
 #include <cstdint>
@@ -27,8 +28,10 @@
 namespace alloy::multidevice {
 
 // Where a chunked all-gather left every rank's chunk (Communicator::all_gather_landed): parts[r]
-// is team rank r's, on this device. `call` names the landing to give back with release_landed
-// (0: nothing to give back, the parts are views of the caller's buffer).
+// is team rank r's, on this device; or what a reduce-scatter's landing leaves to add to this
+// rank's part (reduce_scatter_parts_landed: a part per other rank, or their one sum). `call`
+// names the landing to give back with release_landed (0: nothing to give back, the parts are
+// views of the caller's buffers).
 struct LandedParts {
   std::vector<Tensor> parts;
   uint64_t call = 0;
@@ -126,6 +129,16 @@ class Communicator : public host_ir::Team {
   virtual bool lands_in_place() const { return false; }
   virtual LandedParts all_gather_landed(const Tensor& in, const Tensor& parts);
   virtual void release_landed(const LandedParts& landed);
+
+  // The landed form of a sum reduce-scatter's finish (ChunkPhase::land; after
+  // reduce_scatter_parts_send of the same parts, in its place of reduce_scatter_parts_finish):
+  // returns what is to be added to this rank's part, which the caller has not computed yet (the
+  // loop's own GEMM adds them as it writes it: cuBLASLt's C). Where lands_in_place(), one part per
+  // other rank (nearest first), where that rank's part arrived, held until release_landed as
+  // all_gather_landed's; `sum` is not used (it may be undefined). The default reduces `parts` into
+  // `sum` (part rank() of `parts` holds zeros: the caller's term) with reduce_scatter_parts and
+  // returns {sum}, nothing to give back.
+  virtual LandedParts reduce_scatter_parts_landed(const Tensor& parts, const Tensor& sum);
 
  protected:
   Communicator(int rank, int size) : Team(rank, size) {}

@@ -6,7 +6,7 @@
 // peer-to-peer cudaMemcpyAsync into the peer's staging buffer, then a 32-bit write into the peer's
 // flags (cuStreamWriteValue32, which fences the copy before it); the receiver's stream waits on
 // its own flag (cuStreamWaitValue32) and copies out of its staging buffer, or adds from it, or
-// (all_gather_landed) leaves it there for the loop's GEMMs to read. Every call that moves bytes
+// (all_gather_landed, reduce_scatter_parts_landed) leaves it there for the loop's GEMMs to read. Every call that moves bytes
 // is an epoch e (1, 2, ..., as 32 bits; ranks call in the same order, as their programs are the
 // same):
 //   flags[arrived + s]          = e   rank s's data of epoch e is in my staging slot (s, e % 2)
@@ -19,8 +19,9 @@
 // streams they are made on, so arrived only grows.
 // Who frees a slot: a copy out or an add frees it on the communication stream right after, in
 // call order. A landed chunk (all_gather_landed: the loop's GEMMs of the other blocks read the
-// slots themselves, so no same-device copy waits for SMs the GEMMs hold, issue 25) is freed by
-// release_landed on the stream of its last GEMM, after it; that is not in call order (the loop's
+// slots themselves; reduce_scatter_parts_landed: the own block's GEMM reads the peers' partial
+// sums as its C; so no same-device copy or add waits for SMs the GEMMs hold, issue 25) is freed
+// by release_landed on the stream of its last GEMM, after it; that is not in call order (the loop's
 // compute streams alternate), which is why freed has a word per slot parity: the release of epoch
 // e of a slot comes after the receiver waited for epoch e's arrival, which the sender wrote after
 // it saw the release of epoch e - 2 of the same slot, so each word only grows too. The release
@@ -243,7 +244,28 @@ class CopyEngineCommunicator final : public Communicator {
       push(p, part.data(), bytes, call.epoch, call.fresh_slots, call.stream);
     }
     sent_ = call.epoch;
+    sent_call_ = call.number;
     sending_ = true;
+  }
+
+  // The peers' parts for this rank left in its slots (the stream past their arrival, the nearest
+  // rank first), for the loop's own GEMM to add; freed by release_landed after that GEMM. No add
+  // kernel on this device, and `sum` is not used.
+  LandedParts reduce_scatter_parts_landed(const Tensor& parts, const Tensor&) override {
+    ALLOY_CHECK(sending_, name(), ": reduce_scatter landed without its send");
+    const uint32_t e = sent_;
+    sending_ = false;
+    LandedParts landed;
+    Tensor own = part_of(parts, rank());
+    if (bytes_of(own) == 0) return landed;  // empty chunks (a rank without rows): nothing moved, nothing to add
+    Calls call(*this, 0);
+    for (int j = 1; j < size(); ++j) {
+      int q = (rank() - j + size()) % size();
+      arrive(q, e, call.stream);
+      landed.parts.push_back(Tensor::borrow(slot(rank(), q, e), own.device(), own.dtype(), own.sizes(), contiguous_strides(own.sizes())));
+    }
+    landed.call = landed_ = sent_call_;
+    return landed;
   }
 
   // out (this rank's part) += what every peer pushed for it.
@@ -397,6 +419,7 @@ class CopyEngineCommunicator final : public Communicator {
   uint64_t calls_ = 0;  // calls that moved bytes: the epoch is its low 32 bits
   uint64_t landed_ = 0;  // the call whose chunk is landed and not yet released (0: none)
   uint32_t sent_ = 0;   // the epoch of the reduce-scatter sent and not yet finished
+  uint64_t sent_call_ = 0;  // its call's count
   bool sending_ = false;
   cudaEvent_t last_ = nullptr;
 };
