@@ -34,15 +34,17 @@ struct RunState {
   // The chunk count a Choose picked for the loop it runs (0: the loop's own).
   int chosen_chunks = 0;
   // Inside a ForChunks loop, this iteration's chunk of each `landed` value (by value id), set by
-  // the Communicate that lands it (ChunkPhase::land): per team rank, where that rank's block of
-  // the chunk can be read, and what gives those places back to the collective (the Release node
-  // runs it on its stream, behind the GEMMs that read them, and forgets the entry).
+  // the Communicate that lands it (ChunkPhase::land): an all-gather's, per team rank, where that
+  // rank's block of the chunk can be read; a reduce-scatter's (by its partial sums' id), what the
+  // own block's GEMM adds (a part per other rank where they land in place, else their one sum);
+  // and what gives those places back to the collective (the Release node runs it on its stream,
+  // behind the GEMMs that read them, and forgets the entry).
   struct LandedChunk {
     std::vector<Tensor> parts;
     std::function<void()> release;
   };
   std::map<int, LandedChunk> landed;
-  // Buffers a loop allocated for itself (a ring's scratch blocks), kept to the end of the run:
+  // Buffers a loop allocated for itself (a ring's scratch blocks, a landing's sum), kept to the end of the run:
   // other streams use them, and the run's stream joins those before the run ends.
   std::vector<Tensor> scratch;
   // A traced run (host_ir/trace.h): a span for each node that enqueues work. Null: nothing is marked.
@@ -66,10 +68,17 @@ class SegmentExecutable {
   // Inside a ForChunks loop (communication segments): moves this iteration's chunk between the
   // views the loop bound, writing into the bound output (a reduce-scatter in halves: `phase`).
   virtual void run_chunk(RunState& state, ChunkPhase phase);
-  // An all-gather run with ChunkPhase::land: whether its chunks are read where they land, so the
-  // loop holds no buffer of the whole value (Allocate's `unless_landed`); false: it copies them
-  // into that buffer and the loop reads them there.
+  // A collective run with ChunkPhase::land: whether its chunks are read where they land, so the
+  // loop holds no buffer for them (an all-gather: Allocate's `unless_landed`; a reduce-scatter:
+  // no scratch sum, ChunkedValue::landing); false: it copies them into that buffer and the loop
+  // reads them there.
   virtual bool lands_in_place(const RunState& state) const;
+  // Runs the segment with `addends` added to its one output `into` (each of its chunk's sizes and
+  // dtype, contiguous): the own block's GEMM of a GEMM -> reduce-scatter loop adding the other
+  // ranks' partial sums where they landed (Launch::adds). The default runs, then adds each addend
+  // on the current stream (`device`'s accumulate): the CPU, generated kernels, a GEMM cuBLASLt
+  // refuses. The cuBLASLt matmul takes the first as its C (beta = 1) and adds the rest so.
+  virtual void run_accumulating(RunState& state, const Value* into, const std::vector<Tensor>& addends, const DeviceRuntime& device);
   // The generated source, for `--dump cuda`; empty where there is none.
   virtual std::string source() const { return {}; }
 };
@@ -87,6 +96,7 @@ struct Executable {
   struct NodeRunner;
   void run_nodes(const std::vector<Node>& nodes, RunState& state, RunStreams* streams, const LoopFrame* frame) const;
   void run_loop(const ForChunks& loop, RunState& state, RunStreams* streams) const;
+  void prepare_landings(const ForChunks& loop, LoopFrame& frame, RunState& state, RunStreams* streams) const;
 };
 
 }  // namespace alloy::host_ir

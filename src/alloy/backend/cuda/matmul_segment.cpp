@@ -122,25 +122,21 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
     prepare_epilogue_kernel(s);
   }
 
-  void run(host_ir::RunState& state) override {
-    Stream stream = Stream::current(state.device.index);
-    for (const Op* view : match_->operand_views) make_host_view(*view, state);
-    // Empty operands or products (k = 0 included) go to the fallback, which handles them.
-    int64_t product_numel = 1;
-    for (int64_t n : state.concrete_shape(match_->product)) product_numel *= n;
-    std::optional<Gemm> gemm;
-    if (product_numel > 0 && state.at(op_->inputs[0]).numel() > 0 && state.at(op_->inputs[1]).numel() > 0)
-      gemm = op_->kind == OpKind::linear ? linear_gemm(state, stream) : matmul_gemm(state, stream);
-    // a chunk's GEMM inside a pipelined loop (communication beside it): the SMs it may take
-    // (ALLOY_OVERLAP_GEMM_SMS; 0, the default, every SM)
-    if (gemm && !state.chunk_shapes.empty()) gemm->desc.sm_count_target = int(settings::integer("ALLOY_OVERLAP_GEMM_SMS"));
-    std::optional<MatmulRefusal> refusal = gemm ? run_fused(state, *gemm, stream) : MatmulRefusal{"an empty operand or product"};
-    if (!refusal) {
-      last_run_ = "cuBLASLt, epilogue " + std::string(epilogue_kind_name(kind_));
-      return;
-    }
-    last_run_ = "cuBLASLt refused epilogue " + std::string(epilogue_kind_name(kind_)) + " (" + refusal->why + "): " +
-                run_fallback(state, gemm ? &*gemm : nullptr, stream);
+  void run(host_ir::RunState& state) override { run_gemm(state, nullptr); }
+
+  // The own block's GEMM of a GEMM -> reduce-scatter loop: the first addend as cuBLASLt's C
+  // (beta = 1: D = A B + C, then the bias, so a row-parallel linear's bias / n a rank still sums
+  // to one bias), where the epilogue is at most a bias (an activation after C would apply to the
+  // sum) and C can be read as D's matrix (D's dtype, rows of unit stride); every other addend,
+  // and all of them where cuBLASLt refuses, added after it on the same stream.
+  void run_accumulating(host_ir::RunState& state, const Value* into, const std::vector<Tensor>& addends,
+                        const host_ir::DeviceRuntime& device) override {
+    const Tensor* c = nullptr;
+    if (!addends.empty() && into == match_->result && (kind_ == EpilogueKind::none || kind_ == EpilogueKind::bias) &&
+        addends[0].dtype() == into->dtype() && addends[0].device() == state.device)
+      c = &addends[0];
+    bool took_c = run_gemm(state, c);
+    for (size_t i = took_c ? 1 : 0; i < addends.size(); ++i) device.accumulate(state.at(into), addends[i]);
   }
 
   // What the last run launched (`--dump cuda` after a run): the cuBLASLt call, or the refusal and
@@ -153,6 +149,30 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
   }
 
  private:
+  // Runs the segment, adding `c` as cuBLASLt's C where it is given and the fused call takes it;
+  // returns whether it did.
+  bool run_gemm(host_ir::RunState& state, const Tensor* c) {
+    Stream stream = Stream::current(state.device.index);
+    for (const Op* view : match_->operand_views) make_host_view(*view, state);
+    // Empty operands or products (k = 0 included) go to the fallback, which handles them.
+    int64_t product_numel = 1;
+    for (int64_t n : state.concrete_shape(match_->product)) product_numel *= n;
+    std::optional<Gemm> gemm;
+    if (product_numel > 0 && state.at(op_->inputs[0]).numel() > 0 && state.at(op_->inputs[1]).numel() > 0)
+      gemm = op_->kind == OpKind::linear ? linear_gemm(state, stream) : matmul_gemm(state, stream);
+    // a chunk's GEMM inside a pipelined loop (communication beside it): the SMs it may take
+    // (ALLOY_OVERLAP_GEMM_SMS; 0, the default, every SM)
+    if (gemm && !state.chunk_shapes.empty()) gemm->desc.sm_count_target = int(settings::integer("ALLOY_OVERLAP_GEMM_SMS"));
+    std::optional<MatmulRefusal> refusal = gemm ? run_fused(state, *gemm, c, stream) : MatmulRefusal{"an empty operand or product"};
+    if (!refusal) {
+      last_run_ = "cuBLASLt, epilogue " + std::string(epilogue_kind_name(kind_)) + (c ? ", C = the landed addend (beta = 1)" : "");
+      return c != nullptr;
+    }
+    last_run_ = "cuBLASLt refused epilogue " + std::string(epilogue_kind_name(kind_)) + (c ? " with C" : "") + " (" + refusal->why +
+                "): " + run_fallback(state, gemm ? &*gemm : nullptr, stream);
+    return false;
+  }
+
   // ---- the GEMM's operands ----
 
   Gemm linear_gemm(host_ir::RunState& state, const Stream& stream) {
@@ -235,10 +255,12 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
 
   // ---- the fused call ----
 
-  // One cuBLASLt call for the matmul and every op the epilogue took; a refusal leaves nothing written.
-  std::optional<MatmulRefusal> run_fused(host_ir::RunState& state, const Gemm& g, const Stream& stream) {
+  // One cuBLASLt call for the matmul and every op the epilogue took (and `c` added before the
+  // epilogue, where given); a refusal leaves nothing written.
+  std::optional<MatmulRefusal> run_fused(host_ir::RunState& state, const Gemm& g, const Tensor* c, const Stream& stream) {
     EpilogueKind e = kind_;
     if (e != EpilogueKind::none && !g.single()) return MatmulRefusal{"epilogues are used on a single GEMM only"};
+    if (c && !g.single()) return MatmulRefusal{"an addend C is used on a single GEMM only"};
     MatmulDesc desc = g.desc;
     desc.epilogue = e;
     desc.c_dtype = desc.d_dtype = match_->result->dtype();
@@ -249,6 +271,13 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
       auto ldd = row_stride(d, desc.m, desc.n);
       if (!ldd) return MatmulRefusal{"the result is not a row-major matrix"};
       desc.ldd = *ldd;
+    }
+    if (c) {
+      auto ldc = c->numel() == desc.m * desc.n ? row_stride(*c, desc.m, desc.n) : std::nullopt;
+      if (!ldc) return MatmulRefusal{"the addend " + c->str() + " is not a row-major [m, n] matrix"};
+      desc.ldc = *ldc;
+      args.c = c->data();
+      args.beta = 1.0f;
     }
     if (epilogue_uses_bias(e)) {
       const Tensor& bias = epilogue_writes_bias(e) ? buffer_for(state, bias_, stream) : state.at(bias_);
