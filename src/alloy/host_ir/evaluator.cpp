@@ -31,6 +31,11 @@ std::vector<int64_t> RunState::concrete_shape(const Value* v) const {
 void SegmentExecutable::run_chunk(RunState&, ChunkPhase) { internal_error("this segment cannot run inside a chunked loop"); }
 bool SegmentExecutable::lands_in_place(const RunState&) const { return false; }
 
+void SegmentExecutable::run_accumulating(RunState& state, const Value* into, const std::vector<Tensor>& addends, const DeviceRuntime& device) {
+  run(state);
+  for (const Tensor& addend : addends) device.accumulate(state.at(into), addend);
+}
+
 Tensor DeviceRuntime::allocate(DType dtype, const std::vector<int64_t>& sizes, const RunState& state) const {
   Tensor t = empty(dtype, sizes, state.device.index);
   if (state.poison) fill_poison(t);
@@ -47,6 +52,7 @@ struct Executable::LoopFrame {
   std::vector<Tensor> own;     // per loop.values entry: its `own` value's tensor, where it has one
   std::vector<std::array<Tensor, 2>> scratch;  // per loop.values entry: a ring_buffer's two blocks
   std::array<Tensor, 2> sums;  // a reduce-scatter ring's running sums
+  std::vector<Tensor> landing_sum;  // per loop.values entry with a `landing` that copies: a chunk of the sum
 
   bool ring() const { return loop->schedule == ForChunks::Schedule::ring; }
   int stream(int s) const { return s == kIterationStream ? loop->first_pool_stream + iteration % loop->pool_streams : s; }
@@ -94,6 +100,12 @@ struct Executable::LoopFrame {
     if (it == state.landed.end())
       internal_error("block ", part, " of '", v->name, "' is read before its chunk landed (or after its Release)");
     return it->second.parts.at(size_t(part));
+  }
+  // This iteration's rows of value k's scratch sum (undefined where its landing needs none).
+  Tensor landing_sum_chunk(size_t k) const {
+    if (k >= landing_sum.size() || !landing_sum[k].defined()) return Tensor();
+    auto [begin, end] = rows(whole[k], loop->parts);
+    return row_range(landing_sum[k], 0, end - begin);
   }
   // This iteration's binding of every value (block `part` of the blocked ones).
   Tensor bound(size_t k, int part, const RunState& state) const {
@@ -257,11 +269,19 @@ struct Executable::NodeRunner {
     return l.relative ? ((frame->rank + l.part) % n + n) % n : std::max(l.part, 0);
   }
 
-  // The segment's executable, in a span (a view segment's is a copy's: it computes nothing).
+  // The segment's executable, in a span (a view segment's is a copy's: it computes nothing); with
+  // `adds`, adding the iteration's landed parts of that value to its output.
   void launch(const Launch& l) const {
     const Segment& s = x.program.segmentation.segments.at(size_t(l.segment));
-    span(l.stream, s.scheduler == SchedulerKind::noop ? SpanKind::copy : SpanKind::compute,
-         [&] { return launch_name(s) + place(part_of(l)); }, [&] { x.segments.at(size_t(l.segment))->run(state); });
+    SegmentExecutable& segment = *x.segments.at(size_t(l.segment));
+    if (!l.adds)
+      return span(l.stream, s.scheduler == SchedulerKind::noop ? SpanKind::copy : SpanKind::compute,
+                  [&] { return launch_name(s) + place(part_of(l)); }, [&] { segment.run(state); });
+    auto it = state.landed.find(l.adds->id);
+    if (it == state.landed.end()) internal_error("'", l.adds->name, "' is added before its other ranks' parts landed (or after its Release)");
+    ALLOY_CHECK(s.outputs.size() == 1, "a launch that adds landed parts writes one output, not ", s.outputs.size());
+    span(l.stream, SpanKind::compute, [&] { return launch_name(s) + place(part_of(l)) + " + landed"; },
+         [&] { segment.run_accumulating(state, s.outputs[0], it->second.parts, *x.device); });
   }
 
   void operator()(const Launch& l) const {
@@ -321,6 +341,12 @@ struct Executable::NodeRunner {
         else
           state.values[v.value->id] = v.layout == ChunkedValue::Layout::blocks ? frame->parts_view(k) : frame->chunk(k, 0);
       }
+      // a reduce-scatter's landing: its output is the scratch chunk of the other ranks' sum where
+      // the communicator copies, none where their parts land in place
+      if (c.phase == ChunkPhase::land)
+        for (size_t k = 0; k < frame->loop->values.size(); ++k)
+          if (const ChunkedValue& v = frame->loop->values[k]; v.landing >= 0 && v.own)
+            state.values[v.own->id] = frame->landing_sum_chunk(k);
       span(c.stream, kind, name, [&] { x.segments.at(size_t(c.segment))->run_chunk(state, c.phase); });
     });
   }
@@ -411,6 +437,29 @@ void Executable::run_nodes(const std::vector<Node>& nodes, RunState& state, RunS
   for (const Node& node : nodes) std::visit(runner, node);
 }
 
+// A reduce-scatter whose other ranks' parts land for the own GEMM (ChunkedValue::landing),
+// through a communicator that copies: it reduces every rank's part of chunk i, so this rank's
+// term, the value's own block (no GEMM writes it), is zeroed once, on the communication stream
+// (which every landing runs on, after the loop's fork), and the sum gets a chunk of scratch
+// (allocated on the run's stream, as a ring's blocks).
+void Executable::prepare_landings(const ForChunks& loop, LoopFrame& frame, RunState& state, RunStreams* streams) const {
+  frame.landing_sum.assign(loop.values.size(), Tensor());
+  for (size_t k = 0; k < loop.values.size(); ++k) {
+    const ChunkedValue& v = loop.values[k];
+    if (v.landing < 0 || segments.at(size_t(v.landing))->lands_in_place(state)) continue;
+    ALLOY_CHECK(v.layout == ChunkedValue::Layout::blocks && frame.whole[k].defined(), "a landing reduce-scatter of '", v.value->name,
+                "' without its whole buffer");
+    const Tensor& whole = frame.whole[k];
+    int64_t block = whole.size(0) / loop.parts;
+    std::vector<int64_t> sizes = whole.sizes();
+    sizes[0] = (block + frame.count - 1) / frame.count;
+    state.scratch.push_back(frame.landing_sum[k] = device->allocate(v.value->dtype(), sizes, state));
+    if (streams) streams->use(loop.first_pool_stream - 1);
+    device->fill_zero(LoopFrame::row_range(whole, frame.rank * block, (frame.rank + 1) * block));
+    if (streams) streams->use(0);
+  }
+}
+
 void Executable::run_loop(const ForChunks& loop, RunState& state, RunStreams* streams) const {
   LoopFrame frame{&loop, 0, loop.count, 0, {}, {}, {}, {}};
   const bool ring = loop.schedule == ForChunks::Schedule::ring;
@@ -468,6 +517,7 @@ void Executable::run_loop(const ForChunks& loop, RunState& state, RunStreams* st
     int count = state.chosen_chunks > 0 ? std::min(state.chosen_chunks, loop.count) : loop.count;
     frame.count = int(std::max<int64_t>(1, std::min<int64_t>(count, rows_per_block)));
   }
+  prepare_landings(loop, frame, state, streams);
   for (frame.iteration = 0; frame.iteration < frame.count; ++frame.iteration) run_nodes(loop.body, state, streams, &frame);
   for (const ChunkedValue& v : loop.values)
     ALLOY_CHECK(!state.landed.count(v.value->id), "a loop ended with a landed chunk of '", v.value->name, "' not released");

@@ -238,6 +238,9 @@ class Rewriter {
     const Segment& gemm = segment(pair.gemm);
     const int c = pair.collective, m = pair.gemm, parts = pair.parts;
     const bool landed = pair.kind == PairSizes::Kind::all_gather_gemm && gathered_needed(pair).empty();
+    // a sum reduce-scatter's own block adds what the others sent in its GEMM (max and min: a
+    // separate finish, after it)
+    const bool adds_landed = pair.kind == PairSizes::Kind::gemm_reduce_scatter && op.string_attr("reduce") == "sum";
     std::vector<ChunkedValue> values;
     if (pair.kind == PairSizes::Kind::all_gather_gemm) {
       values = {{op.inputs[0], ChunkedValue::Layout::rows},
@@ -248,6 +251,7 @@ class Rewriter {
       values = {{matmul_op(gemm)->inputs[0], ChunkedValue::Layout::blocks}, {op.inputs[0], ChunkedValue::Layout::blocks},
                 {op.outputs[0], ChunkedValue::Layout::rows}};
       values[1].own = op.outputs[0];  // the own block's partial sums go straight into the output
+      if (adds_landed) values[1].landing = c;
     }
     ForChunks loop = open_loop(parts, std::move(values), {}, describe_pair(pair) + ": " + why, nodes, pair.first, pair.last, out);
     loop.count = chunks_;
@@ -264,9 +268,25 @@ class Rewriter {
       for (int j = 1; j < parts; ++j) loop.body.push_back(Launch{m, kIterationStream, -j, true});
       // the chunks' places (a peer's next-but-one chunk overwrites them) once those GEMMs are done
       if (landed) loop.body.push_back(Release{kIterationStream, op.outputs[0]});
+    } else if (adds_landed) {
+      // the other ranks' blocks first (the next rank's first), sent as soon as their GEMMs are
+      // done; the own block's GEMM waits for the other ranks' parts of it and adds them as it
+      // writes the output (cuBLASLt's C: no add kernel waiting for SMs behind the GEMMs), then
+      // gives their places back. While it waits, the pool's other stream runs chunk i + 1's GEMMs.
+      int arrived = p_.events++;
+      Value* partial = op.inputs[0];
+      for (int j = 1; j < parts; ++j) loop.body.push_back(Launch{m, kIterationStream, j, true});
+      loop.body.push_back(Record{kIterationStream, event});
+      loop.body.push_back(Wait{comm, event});
+      loop.body.push_back(Communicate{c, comm, ChunkPhase::send});
+      loop.body.push_back(Communicate{c, comm, ChunkPhase::land});
+      loop.body.push_back(Record{comm, arrived});
+      loop.body.push_back(Wait{kIterationStream, arrived});
+      loop.body.push_back(Launch{m, kIterationStream, 0, true, partial});
+      loop.body.push_back(Release{kIterationStream, partial});
     } else {
-      // the other ranks' blocks first (the next rank's first), sent while the own block's GEMM
-      // runs; this rank's part finished once that GEMM is done
+      // max and min: the other ranks' blocks first (the next rank's first), sent while the own
+      // block's GEMM runs; this rank's part finished once that GEMM is done
       int own_done = p_.events++;
       for (int j = 1; j < parts; ++j) loop.body.push_back(Launch{m, kIterationStream, j, true});
       loop.body.push_back(Record{kIterationStream, event});

@@ -19,9 +19,15 @@
 // buffer is allocated only where the communicator copies the chunks into one (NCCL, MPI, the
 // staged path: Allocate's unless_landed). Where it is read elsewhere, the loop gathers into the
 // whole buffer as before (`blocks`). GEMM -> reduce-scatter: the other blocks' GEMMs of chunk i run first
-// and their partial sums are sent while the own block's GEMM writes the output; the collective's
-// finish then adds what arrived (ChunkPhase::send / finish). One GEMM per block of rows, written
-// in place into the whole output; the epilogue (bias, GELU) stays in each chunk's GEMM.
+// and their partial sums are sent as soon as they are done (ChunkPhase::send); a sum's landing
+// (ChunkPhase::land, Communicator::reduce_scatter_parts_landed) leaves the other ranks' parts of
+// this rank's chunk where they arrive, and the own block's GEMM, waiting for them on its compute
+// stream (the pool's other stream runs chunk i + 1's GEMMs meanwhile), adds them as it writes
+// the output (Launch::adds: cuBLASLt's C with beta = 1, no add kernel behind the GEMMs; a Release
+// after it gives the places back). Max and min keep the finish after the own GEMM
+// (ChunkPhase::finish). One GEMM per block of rows, written in place into the whole output; the
+// epilogue (bias, GELU) stays in each chunk's GEMM (the bias after C: a row-parallel linear's
+// bias / n on each rank, localize_shards, still sums to one bias).
 // GEMM -> all-reduce has no blocks (every rank computes partial sums of every row): iteration i
 // runs the GEMM of rows chunk i (with its epilogue: a row-parallel linear's bias is bias / n on
 // each rank, localize_shards, so each row still sums to the bias once) on the compute pool, then

@@ -61,6 +61,10 @@ std::string chunked_str(const ChunkedValue& v, const ForChunks& f) {
   switch (v.layout) {
     case ChunkedValue::Layout::rows: return v.value->name + " (rows)";
     case ChunkedValue::Layout::blocks:
+      if (v.landing >= 0)
+        return v.value->name + " (blocks of " + std::to_string(f.parts) + "; its own block is " + (v.own ? v.own->name : "?") +
+               ", to which the other ranks' parts are added where they land; where segment " + std::to_string(v.landing) +
+               "'s communicator copies, their sum in a scratch chunk, this value's own block zeroed before the loop)";
       return v.value->name + " (blocks of " + std::to_string(f.parts) + (v.own ? "; its own block is " + v.own->name : "") + ")";
     case ChunkedValue::Layout::landed:
       return v.value->name + " (blocks of " + std::to_string(f.parts) + ", each read where its chunk lands" +
@@ -95,6 +99,7 @@ void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& no
       for (size_t i = 0; i < s.outputs.size(); ++i) os << (i ? ", " : "") << s.outputs[i]->name;
       os << ")";
       if (l->relative && l->part == 0) os << " on chunk i of its own block";
+      if (l->adds) os << ", adding the other ranks' parts of " << l->adds->name << " where they landed (cuBLASLt: its C, beta = 1)";
       else if (l->relative) os << " on chunk i of block (rank " << (l->part > 0 ? "+ " : "- ") << std::abs(l->part) << ") mod " << (loop ? loop->parts : 0);
       else if (l->part >= 0) os << " on chunk i of block " << l->part;
       if (l->stream != 0) os << " on stream " << stream_str(l->stream, loop);
@@ -106,9 +111,11 @@ void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& no
          << (w->previous_step ? " of step s - 1 (none in step 0)" : "") << "\n";
     } else if (auto* c = std::get_if<Communicate>(&node)) {
       os << indent << communication_str(p.segmentation.segments.at(c->segment));
+      const bool gathered = p.segmentation.segments.at(c->segment).ops.at(0)->kind == OpKind::all_gather;
       if (loop) os << (c->phase == ChunkPhase::send     ? " (chunk i: send the parts of the other ranks)"
                        : c->phase == ChunkPhase::finish ? " (chunk i: finish this rank's part)"
-                       : c->phase == ChunkPhase::land   ? " (chunk i, read where it lands)"
+                       : c->phase == ChunkPhase::land   ? (gathered ? " (chunk i, read where it lands)"
+                                                                    : " (chunk i: the other ranks' parts of this rank's, left where they land)")
                                                         : " (chunk i)");
       if (c->stream != 0) os << " on stream " << stream_str(c->stream, loop);
       os << "\n";

@@ -34,6 +34,10 @@ struct Allocate {
 // loop's pool, chosen by the iteration's index), and `part` >= 0 binds the loop's `blocks` values
 // to this iteration's chunk of block `part` (one rank's rows); with `relative`, of block
 // (team rank + part) mod parts (part 0: this device's own block, -1: the previous rank's).
+// With `adds` (a GEMM -> reduce-scatter loop's own block), the segment's one output gets this
+// iteration's landed parts of `adds` added (RunState::landed, set by the reduce-scatter's
+// ChunkPhase::land: the other ranks' partial sums of this rank's chunk), through
+// SegmentExecutable::run_accumulating (cuBLASLt: the first as the GEMM's C, beta = 1).
 constexpr int kIterationStream = -1;
 
 struct Launch {
@@ -41,6 +45,7 @@ struct Launch {
   int stream = 0;
   int part = -1;
   bool relative = false;
+  Value* adds = nullptr;
 };
 
 // Event `event` marks the work enqueued on `stream` so far.
@@ -59,9 +64,12 @@ struct Wait {
 
 // Which form of a chunked collective a Communicate node runs. Which half of a reduce-scatter
 // (Communicator's reduce_scatter_parts_send / _finish): `send` moves the parts bound for other
-// ranks once their GEMMs ran, `finish` makes this rank's part once its own GEMM ran. `land`: an
-// all-gather whose chunks the loop's GEMMs read where they land (Communicator::all_gather_landed;
-// its output is `landed` in the loop, and a Release node gives each chunk's places back).
+// ranks once their GEMMs ran, `finish` makes this rank's part once its own GEMM ran (max and
+// min). `land`: an all-gather whose chunks the loop's GEMMs read where they land
+// (Communicator::all_gather_landed; its output is `landed` in the loop), or, after `send`, a sum
+// reduce-scatter's other ranks' parts of this rank's chunk, left where they land for the own
+// block's GEMM to add (Communicator::reduce_scatter_parts_landed; Launch::adds); either way a
+// Release node gives the places back.
 enum class ChunkPhase { whole, send, finish, land };
 
 // Run communication segment `segment` (one resharding op: a collective over the mesh's team, or
@@ -90,7 +98,8 @@ struct Accumulate {
   Value* into;
 };
 
-// Inside a loop: this iteration's chunk of the `landed` value `value` is read by nothing enqueued
+// Inside a loop: this iteration's landed chunk of `value` (a `landed` all-gathered value, or the
+// partial sums whose other ranks' parts a reduce-scatter landed) is read by nothing enqueued
 // after this node on `stream` (the last GEMM that reads it ran there, before it), so its
 // collective may reuse the places it landed in (the copy engines: the staging slots, which a peer
 // overwrites two calls later) once that stream gets here.
@@ -114,6 +123,14 @@ using Node = std::variant<Allocate, Launch, Record, Wait, Communicate, SendRecv,
 //           rows) instead: the all-gathered value's own block is the input it gathers, so the
 //           GEMM of it need not wait for the collective; the reduce-scattered partial sums' own
 //           block is the output they reduce into, which the reduce-scatter then adds to.
+//           With `landing` (a segment id; `blocks` with `own`: a GEMM -> sum reduce-scatter's
+//           partial sums), that segment's ChunkPhase::land leaves the other ranks' parts of this
+//           rank's chunk where they land, for the own block's GEMM to add (Launch::adds). Where
+//           its communicator copies (SegmentExecutable::lands_in_place false: it reduces them into
+//           one sum), the loop zeroes the value's own block of the whole buffer (this rank's term
+//           of that reduction: no GEMM writes it) on the communication stream and allocates a
+//           chunk of the sum before the first chunk; the landing's Communicate sees that chunk as
+//           `own`'s (undefined where the parts land in place).
 //   landed: an all-gather's output that only the loop's GEMM reads: as `blocks` with `own`, but a
 //           Launch of another rank's block sees chunk i of it where iteration i's Communicate
 //           (ChunkPhase::land) left it (RunState::landed), until the iteration's Release; the
@@ -130,6 +147,7 @@ struct ChunkedValue {
   Value* first = nullptr;
   Value* last = nullptr;
   Value* own = nullptr;
+  int landing = -1;
 };
 
 // A loop over chunks (issue 13): `body` runs `count` times; in iteration i the `values` are
