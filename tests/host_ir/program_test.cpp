@@ -236,8 +236,9 @@ TEST(PipelinedProgram, AllGatherGemm_GatheredOnlyByTheGemm_ReadsEachChunkWhereIt
     EXPECT_EQ(gathered->unless_landed, gather->segment) << p.str();
     ASSERT_NE(allocation_of(p, "h"), nullptr) << p.str();
     EXPECT_EQ(allocation_of(p, "h")->unless_landed, -1);
-    // the reduce-scatter loop is unchanged: nothing in it lands
-    for (const auto& node : loops[1]->body) EXPECT_FALSE(std::holds_alternative<host_ir::Release>(node)) << p.str();
+    // the reduce-scatter loop's landing is of its own kind (GemmReduceScatter_* below)
+    for (const auto& node : loops[1]->body)
+      if (auto* rl = std::get_if<host_ir::Release>(&node)) EXPECT_EQ(rl->value->name, "y__computed") << p.str();
   }
   // the whole loop, as --dump program prints it (CPU)
   auto f = parse_fusion(R"(fusion f(x: f32[8, 16] @mesh[0, 1] shard(axis=0), w: f32[32, 16] @mesh[0, 1] shard(axis=0)) {
@@ -265,6 +266,60 @@ TEST(PipelinedProgram, AllGatherGemm_GatheredOnlyByTheGemm_ReadsEachChunkWhereIt
   Record event 4 on stream 3
   Stream 0 waits for event 4
 )");
+}
+
+// Issue 25: a GEMM -> sum reduce-scatter sends the other blocks' partial sums as soon as their
+// GEMMs are done, lands the other ranks' parts of this rank's chunk on the communication stream
+// (an event after it), and the own block's GEMM waits for that event on its compute stream and
+// adds them as it writes the output (Launch::adds: cuBLASLt's C), then the Release; no finish
+// after the own GEMM, and the communication stream never waits for it.
+TEST(PipelinedProgram, GemmReduceScatter_TheOwnGemmAddsTheOtherRanksPartsWhereTheyLand) {
+  for (Target target : {Target::cpu, Target::cuda}) {
+#if !ALLOY_HAVE_CUDA
+    if (target == Target::cuda) ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();  // the CPU half ran; this one is reported skipped
+#endif
+    CompiledFusion c = compile_sequence_parallel(target, "chunks=4");
+    const Program& p = c.executable->program;
+    auto loops = loops_of(p);
+    ASSERT_EQ(loops.size(), 2u) << p.str();
+    const ForChunks& loop = *loops[1];
+    ASSERT_EQ(loop.values.size(), 3u) << p.str();
+    const host_ir::ChunkedValue& partial = loop.values[1];
+    EXPECT_EQ(partial.value->name, "y__computed");
+    EXPECT_EQ(partial.layout, host_ir::ChunkedValue::Layout::blocks);
+    ASSERT_NE(partial.own, nullptr);
+    EXPECT_EQ(partial.own->name, "y");
+    ASSERT_EQ(loop.body.size(), 9u) << p.str();
+    auto* other = std::get_if<host_ir::Launch>(&loop.body[0]);
+    auto* computed = std::get_if<host_ir::Record>(&loop.body[1]);
+    auto* comm_waits = std::get_if<host_ir::Wait>(&loop.body[2]);
+    auto* send = std::get_if<host_ir::Communicate>(&loop.body[3]);
+    auto* land = std::get_if<host_ir::Communicate>(&loop.body[4]);
+    auto* landed = std::get_if<host_ir::Record>(&loop.body[5]);
+    auto* gemm_waits = std::get_if<host_ir::Wait>(&loop.body[6]);
+    auto* own = std::get_if<host_ir::Launch>(&loop.body[7]);
+    auto* release = std::get_if<host_ir::Release>(&loop.body[8]);
+    ASSERT_TRUE(other && computed && comm_waits && send && land && landed && gemm_waits && own && release) << p.str();
+    EXPECT_EQ(partial.landing, land->segment) << p.str();
+    EXPECT_EQ(other->part, 1);
+    EXPECT_EQ(other->adds, nullptr);
+    EXPECT_EQ(computed->event, comm_waits->event);
+    EXPECT_EQ(send->phase, host_ir::ChunkPhase::send);
+    EXPECT_EQ(land->phase, host_ir::ChunkPhase::land);
+    EXPECT_EQ(send->stream, land->stream);
+    EXPECT_EQ(landed->stream, land->stream);
+    EXPECT_EQ(gemm_waits->event, landed->event);
+    EXPECT_EQ(gemm_waits->stream, host_ir::kIterationStream);
+    EXPECT_EQ(own->part, 0);
+    EXPECT_TRUE(own->relative);
+    EXPECT_EQ(own->stream, host_ir::kIterationStream);
+    EXPECT_EQ(own->adds, partial.value) << "the own block's GEMM adds the landed parts";
+    EXPECT_EQ(release->stream, own->stream) << "released behind the GEMM that adds them, on its stream";
+    EXPECT_EQ(release->value, partial.value);
+    // the communication stream waits for nothing of the own GEMM: no finish after it
+    for (const auto& node : loop.body)
+      if (auto* cm = std::get_if<host_ir::Communicate>(&node)) EXPECT_NE(cm->phase, host_ir::ChunkPhase::finish) << p.str();
+  }
 }
 
 // A gathered value that another segment reads too (or the fusion returns) is gathered whole, as

@@ -212,6 +212,65 @@ TEST_P(Collectives, AllGatherLanded_CopiesIntoTheBufferCallAfterCall) {
   expect_landed_all_gathers(*team, GetParam(), [](const Tensor& t) { return t; }, [](const Tensor& t) { return t; });
 }
 
+// The landed reduce-scatter of a pipelined GEMM -> reduce-scatter loop (issue 25), call after
+// call as a loop makes them (its send, then its landing): what lands adds up to the other ranks'
+// parts for this rank, this rank's own term being zeros (the loop's own GEMM adds its own part
+// later). A team that lands in place (the copy engines) is handed no chunk to sum into and leaves
+// a part per peer in its slots, reused at every other call, so five calls with a whole
+// reduce-scatter between reuse both; the others reduce into the chunk, the one part.
+template <class OnDevice, class OnHost>
+void expect_landed_reduce_scatters(multidevice::Communicator& team, DType t, OnDevice on_device, OnHost on_host) {
+  int n = team.size(), r = team.rank();
+  // rank q's partial sums for rank p at call c: integers below 16, so every sum is exact in bf16
+  auto part = [&](int q, int p, int call) { return filled(t, {3, 2}, [&](int64_t i) { return double((q * 5 + p * 3 + call * 7 + i) % 16); }); };
+  auto host_parts = [&](int call, bool own_zero) {
+    Tensor parts = Tensor::empty(t, {n, 3, 2});
+    for (int p = 0; p < n; ++p) {
+      Tensor mine = p == r && own_zero ? filled(t, {3, 2}, [](int64_t) { return 0.0; }) : part(r, p, call);
+      std::memcpy(multidevice::part_of(parts, p).data(), mine.data(), size_t(mine.numel()) * size_t(dtype_size(t)));
+    }
+    return parts;
+  };
+  for (int call = 0; call < 5; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call) + " through " + team.name());
+    Tensor parts = on_device(host_parts(call, true));
+    team.reduce_scatter_parts_send(parts, PartialReduce::sum);
+    Tensor sum = team.lands_in_place() ? Tensor() : on_device(Tensor::empty(t, {3, 2}));
+    multidevice::LandedParts landed = team.reduce_scatter_parts_landed(parts, sum);
+    EXPECT_EQ(landed.call != 0, team.lands_in_place()) << "only a landing is given back";
+    EXPECT_EQ(landed.parts.size(), team.lands_in_place() ? size_t(n - 1) : size_t(1));
+    Tensor expected = filled(t, {3, 2}, [&](int64_t i) {
+      double s = 0;
+      for (int q = 0; q < n; ++q)
+        if (q != r) s += load_as_double(part(q, r, call).data(), t, i);
+      return s;
+    });
+    Tensor total = filled(t, {3, 2}, [](int64_t) { return 0.0; });
+    for (const Tensor& landed_part : landed.parts) {
+      Tensor h = on_host(landed_part);
+      for (int64_t i = 0; i < 6; ++i) store_double(total.data(), t, i, load_as_double(total.data(), t, i) + load_as_double(h.data(), t, i));
+    }
+    EXPECT_TRUE(testing::tensors_close(total, expected));
+    team.release_landed(landed);
+    if (call == 2) {  // a whole reduce-scatter between: its call takes a slot of its own
+      Tensor whole = on_device(host_parts(7, false));
+      Tensor out = on_device(Tensor::empty(t, {3, 2}));
+      team.reduce_scatter_parts(whole, out, PartialReduce::sum);
+      Tensor all = filled(t, {3, 2}, [&](int64_t i) {
+        double s = 0;
+        for (int q = 0; q < n; ++q) s += load_as_double(part(q, r, 7).data(), t, i);
+        return s;
+      });
+      EXPECT_TRUE(testing::tensors_close(on_host(out), all));
+    }
+  }
+}
+
+TEST_P(Collectives, ReduceScatterLanded_SumsIntoTheChunkCallAfterCall) {
+  auto team = multidevice::communicator_for(world_mesh(), Device{});
+  expect_landed_reduce_scatters(*team, GetParam(), [](const Tensor& t) { return t; }, [](const Tensor& t) { return t; });
+}
+
 // The same collectives on device tensors, through the communicator a GPU run uses.
 class DeviceCollectives : public ::testing::TestWithParam<DType> {
  protected:
@@ -267,6 +326,13 @@ TEST_P(DeviceCollectives, AllGatherReduceScatterAllReduceAndAllToAll) {
 TEST_P(DeviceCollectives, AllGatherLanded_CallAfterCall) {
   auto team = multidevice::communicator_for(world_mesh(), device_, &gpu());
   expect_landed_all_gathers(*team, GetParam(), [&](const Tensor& h) { return on_device(h); }, [&](const Tensor& d) { return on_host(d); });
+}
+
+// The landed reduce-scatter on GPUs: the peers' parts in the copy engines' slots where the team
+// has them (released call by call), elsewhere (NCCL, the staged path) reduced into the chunk.
+TEST_P(DeviceCollectives, ReduceScatterLanded_CallAfterCall) {
+  auto team = multidevice::communicator_for(world_mesh(), device_, &gpu());
+  expect_landed_reduce_scatters(*team, GetParam(), [&](const Tensor& h) { return on_device(h); }, [&](const Tensor& d) { return on_host(d); });
 }
 #else
 TEST_P(DeviceCollectives, NeedTheCudaBackend) {}
@@ -610,6 +676,58 @@ TEST(PipelinedFusions, LandedGatherGemm_RunAfterRun_EqualsOffExactly) {
     EXPECT_NE(program.find("x__gathered (blocks of " + std::to_string(n) + ", each read where its chunk lands; its own block is x)"),
               std::string::npos)
         << program;
+  }
+}
+
+// Issue 25: a GEMM -> reduce-scatter's own block adds the other ranks' partial sums where they
+// land (the copy engines' slots where the team has them, as cuBLASLt's C on GPUs; elsewhere their
+// sum, reduced into a scratch chunk with this rank's term zeroed), each landing released after
+// that GEMM. Run after run on one executor with new inputs, in 1 to 8 chunks of 5 rows a device
+// (8: a chunk per row); integer-valued inputs and a bias a multiple of 12 (bias / n exact on 1 to
+// 4 ranks), so every chunking equals off to the bit on every rank, the bias added once.
+TEST(PipelinedFusions, LandedGemmReduceScatter_RunAfterRun_EqualsOffExactly) {
+  int n = process().size;
+  std::string m = world_mesh_text();
+  std::string text = "fusion f(x: f32[" + std::to_string(5 * n) + ", " + std::to_string(8 * n) + "] " + m + " shard(axis=1), w: f32[8, " +
+                     std::to_string(8 * n) + "] " + m + " shard(axis=1), b: f32[8] " + m + R"( replicated) {
+    y = linear(x, w, b) )" + m + R"( shard(axis=0)
+    return y
+  })";
+  auto executor = [&](const char* pipeline) {
+    ExecutorOptions options{sharded_device()};
+    options.pipeline = pipeline;
+    options.poison_outputs = true;
+    return std::make_unique<FusionExecutor>(parse_fusion(text, "landed_sum.fusion"), options);
+  };
+  std::unique_ptr<FusionExecutor> off = executor("off");
+  auto in_shardings = off->input_shardings();
+  int team_rank = multidevice::team_rank_of(in_shardings[0]->mesh);
+  Tensor w = filled(DType::f32, {8, 8 * n}, [](int64_t i) { return double((i * 3) % 5) - 2; });
+  Tensor b = filled(DType::f32, {8}, [](int64_t i) { return 12.0 * (double(i % 5) - 2); });
+  Tensor unsharded_w = w, unsharded_b = b;
+  for (const char* pipeline : {"chunks=1", "chunks=2", "chunks=3", "chunks=8"}) {
+    SCOPED_TRACE(pipeline);
+    std::unique_ptr<FusionExecutor> pipelined = executor(pipeline);
+    for (int run = 0; run < 3; ++run) {
+      Tensor x = filled(DType::f32, {5 * n, 8 * n}, [&](int64_t i) { return double((i * 7 + run * 3) % 5) - 2; });
+      std::vector<Tensor> local = {multidevice::local_part(x, *in_shardings[0], team_rank, "input"),
+                                   multidevice::local_part(w, *in_shardings[1], team_rank, "input"),
+                                   multidevice::local_part(b, *in_shardings[2], team_rank, "input")};
+      Tensor expected = to_cpu(off->run(local).at(0)), y = to_cpu(pipelined->run(local).at(0));
+      ASSERT_EQ(y.sizes(), expected.sizes());
+      EXPECT_EQ(std::memcmp(y.data(), expected.data(), size_t(y.numel()) * 4), 0) << "run " << run;
+      // and the unsharded value: the bias once
+      if (run == 0) {
+        auto f = parse_fusion(text, "landed_sum.fusion");
+        Tensor whole = FusionExecutor(without_shardings(*f), {DeviceChoice::cpu}).run({x, unsharded_w, unsharded_b}).at(0);
+        Tensor mine = multidevice::local_part(whole, *pipelined->output_shardings().at(0), team_rank, "output");
+        ASSERT_EQ(mine.sizes(), y.sizes());
+        EXPECT_TRUE(testing::tensors_close(y, mine));
+      }
+    }
+    std::string program = pipelined->dump("program");
+    EXPECT_NE(program.find("-> reduce_scatter: "), std::string::npos) << program;
+    EXPECT_NE(program.find("on chunk i of its own block, adding the other ranks' parts of "), std::string::npos) << program;
   }
 }
 

@@ -238,6 +238,23 @@ TEST(CublasLtMatmul, PaddedLeadingDimensionsAndBetaWithC) {
   EXPECT_TRUE(testing::tensors_close(run_on_gpu(p, /*separate_c=*/true), expected_d(p, identity)));
 }
 
+// The own block's GEMM of a pipelined GEMM -> reduce-scatter (issue 25): a linear layer whose
+// landed addend is C (beta = 1, a separate buffer) and whose bias comes after it: D = A B^T + C +
+// bias, f32 and bf16 (C of D's dtype), timed candidates (the autotune reruns it: C is not D).
+TEST(CublasLtMatmul, BiasEpilogueWithBetaOneAndASeparateC_AddsCThenTheBias) {
+  ALLOY_REQUIRE_GPU();
+  for (DType t : {DType::f32, DType::bf16}) {
+    MatmulDesc d = desc_of(48, 40, 64, t, t, false, true);
+    d.epilogue = EpilogueKind::bias;
+    Problem p(d, 21);
+    p.beta = 1.0f;
+    p.bias = random_cpu(t, d.n, 23, -2.0, 2.0);
+    Tensor expected = expected_d(p, [&](double x, int64_t, int64_t, int64_t j) { return x + load_as_double(p.bias.data(), t, j); });
+    for (int run = 0; run < 2; ++run)  // the first run times the candidates, the second reuses the plan
+      EXPECT_TRUE(testing::tensors_close(run_on_gpu(p, /*separate_c=*/true), expected)) << dtype_name(t) << " run " << run;
+  }
+}
+
 TEST(CublasLtMatmul, StridedBatches_IncludingABroadcastOperand) {
   ALLOY_REQUIRE_GPU();
   MatmulDesc d = desc_of(12, 20, 8, DType::bf16, DType::f32, false, true);

@@ -14,6 +14,7 @@ TEST(PipelinedGpu, NeedsTheCudaToolkit) { ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT(); }
 
 #include <stdlib.h>
 
+#include <cstring>
 #include <filesystem>
 #include <iterator>
 #include <regex>
@@ -181,6 +182,53 @@ TEST(PipelinedGpu, GemmAllReduce_MegatronMlpChunksAndAuto_OnAMeshOfOne_EqualOff)
   forget_machine_costs();
   std::error_code ec;
   std::filesystem::remove_all(pattern, ec);
+}
+
+// Issue 25: a GEMM -> reduce-scatter's own block adds what landed as cuBLASLt's C (beta = 1), the
+// bias after it. On a mesh of one the team reduces this rank's zeroed term into the scratch chunk,
+// the one addend; f32 and bf16, in 1 and 3 chunks of 24 rows, run twice: equal off (integer
+// values: exact in bf16 too) and the CPU reference, and the matmul's record says C was taken.
+TEST(PipelinedGpu, GemmReduceScatter_OwnGemmAddsTheLandedSumAsItsC_OnAMeshOfOne_EqualsOff) {
+  ALLOY_REQUIRE_GPU();
+  for (const char* dtype : {"f32", "bf16"}) {
+    std::string t = dtype;
+    std::string text = "fusion f(x: " + t + "[24, 64] @mesh[0] shard(axis=1), w: " + t + "[32, 64] @mesh[0] shard(axis=1), b: " + t +
+                       R"([32] @mesh[0] replicated) {
+      y = linear(x, w, b) @mesh[0] shard(axis=0)
+      return y
+    })";
+    DType type = t == "f32" ? DType::f32 : DType::bf16;
+    auto integers = [&](std::vector<int64_t> sizes, int seed) {
+      Tensor v = Tensor::empty(type, std::move(sizes));
+      for (int64_t i = 0; i < v.numel(); ++i) store_double(v.data(), type, i, double((i * 7 + seed) % 5) - 2);
+      return v;
+    };
+    std::vector<Tensor> inputs = {integers({24, 64}, 1), integers({32, 64}, 2), integers({32}, 3)};
+    ExecutorOptions off_options{DeviceChoice::cuda};
+    off_options.pipeline = "off";
+    FusionExecutor off(parse_fusion(text, "landed_c.fusion"), off_options);
+    Tensor expected = to_cpu(off.run(inputs).at(0));
+    ExecutorOptions cpu_options{DeviceChoice::cpu};
+    cpu_options.pipeline = "off";
+    Tensor reference = FusionExecutor(parse_fusion(text, "landed_c.fusion"), cpu_options).run(inputs).at(0);
+    EXPECT_TRUE(testing::tensors_close(expected, reference));
+    for (const char* pipeline : {"chunks=1", "chunks=3"}) {
+      SCOPED_TRACE(t + " " + pipeline);
+      ExecutorOptions options{DeviceChoice::cuda};
+      options.pipeline = pipeline;
+      options.poison_outputs = true;
+      FusionExecutor pipelined(parse_fusion(text, "landed_c.fusion"), options);
+      for (int run = 0; run < 2; ++run) {
+        Tensor y = to_cpu(pipelined.run(inputs).at(0));
+        ASSERT_EQ(y.sizes(), expected.sizes());
+        EXPECT_EQ(std::memcmp(y.data(), expected.data(), size_t(y.numel()) * size_t(dtype_size(type))), 0) << "run " << run;
+      }
+      std::string launched = pipelined.dump("cuda");
+      EXPECT_NE(launched.find("cuBLASLt, epilogue bias, C = the landed addend (beta = 1)"), std::string::npos) << launched;
+      std::string program = pipelined.dump("program");
+      EXPECT_NE(program.find("on chunk i of its own block, adding the other ranks' parts of "), std::string::npos) << program;
+    }
+  }
 }
 
 TEST(PipelinedGpu, AccumulateKernel_CompilesWithoutAGpu) {
