@@ -440,8 +440,9 @@ void Executable::run_nodes(const std::vector<Node>& nodes, RunState& state, RunS
 // A reduce-scatter whose other ranks' parts land for the own GEMM (ChunkedValue::landing),
 // through a communicator that copies: it reduces every rank's part of chunk i, so this rank's
 // term, the value's own block (no GEMM writes it), is zeroed once, on the communication stream
-// (which every landing runs on, after the loop's fork), and the sum gets a chunk of scratch
-// (allocated on the run's stream, as a ring's blocks).
+// (which every landing runs on, after the loop's fork: a fill on the run's stream would not be
+// ordered before them), and the sum gets a chunk of scratch (allocated on the run's stream, as a
+// ring's blocks).
 void Executable::prepare_landings(const ForChunks& loop, LoopFrame& frame, RunState& state, RunStreams* streams) const {
   frame.landing_sum.assign(loop.values.size(), Tensor());
   for (size_t k = 0; k < loop.values.size(); ++k) {
@@ -453,7 +454,9 @@ void Executable::prepare_landings(const ForChunks& loop, LoopFrame& frame, RunSt
     int64_t block = whole.size(0) / loop.parts;
     std::vector<int64_t> sizes = whole.sizes();
     sizes[0] = (block + frame.count - 1) / frame.count;
-    state.scratch.push_back(frame.landing_sum[k] = device->allocate(v.value->dtype(), sizes, state));
+    // not poisoned: a fill on the run's stream would not be ordered before the communication
+    // stream's first sum (the fork is behind us), and each sum writes every element it is read at
+    state.scratch.push_back(frame.landing_sum[k] = device->empty(v.value->dtype(), sizes, state.device.index));
     if (streams) streams->use(loop.first_pool_stream - 1);
     device->fill_zero(LoopFrame::row_range(whole, frame.rank * block, (frame.rank + 1) * block));
     if (streams) streams->use(0);
