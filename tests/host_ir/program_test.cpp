@@ -320,6 +320,36 @@ TEST(PipelinedProgram, GemmReduceScatter_TheOwnGemmAddsTheOtherRanksPartsWhereTh
     for (const auto& node : loop.body)
       if (auto* cm = std::get_if<host_ir::Communicate>(&node)) EXPECT_NE(cm->phase, host_ir::ChunkPhase::finish) << p.str();
   }
+  // the whole loop, as --dump program prints it (CPU), a row-parallel linear with its bias
+  auto f = parse_fusion(R"(fusion f(x: f32[8, 16] @mesh[0, 1] shard(axis=1), w: f32[16, 16] @mesh[0, 1] shard(axis=1), b: f32[16] @mesh[0, 1] replicated) {
+    y = linear(x, w, b) @mesh[0, 1] shard(axis=0)
+    return y
+  })", "landed_sum.fusion");
+  EXPECT_EQ(compile_fusion(*f, Target::cpu, {.program = parse_pipeline_option("chunks=2")}).executable->program.str(), R"(program (cpu, 4 streams):
+  Launch segment 0 [cpu_reference] (b) -> (b__share)
+  Allocate y__computed: f32[8, 16]
+  Allocate y: f32[4, 16]
+  Record event 0 on stream 0
+  Stream 1 waits for event 0
+  Stream 2 waits for event 0
+  Stream 3 waits for event 0
+  For i in 0..2 (linear y__computed -> reduce_scatter: 2 chunks (--pipeline chunks=2)); chunked: x (blocks of 2) y__computed (blocks of 2; its own block is y, whose GEMM adds the other ranks' parts where they land: their sum in a scratch chunk where segment 2's communicator reduces them, this value's own block zeroed before the loop as this rank's term) y (rows)
+    Launch segment 1 [cpu_reference] (x, w, b__share) -> (y__computed) on chunk i of block (rank + 1) mod 2 on stream (2 + i % 2)
+    Record event 1 on stream (2 + i % 2)
+    Stream 1 waits for event 1
+    Communicate segment 2: reduce_scatter(axis=0, reduce="sum") y__computed: f32[8, 16] -> y: f32[4, 16], team @mesh[0, 1], sends 512 bytes (chunk i: send the parts of the other ranks) on stream 1
+    Communicate segment 2: reduce_scatter(axis=0, reduce="sum") y__computed: f32[8, 16] -> y: f32[4, 16], team @mesh[0, 1], sends 512 bytes (chunk i: the other ranks' parts of this rank's, left where they land) on stream 1
+    Record event 2 on stream 1
+    Stream (2 + i % 2) waits for event 2
+    Launch segment 1 [cpu_reference] (x, w, b__share) -> (y__computed) on chunk i of its own block, adding the other ranks' parts of y__computed where they landed (added after it) on stream (2 + i % 2)
+    Release chunk i of y__computed to its collective (nothing below reads where it landed) on stream (2 + i % 2)
+  Record event 3 on stream 1
+  Stream 0 waits for event 3
+  Record event 4 on stream 2
+  Stream 0 waits for event 4
+  Record event 5 on stream 3
+  Stream 0 waits for event 5
+)");
 }
 
 // A gathered value that another segment reads too (or the fusion returns) is gathered whole, as

@@ -163,6 +163,12 @@ Tensor run_rank(ScatterTeam& team, const Inputs& in, int chunks, std::string* pr
   state.values[c.local->inputs()[0]->id] = columns(in.x, team.rank());
   state.values[c.local->inputs()[1]->id] = columns(in.w, team.rank());
   state.values[c.local->inputs()[2]->id] = in.b;
+  for (const auto& v : c.local->values())  // bias / 2's literal (the executor binds them so)
+    if (v->literal) {
+      Tensor literal = Tensor::empty(v->dtype(), {});
+      store_double(literal.data(), v->dtype(), 0, v->literal->as_double());
+      state.values[v->id] = literal;
+    }
   c.executable->run(state);
   return state.at(c.local->outputs()[0]);
 }

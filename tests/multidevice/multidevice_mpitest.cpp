@@ -704,22 +704,21 @@ TEST(PipelinedFusions, LandedGemmReduceScatter_RunAfterRun_EqualsOffExactly) {
   int team_rank = multidevice::team_rank_of(in_shardings[0]->mesh);
   Tensor w = filled(DType::f32, {8, 8 * n}, [](int64_t i) { return double((i * 3) % 5) - 2; });
   Tensor b = filled(DType::f32, {8}, [](int64_t i) { return 12.0 * (double(i % 5) - 2); });
-  Tensor unsharded_w = w, unsharded_b = b;
   for (const char* pipeline : {"chunks=1", "chunks=2", "chunks=3", "chunks=8"}) {
     SCOPED_TRACE(pipeline);
     std::unique_ptr<FusionExecutor> pipelined = executor(pipeline);
     for (int run = 0; run < 3; ++run) {
       Tensor x = filled(DType::f32, {5 * n, 8 * n}, [&](int64_t i) { return double((i * 7 + run * 3) % 5) - 2; });
-      std::vector<Tensor> local = {multidevice::local_part(x, *in_shardings[0], team_rank, "input"),
-                                   multidevice::local_part(w, *in_shardings[1], team_rank, "input"),
-                                   multidevice::local_part(b, *in_shardings[2], team_rank, "input")};
+      std::vector<Tensor> global = {x, w, b}, local;
+      for (size_t i = 0; i < global.size(); ++i)
+        local.push_back(in_shardings[i] ? multidevice::local_part(global[i], *in_shardings[i], team_rank, "input") : global[i]);
       Tensor expected = to_cpu(off->run(local).at(0)), y = to_cpu(pipelined->run(local).at(0));
       ASSERT_EQ(y.sizes(), expected.sizes());
       EXPECT_EQ(std::memcmp(y.data(), expected.data(), size_t(y.numel()) * 4), 0) << "run " << run;
       // and the unsharded value: the bias once
       if (run == 0) {
         auto f = parse_fusion(text, "landed_sum.fusion");
-        Tensor whole = FusionExecutor(without_shardings(*f), {DeviceChoice::cpu}).run({x, unsharded_w, unsharded_b}).at(0);
+        Tensor whole = FusionExecutor(without_shardings(*f), {DeviceChoice::cpu}).run(global).at(0);
         Tensor mine = multidevice::local_part(whole, *pipelined->output_shardings().at(0), team_rank, "output");
         ASSERT_EQ(mine.sizes(), y.sizes());
         EXPECT_TRUE(testing::tensors_close(y, mine));

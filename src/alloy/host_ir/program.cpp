@@ -63,8 +63,8 @@ std::string chunked_str(const ChunkedValue& v, const ForChunks& f) {
     case ChunkedValue::Layout::blocks:
       if (v.landing >= 0)
         return v.value->name + " (blocks of " + std::to_string(f.parts) + "; its own block is " + (v.own ? v.own->name : "?") +
-               ", to which the other ranks' parts are added where they land; where segment " + std::to_string(v.landing) +
-               "'s communicator copies, their sum in a scratch chunk, this value's own block zeroed before the loop)";
+               ", whose GEMM adds the other ranks' parts where they land: their sum in a scratch chunk where segment " +
+               std::to_string(v.landing) + "'s communicator reduces them, this value's own block zeroed before the loop as this rank's term)";
       return v.value->name + " (blocks of " + std::to_string(f.parts) + (v.own ? "; its own block is " + v.own->name : "") + ")";
     case ChunkedValue::Layout::landed:
       return v.value->name + " (blocks of " + std::to_string(f.parts) + ", each read where its chunk lands" +
@@ -99,9 +99,11 @@ void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& no
       for (size_t i = 0; i < s.outputs.size(); ++i) os << (i ? ", " : "") << s.outputs[i]->name;
       os << ")";
       if (l->relative && l->part == 0) os << " on chunk i of its own block";
-      if (l->adds) os << ", adding the other ranks' parts of " << l->adds->name << " where they landed (cuBLASLt: its C, beta = 1)";
       else if (l->relative) os << " on chunk i of block (rank " << (l->part > 0 ? "+ " : "- ") << std::abs(l->part) << ") mod " << (loop ? loop->parts : 0);
       else if (l->part >= 0) os << " on chunk i of block " << l->part;
+      if (l->adds)
+        os << ", adding the other ranks' parts of " << l->adds->name << " where they landed"
+           << (p.segmentation.target == Target::cuda ? " (cuBLASLt: the first as its C, beta = 1)" : " (added after it)");
       if (l->stream != 0) os << " on stream " << stream_str(l->stream, loop);
       os << "\n";
     } else if (auto* r = std::get_if<Record>(&node)) {
