@@ -122,7 +122,8 @@ using Node = std::variant<Allocate, Launch, Record, Wait, Communicate, SendRecv,
 //           Where `own` is set, a Launch of this device's own block sees chunk i of `own` (its
 //           rows) instead: the all-gathered value's own block is the input it gathers, so the
 //           GEMM of it need not wait for the collective; the reduce-scattered partial sums' own
-//           block is the output they reduce into, which the reduce-scatter then adds to.
+//           block is the output they reduce into, whose GEMM adds what landed (`landing`, a sum)
+//           or to which the reduce-scatter's finish then adds (max, min).
 //           With `landing` (a segment id; `blocks` with `own`: a GEMM -> sum reduce-scatter's
 //           partial sums), that segment's ChunkPhase::land leaves the other ranks' parts of this
 //           rank's chunk where they land, for the own block's GEMM to add (Launch::adds). Where
