@@ -210,7 +210,8 @@ void emulate_multi_tensor(const Segment& s, const Bindings& bound, const cuda::L
   }
   auto value_of = [&](const Value* v) -> const Tensor& { return values.at(v); };
   const int members = int(group.members.size());
-  cuda::MultiTensorLaunch plan = cuda::plan_multi_tensor_launch(kernel, members, tensors, cuda::scalar_words(kernel, value_of), target);
+  cuda::MultiTensorLaunch plan = cuda::plan_multi_tensor_launch(kernel, group.per_member, members, tensors,
+                                                                cuda::multi_tensor_scalar_words(group, value_of), target);
   for (size_t i : plan.apart) {
     const Segment& member = group.members[i];
     int passes = 0;
@@ -218,8 +219,8 @@ void emulate_multi_tensor(const Segment& s, const Bindings& bound, const cuda::L
     emulate_kernel(*member.analysis, member.ops, member.inputs, bound, target, false, values, passes, &segmentation, block_order, launches);
   }
   if (!plan.launch) return;
-  ASSERT_EQ(int(plan.words.size()), cuda::multi_tensor_param_words(kernel, members));
-  EmulateFn run = compile_for_host(cuda::generate_multi_tensor_kernel(kernel, plan.variant, members, "alloy_kernel"));
+  ASSERT_EQ(int(plan.words.size()), cuda::multi_tensor_param_words(kernel, group.per_member, members));
+  EmulateFn run = compile_for_host(cuda::generate_multi_tensor_kernel(kernel, group.per_member, plan.variant, members, "alloy_kernel"));
   ASSERT_NE(run, nullptr);
   if (launches)
     launches->push_back("multi_tensor " + plan.variant.key() + " grid " + std::to_string(plan.grid) + ", " +
