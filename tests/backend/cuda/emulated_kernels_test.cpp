@@ -508,6 +508,54 @@ TEST(EmulatedKernels, MultiTensorAdamStepOfOddSizes_IsOneLaunch) {
   EXPECT_NE(launches[0].find("multi_tensor r1.0_v4_t256_i2_vvvv grid 7, 5 tensors, 5 in vectors"), std::string::npos) << launches[0];
 }
 
+// Two parameter groups (issue 27): the matrices with their own lr and wd, the vectors with theirs
+// (wd 0, as biases and norm weights are), odd sizes, each written in place: one launch whose table
+// gives each member its own lr and wd, equal to the CPU reference. The kernel reads a member's own scalars with its entry, once a chunk, and the shared ones from
+// the parameters.
+TEST(EmulatedKernels, MultiTensorAdamStepOfTwoParameterGroups_IsOneLaunchWithEachMembersScalars) {
+  const std::vector<std::vector<int64_t>> shapes = {{1}, {37, 29}, {3}, {4099}, {5, 7}, {1000}};
+  const std::string text = testing::multi_adam_fusion(shapes, "f32", true);
+  std::vector<Tensor> given(4 * shapes.size() + 6);
+  for (size_t i = 0; i < shapes.size(); ++i) {  // v >= 0, as a second moment is
+    Tensor v = Tensor::empty(DType::f32, shapes[i]);
+    for (int64_t k = 0; k < v.numel(); ++k) store_double(v.data(), DType::f32, k, 0.5 + std::sin(double(k) * 0.37) * 0.4);
+    given[4 * i + 3] = v;
+  }
+  const double scalars[] = {0.01, 0.1, 0.03, 0.0, 0.9, 0.99};  // lr_d, wd_d, lr_n, wd_n, bc1, bc2
+  for (size_t k = 0; k < 6; ++k) {
+    Tensor t = Tensor::empty(DType::f32, {});
+    store_double(t.data(), DType::f32, 0, scalars[k]);
+    given[4 * shapes.size() + k] = t;
+  }
+  int written = 0;
+  std::vector<std::string> launches;
+  expect_emulation_matches_cpu(text, {}, Flavour::default_choice, 4, given, nullptr, &written, &launches);
+  EXPECT_EQ(written, 18);
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_NE(launches[0].find("multi_tensor r1.0_v4_t256_i2_vvvv grid"), std::string::npos) << launches[0];
+  EXPECT_NE(launches[0].find("6 tensors, 6 in vectors"), std::string::npos) << launches[0];
+  // the kernel's text: lr and wd in each entry, bc1 and bc2 once
+  auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
+  auto lowered = unify_extents(*decompose_composites(*fusion));
+  lowered->take_output_aliases_from(*fusion);
+  Segmentation segmentation = segment_fusion(*lowered, Target::cuda);
+  ASSERT_EQ(segmentation.segments.size(), 1u);
+  const MultiTensorGroup& group = *segmentation.segments[0].group;
+  const KernelAnalysis& kernel = group.kernel();
+  std::string source = cuda::generate_multi_tensor_kernel(kernel, group.per_member, cuda::multi_tensor_variant(kernel, {}), 6, "k");
+  const size_t entry_begin = source.find("struct MultiTensorEntry"), entry_end = source.find("struct MultiParams");
+  ASSERT_LT(entry_begin, entry_end);
+  for (size_t k = 0; k < kernel.scalar_inputs.size(); ++k) {
+    const std::string s = "s" + std::to_string(k), field = "double " + s + ";";
+    SCOPED_TRACE(kernel.scalar_inputs[k]->name);
+    const size_t at = source.find(field, entry_begin);
+    ASSERT_NE(at, std::string::npos) << source.substr(entry_begin);
+    EXPECT_EQ(at < entry_end, bool(group.per_member[k])) << source.substr(entry_begin);  // in MultiTensorEntry, or in MultiParams
+    EXPECT_NE(source.find("p." + s + " = " + (group.per_member[k] ? "entry." : "mp.") + s + ";"), std::string::npos) << source.substr(entry_begin);
+  }
+  EXPECT_EQ(cuda::multi_tensor_param_words(kernel, group.per_member, 6), 2 + 2 + 6 * (3 + 7 + 2));
+}
+
 // Each tensor's own alignment decides: a parameter whose tensors start off a 16-byte boundary (views
 // at an odd offset) is computed element by element in the same launch, and one whose gradient is a
 // strided view runs as its chain's own pointwise kernel; bf16 chains read 8 elements a vector.
