@@ -357,8 +357,10 @@ std::vector<Case> mlp_backward_gemms(int64_t t, int64_t c, int64_t h) {
 // 50257 x 768 embedding to biases of 768), each parameter its own chain on its own p, g, m and v,
 // all sharing lr, wd, bc1 and bc2: one multi-tensor launch. The sizes are symbols (V, T, C, C3 =
 // 3C, C4 = 4C) so that the output check can cut them. bench/run_benchmarks.py times
-// torch._fused_adamw_ over the same list.
-Case adam_step_gpt2() {
+// torch._fused_adamw_ over the same list. `two_groups`: PyTorch's usual two parameter groups, the
+// matrices decaying with their own lr_d and wd_d, the biases and norm weights reading lr_n and wd_n
+// (still one launch: each member's table entry holds its own lr and wd).
+Case adam_step_gpt2(bool two_groups = false) {
   const int64_t v = 50257, t = 1024, c = 768;
   std::vector<std::pair<std::string, int64_t>> shapes = {{"V, C", v * c}, {"T, C", t * c}};
   for (int layer = 0; layer < 12; ++layer)
@@ -391,6 +393,8 @@ Case adam_step_gpt2() {
         std::string word = line.substr(at, end - at);
         bool name = std::isalpha((unsigned char)word[0]) && word != "lr" && word != "wd" && word != "bc1" && word != "bc2" &&
                     line.compare(end, 1, "(") != 0;
+        const bool matrix = shapes[i].first.find(',') != std::string::npos;
+        if (two_groups && (word == "lr" || word == "wd")) word += matrix ? "_d" : "_n";
         numbered += name ? word + "_" + n : word;
         at = end;
       }
@@ -398,8 +402,10 @@ Case adam_step_gpt2() {
     }
     results += std::string(i ? ", " : "") + "p2_" + n + " -> p_" + n + ", m2_" + n + " -> m_" + n + ", v2_" + n + " -> v_" + n;
   }
-  std::string text = "fusion adam_step_gpt2(" + params + "lr: f32, wd: f32, bc1: f32, bc2: f32) {\n" + body + "  return " + results + "\n}\n";
-  return {"adam_step_gpt2_150", text, {{"V", v}, {"T", t}, {"C", c}, {"C3", 3 * c}, {"C4", 4 * c}}, 7 * 4 * elements};
+  const std::string scalars = two_groups ? "lr_d: f32, wd_d: f32, lr_n: f32, wd_n: f32, " : "lr: f32, wd: f32, ";
+  std::string text = "fusion adam_step_gpt2(" + params + scalars + "bc1: f32, bc2: f32) {\n" + body + "  return " + results + "\n}\n";
+  return {two_groups ? "adam_step_gpt2_two_groups_150" : "adam_step_gpt2_150", text, {{"V", v}, {"T", t}, {"C", c}, {"C3", 3 * c}, {"C4", 4 * c}},
+          7 * 4 * elements};
 }
 
 // A crash says where: the stack on stderr (function names through -rdynamic), then the signal's
@@ -611,6 +617,7 @@ int main(int argc, char** argv) {
 )",
                    {{"T", 8192}}, 3 * 2 * int64_t(8192) * 11008});
   cases.push_back(adam_step_gpt2());
+  cases.push_back(adam_step_gpt2(true));
   time_copy(runs);
   auto wanted = [&](const std::string& name) {
     if (only.empty()) return true;

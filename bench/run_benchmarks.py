@@ -239,6 +239,18 @@ def torch_cases():
         return ps
 
     training["adam_step_gpt2_150"] = (adam_loop, gpt2_adam_state, fused_adamw_list)
+
+    def fused_adamw_two_groups(ps, gs, ms, vs, steps):
+        # PyTorch's usual setup: one fused call per parameter group, the matrices with weight decay,
+        # the biases and norm weights without (alloy_bench's adam_step_gpt2_two_groups_150)
+        for decay in (True, False):
+            idx = [i for i, p in enumerate(ps) if (p.dim() >= 2) == decay]
+            torch._fused_adamw_([ps[i] for i in idx], [gs[i] for i in idx], [ms[i] for i in idx], [vs[i] for i in idx], [],
+                                [steps[i] for i in idx], lr=1e-3, beta1=0.9, beta2=0.999, weight_decay=0.01 if decay else 0.0,
+                                eps=1e-8, amsgrad=False, maximize=False)
+        return ps
+
+    training["adam_step_gpt2_two_groups_150"] = (adam_loop, gpt2_adam_state, fused_adamw_two_groups)
     return training | {
         "adam_step_2e28": (adam_step, lambda: (torch.randn(n, device=dev), torch.randn(n, device=dev), torch.randn(n, device=dev),
                                                torch.randn(n, device=dev).abs_()), fused_adamw),

@@ -630,7 +630,8 @@ TEST(PipelinedFusions, ChunkedGemmAllReduce_OnIntegerValuedInputs_IsExactAndAdds
     SCOPED_TRACE(pipeline);
     std::string program;
     Tensor y = run_sharded(text, inputs, pipeline, program);
-    EXPECT_EQ(program.find("(linear y__partial -> all_reduce: ") != std::string::npos, std::string(pipeline) != "off") << program;
+    // (a team of one has no all-reduce to pipeline)
+    EXPECT_EQ(program.find("(linear y__partial -> all_reduce: ") != std::string::npos, n > 1 && std::string(pipeline) != "off") << program;
     ASSERT_EQ(y.sizes(), expected.sizes());
     EXPECT_EQ(std::memcmp(y.data(), expected.data(), size_t(y.numel()) * 4), 0);
   }

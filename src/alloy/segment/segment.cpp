@@ -98,6 +98,10 @@ std::string Segmentation::str() const {
     if (s.group) {
       os << "\n    chains (the same ops, storing):";
       for (const Segment& member : s.group->members) os << " {" << value_list(member.outputs) << "}";
+      if (!s.group->scalars.empty() && !s.group->scalars[0].empty()) {  // the scalars that differ between chains
+        os << "\n    scalars per member (each chain's own):";
+        for (const auto& own : s.group->scalars) os << " {" << value_list(own) << "}";
+      }
     }
     os << "\n";
   }

@@ -192,6 +192,38 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// Three AdamW steps of `text` (multi_adam_fusion over `tensors` parameters) on `device` (the GPU's
+// copies of `host`, some possibly strided) against the CPU reference run on `host`: each output
+// is its input's device memory and close to the reference; one multi_tensor segment writing all
+// 3 * tensors outputs in place (its description naming `note`, where given), no Copy, one launch
+// of the 148-member kernel.
+void expect_multi_adam_steps_in_place(const std::string& text, std::unique_ptr<Fusion> fusion, std::vector<Tensor> host,
+                                      const std::vector<Tensor>& device, size_t tensors, const std::string& note) {
+  FusionExecutor cpu(parse_fusion(text, "multi_adam.fusion", std::nullopt), {DeviceChoice::cpu});
+  ExecutorOptions options{DeviceChoice::cuda};
+  options.poison_outputs = true;
+  FusionExecutor gpu(std::move(fusion), options);
+  const std::vector<Value*>& targets = gpu.fusion().output_aliases();
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Tensor> expected = cpu.run(host);  // updates host's p, m and v
+    std::vector<Tensor> actual = gpu.run(device);
+    gpu.synchronize();
+    ASSERT_EQ(actual.size(), 3 * tensors);
+    for (size_t o = 0; o < actual.size(); ++o) {
+      const Value* target = targets[o];
+      size_t input = size_t(std::find(gpu.fusion().inputs().begin(), gpu.fusion().inputs().end(), target) - gpu.fusion().inputs().begin());
+      EXPECT_EQ(actual[o].data(), device[input].data()) << "output " << o << " is not its input's memory";
+      EXPECT_TRUE(testing::tensors_close(to_cpu(actual[o]), expected[o])) << "output " << gpu.fusion().outputs()[o]->name << ", step " << step;
+    }
+  }
+  std::string segments = gpu.dump("segments"), program = gpu.dump("program"), launched = gpu.dump("cuda");
+  EXPECT_EQ(count(segments, "[multi_tensor]"), 1) << segments.substr(0, 2000);
+  if (!note.empty()) EXPECT_EQ(count(segments, note), 1) << segments.substr(0, 2000);
+  EXPECT_EQ(count(segments, "written in place by segment 0"), int(3 * tensors));
+  EXPECT_EQ(program.find("Copy"), std::string::npos) << program.substr(0, 2000);
+  EXPECT_EQ(count(launched, ", variant mt148_"), 1) << launched.substr(0, 2000);
+}
+
 // examples/adam_step.fusion's inputs on the host: N random elements of p, g, m and v (v made
 // non-negative, a second moment) and the scalars.
 std::vector<Tensor> adam_step_inputs(const Fusion& fusion, int64_t n, uint64_t seed) {
@@ -264,28 +296,30 @@ TEST(GpuEndToEnd, MultiTensorAdamStepOverGpt2LikeParameters_IsOneLaunchInPlace) 
       device[i] = cuda.to_device(t, 0);
     }
   }
-  FusionExecutor cpu(parse_fusion(text, "multi_adam.fusion", std::nullopt), {DeviceChoice::cpu});
-  ExecutorOptions options{DeviceChoice::cuda};
-  options.poison_outputs = true;
-  FusionExecutor gpu(std::move(fusion), options);
-  const std::vector<Value*>& targets = gpu.fusion().output_aliases();
-  for (int step = 0; step < 3; ++step) {
-    std::vector<Tensor> expected = cpu.run(host);  // updates host's p, m and v
-    std::vector<Tensor> actual = gpu.run(device);
-    gpu.synchronize();
-    ASSERT_EQ(actual.size(), 3 * shapes.size());
-    for (size_t o = 0; o < actual.size(); ++o) {
-      const Value* target = targets[o];
-      size_t input = size_t(std::find(gpu.fusion().inputs().begin(), gpu.fusion().inputs().end(), target) - gpu.fusion().inputs().begin());
-      EXPECT_EQ(actual[o].data(), device[input].data()) << "output " << o << " is not its input's memory";
-      EXPECT_TRUE(testing::tensors_close(to_cpu(actual[o]), expected[o])) << "output " << gpu.fusion().outputs()[o]->name << ", step " << step;
-    }
+  expect_multi_adam_steps_in_place(text, std::move(fusion), host, device, shapes.size(), {});
+}
+
+// The same step with PyTorch's usual two parameter groups (issue 27): the matrices decay with their
+// own lr_d and wd_d, the biases and norm weights read lr_n and wd_n = 0. Still one launch (each
+// member's table entry holds its own lr and wd), every p, m and v written in place, equal to the
+// CPU reference three steps in a row.
+TEST(GpuEndToEnd, MultiTensorAdamStepOverTwoParameterGroups_IsOneLaunchInPlace) {
+  ALLOY_REQUIRE_GPU();
+  const std::vector<std::vector<int64_t>> shapes = testing::gpt2_shapes(192, 6283, 256);
+  const std::string text = testing::multi_adam_fusion(shapes, "f32", true);
+  auto fusion = parse_fusion(text, "multi_adam.fusion", std::nullopt);
+  std::vector<Tensor> host = complete_inputs(*fusion, std::vector<Tensor>(fusion->inputs().size()), {}, 7);
+  const double scalars[] = {0.01, 0.1, 0.03, 0.0, 0.9, 0.99};  // lr_d, wd_d, lr_n, wd_n, bc1, bc2
+  for (size_t k = 0; k < 6; ++k) store_double(host[4 * shapes.size() + k].data(), DType::f32, 0, scalars[k]);
+  const host_ir::DeviceRuntime& cuda = backend::device_runtime(DeviceKind::cuda);
+  std::vector<Tensor> device = host;
+  for (size_t i = 0; i < 4 * shapes.size(); ++i) {
+    Tensor& t = host[i];
+    if (i % 4 == 3)  // v >= 0
+      for (int64_t k = 0; k < t.numel(); ++k) store_double(t.data(), DType::f32, k, std::fabs(load_as_double(t.data(), DType::f32, k)));
+    device[i] = cuda.to_device(t, 0);
   }
-  std::string segments = gpu.dump("segments"), program = gpu.dump("program"), launched = gpu.dump("cuda");
-  EXPECT_EQ(count(segments, "[multi_tensor]"), 1) << segments.substr(0, 2000);
-  EXPECT_EQ(count(segments, "written in place by segment 0"), int(3 * shapes.size()));
-  EXPECT_EQ(program.find("Copy"), std::string::npos) << program.substr(0, 2000);
-  EXPECT_EQ(count(launched, ", variant mt148_"), 1) << launched.substr(0, 2000);
+  expect_multi_adam_steps_in_place(text, std::move(fusion), host, device, shapes.size(), "scalars per member: lr_d|lr_n, wd_d|wd_n");
 }
 
 // Scalar inputs given as device tensors (a learning rate kept on the GPU, as PyTorch's fused

@@ -91,8 +91,10 @@ inline std::string rms_norm_backward(const std::string& T) {
 }
 // The AdamW step of examples/adam_step.fusion once for each parameter of `shapes` (its own p, g, m
 // and v of `dtype`, the shared scalars lr, wd, bc1 and bc2), each written in place: an optimizer
-// step over a model's parameters, one multi-tensor launch on CUDA.
-inline std::string multi_adam_fusion(const std::vector<std::vector<int64_t>>& shapes, const std::string& dtype = "f32") {
+// step over a model's parameters, one multi-tensor launch on CUDA. `two_groups`: two parameter
+// groups, as PyTorch's usual AdamW setup: the matrices read lr_d and wd_d, the other parameters
+// (biases, norm weights) lr_n and wd_n; the inputs end lr_d, wd_d, lr_n, wd_n, bc1, bc2.
+inline std::string multi_adam_fusion(const std::vector<std::vector<int64_t>>& shapes, const std::string& dtype = "f32", bool two_groups = false) {
   std::string params, body, results;
   for (size_t i = 0; i < shapes.size(); ++i) {
     std::string type = dtype + "[", n = std::to_string(i);
@@ -112,14 +114,18 @@ inline std::string multi_adam_fusion(const std::vector<std::vector<int64_t>>& sh
     line("root" + n + " = sqrt(v_hat" + n + ")");
     line("denom" + n + " = add(root" + n + ", 1e-8)");
     line("ratio" + n + " = div(m_hat" + n + ", denom" + n + ")");
-    line("step" + n + " = mul(ratio" + n + ", lr)");
-    line("lr_wd" + n + " = mul(lr, wd)");
+    // two groups: the matrices decay (lr_d, wd_d), the biases and norm weights not (lr_n, wd_n)
+    const std::string lr = two_groups ? (shapes[i].size() >= 2 ? "lr_d" : "lr_n") : "lr";
+    const std::string wd = two_groups ? (shapes[i].size() >= 2 ? "wd_d" : "wd_n") : "wd";
+    line("step" + n + " = mul(ratio" + n + ", " + lr + ")");
+    line("lr_wd" + n + " = mul(" + lr + ", " + wd + ")");
     line("keep" + n + " = sub(1.0, lr_wd" + n + ")");
     line("p_decayed" + n + " = mul(p" + n + ", keep" + n + ")");
     line("p2_" + n + " = sub(p_decayed" + n + ", step" + n + ")");
     results += std::string(i ? ", " : "") + "p2_" + n + " -> p" + n + ", m2_" + n + " -> m" + n + ", v2_" + n + " -> v" + n;
   }
-  return "fusion multi_adam(" + params + "lr: f32, wd: f32, bc1: f32, bc2: f32) {\n" + body + "  return " + results + "\n}\n";
+  const std::string scalars = two_groups ? "lr_d: f32, wd_d: f32, lr_n: f32, wd_n: f32, " : "lr: f32, wd: f32, ";
+  return "fusion multi_adam(" + params + scalars + "bc1: f32, bc2: f32) {\n" + body + "  return " + results + "\n}\n";
 }
 
 // The cross-entropy's logits gradient from the saved log-sum-exp and the loss gradient:

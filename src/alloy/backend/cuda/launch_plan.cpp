@@ -241,8 +241,12 @@ void choose_block(KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarg
 }  // namespace
 
 std::vector<uint64_t> scalar_words(const KernelAnalysis& a, const std::function<const Tensor&(const Value*)>& value_of) {
+  return scalar_words(a.scalar_inputs, value_of);
+}
+
+std::vector<uint64_t> scalar_words(const std::vector<Value*>& scalars, const std::function<const Tensor&(const Value*)>& value_of) {
   std::vector<uint64_t> words;
-  for (const Value* s : a.scalar_inputs) {
+  for (const Value* s : scalars) {
     const Tensor& t = value_of(s);
     if (is_floating(s->dtype())) {
       double x = load_as_double(t.data(), t.dtype(), 0);

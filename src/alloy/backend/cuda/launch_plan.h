@@ -84,6 +84,8 @@ bool fit_cooperative_grid(LaunchPlan& plan, int blocks_per_sm, const LaunchTarge
 // Each scalar input of the analysis as its Params word (double bits, or int64), read from the
 // host tensor `value_of` gives for it.
 std::vector<uint64_t> scalar_words(const KernelAnalysis& analysis, const std::function<const Tensor&(const Value*)>& value_of);
+// The same of any scalars.
+std::vector<uint64_t> scalar_words(const std::vector<Value*>& scalars, const std::function<const Tensor&(const Value*)>& value_of);
 
 // Positions have no memory: an iota's value and views of it, a gather's positions in its index
 // (KernelAnalysis::positions, GatherLoad): a tensor of `sizes` with contiguous strides whose

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "alloy/backend/cuda/launch_plan.h"
+#include "alloy/segment/schedulers/multi_tensor.h"
 
 namespace alloy::cuda {
 
@@ -27,9 +28,22 @@ struct MultiTensorLaunch {
 // block and the chunk's vectors a thread, `items`, from the tuning).
 KernelVariant multi_tensor_variant(const KernelAnalysis& kernel, const KernelTuning& tuning);
 
+// A launch's scalar words (double bits, or int64): `shared` each scalar input every member reads, in
+// the kernel's order; `own[i]` member i's own value of each per-member scalar
+// (MultiTensorGroup::scalars), in the same order.
+struct MultiTensorScalars {
+  std::vector<uint64_t> shared;
+  std::vector<std::vector<uint64_t>> own;
+};
+
+// The scalar words of `group`'s launch, read from the host tensors `value_of` gives.
+MultiTensorScalars multi_tensor_scalar_words(const MultiTensorGroup& group, const std::function<const Tensor&(const Value*)>& value_of);
+
 // `tensors[i]`: member i's tensors in the kernel's launch order (each leaf, then each output),
-// `members` the table's size (the segment's member count).
-MultiTensorLaunch plan_multi_tensor_launch(const KernelAnalysis& kernel, int members, const std::vector<std::vector<const Tensor*>>& tensors,
-                                           const std::vector<uint64_t>& scalar_words, const LaunchTarget& target);
+// `members` the table's size (the segment's member count), `per_member` which scalar inputs are each
+// member's own (MultiTensorGroup::per_member).
+MultiTensorLaunch plan_multi_tensor_launch(const KernelAnalysis& kernel, const std::vector<bool>& per_member, int members,
+                                           const std::vector<std::vector<const Tensor*>>& tensors, const MultiTensorScalars& scalars,
+                                           const LaunchTarget& target);
 
 }  // namespace alloy::cuda

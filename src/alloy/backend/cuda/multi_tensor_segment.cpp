@@ -34,7 +34,8 @@ class MultiTensorSegment final : public host_ir::SegmentExecutable {
       target_ = LaunchTarget::from_environment(props.sm_major, props.sm_minor, props.sm_count, props.shared_per_sm);
       target_device_ = state.device.index;
     }
-    MultiTensorLaunch plan = plan_multi_tensor_launch(kernel, int(tensors.size()), tensors, scalar_words(kernel, value_of), target_);
+    MultiTensorLaunch plan = plan_multi_tensor_launch(kernel, group_->per_member, int(tensors.size()), tensors,
+                                                      multi_tensor_scalar_words(*group_, value_of), target_);
     for (size_t i : plan.apart) {  // strided tensors: the chain's own pointwise kernel
       const Segment& member = group_->members[i];
       if (!apart_[i]) apart_[i] = make_generated_kernel(member, *member.analysis);
@@ -67,7 +68,7 @@ class MultiTensorSegment final : public host_ir::SegmentExecutable {
     if (it == variants_.end()) {
       Variant entry;
       std::string name = "alloy_segment" + std::to_string(id_);
-      entry.source = generate_multi_tensor_kernel(group_->kernel(), v, int(group_->members.size()), name);
+      entry.source = generate_multi_tensor_kernel(group_->kernel(), group_->per_member, v, int(group_->members.size()), name);
       entry.kernel = &compile_and_load(entry.source, name, device);
       it = variants_.emplace(key, std::move(entry)).first;
     }

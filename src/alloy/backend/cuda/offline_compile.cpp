@@ -273,12 +273,16 @@ std::string backend::compile_offline(const Fusion& local, const Segmentation& se
         tensors.emplace_back();
         for (const Value* t : member) tensors.back().push_back(&values->at(t));
       }
-      cuda::MultiTensorLaunch plan = cuda::plan_multi_tensor_launch(a, members, tensors, std::vector<uint64_t>(a.scalar_inputs.size(), 0), target);
+      cuda::MultiTensorScalars zeros;  // the scalars' values do not change the grid
+      const size_t own = group.scalars.empty() ? 0 : group.scalars[0].size();
+      zeros.shared.assign(a.scalar_inputs.size() - own, 0);
+      zeros.own.assign(size_t(members), std::vector<uint64_t>(own, 0));
+      cuda::MultiTensorLaunch plan = cuda::plan_multi_tensor_launch(a, group.per_member, members, tensors, zeros, target);
       launch = ", grid " + std::to_string(plan.grid) + ", block " + std::to_string(plan.block) + " (" + std::to_string(sms) +
                " SMs assumed), " + std::to_string(plan.chunks) + " chunks of " + std::to_string(plan.tensors) + " tensors";
     }
     std::string name = "alloy_segment" + std::to_string(s.id);
-    std::string source = cuda::generate_multi_tensor_kernel(a, v, members, name);
+    std::string source = cuda::generate_multi_tensor_kernel(a, group.per_member, v, members, name);
     cuda::CompileOptions options;
     options.arch_suffix = arch.suffix;
     options.extra.push_back("--ptxas-options=-v");
@@ -287,7 +291,7 @@ std::string backend::compile_offline(const Fusion& local, const Segmentation& se
     ++kernels;
     if (dump_source) report << "// segment " << s.id << " [multi_tensor], variant " << v.key() << "\n" << source << "\n";
     else
-      report << "segment " << s.id << " [multi_tensor] " << members << " tensors, " << cuda::multi_tensor_param_words(a, members) * 8
+      report << "segment " << s.id << " [multi_tensor] " << members << " tensors, " << cuda::multi_tensor_param_words(a, group.per_member, members) * 8
              << " bytes of parameters, variant " << v.key() << ": sm_" << arch.major << arch.minor << arch.suffix << " cubin "
              << module->cubin.size() << " bytes" << launch << "; " << resource_usage(module->log) << "\n";
   };

@@ -1,5 +1,6 @@
 #include "alloy/segment/schedulers/multi_tensor.h"
 
+#include <algorithm>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -113,7 +114,8 @@ std::string literal_key(const Literal& l) {
 std::string value_type(const Value* v) { return std::string(dtype_name(v->dtype())) + (v->is_scalar() ? "s" : ""); }
 
 // The chain's structure as text: each op's kind, attributes and arguments by place (a literal by
-// its value, a scalar read from outside by its identity), then the places of its results.
+// its value; a scalar read from outside by its place too, so chains that read different scalars
+// there are one structure), then the places of its results.
 void describe_structure(Candidate& c) {
   std::string& text = c.structure;
   auto place_of = [&](Value* v) {
@@ -126,8 +128,6 @@ void describe_structure(Candidate& c) {
     for (const NamedAttr& a : op->attrs) text += a.name + "=" + a.value.str() + ",";
     for (Value* in : op->inputs) {
       if (in->literal) text += "#" + literal_key(*in->literal) + ":" + value_type(in) + ",";
-      else if (in->is_scalar() && !c.place.count(in))  // (a scalar computed in the chain was placed as its op's result)
-        text += "$" + std::to_string(in->id) + ",";
       else text += (c.place.count(in) ? "v" : "in") + place_of(in) + ":" + value_type(in) + ",";
     }
     text += ")->";
@@ -176,28 +176,60 @@ std::vector<Value*> launch_order(const Candidate& c, const Candidate& model) {
   return values;
 }
 
-Segment group_segment(std::vector<Candidate*> members, const ValueReaders& readers) {
+// Member `c`'s value of the template's scalar input k.
+Value* scalar_of(const Candidate& c, const Candidate& model, size_t k) {
+  return c.by_place.at(size_t(model.place.at(model.segment.analysis->scalar_inputs.at(k))));
+}
+
+// Which of the template's scalar inputs differ between `members` (the chains of one structure).
+std::vector<bool> scalars_per_member(const std::vector<Candidate*>& members) {
+  const Candidate& model = *members.at(0);
+  std::vector<bool> per_member(model.segment.analysis->scalar_inputs.size(), false);
+  for (size_t k = 0; k < per_member.size(); ++k)
+    for (const Candidate* m : members) per_member[k] = per_member[k] || scalar_of(*m, model, k) != scalar_of(model, model, k);
+  return per_member;
+}
+
+// "; scalars per member: lr_d|lr_n, wd_d|wd_n": each per-member scalar's values, first seen first.
+std::string per_member_note(const MultiTensorGroup& group) {
+  std::string note;
+  for (size_t j = 0; j < (group.scalars.empty() ? 0 : group.scalars[0].size()); ++j) {
+    std::vector<const Value*> seen;
+    for (const auto& member : group.scalars)
+      if (std::find(seen.begin(), seen.end(), member[j]) == seen.end()) seen.push_back(member[j]);
+    note += j ? ", " : "; scalars per member: ";
+    for (size_t n = 0; n < seen.size() && n < 4; ++n) note += (n ? "|" : "") + seen[n]->name;
+    if (seen.size() > 4) note += "|... (" + std::to_string(seen.size()) + ")";
+  }
+  return note;
+}
+
+Segment group_segment(std::vector<Candidate*> members, const std::vector<bool>& per_member, const ValueReaders& readers) {
   auto group = std::make_shared<MultiTensorGroup>();
+  group->per_member = per_member;
   Segment s;
   s.scheduler = SchedulerKind::multi_tensor;
   for (Candidate* m : members) {
     s.ops.insert(s.ops.end(), m->ops.begin(), m->ops.end());
     group->tensors.push_back(launch_order(*m, *members[0]));
     group->members.push_back(m->segment);
+    group->scalars.emplace_back();
+    for (size_t k = 0; k < per_member.size(); ++k)
+      if (per_member[k]) group->scalars.back().push_back(scalar_of(*m, *members[0], k));
   }
   compute_segment_boundary(readers, s);
   const KernelAnalysis& a = group->kernel();
   s.note = std::to_string(members.size()) + " chains of " + std::to_string(members[0]->ops.size()) + " ops, " +
            std::to_string(a.leaves.size()) + " tensors read and " + std::to_string(a.outputs.size()) +
-           " written each: one launch over a table of their tensors";
+           " written each: one launch over a table of their tensors" + per_member_note(*group);
   s.group = std::move(group);
   return s;
 }
 
 }  // namespace
 
-int max_multi_tensor_members(int leaves, int outputs, int scalars) {
-  return std::max(1, (kMaxParamWords - 2 - scalars) / (3 + leaves + outputs));
+int max_multi_tensor_members(int leaves, int outputs, int shared, int per_member) {
+  return std::max(1, (kMaxParamWords - 2 - shared) / (3 + leaves + outputs + per_member));
 }
 
 std::vector<Segment> group_multi_tensor(const Fusion& fusion, const ValueReaders& readers, std::vector<Refusal>& refusals,
@@ -218,13 +250,16 @@ std::vector<Segment> group_multi_tensor(const Fusion& fusion, const ValueReaders
   for (const std::string& structure : structures) {
     const std::vector<size_t>& list = by_structure.at(structure);
     if (list.size() < 2) continue;
-    const KernelAnalysis& a = *std::get<Candidate>(verdicts[list[0]]).segment.analysis;
-    size_t most = size_t(max_multi_tensor_members(int(a.leaves.size()), int(a.outputs.size()), int(a.scalar_inputs.size())));
-    for (size_t first = 0; first < list.size(); first += most) {
-      std::vector<Candidate*> members;
-      for (size_t k = first; k < std::min(list.size(), first + most); ++k) members.push_back(&std::get<Candidate>(verdicts[list[k]]));
+    std::vector<Candidate*> all;
+    for (size_t i : list) all.push_back(&std::get<Candidate>(verdicts[i]));
+    const KernelAnalysis& a = *all[0]->segment.analysis;
+    const std::vector<bool> per_member = scalars_per_member(all);  // over the whole group: every launch's layout alike
+    const int own = int(std::count(per_member.begin(), per_member.end(), true));
+    size_t most = size_t(max_multi_tensor_members(int(a.leaves.size()), int(a.outputs.size()), int(per_member.size()) - own, own));
+    for (size_t first = 0; first < all.size(); first += most) {
+      std::vector<Candidate*> members(all.begin() + ptrdiff_t(first), all.begin() + ptrdiff_t(std::min(all.size(), first + most)));
       for (Candidate* m : members) grouped.insert(m->ops.begin(), m->ops.end());
-      segments.push_back(group_segment(std::move(members), readers));
+      segments.push_back(group_segment(std::move(members), per_member, readers));
     }
   }
   // why each other chain computing tensors was left out, where a group was formed or two chains
@@ -236,7 +271,7 @@ std::vector<Segment> group_multi_tensor(const Fusion& fusion, const ValueReaders
     if (!computes_tensors(chains[i]) || grouped.count(chains[i].front())) continue;
     std::string why = std::holds_alternative<std::string>(verdicts[i])
                           ? std::get<std::string>(verdicts[i])
-                          : "no other chain has its structure (its ops, attributes, dtypes, literals, scalar inputs and results)";
+                          : "no other chain has its structure (its ops, attributes, dtypes, literals, the places it reads scalars and its results)";
     refusals.push_back({"multi_tensor", chain_text(chains[i]), why});
   }
   return segments;

@@ -122,12 +122,15 @@ int param_words(const KernelAnalysis& analysis, const KernelVariant& variant);
 // Multi-tensor kernels (segment/schedulers/multi_tensor.h): the pointwise kernel of one chain
 // (`analysis`, a member's; `variant`: one axis, its vector and block) over a table of `members`
 // tensors, `extern "C" __global__ void <name>(const __grid_constant__ MultiParams mp)`. Its words:
-//   tensors (entries in use), chunks (of all of them), each scalar input (as in Params), then the
-//   first chunk of each entry, then each entry: element count, vector (1: every pointer of the
-//   tensor is aligned to a vector), the pointer of each leaf, then of each output.
-// A chunk is `variant.items` vectors a thread of the block.
-std::string generate_multi_tensor_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, int members, const std::string& name);
-int multi_tensor_param_words(const KernelAnalysis& analysis, int members);
+//   tensors (entries in use), chunks (of all of them), each scalar input every member shares (as in
+//   Params; `per_member[k]` false), then the first chunk of each entry, then each entry: element
+//   count, vector (1: every pointer of the tensor is aligned to a vector), the pointer of each leaf,
+//   then of each output, then the member's own value of each scalar input with `per_member[k]`.
+// A chunk is `variant.items` vectors a thread of the block; a member's scalars are read with its
+// entry, once a chunk.
+std::string generate_multi_tensor_kernel(const KernelAnalysis& analysis, const std::vector<bool>& per_member, const KernelVariant& variant,
+                                         int members, const std::string& name);
+int multi_tensor_param_words(const KernelAnalysis& analysis, const std::vector<bool>& per_member, int members);
 
 // Online softmax in a row kernel: stage k is one max of an f32 value, stage k + 1 one sum of
 // exp(sub(y, m)), m that max (through views read by nothing else), the difference read only

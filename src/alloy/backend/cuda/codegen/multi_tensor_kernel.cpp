@@ -4,8 +4,12 @@
 // search of the table's first chunks, fills a one-axis Params from that tensor's entry (stride 1,
 // so the pointwise kernel's offsets, loads, ops and stores are reused as they are) and computes
 // the chunk: in vectors where the entry says every pointer of the tensor allows them (the
-// elements after the last whole vector one a thread), else one element a thread.
+// elements after the last whole vector one a thread), else one element a thread. A scalar that
+// differs between members (each parameter group's own `wd`) is a field of the entry, copied into
+// the Params with the pointers.
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "alloy/backend/cuda/codegen/cuda_expressions.h"
 #include "alloy/backend/cuda/codegen/kernel_emitter.h"
@@ -15,8 +19,11 @@ namespace {
 
 class MultiTensorEmitter final : public KernelEmitter {
  public:
-  MultiTensorEmitter(const KernelAnalysis& a, const KernelVariant& v, std::string name, int members)
-      : KernelEmitter(a, v, std::move(name)), members_(members) {}
+  MultiTensorEmitter(const KernelAnalysis& a, const std::vector<bool>& per_member, const KernelVariant& v, std::string name, int members)
+      : KernelEmitter(a, v, std::move(name)), per_member_(per_member), members_(members) {
+    ALLOY_CHECK(per_member_.size() == a_.scalar_inputs.size(), "a multi-tensor kernel of ", a_.scalar_inputs.size(), " scalars got ",
+                per_member_.size(), " per-member flags");
+  }
 
   std::string run() {
     ALLOY_CHECK(v_.outer_rank == 1 && !v_.edge_elements && v_.transpose_axis < 0 && !a_.is_reduction() && !a_.has_indexing() &&
@@ -55,16 +62,24 @@ class MultiTensorEmitter final : public KernelEmitter {
   }
 
  private:
-  // The table: per tensor its element count, whether its pointers allow vectors, and the pointer of
-  // each leaf and output; the first chunk of each tensor apart, for the search.
+  // The table: per tensor its element count, whether its pointers allow vectors, the pointer of
+  // each leaf and output and its member's own scalars; the first chunk of each tensor apart, for the
+  // search; the scalars every member shares once.
   void emit_table() {
     size_t pointers = a_.leaves.size() + a_.outputs.size();
-    os_ << "struct MultiTensorEntry { long long numel, vector; const void* t[" << pointers << "]; };\n";
+    auto scalar_field = [&](size_t k) {
+      return std::string(is_floating(a_.scalar_inputs[k]->dtype()) ? "double" : "long long") + " s" + std::to_string(k) + ";";
+    };
+    os_ << "struct MultiTensorEntry {\n  long long numel, vector;\n  const void* t[" << pointers << "];\n";
+    for (size_t k = 0; k < a_.scalar_inputs.size(); ++k)
+      if (per_member_[k]) os_ << "  " << scalar_field(k) << "  // this member's own\n";
+    os_ << "};\n";
     os_ << "struct MultiParams {\n  long long tensors, chunks;\n";
     for (size_t k = 0; k < a_.scalar_inputs.size(); ++k)
-      os_ << "  " << (is_floating(a_.scalar_inputs[k]->dtype()) ? "double" : "long long") << " s" << k << ";\n";
+      if (!per_member_[k]) os_ << "  " << scalar_field(k) << "\n";
     os_ << "  long long first[" << members_ << "];\n  MultiTensorEntry e[" << members_ << "];\n};\n";
-    os_ << "static_assert(sizeof(MultiParams) == " << multi_tensor_param_words(a_, members_) << " * 8, \"MultiParams layout\");\n\n";
+    os_ << "static_assert(sizeof(MultiParams) == " << multi_tensor_param_words(a_, per_member_, members_)
+        << " * 8, \"MultiParams layout\");\n\n";
   }
 
   void emit_fill_params(const std::string& in) {
@@ -75,21 +90,23 @@ class MultiTensorEmitter final : public KernelEmitter {
     for (size_t k = 0; k < a_.outputs.size(); ++k)
       os_ << in << "p.o" << k << " = (" << storage_type(a_.outputs[k]->dtype()) << "*)entry.t[" << a_.leaves.size() + k << "]; p.o" << k
           << "_stride[0] = 1;\n";
-    for (size_t k = 0; k < a_.scalar_inputs.size(); ++k) os_ << in << "p.s" << k << " = mp.s" << k << ";\n";
+    for (size_t k = 0; k < a_.scalar_inputs.size(); ++k) os_ << in << "p.s" << k << " = " << (per_member_[k] ? "entry" : "mp") << ".s" << k << ";\n";
   }
 
+  const std::vector<bool>& per_member_;
   int members_;
 };
 
 }  // namespace
 
-std::string generate_multi_tensor_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, int members,
-                                         const std::string& name) {
-  return MultiTensorEmitter(analysis, variant, name, members).run();
+std::string generate_multi_tensor_kernel(const KernelAnalysis& analysis, const std::vector<bool>& per_member, const KernelVariant& variant,
+                                         int members, const std::string& name) {
+  return MultiTensorEmitter(analysis, per_member, variant, name, members).run();
 }
 
-int multi_tensor_param_words(const KernelAnalysis& a, int members) {
-  return 2 + int(a.scalar_inputs.size()) + members * (3 + int(a.leaves.size() + a.outputs.size()));
+int multi_tensor_param_words(const KernelAnalysis& a, const std::vector<bool>& per_member, int members) {
+  const int own = int(std::count(per_member.begin(), per_member.end(), true));
+  return 2 + int(a.scalar_inputs.size()) - own + members * (3 + int(a.leaves.size() + a.outputs.size()) + own);
 }
 
 }  // namespace alloy::cuda
