@@ -60,11 +60,11 @@ EmulateFn compile_for_host(const std::string& source) {
   std::string stem = (dir / ("kernel" + std::to_string(compiled.size()))).string();
   {
     std::ofstream out(stem + ".cpp");
-    out << "#include \"" << testing::source_path("tests/backend/cuda/cuda_emulation.h") << "\"\n"
+    out << "#include \"" << ALLOY_EMULATION_HEADER << "\"\n"
         << source << "\nextern \"C\" void alloy_emulate(unsigned gx, unsigned gy, unsigned threads, const void* p, unsigned order) {\n"
         << "  alloy_emulate_grid(&alloy_kernel, gx, gy, threads, p, order);\n}\n";
   }
-  std::string command = std::string(ALLOY_HOST_CXX) + " -std=c++20 -O1 -w -shared -fPIC -pthread -o " + stem + ".so " + stem +
+  std::string command = std::string(ALLOY_HOST_CXX) + " " ALLOY_EMULATION_FLAGS " -shared -o " + stem + ".so " + stem +
                         ".cpp > " + stem + ".log 2>&1";
   if (std::system(command.c_str()) != 0) {
     std::ifstream log(stem + ".log");
