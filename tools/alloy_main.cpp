@@ -383,6 +383,12 @@ void report_trace(const RunOptions& opts, const RunTrace& trace, bool root, bool
 // node, so it is not one of the timed ones). The bench line comes last.
 void bench_and_report(const RunOptions& opts, FusionExecutor& executor, const std::vector<Tensor>& inputs, bool root) {
   std::string line = bench(executor, inputs, opts.bench);
+  // what --pipeline auto ran in the timed runs (each pair's Choose: the model's times and pick)
+  if (root) {
+    std::istringstream program(executor.dump("program"));
+    for (std::string text; std::getline(program, text);)
+      if (text.find("Choose per run") != std::string::npos) std::cout << "pipeline auto in the bench: " << text.substr(std::min(text.find("last run: "), text.size())) << "\n";
+  }
   if (!opts.trace.empty() || !executor.input_shardings().empty()) report_trace(opts, traced_run(executor, inputs), root, true);
   if (root) std::cout << line << std::endl;
 }

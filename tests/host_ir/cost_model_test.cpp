@@ -32,16 +32,19 @@ TEST(CostModel, Formula_TimesOfEachCandidate) {
   PairShape s = shape(2, 1000, 500, 500, 490000);
   EXPECT_DOUBLE_EQ(gemm_us(c, 1000, s), 500);
   EXPECT_DOUBLE_EQ(off_us(c, s), 500 + 1000);                        // collective, then the GEMM over both blocks
-  // all-gather -> GEMM, chunks=2: c = 10 + 245 a chunk, g = 250 a block's chunk; the own block's
-  // chunk runs at once, the other's once it arrived: chunk 0 ends at max(250, 255) + 250 = 505,
-  // chunk 1 at max(505 + 250, 510) + 250 = 1005
-  EXPECT_DOUBLE_EQ(chunks_us(c, s, 2), 1005);
+  // all-gather -> GEMM, chunks=2: c = 10 + 245 a chunk, g = 250 a block's chunk; chunk i's [own,
+  // other] on compute stream i % 2, the device running the earliest ready launch: own 0 (0-250),
+  // own 1 (250-500, while the other's chunk 0, here at 255, waits), other 0 (500-750), other 1
+  // (here at 510; 750-1000)
+  EXPECT_DOUBLE_EQ(chunks_us(c, s, 2), 1000);
   EXPECT_DOUBLE_EQ(chunks_us(c, s, 1), 1000);  // max(500, 500) + 500: the own block hides the link
   PairShape rs = s;
   rs.kind = PairShape::Kind::gemm_reduce_scatter;
-  // the other block's chunk (250), sent (255) while the own one runs: 505, then 1005
-  EXPECT_DOUBLE_EQ(chunks_us(c, rs, 2), 1005);
-  EXPECT_DOUBLE_EQ(chunks_us(c, rs, 1), 1000);  // the send (500) from 500 to 1000, beside the own GEMM
+  // chunk i's [other, own]: other 0 (0-250) sent, lands at 505; other 1 (250-500) lands at 760;
+  // the own launches add what landed: own 0 (505-755), own 1 (760-1010)
+  EXPECT_DOUBLE_EQ(chunks_us(c, rs, 2), 1010);
+  // one chunk hides nothing: the own GEMM waits for the other's partial sums to land (off's time)
+  EXPECT_DOUBLE_EQ(chunks_us(c, rs, 1), 1500);
   EXPECT_DOUBLE_EQ(ring_us(c, s), 500 + 1 * std::max(500.0, 500.0)); // g + (n - 1) * max(h, g)
   c.overlaps = false;
   EXPECT_DOUBLE_EQ(chunks_us(c, s, 2), 2 * (255 + 500));
@@ -74,6 +77,12 @@ TEST(CostModel, ALatencyBoundCollective_AndAFreeHop_PicksTheRing) {
   PipelineChoice choice = choose_pipeline(c, shape(4, 1000, 500, 500, 490000));
   EXPECT_EQ(choice.variant, PipelineChoice::Variant::ring) << choice.why;
   EXPECT_EQ(choice.why.rfind("ring (model: ", 0), 0u) << choice.why;
+  // where the chunks go by the copy engines, the ring (NCCL kernels beside its GEMMs) is no candidate
+  c.chunks_take_no_sms = true;
+  choice = choose_pipeline(c, shape(4, 1000, 500, 500, 490000));
+  EXPECT_NE(choice.variant, PipelineChoice::Variant::ring) << choice.why;
+  EXPECT_EQ(choice.why.find("ring "), std::string::npos) << choice.why;
+  EXPECT_NE(choice.why.find("chunks by the copy engines (no ring)"), std::string::npos) << choice.why;
 }
 
 TEST(CostModel, ASlowLinkAndTinyGemms_OrNothingOverlapping_StaysOff) {
@@ -166,6 +175,29 @@ TEST(CostModel, GemmAllReduce_NegligibleCommunication_StaysOff) {
   serial.overlaps = false;
   for (int64_t rows : {8, 1000, 100000})
     EXPECT_EQ(choose_pipeline(serial, all_reduce_shape(4, rows, 500, 500, rows * 2000)).variant, PipelineChoice::Variant::off);
+}
+
+// The rates measured on two H200s (copy engines between them) and issue 25's pairs at
+// 8192x8192x28672 bf16: the forms the model picks are those that measured fastest there
+// (bench/results/2026-11-27-NVIDIA_H200-x2-issue25-notes.md): all-gather -> GEMM chunks=1
+// (2569 us; chunks=2 2505-2548, off 2725-2782), GEMM -> reduce-scatter chunks=2 (2563-2629;
+// chunks=1, whose own GEMM waits for the landing, 2763-2778, off 2738-2840, the ring 2851).
+TEST(CostModel, TwoH200sAtTheIssuesPairs_PickTheFormsThatMeasuredFastest) {
+  MachineCosts c;
+  c.key = "NVIDIA H200, nccl + copy engines, 2 ranks", c.source = "given";
+  c.hop_latency_us = 18.2, c.hop_bytes_per_us = 233e3, c.gather_latency_us = 27, c.gather_bytes_per_us = 232e3;
+  c.gemm_flops_per_us = 907e6, c.gemm_half_rows = 0, c.launch_us = 28.2;
+  c.chunks_take_no_sms = true;
+  PairShape ag = shape(2, 4096, 8192, 14336, 67108864);
+  PipelineChoice a = choose_pipeline(c, ag);
+  EXPECT_EQ(a.variant, PipelineChoice::Variant::chunks) << a.why;
+  EXPECT_EQ(a.chunks, 1) << a.why;
+  PairShape rs = shape(2, 4096, 14336, 8192, 67108864);
+  rs.kind = PairShape::Kind::gemm_reduce_scatter;
+  PipelineChoice r = choose_pipeline(c, rs);
+  EXPECT_EQ(r.variant, PipelineChoice::Variant::chunks) << r.why;
+  EXPECT_EQ(r.chunks, 2) << r.why;
+  EXPECT_NEAR(chunks_us(c, rs, 1), off_us(c, rs), 0.05 * off_us(c, rs)) << "one landed chunk hides nothing";
 }
 
 }  // namespace

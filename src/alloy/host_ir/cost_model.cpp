@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
+#include <vector>
 
 namespace alloy::host_ir {
 namespace {
@@ -27,7 +29,8 @@ std::string MachineCosts::str() const {
   return "link hop " + number(hop_latency_us, "us") + " + bytes at " + number(hop_bytes_per_us / 1e3, "GB/s") + ", collective " +
          number(gather_latency_us, "us") + " + bytes at " + number(gather_bytes_per_us / 1e3, "GB/s") + ", GEMM " +
          number(gemm_flops_per_us / 1e6, "TFLOP/s") + " (half rate at " + number(gemm_half_rows, "rows") + ", " +
-         number(launch_us, "us") + " a launch)" + (overlaps ? "" : ", nothing overlaps") + "; " + key + ", " + source;
+         number(launch_us, "us") + " a launch)" + (overlaps ? "" : ", nothing overlaps") +
+         (chunks_take_no_sms ? ", chunks by the copy engines (no ring)" : "") + "; " + key + ", " + source;
 }
 
 double gemm_us(const MachineCosts& c, double rows, const PairShape& s) {
@@ -60,26 +63,57 @@ double all_reduce_chunks_us(const MachineCosts& c, const PairShape& s, int chunk
 
 }  // namespace
 
+namespace {
+
+// The loop's timeline where streams overlap (pipeline_collectives.h's loops): chunk i's two GEMM
+// launches (the own block's, and the other blocks' as one) on compute stream i % kPoolStreams, the
+// collectives in order on the communication stream. The pool's streams share the device: it runs
+// one launch at a time, the earliest ready head of a stream (ties: the earlier chunk), so a stream
+// waiting for its chunk's transfer leaves the device to the other's next chunk.
+//   all-gather -> GEMM: chunk i is [own, others]; chunk i of the other blocks arrives at (i + 1) c
+//     (sent at once, one after the other); the others' launch waits for it.
+//   GEMM -> reduce-scatter: chunk i is [others, own]; the others' partial sums are sent when their
+//     launch ends (after the link's previous transfer) and land c later; the own launch adds what
+//     landed (cuBLASLt's C, or the copying communicators' sum), so it waits for the landing.
+constexpr int kPoolStreams = 2;
+
+double pool_timeline(bool gather, int chunks, double own, double others, double comm) {
+  std::vector<double> landed(size_t(chunks), std::numeric_limits<double>::infinity());
+  if (gather)
+    for (int i = 0; i < chunks; ++i) landed[size_t(i)] = (i + 1) * comm;
+  std::vector<int> next(kPoolStreams, 0);        // each stream's next launch: 2 * (its k-th chunk) + (0 or 1)
+  std::vector<double> stream_free(kPoolStreams, 0);
+  double device_free = 0, link_free = 0;
+  for (int launched = 0; launched < 2 * chunks; ++launched) {
+    int pick = -1;
+    double pick_ready = std::numeric_limits<double>::infinity();
+    for (int p = 0; p < kPoolStreams; ++p) {
+      int chunk = p + kPoolStreams * (next[size_t(p)] / 2);
+      if (chunk >= chunks) continue;
+      bool second = next[size_t(p)] % 2 == 1;   // the launch that waits for the link
+      double ready = std::max(stream_free[size_t(p)], second ? landed[size_t(chunk)] : 0.0);
+      if (pick < 0 || ready < pick_ready) pick = p, pick_ready = ready;
+    }
+    int chunk = pick + kPoolStreams * (next[size_t(pick)] / 2);
+    bool second = next[size_t(pick)] % 2 == 1;
+    double work = gather == second ? others : own;
+    double end = std::max(device_free, pick_ready) + work;
+    device_free = stream_free[size_t(pick)] = end;
+    ++next[size_t(pick)];
+    if (!gather && !second) landed[size_t(chunk)] = link_free = std::max(link_free, end) + comm;
+  }
+  return device_free;
+}
+
+}  // namespace
+
 double chunks_us(const MachineCosts& c, const PairShape& s, int chunks) {
   if (s.kind == PairShape::Kind::gemm_all_reduce) return all_reduce_chunks_us(c, s, chunks);
   const double comm = collective_us(c, double(s.block_bytes) / chunks);
   const double gemm = gemm_us(c, double(s.rows) / chunks, s);  // one block's chunk
   const int others = s.parts - 1;
   if (!c.overlaps) return chunks * (comm + s.parts * gemm);
-  double compute = 0, link = 0;
-  for (int i = 0; i < chunks; ++i) {
-    if (s.kind == PairShape::Kind::all_gather_gemm) {
-      link += comm;                                      // chunk i of every other block arrives
-      compute += gemm;                                   // the own block's chunk: nothing to wait for
-      compute = std::max(compute, link) + others * gemm; // the others' once they are here
-    } else {
-      compute += others * gemm;                          // the others' partial sums, sent ...
-      link = std::max(link, compute) + comm;             // ... while the own block's GEMM runs
-      compute += gemm;
-      link = std::max(link, compute);                    // this rank's part finished after it
-    }
-  }
-  return std::max(compute, link);
+  return pool_timeline(s.kind == PairShape::Kind::all_gather_gemm, chunks, gemm, others * gemm, comm);
 }
 
 double ring_us(const MachineCosts& c, const PairShape& s) {
@@ -87,38 +121,40 @@ double ring_us(const MachineCosts& c, const PairShape& s) {
   return gemm + (s.parts - 1) * step(c, hop_us(c, double(s.block_bytes)), gemm);
 }
 
+std::string Candidate::name() const {
+  return choice.variant == PipelineChoice::Variant::off    ? "off"
+         : choice.variant == PipelineChoice::Variant::ring ? "ring"
+                                                           : "chunks=" + std::to_string(choice.chunks);
+}
+
+std::vector<Candidate> pipeline_candidates(const MachineCosts& c, const PairShape& s) {
+  std::vector<Candidate> out{{PipelineChoice{}, off_us(c, s)}};
+  for (int chunks = 1; chunks <= 16 && chunks <= std::max<int64_t>(1, s.rows); chunks *= 2)
+    out.push_back({{PipelineChoice::Variant::chunks, chunks, ""}, chunks_us(c, s, chunks)});
+  if (s.ring_ok && s.parts > 1 && s.kind != PairShape::Kind::gemm_all_reduce && !c.chunks_take_no_sms)
+    out.push_back({{PipelineChoice::Variant::ring, 0, ""}, ring_us(c, s)});
+  return out;
+}
+
 PipelineChoice choose_pipeline(const MachineCosts& c, const PairShape& s) {
-  PipelineChoice best;
+  std::vector<Candidate> candidates = pipeline_candidates(c, s);
   // a pipelined program must win by a margin (kMargin of off, and a microsecond) to be chosen:
   // the model's errors then cost little, where a near tie would pay the loop's own overheads
-  const double off = off_us(c, s);
+  const double off = candidates[0].us;
   double best_us = std::min(off * (1 - kMargin), off - 1);
-  std::string times = "off " + number(off, "us");
-  for (int chunks = 1; chunks <= 16 && chunks <= std::max<int64_t>(1, s.rows); chunks *= 2) {
-    double t = chunks_us(c, s, chunks);
-    times += ", chunks=" + std::to_string(chunks) + " " + number(t, "us");
-    if (t < best_us) {
-      best_us = t;
-      best = {PipelineChoice::Variant::chunks, chunks, ""};
-    }
+  size_t best = 0;
+  std::string times;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    times += (i ? ", " : "") + candidates[i].name() + " " + number(candidates[i].us, "us");
+    if (i > 0 && candidates[i].us < best_us) best_us = candidates[best = i].us;
   }
-  if (s.ring_ok && s.parts > 1 && s.kind != PairShape::Kind::gemm_all_reduce) {
-    double t = ring_us(c, s);
-    times += ", ring " + number(t, "us");
-    if (t < best_us) {
-      best_us = t;
-      best = {PipelineChoice::Variant::ring, 0, ""};
-    }
-  }
-  std::string chosen = best.variant == PipelineChoice::Variant::off      ? "off"
-                       : best.variant == PipelineChoice::Variant::ring ? "ring"
-                                                                       : "chunks=" + std::to_string(best.chunks);
+  PipelineChoice chosen = candidates[best].choice;
   const char* rows = s.kind == PairShape::Kind::gemm_all_reduce ? " rows (every rank's), K " : " rows a block, K ";
   const char* bytes = s.kind == PairShape::Kind::gemm_all_reduce ? " bytes all-reduced, " : " bytes a block, ";
-  best.why = chosen + " (model: " + times + "; " + std::to_string(s.rows) + rows + std::to_string(s.k) + ", N " +
-             std::to_string(s.n) + ", " + std::to_string(s.block_bytes) + bytes + std::to_string(s.parts) +
-             " ranks; machine: " + c.str() + ")";
-  return best;
+  chosen.why = candidates[best].name() + " (model: " + times + "; " + std::to_string(s.rows) + rows + std::to_string(s.k) + ", N " +
+               std::to_string(s.n) + ", " + std::to_string(s.block_bytes) + bytes + std::to_string(s.parts) +
+               " ranks; machine: " + c.str() + ")";
+  return chosen;
 }
 
 }  // namespace alloy::host_ir

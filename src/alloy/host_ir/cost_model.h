@@ -11,13 +11,16 @@
 //   off         = coll(B) + gemm(n * m);
 //   chunks S    = the loop's timeline, S in 1, 2, 4, 8, 16 up to m, with c = coll(B / S) and
 //                 g = gemm(m / S) one block's chunk (host_ir/pipeline_collectives.h's bodies):
-//                 all-gather -> GEMM: the link brings chunk i of the other blocks at (i + 1) c;
-//                   the compute stream runs the own block's chunk (waiting for nothing), waits
-//                   for chunk i, then runs the other n - 1;
-//                 GEMM -> reduce-scatter: the compute stream runs the other blocks' chunk i, then
-//                   the own block's; the link sends chunk i once the others' GEMMs are done (c)
-//                   and finishes this rank's part after the own one;
-//                 the time is the later of the two streams' ends;
+//                 chunk i's two launches (the own block's chunk, g, and the other blocks', (n - 1) g)
+//                 on compute stream i % 2 of the loop's pool; the pool's streams share the device,
+//                 which runs one launch at a time, the earliest ready head of a stream;
+//                 all-gather -> GEMM: chunk i runs [own, others]; the link brings chunk i of the
+//                   other blocks at (i + 1) c, and the others' launch waits for it;
+//                 GEMM -> reduce-scatter: chunk i runs [others, own]; the others' partial sums are
+//                   sent when their launch ends (after the link's previous send) and land c later;
+//                   the own launch adds what landed (cuBLASLt's C), so it waits for the landing
+//                   (one chunk hides nothing: S = 1 costs what off does);
+//                 the time is the device's last launch's end;
 //   ring        = g + (n - 1) * max(h, g),  g = gemm(m),  h = hop(B)
 //                 (step s's hop overlaps step s's GEMM; the reduce-scatter ring's add is a read
 //                 of two blocks and a write, neglected against its GEMM).
@@ -53,6 +56,11 @@ struct MachineCosts {
   double gemm_half_rows = 0;         // the rows at which a GEMM reaches half that rate
   double launch_us = 0;              // a GEMM's fixed cost
   std::string source;                // "measured" or "cache FILE" (for --dump program)
+  // Whether the chunked loops' transfers take no SMs (the copy engines) while a ring's send/recv
+  // would run as NCCL kernels beside its GEMMs: then the ring is no candidate (the formula has no
+  // term for the SMs it takes; on two H200s it measured 2851 us against chunks=2's 2656, and off's
+  // 2845, for GEMM -> reduce-scatter). Not measured: the team's communicator says (lands_in_place).
+  bool chunks_take_no_sms = false;
 
   std::string str() const;           // the numbers, in the units a reader thinks in
 };
@@ -82,8 +90,17 @@ double ring_us(const MachineCosts& costs, const PairShape& shape);
 // A ring all-reduce of `bytes` (each rank's whole buffer) over `parts` ranks.
 double all_reduce_us(const MachineCosts& costs, double bytes, int parts);
 
-// The cheapest of off, chunks=2..16 (at most the rows) and the ring (teams of several, where the
-// pair has one: never a GEMM -> all-reduce).
+// Every candidate of the pair with the model's time: off first, then chunks=1..16 (at most the
+// rows), then the ring (teams of several, where the pair has one: never a GEMM -> all-reduce; not
+// where the chunks take no SMs).
+struct Candidate {
+  PipelineChoice choice;
+  double us = 0;
+  std::string name() const;  // "off", "chunks=N" or "ring"
+};
+std::vector<Candidate> pipeline_candidates(const MachineCosts& costs, const PairShape& shape);
+
+// The cheapest of the candidates (pipeline_candidates).
 PipelineChoice choose_pipeline(const MachineCosts& costs, const PairShape& shape);
 
 }  // namespace alloy::host_ir

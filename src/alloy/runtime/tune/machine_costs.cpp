@@ -238,6 +238,7 @@ MachineCosts machine_costs(Communicator& team, Communicator& host_team, Device d
     c.source = "measured now" + std::string(path.empty() ? " (no cache file)" : ", kept in " + path);
     if (host_team.rank() == 0 && !path.empty()) write_entry(path, c);
   }
+  c.chunks_take_no_sms = team.lands_in_place();
   costs_known[c.key] = c;
   return c;
 }
