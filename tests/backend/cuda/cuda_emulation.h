@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -33,6 +34,24 @@ inline thread_local std::barrier<>* alloy_emu_block;
 inline thread_local AlloyEmuWarp* alloy_emu_warp;
 
 inline void __syncthreads() { alloy_emu_block->arrive_and_wait(); }
+// Named barriers (bar.sync id, count: an inner-outer kernel's row groups): a barrier of `count`
+// threads per id, made at its first use in a grid (one grid runs at a time).
+struct AlloyEmuNamed {
+  std::mutex m;
+  std::unique_ptr<std::barrier<>> id[16];
+};
+inline AlloyEmuNamed* alloy_emu_named;
+inline void alloy_emu_named_sync(int id, int count) {
+  std::barrier<>* b;
+  {
+    std::lock_guard lock(alloy_emu_named->m);
+    auto& slot = alloy_emu_named->id[id];
+    if (!slot) slot = std::make_unique<std::barrier<>>(count);
+    b = slot.get();
+  }
+  b->arrive_and_wait();
+}
+#define ALLOY_NAMED_SYNC(id, count) alloy_emu_named_sync(id, count)
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline void __nanosleep(unsigned) { std::this_thread::yield(); }
@@ -117,6 +136,8 @@ void alloy_emulate_grid(void (*kernel)(const Params), unsigned gx, unsigned gy, 
     }
   }
   std::barrier<> block(threads), between(threads);
+  AlloyEmuNamed named;
+  alloy_emu_named = &named;
   std::vector<std::unique_ptr<AlloyEmuWarp>> warps;
   for (unsigned w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<AlloyEmuWarp>());
   auto run_blocks = [&] {

@@ -994,6 +994,46 @@ TEST(EmulatedKernels, InnerOuterCombineTreesOfOtherDepths) {
   }
 }
 
+// Row groups (KernelVariant::row_groups): a block reduces G rows at once, each group of threads
+// its own row past its own named barrier, the groups' column partials summed in shared memory
+// after the rows; with the tree and with the combine over the grid, rows that G does not divide
+// (41), layer norm (two row sums) and RMSNorm, against the CPU reference, the same bits in any
+// block order.
+TEST(EmulatedKernels, InnerOuterRowGroups) {
+  for (const char* which : {"layer_norm", "rms_norm"}) {
+    const std::string text = std::string(which) == "layer_norm" ? testing::layer_norm_backward("f32") : testing::rms_norm_backward("f32");
+    for (int levels : {3, 0})
+      for (int groups : {2, 3}) {
+        SCOPED_TRACE(std::string(which) + ", " + std::to_string(levels) + " levels, " + std::to_string(groups) + " row groups");
+        cuda::KernelTuning tuning;
+        tuning.inner_outer_combine_levels = levels;
+        tuning.inner_outer_row_groups = groups;
+        if (levels == 0) tuning.inner_outer_blocks_per_sm = 2;
+        const Bindings sizes{{"N", 41}, {"D", 72}};
+        GridRun run;
+        run_grid(text, sizes, Flavour::default_choice, {}, 0, run, tuning);
+        ASSERT_EQ(run.launches.size(), 1u);
+        const std::string mark = "_rg" + std::to_string(groups) + "_";
+        EXPECT_NE(run.launches[0].find(mark), std::string::npos) << run.launches[0];
+        ASSERT_EQ(run.outputs.size(), run.expected.size());
+        for (size_t i = 0; i < run.expected.size(); ++i)
+          EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+        expect_the_same_bits_in_any_block_order(text, sizes, mark, tuning);
+      }
+  }
+  // without rows loaded ahead: a row group's barrier ends each of its rows
+  cuda::KernelTuning plain;
+  plain.inner_outer_row_groups = 3;
+  plain.inner_outer_prefetch = false;
+  GridRun run;
+  run_grid(testing::layer_norm_backward("f32"), {{"N", 41}, {"D", 72}}, Flavour::default_choice, {}, 0, run, plain);
+  ASSERT_EQ(run.launches.size(), 1u);
+  EXPECT_NE(run.launches[0].find("_rg3_"), std::string::npos) << run.launches[0];
+  EXPECT_EQ(run.launches[0].find("_pf"), std::string::npos) << run.launches[0];
+  for (size_t i = 0; i < run.expected.size(); ++i)
+    EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+}
+
 // Why `text` is not all generated kernels and views on CUDA ("" when it is): the segments the
 // segmenter gave other schedulers, with their notes.
 std::string why_not_kernels(const std::string& text) {

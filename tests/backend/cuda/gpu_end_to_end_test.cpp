@@ -153,7 +153,8 @@ TEST(GpuEndToEnd, InnerOuterNormalizationBackwards_AreOneKernelAndMatchTheCpu) {
   expect_one_kernel(sizes, true);
   const std::vector<std::pair<int64_t, int64_t>> some = {{3, 1000}, {1000, 4099}, {600, 4096}, {2000, 768}};
   for (const char* keys : {"\"inner_outer_prefetch\": false", "\"inner_outer_combine_levels\": 3, \"inner_outer_rows_ahead\": 1",
-                           "\"inner_outer_combine_levels\": 0, \"inner_outer_rows_ahead\": 2"}) {
+                           "\"inner_outer_combine_levels\": 0, \"inner_outer_rows_ahead\": 2", "\"inner_outer_row_groups\": 3",
+                           "\"inner_outer_row_groups\": 7, \"inner_outer_combine_levels\": 0"}) {
     SCOPED_TRACE(keys);
     TuningFile file(keys);
     testing::ScopedEnv tuning("ALLOY_KERNEL_TUNING", file.path.c_str());

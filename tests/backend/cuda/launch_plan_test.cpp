@@ -418,6 +418,37 @@ TEST(LaunchPlan, InnerOuterBlocksLeaveTheFewestThreadsIdle) {
   EXPECT_EQ(filled.plan.variant.items, 1);
 }
 
+// Row groups (inner_outer_row_groups): the block is the group's threads times the groups, the
+// grid a block for every G rows at most, blocks an SM counted on the whole block; at most what a
+// block of 1024 threads and 48 KiB of shared memory hold (the partials of every group but the first).
+TEST(LaunchPlan, InnerOuterRowGroupsMakeOneBlockOfSeveralRows) {
+  cuda::KernelTuning seven;
+  seven.inner_outer_row_groups = 7;
+  Planned p = plan_of(testing::layer_norm_backward("bf16"), {{"N", 32768}, {"D", 768}}, 0, true, seven);
+  EXPECT_EQ(p.plan.variant.threads, 96);
+  EXPECT_EQ(p.plan.variant.row_groups, 7);
+  EXPECT_EQ(p.plan.block, 672u);
+  EXPECT_EQ(p.plan.variant.min_blocks, 1) << "65536 registers hold one block of 672 threads";
+  EXPECT_EQ(p.plan.variant.combine_levels, 0) << "one block an SM: the combine over the grid";
+  EXPECT_TRUE(p.plan.cooperative);
+  EXPECT_NE(p.plan.variant.key().find("_rg7_"), std::string::npos) << p.plan.variant.key();
+  // few rows: no more groups than rows, no more blocks than sets of G rows
+  Planned few = plan_of(testing::layer_norm_backward("bf16"), {{"N", 20}, {"D", 768}}, 0, true, seven);
+  EXPECT_EQ(few.plan.variant.row_groups, 7);
+  EXPECT_EQ(few.plan.grid_x, 3u);
+  Planned two = plan_of(testing::layer_norm_backward("bf16"), {{"N", 2}, {"D", 768}}, 0, true, seven);
+  EXPECT_EQ(two.plan.variant.row_groups, 2);
+  EXPECT_EQ(two.plan.grid_x, 1u);
+  // 8192 columns: 512 threads of two vectors; a second group's partials (64 KiB) exceed 48 KiB
+  Planned wide = plan_of(testing::layer_norm_backward("bf16"), {{"N", 8192}, {"D", 8192}}, 0, true, seven);
+  EXPECT_EQ(wide.plan.variant.row_groups, 1);
+  EXPECT_EQ(wide.plan.block, unsigned(wide.plan.variant.threads));
+  // the default: one group, as before
+  Planned one = plan_of(testing::layer_norm_backward("bf16"), {{"N", 32768}, {"D", 768}});
+  EXPECT_EQ(one.plan.variant.row_groups, 1);
+  EXPECT_EQ(one.plan.block, 96u);
+}
+
 TEST(LaunchPlan, NormalizationOverANonContiguousAxisRunsAKernelAPass) {
   // layer norm of permute(x), x stored [4096, 8192]: the 8192 rows are x's contiguous axis
   const char* permuted = R"(fusion f(x: bf16[C, R], w: bf16[C], b: bf16[C]) {

@@ -60,6 +60,9 @@ namespace {
 //   96 threads: the plan keeps the tree where the grid has more than two blocks an SM, so the
 //   default gives 90.3/71.2/78.6/64.7); two rows ahead 100.7/74.4/85.7/66.2 and three
 //   101.5/73.1/95.2/67.2 against one's 99.8/71.8/86.8/65.3.
+// - inner_outer_row_groups 1 (issue 27, session 29): row groups are built and checked in the CPU
+//   emulation and compile for sm_90 (7 groups of 96 threads at 768 columns: 80 registers, no
+//   spills), not yet timed; `scripts/gpu-ab inner_outer_groups` times 2, 3, 4 and 7.
 // - multi_tensor_threads 256, multi_tensor_chunk_vectors 2 (issue 27): GPT-2's AdamW step over 148
 //   tensors in one launch at 86% of copy bandwidth on an H100 (as torch._fused_adamw_), the one
 //   2^28 tensor step at 100%; `scripts/gpu-ab multi_tensor` times other chunks and blocks.
@@ -88,6 +91,7 @@ const IntegerKey kIntegerKeys[] = {
     {"inner_outer_blocks_per_sm", &KernelTuning::inner_outer_blocks_per_sm, 0, 32, 1},
     {"inner_outer_combine_levels", &KernelTuning::inner_outer_combine_levels, 0, 4, 1},
     {"inner_outer_rows_ahead", &KernelTuning::inner_outer_rows_ahead, 1, 4, 1},
+    {"inner_outer_row_groups", &KernelTuning::inner_outer_row_groups, 1, 8, 1},
     {"multi_tensor_threads", &KernelTuning::multi_tensor_threads, 32, 1024, 32},
     {"multi_tensor_chunk_vectors", &KernelTuning::multi_tensor_chunk_vectors, 1, 256, 1},
 };

@@ -44,6 +44,7 @@ struct KernelTuning {
   // ... and how many rows ahead of the one it reduces (each another set of the row's registers;
   // fewer where the registers a thread may have do not hold them).
   int inner_outer_rows_ahead = 1;  // 1 to 4
+  int inner_outer_row_groups = 1;  // 1 to 8: rows a block reduces at once (KernelVariant::row_groups)
   // Inner-outer kernels: the levels of the tree that combines the blocks' column partials (the
   // last block to finish its rows reads levels * blocks^(1/levels) partials), or 0: every block
   // combines a share of the columns past a barrier of the grid (a cooperative launch).

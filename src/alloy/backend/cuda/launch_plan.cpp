@@ -426,8 +426,17 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
   // registers for one row ahead, the one of twice the vectors a thread where that has (the layer
   // norm backward over 8192 bf16 columns at 16 accumulators: 512 threads of two vectors loading
   // ahead, not 1024 of one that cannot; no further: the estimate is tight there)
+  // row groups: as many as asked that a block of 1024 threads holds, not more than the rows, and
+  // whose shared memory (every group's two reduction regions, and the partials of all groups but
+  // the first to sum after the rows) stays within the 48 KiB a block has without opting in
+  auto groups = [&] {
+    int64_t g = std::clamp<int64_t>(std::min<int64_t>(target.tuning.inner_outer_row_groups, l.rows), 1, std::max(1, 1024 / v.threads));
+    auto shared_bytes = [&](int64_t n) { return (n - 1) * v.items * v.vector * v.threads * 4 * words + n * 2 * 99 * 8; };
+    while (g > 1 && shared_bytes(g) > 48 * 1024) --g;
+    return int(g);
+  };
   auto most_ahead = [&] {
-    const int64_t limit = std::min<int64_t>(255, 65536 / v.threads);
+    const int64_t limit = std::min<int64_t>(255, 65536 / (int64_t(v.threads) * groups()));
     int ahead = target.tuning.inner_outer_prefetch ? std::max(1, target.tuning.inner_outer_rows_ahead) : 0;
     while (ahead > 0 && registers(ahead) > limit) --ahead;
     return ahead;
@@ -440,10 +449,12 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
     v.prefetch = v.threads < widest.threads ? most_ahead() : 0;
     if (v.prefetch == 0) v = widest;
   }
+  v.row_groups = groups();
+  const int64_t block = int64_t(v.threads) * v.row_groups;
   v.min_blocks = target.tuning.inner_outer_blocks_per_sm;
   if (v.min_blocks == 0) {
     int64_t r = std::min<int64_t>(255, registers(v.prefetch));
-    v.min_blocks = int(std::clamp<int64_t>(65536 / (v.threads * ((r + 7) / 8 * 8)), 1, 2048 / v.threads));
+    v.min_blocks = int(std::clamp<int64_t>(65536 / (block * ((r + 7) / 8 * 8)), 1, std::max<int64_t>(1, 2048 / block)));
   }
   v.index32 = small_offsets(axes, l.numel);
   v.recompute = target.tuning.recompute_values;
@@ -454,7 +465,8 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
   // inner_outer_combine). And the tree where a column op reads a leaf (the combine over the grid
   // computes a column's results in a thread that holds none of its leaves).
   if (v.combine_levels == 0 && (v.min_blocks > 2 || column_ops_read_leaves(a))) v.combine_levels = 3;
-  return std::clamp<int64_t>(std::min<int64_t>(l.rows, int64_t(std::max(1, target.sm_count)) * v.min_blocks), 1, 2147483647);
+  const int64_t row_sets = (l.rows + v.row_groups - 1) / v.row_groups;  // a block's rows at once
+  return std::clamp<int64_t>(std::min<int64_t>(row_sets, int64_t(std::max(1, target.sm_count)) * v.min_blocks), 1, 2147483647);
 }
 
 // The kernel shape and its launch-time choices; `columns` says whether it is a column kernel,
@@ -654,7 +666,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
     plan.grid_x = unsigned(blocks);
   }
   plan.variant = v;
-  plan.block = unsigned(v.threads);
+  plan.block = unsigned(v.threads) * unsigned(v.row_groups);
   plan.launch = true;
   plan.split_stages = a.is_reduction() && !a.single_pass && !columns && target.split_stages && !a.has_indexing() && !a.has_outer_reductions() &&
                       rows_across_memory(a, lt.slots, l.outer, l.inner) && l.rows >= kTransposeTile / 2 &&

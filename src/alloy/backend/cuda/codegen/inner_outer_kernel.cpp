@@ -22,6 +22,7 @@
 // With rows loaded ahead (KernelVariant::prefetch: R rows) each block loads the row R ahead of the
 // one it reduces into another set of registers before that row's reductions (the rows between
 // were loaded by the iterations before), and the leaves of the columns (the weight) once.
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -108,7 +109,7 @@ void InnerOuterParts::load_rows_ahead(const std::string& in) {
   for (int j = 0; j < ahead; ++j) {
     e_.emit_leaf_arrays(held_prefix(j), held, in, held_row_leaves());
     for (int k : per_row_leaves()) os << in << compute_type(e_.a_.leaves[k]->dtype()) << " " << scalar_prefix(j) << k << ";\n";
-    load_row("(long long)blockIdx.x" + (j ? " + " + std::to_string(j) + "ll * gridDim.x" : std::string()), held_prefix(j), scalar_prefix(j), in);
+    load_row(first_row() + (j ? " + " + std::to_string(j) + "ll * " + row_stride() : std::string()), held_prefix(j), scalar_prefix(j), in);
   }
 }
 
@@ -127,7 +128,7 @@ void InnerOuterParts::load_next_row(const std::string& in) {
   os << in << "// the block's row " << ahead << " ahead, in flight while this one reduces and stores\n";
   e_.emit_leaf_arrays("N", "[" + std::to_string(e_.v_.items) + "]", in, held_row_leaves());
   for (int k : per_row_leaves()) os << in << compute_type(e_.a_.leaves[k]->dtype()) << " Q" << k << ";\n";
-  load_row("row + " + (ahead > 1 ? std::to_string(ahead) + "ll * " : std::string()) + "gridDim.x", "N", "Q", in);
+  load_row("row + " + (ahead > 1 ? std::to_string(ahead) + "ll * " : std::string()) + row_stride(), "N", "Q", in);
 }
 
 void InnerOuterParts::next_row_becomes_current(const std::string& in) {
@@ -136,7 +137,7 @@ void InnerOuterParts::next_row_becomes_current(const std::string& in) {
   std::vector<int> scalars = per_row_leaves();
   if (held.empty() && scalars.empty()) return;
   // each row's registers move one place nearer (where the loop goes on)
-  os << in << "if (row + gridDim.x < p.rows) {\n";
+  os << in << "if (row + " << row_stride() << " < p.rows) {\n";
   for (int j = 0; j < e_.v_.prefetch; ++j) {
     if (!held.empty()) {
       os << in << "  #pragma unroll\n" << in << "  for (int it = 0; it < " << e_.v_.items << "; ++it) {";
@@ -189,6 +190,49 @@ void InnerOuterParts::accumulate(const std::string& in, const std::string& eleme
   }
 }
 
+std::string InnerOuterParts::first_row() const { return e_.v_.row_groups > 1 ? "alloy_row_first" : "(long long)blockIdx.x"; }
+std::string InnerOuterParts::row_stride() const { return e_.v_.row_groups > 1 ? "alloy_row_stride" : "gridDim.x"; }
+std::string InnerOuterParts::block_thread() const { return e_.v_.row_groups > 1 ? "threadIdx.x" : "tid"; }
+
+void InnerOuterParts::in_group_zero(const std::string& in, const std::function<void(const std::string&)>& body) {
+  if (e_.v_.row_groups == 1) return body(in);
+  e_.os_ << in << "if (alloy_group == 0) {\n";
+  body(in + "  ");
+  e_.os_ << in << "}\n";
+}
+
+// Group g > 0 stores its partials in its part of a shared array a reduction ([g - 1][it][e][tid]:
+// consecutive threads, consecutive words), and after a barrier of the block group 0 adds groups
+// 1, 2, ... to its own in that order (so the bits depend on the groups and the grid alone).
+void InnerOuterParts::combine_groups() {
+  std::ostringstream& os = e_.os_;
+  const KernelVariant& v = e_.v_;
+  const int G = v.row_groups, T = v.threads, I = v.items, V = v.vector;
+  os << "  // the row groups' column partials into group 0's, in group order\n";
+  for (const Op* r : e_.a_.outer_reductions)
+    os << "  __shared__ " << partial_type(r) << " alloy_groups_" << partial_name(r) << "[" << (G - 1) * I * V * T << "];\n";
+  const std::string at = "(((long long)(g - 1) * " + std::to_string(I) + " + it) * " + std::to_string(V) + " + e) * " + std::to_string(T) + " + tid";
+  auto each_element = [&](const std::string& in, const std::function<void(const std::string&)>& body) {
+    os << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << I << "; ++it)\n" << in << "  #pragma unroll\n" << in
+       << "  for (int e = 0; e < " << V << "; ++e) {\n";
+    body(in + "    ");
+    os << in << "  }\n";
+  };
+  os << "  if (alloy_group > 0) {\n    const int g = alloy_group;\n";
+  each_element("    ", [&](const std::string& in) {
+    for (const Op* r : e_.a_.outer_reductions) os << in << "alloy_groups_" << partial_name(r) << "[" << at << "] = " << partial_name(r) << "[it][e];\n";
+  });
+  os << "  }\n  __syncthreads();\n";
+  os << "  if (alloy_group == 0)\n    for (int g = 1; g < " << G << "; ++g) {\n";
+  each_element("      ", [&](const std::string& in) {
+    for (const Op* r : e_.a_.outer_reductions) {
+      std::string O = partial_name(r) + "[it][e]";
+      os << in << O << " = " << combine(r, O, "alloy_groups_" + partial_name(r) + "[" + at + "]") << ";\n";
+    }
+  });
+  os << "    }\n";
+}
+
 void InnerOuterParts::combine_and_store() {
   e_.os_ << "  if (gridDim.x > 1) {\n";
   if (e_.v_.combine_levels == 0) combine_over_the_grid();
@@ -235,24 +279,26 @@ void InnerOuterParts::combine_partials() {
   declare_workspace(in, "tree_rows");
   os << in << "// this block's partial; then, level by level, the last child of a node to arrive sums its\n";
   os << in << "// children's partials in order into the node's (stored for the level above, but the root's)\n";
-  each_vector(os, v, in, [&](const std::string& ind) { store_partials(ind, "blockIdx.x"); });
+  in_group_zero(in, [&](const std::string& i1) { each_vector(os, v, i1, [&](const std::string& ind) { store_partials(ind, "blockIdx.x"); }); });
   os << in << "unsigned n = gridDim.x, node = blockIdx.x, rows_below = 0, counters_below = 0;\n";
   os << in << "while (n > 1) {\n";
   const std::string in2 = in + "  ";
   os << in2 << "const unsigned parent = node / S, first = parent * S, members = n - first < S ? n - first : S, parents = (n + S - 1) / S;\n";
   os << in2 << "__threadfence();\n" << in2 << "__syncthreads();\n";
-  os << in2 << "if (tid == 0) alloy_last = atomicAdd(p.counters + counters_below + parent, 1u) == members - 1;\n";
+  os << in2 << "if (" << block_thread() << " == 0) alloy_last = atomicAdd(p.counters + counters_below + parent, 1u) == members - 1;\n";
   os << in2 << "__syncthreads();\n" << in2 << "if (!alloy_last) return;\n" << in2 << "__threadfence();\n";
-  each_vector(os, v, in2, [&](const std::string& ind) {
-    reset_partials(ind);
-    os << ind << "#pragma unroll 4\n" << ind << "for (unsigned b = first; b < first + members; ++b) {\n";
-    add_partials(ind + "  ", "rows_below + b");
-    os << ind << "}\n";
+  in_group_zero(in2, [&](const std::string& i1) {
+    each_vector(os, v, i1, [&](const std::string& ind) {
+      reset_partials(ind);
+      os << ind << "#pragma unroll 4\n" << ind << "for (unsigned b = first; b < first + members; ++b) {\n";
+      add_partials(ind + "  ", "rows_below + b");
+      os << ind << "}\n";
+    });
   });
-  os << in2 << "if (tid == 0) p.counters[counters_below + parent] = 0;  // for the next launch on this stream\n";
+  os << in2 << "if (" << block_thread() << " == 0) p.counters[counters_below + parent] = 0;  // for the next launch on this stream\n";
   os << in2 << "rows_below += n;\n" << in2 << "counters_below += parents;\n" << in2 << "n = parents;\n" << in2 << "node = parent;\n";
   os << in2 << "if (n > 1) {\n";
-  each_vector(os, v, in2 + "  ", [&](const std::string& ind) { store_partials(ind, "rows_below + node"); });
+  in_group_zero(in2 + "  ", [&](const std::string& i1) { each_vector(os, v, i1, [&](const std::string& ind) { store_partials(ind, "rows_below + node"); }); });
   os << in2 << "}\n";
   os << in << "}\n";
 }
@@ -290,7 +336,7 @@ void InnerOuterParts::store_partials(const std::string& ind, const std::string& 
 // Each column's results: the outer reductions' values (rounded to their dtypes), the pointwise
 // ops on them, and the stores of the values returned per column.
 void InnerOuterParts::store_columns() {
-  each_vector(e_.os_, e_.v_, "  ", [&](const std::string& ind) { store_column_vector(ind); });
+  in_group_zero("  ", [&](const std::string& i1) { each_vector(e_.os_, e_.v_, i1, [&](const std::string& ind) { store_column_vector(ind); }); });
 }
 
 // The columns of the vector at col0 from the combined partials O<id>[it]: their results and stores.
@@ -337,11 +383,11 @@ void InnerOuterParts::combine_over_the_grid() {
   const int V = v.vector;
   declare_workspace(in, "gridDim.x");
   os << in << "if (ALLOY_GRID_FIRST_PHASE) {\n";
-  each_vector(os, v, in + "  ", [&](const std::string& ind) { store_partials(ind, "blockIdx.x"); });
+  in_group_zero(in + "  ", [&](const std::string& i1) { each_vector(os, v, i1, [&](const std::string& ind) { store_partials(ind, "blockIdx.x"); }); });
   os << in << "}\n";
   os << in << "ALLOY_GRID_BARRIER(p.counters);\n";
-  os << in << "const unsigned lane = tid & 31u, warps = blockDim.x >> 5;\n";
-  os << in << "for (long long slot = (long long)(tid >> 5) * gridDim.x + blockIdx.x; slot * " << V << " < p.cols; slot += (long long)gridDim.x * warps) {\n";
+  os << in << "const unsigned lane = " << block_thread() << " & 31u, warps = blockDim.x >> 5;\n";
+  os << in << "for (long long slot = (long long)(" << block_thread() << " >> 5) * gridDim.x + blockIdx.x; slot * " << V << " < p.cols; slot += (long long)gridDim.x * warps) {\n";
   const std::string in2 = in + "  ";
   os << in2 << "const int it = 0;\n" << in2 << "const long long col0 = slot * " << V << ";\n";
   reset_partials(in2);

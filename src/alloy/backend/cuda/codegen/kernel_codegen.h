@@ -52,6 +52,12 @@ struct KernelVariant {
   // (KernelTuning::inner_outer_combine_levels; inner_outer_tree), or 0: every block combines a
   // share of the columns past a barrier of the grid (a cooperative launch; LaunchPlan::cooperative).
   int combine_levels = 2;
+  // Inner-outer kernels (KernelTuning::inner_outer_row_groups): the rows a block reduces at once,
+  // each by its own group of `threads` threads (the block is threads * row_groups), the group's
+  // reductions past a named barrier of the group (so a group waiting there leaves the SM to the
+  // others), its column partials summed with the other groups' in shared memory (in group order)
+  // after the rows; the grid then has row_groups times fewer blocks to combine.
+  int row_groups = 1;
   // Offsets fit in 32 bits (every tensor spans under 2^30 elements): int index arithmetic, fewer
   // registers than 64-bit.
   bool index32 = false;

@@ -23,6 +23,7 @@ KernelEmitter::KernelEmitter(const KernelAnalysis& a, const KernelVariant& v, st
 void KernelEmitter::emit_header() {
   for (const Op* op : a_.compute_ops)
     for (Value* in : computed_from(*op)) used_in_kernel_.insert(in);
+  if (v_.row_groups > 1) os_ << "#define ALLOY_ROW_GROUP_THREADS " << v_.threads << "  // the threads of a row group\n";
   os_ << kKernelPrelude << "\n";
   emit_params();
 }

@@ -52,8 +52,18 @@ class InnerOuterParts {
   // After the row loop: the blocks' partials combined (the last blocks to arrive, or every block
   // past a barrier of the grid; in a fixed order), then each column's results and stores.
   void combine_and_store();
+  // Row groups (KernelVariant::row_groups > 1), after the row loop: the groups' partials summed
+  // into group 0's, in group order, through shared memory; group 0 then does the combine alone.
+  void combine_groups();
+  // The block's first row and the rows between its rows (blockIdx.x and gridDim.x, or with row
+  // groups the group's: alloy_row_first, alloy_row_stride).
+  std::string first_row() const;
+  std::string row_stride() const;
 
  private:
+  // With row groups, `body` runs in group 0 only (else as is); the thread that speaks for the block.
+  void in_group_zero(const std::string& indent, const std::function<void(const std::string&)>& body);
+  std::string block_thread() const;
   void combine_partials();
   void combine_over_the_grid();
   void declare_workspace(const std::string& indent, const std::string& rows);

@@ -100,6 +100,22 @@ struct AlloySum { template <class T> __device__ __forceinline__ T operator()(T a
 struct AlloyMax { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_max(a, b); } };
 struct AlloyMin { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_min(a, b); } };
 
+// The threads a block reduction spans: the block, or in an inner-outer kernel of row groups
+// (KernelVariant::row_groups: the kernel defines ALLOY_ROW_GROUP_THREADS before this prelude) the
+// thread's group of that many, whose barrier is a named one (1 + the group; 0 is __syncthreads').
+#ifdef ALLOY_ROW_GROUP_THREADS
+#ifndef ALLOY_NAMED_SYNC
+#define ALLOY_NAMED_SYNC(id, count) asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(count) : "memory")
+#endif
+#define ALLOY_RED_TID (int(threadIdx.x) % ALLOY_ROW_GROUP_THREADS)
+#define ALLOY_RED_THREADS ALLOY_ROW_GROUP_THREADS
+#define ALLOY_RED_SYNC() ALLOY_NAMED_SYNC(1 + int(threadIdx.x) / ALLOY_ROW_GROUP_THREADS, ALLOY_ROW_GROUP_THREADS)
+#else
+#define ALLOY_RED_TID int(threadIdx.x)
+#define ALLOY_RED_THREADS int(blockDim.x)
+#define ALLOY_RED_SYNC() __syncthreads()
+#endif
+
 // Reduces one value per thread over the block; every thread gets the result. One barrier: each
 // warp writes its partial, then every warp combines all of them. Consecutive reductions must use
 // different `smem` regions (the generator alternates two), so no barrier guards the reuse.
@@ -107,9 +123,9 @@ template <class T, class F>
 __device__ __forceinline__ T alloy_block_reduce(T v, F f, T* smem) {
   #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  const int lane = ALLOY_RED_TID & 31, warp = ALLOY_RED_TID >> 5, warps = (ALLOY_RED_THREADS + 31) >> 5;
   if (lane == 0) smem[warp] = v;
-  __syncthreads();
+  ALLOY_RED_SYNC();
   T w = smem[lane < warps ? lane : 0];
   #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -128,11 +144,11 @@ __device__ __forceinline__ void alloy_block_reduce_n(T (&v)[K], F f, T* smem) {
   for (int o = 16; o > 0; o >>= 1)
     #pragma unroll
     for (int k = 0; k < K; ++k) v[k] = f(v[k], __shfl_xor_sync(0xffffffffu, v[k], o));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  const int lane = ALLOY_RED_TID & 31, warp = ALLOY_RED_TID >> 5, warps = (ALLOY_RED_THREADS + 31) >> 5;
   if (lane == 0)
     #pragma unroll
     for (int k = 0; k < K; ++k) smem[k * 32 + warp] = v[k];
-  __syncthreads();
+  ALLOY_RED_SYNC();
   #pragma unroll
   for (int k = 0; k < K; ++k) {
     T w = smem[k * 32 + (lane < warps ? lane : 0)];
@@ -171,9 +187,9 @@ __device__ __forceinline__ void alloy_block_welford(T& n, T& mean, T& m2, T* sme
   for (int o = 16; o > 0; o >>= 1)
     alloy_welford_merge(n, mean, m2, __shfl_xor_sync(0xffffffffu, n, o), __shfl_xor_sync(0xffffffffu, mean, o),
                         __shfl_xor_sync(0xffffffffu, m2, o));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  const int lane = ALLOY_RED_TID & 31, warp = ALLOY_RED_TID >> 5, warps = (ALLOY_RED_THREADS + 31) >> 5;
   if (lane == 0) { smem[warp] = n; smem[33 + warp] = mean; smem[66 + warp] = m2; }
-  __syncthreads();  // one barrier, as in alloy_block_reduce
+  ALLOY_RED_SYNC();  // one barrier, as in alloy_block_reduce
   T wn = lane < warps ? smem[lane] : T(0), wmean = lane < warps ? smem[33 + lane] : T(0), wm2 = lane < warps ? smem[66 + lane] : T(0);
   #pragma unroll
   for (int o = 16; o > 0; o >>= 1)

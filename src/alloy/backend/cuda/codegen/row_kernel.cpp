@@ -200,10 +200,17 @@ class RowEmitter final : public KernelEmitter {
     plan_value_cache();
     detect_online_softmax();
     plan_cached_leaves();
-    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads;
+    const int groups = v_.row_groups;
+    os_ << "extern \"C\" __global__ void __launch_bounds__(" << v_.threads * groups;
     if (v_.min_blocks > 0) os_ << ", " << v_.min_blocks;
     os_ << ") " << name_ << "(const Params p) {\n";
-    os_ << "  __shared__ double alloy_smem[2 * 99];  // two regions, alternated by consecutive reductions\n";
+    if (groups > 1) {  // (each row group its own two regions)
+      os_ << "  __shared__ double alloy_smem_groups[" << groups << " * 2 * 99];\n";
+      os_ << "  const int alloy_group = (int)threadIdx.x / " << v_.threads << ";\n";
+      os_ << "  double* const alloy_smem = alloy_smem_groups + 2 * 99 * alloy_group;  // two regions, alternated by consecutive reductions\n";
+    } else {
+      os_ << "  __shared__ double alloy_smem[2 * 99];  // two regions, alternated by consecutive reductions\n";
+    }
     std::optional<InnerOuterParts> columns;
     if (v_.inner_outer) {
       if (v_.rows_per_block > 0 || v_.items == 0 || v_.edge_elements) internal_error("an inner-outer kernel holds its rows, a block per row");
@@ -215,14 +222,21 @@ class RowEmitter final : public KernelEmitter {
       os_ << "  for (long long row = (long long)blockIdx.x * " << v_.rows_per_block << " + (threadIdx.x >> 5); row < p.rows; row += (long long)gridDim.x * "
           << v_.rows_per_block << ") {\n";
     } else {
-      os_ << "  const int tid = threadIdx.x;\n";
+      if (groups > 1) {
+        os_ << "  const int tid = (int)threadIdx.x - alloy_group * " << v_.threads << ";  // in the row group\n";
+        os_ << "  const long long alloy_row_first = (long long)blockIdx.x * " << groups << " + alloy_group, alloy_row_stride = (long long)gridDim.x * "
+            << groups << ";\n";
+      } else {
+        os_ << "  const int tid = threadIdx.x;\n";
+      }
       if (v_.prefetch) {
         columns->load_rows_ahead("  ");
         os_ << "  unsigned alloy_region = 0;  // the shared region of the row's first reduction (no barrier ends a row)\n";
       }
       // (a combine over the grid: the CPU emulation's second run of the blocks skips the rows)
       if (v_.inner_outer && v_.combine_levels == 0) os_ << "  if (ALLOY_GRID_FIRST_PHASE)\n";
-      os_ << "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n";
+      if (groups > 1) os_ << "  for (long long row = alloy_row_first; row < p.rows; row += alloy_row_stride) {\n";
+      else os_ << "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n";
     }
     std::string in = "    ";
     std::vector<std::string> row_tensors = tensor_names(true, true, false), per_row_tensors = tensor_names(true, true, true);
@@ -281,10 +295,11 @@ class RowEmitter final : public KernelEmitter {
     if (v_.prefetch) {
       if (reductions_in_row_ % 2) os_ << in << "alloy_region ^= 1u;\n";
     } else if (v_.rows_per_block == 0) {
-      os_ << in << "__syncthreads();\n";
+      os_ << in << (groups > 1 ? "ALLOY_RED_SYNC();  // the row group's barrier" : "__syncthreads();") << "\n";
     }
     if (v_.prefetch) columns->next_row_becomes_current(in);
     os_ << "  }\n";
+    if (columns && groups > 1) columns->combine_groups();
     if (columns) columns->combine_and_store();
     os_ << "}\n";
   }
