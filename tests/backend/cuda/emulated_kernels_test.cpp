@@ -887,6 +887,45 @@ TEST(EmulatedKernels, GridVarMeanOfValuesFarFromZero) {
 })", {{"N", n}}, "16x1");
 }
 
+// var_mean merging a thread's sums every M steps (grid_welford_steps), not every step: the values
+// far from zero with an outlier first (the first mean of the thread), a row split over blocks with
+// a sum and a max beside it, against the CPU reference and in any block order.
+TEST(EmulatedKernels, GridVarMeanMergingEveryFewSteps) {
+  const int64_t n = 300007;
+  Tensor x = Tensor::empty(DType::f32, {n});
+  float* v = x.data_as<float>();
+  for (int64_t i = 0; i < n; ++i) v[i] = 1000.0f + float((i * 7919) % 2001 - 1000) * 1e-6f + float(i) * 1e-8f;
+  v[0] = 1.0e4f;
+  const std::string far = R"(fusion f(x: f32[N]) {
+  v, m = var_mean(x, dims=[0], correction=1)
+  return v, m
+})";
+  const std::string rows = R"(fusion f(x: f32[R, N]) {
+  y = add(x, 1000.0)
+  s = sum(y, dims=[1])
+  m = max(x, dims=[1])
+  v, mu = var_mean(y, dims=[1], correction=1)
+  return s, m, v, mu
+})";
+  for (int steps : {3, 16}) {
+    SCOPED_TRACE(std::to_string(steps) + " steps a merge");
+    cuda::KernelTuning tuning;
+    tuning.grid_welford_steps = steps;
+    const std::string mark = "_ws" + std::to_string(steps) + "_";
+    GridRun run;
+    run_grid(far, {{"N", n}}, Flavour::default_choice, {x}, 0, run, tuning);
+    ASSERT_EQ(run.launches.size(), 1u);
+    EXPECT_NE(run.launches[0].find(mark), std::string::npos) << run.launches[0];
+    for (size_t i = 0; i < run.expected.size(); ++i)
+      EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+    GridRun split;
+    run_grid(rows, {{"R", 3}, {"N", 200001}}, Flavour::default_choice, {}, 0, split, tuning);
+    for (size_t i = 0; i < split.expected.size(); ++i)
+      EXPECT_TRUE(testing::tensors_close(split.outputs[i], split.expected[i])) << "output " << split.names[i];
+    expect_the_same_bits_in_any_block_order(rows, {{"R", 3}, {"N", 200001}}, mark, tuning);
+  }
+}
+
 // Bit-identical results whatever the order the blocks run in, hence whichever block of a row
 // arrives last and combines the partials: the emulation runs every block in order twice, then in
 // three shuffled orders, and every run's outputs must have the same bytes.

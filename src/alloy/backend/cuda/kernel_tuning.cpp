@@ -39,6 +39,9 @@ namespace {
 //   sums fit); a row split only where each thread then loads at least 8 vectors. To sweep on the
 //   GPU: the grad-norm bench case (grad_norm_1e8); grid_blocks_per_sm 0 is the A/B against the
 //   column kernels that ran these shapes before.
+// - grid_welford_steps 1 (issue 27, session 29): var_mean's merge of a thread's sums every M steps
+//   is built and checked in the CPU emulation, not yet timed (var_mean over 4 rows of 25M runs at
+//   86% of copy; `scripts/gpu-ab grid_welford` times 2, 4 and 8).
 // - inner_outer_accumulators 16, inner_outer_blocks_per_sm 0, inner_outer_prefetch true,
 //   inner_outer_combine_levels 3 (issue 27; `scripts/gpu-ab inner_outer`, H100, session 27, the
 //   layer norm / RMSNorm backward at [8192, 4096] and [32768, 768] bf16, alloy_bench medians): a
@@ -87,6 +90,7 @@ const IntegerKey kIntegerKeys[] = {
     {"grid_threads", &KernelTuning::grid_threads, 32, 1024, 32},
     {"grid_blocks_per_sm", &KernelTuning::grid_blocks_per_sm, 0, 32, 1},
     {"grid_min_vectors", &KernelTuning::grid_min_vectors, 1, 1 << 20, 1},
+    {"grid_welford_steps", &KernelTuning::grid_welford_steps, 1, 16, 1},
     {"inner_outer_accumulators", &KernelTuning::inner_outer_accumulators, 4, 256, 1},
     {"inner_outer_blocks_per_sm", &KernelTuning::inner_outer_blocks_per_sm, 0, 32, 1},
     {"inner_outer_combine_levels", &KernelTuning::inner_outer_combine_levels, 0, 4, 1},

@@ -499,6 +499,8 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
       g.grid = true;
       g.threads = target.tuning.grid_threads / 32 * 32;
       g.min_blocks = grid_blocks_per_sm(target.tuning);
+      for (const Op* op : a.compute_ops)
+        if (op->kind == OpKind::var_mean) g.welford_steps = target.tuning.grid_welford_steps;
       g.index32 = small_offsets(axes, l.numel);
       return g;
     }

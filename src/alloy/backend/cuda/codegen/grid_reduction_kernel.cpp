@@ -155,7 +155,20 @@ class GridEmitter final : public KernelEmitter {
     bool welford = false;
     for (const Acc& acc : all) welford |= acc.welford();
     cached_ = leaves;  // ref() reads them as L<k>[u]
-    os_ << in << "for (long long q0 = first + tid; q0 < last; q0 += " << U << " * (long long)blockDim.x) {\n";
+    // var_mean merging every M steps (KernelVariant::welford_steps): a window of M steps, its
+    // deviations from the running mean at its start summed, then one merge
+    const int M = welford ? v_.welford_steps : 1;
+    std::string in_steps = in;
+    if (M > 1) {
+      os_ << in << "for (long long w0 = first + tid; w0 < last; w0 += " << M * U << " * (long long)blockDim.x) {\n";
+      in_steps = in + "  ";
+      emit_window_sums(all, in_steps);
+      os_ << in_steps << "for (int m = 0; m < " << M << "; ++m) {\n";
+      os_ << in_steps << "  const long long q0 = w0 + (long long)m * " << U << " * blockDim.x;\n";
+      os_ << in_steps << "  if (q0 >= last) break;\n";
+    } else {
+      os_ << in << "for (long long q0 = first + tid; q0 < last; q0 += " << U << " * (long long)blockDim.x) {\n";
+    }
     emit_leaf_arrays("L", "[" + std::to_string(U) + "]", body, leaves);
     auto each_vector = [&](const std::function<void(const std::string&)>& emit) {
       os_ << body << "#pragma unroll\n" << body << "for (int u = 0; u < " << U << "; ++u) {\n";
@@ -169,10 +182,7 @@ class GridEmitter final : public KernelEmitter {
       for (auto& t : leaf_tensors) os_ << ind << "co_" << t << " += ro_" << t << ";\n";
       emit_leaf_loads("L", "[u]", "co_", ind, leaves);
     });
-    if (welford) os_ << body << "float alloy_c = 0;\n";
-    for (const Acc& acc : all)
-      if (acc.welford())
-        os_ << body << acc.ct << " " << acc.name << "_s1[" << V << "] = {}, " << acc.name << "_s2[" << V << "] = {};\n";
+    if (M == 1) emit_window_sums(all, body);
     auto ops = element_ops_for(targets);
     each_vector([&](const std::string& ind) {
       if (welford) os_ << ind << "alloy_c += " << V << ";\n";
@@ -183,13 +193,14 @@ class GridEmitter final : public KernelEmitter {
         std::string x = "((" + acc.ct + ")" + ref(acc.op->inputs[0], "[u]") + ")";
         const std::string& a = acc.name;
         if (acc.welford())
-          os_ << lane << "{ " << acc.ct << " x = " << x << "; if (u == 0 && e == 0 && " << a << "_n == 0) " << a << "_mean = x; "
+          os_ << lane << "{ " << acc.ct << " x = " << x << "; if (" << (M > 1 ? "m == 0 && " : "") << "u == 0 && e == 0 && " << a << "_n == 0) " << a << "_mean = x; "
               << acc.ct << " d = x - " << a << "_mean; " << a << "_s1[e] += d; " << a << "_s2[e] += d * d; }\n";
         else
           os_ << lane << a << "[e] = " << combine(acc, a + "[e]", x) << ";\n";
       }
       os_ << ind << "}\n";
     });
+    if (M > 1) os_ << in_steps << "}\n";  // the window's steps
     for (const Acc& acc : all) {
       if (!acc.welford()) continue;
       const std::string& a = acc.name;
@@ -206,6 +217,17 @@ class GridEmitter final : public KernelEmitter {
     }
     os_ << in << "}\n";
     cached_.clear();
+  }
+
+  // A var_mean's sums of a step (or window of steps): the elements counted, and per lane the
+  // deviations from the running mean and their squares.
+  void emit_window_sums(const std::vector<Acc>& all, const std::string& in) {
+    bool welford = false;
+    for (const Acc& acc : all) welford |= acc.welford();
+    if (welford) os_ << in << "float alloy_c = 0;\n";
+    for (const Acc& acc : all)
+      if (acc.welford())
+        os_ << in << acc.ct << " " << acc.name << "_s1[" << v_.vector << "] = {}, " << acc.name << "_s2[" << v_.vector << "] = {};\n";
   }
 
   // Edge elements (KernelVariant::edge_elements): the row's elements before its first aligned

@@ -58,6 +58,11 @@ struct KernelVariant {
   // others), its column partials summed with the other groups' in shared memory (in group order)
   // after the rows; the grid then has row_groups times fewer blocks to combine.
   int row_groups = 1;
+  // Grid reductions of var_mean (KernelTuning::grid_welford_steps): the steps (U vectors a thread
+  // each) a thread sums its deviations from one running mean before it merges them into its
+  // running (count, mean, squared deviations): 1 merges every step (a merge's divisions and its
+  // dependence between steps every U * vector elements).
+  int welford_steps = 1;
   // Offsets fit in 32 bits (every tensor spans under 2^30 elements): int index arithmetic, fewer
   // registers than 64-bit.
   bool index32 = false;
