@@ -869,12 +869,19 @@ TEST(EmulatedKernels, GridReductionOfFewLongRows) {
 // their values less its running mean, blocks and the grid merge by Chan's formula. A first value
 // far from the rest, then 1000 plus noise of 1e-3 with a slow drift; in f32, and in bf16 shifted
 // by 1000 in f32 (the values' deviations near f32's resolution at 1000).
-TEST(EmulatedKernels, GridVarMeanOfValuesFarFromZero) {
-  const int64_t n = 300007;
+// n f32 values near 1000 (deviations of 1e-3 and a slow drift), the first an outlier of 10^4: a
+// thread's first value is its first mean.
+Tensor far_from_zero_values(int64_t n) {
   Tensor x = Tensor::empty(DType::f32, {n});
   float* v = x.data_as<float>();
   for (int64_t i = 0; i < n; ++i) v[i] = 1000.0f + float((i * 7919) % 2001 - 1000) * 1e-6f + float(i) * 1e-8f;
   v[0] = 1.0e4f;
+  return x;
+}
+
+TEST(EmulatedKernels, GridVarMeanOfValuesFarFromZero) {
+  const int64_t n = 300007;
+  Tensor x = far_from_zero_values(n);
   expect_grid_reduction_matches_cpu(R"(fusion f(x: f32[N]) {
   v, m = var_mean(x, dims=[0], correction=1)
   return v, m
@@ -892,10 +899,7 @@ TEST(EmulatedKernels, GridVarMeanOfValuesFarFromZero) {
 // a sum and a max beside it, against the CPU reference and in any block order.
 TEST(EmulatedKernels, GridVarMeanMergingEveryFewSteps) {
   const int64_t n = 300007;
-  Tensor x = Tensor::empty(DType::f32, {n});
-  float* v = x.data_as<float>();
-  for (int64_t i = 0; i < n; ++i) v[i] = 1000.0f + float((i * 7919) % 2001 - 1000) * 1e-6f + float(i) * 1e-8f;
-  v[0] = 1.0e4f;
+  Tensor x = far_from_zero_values(n);
   const std::string far = R"(fusion f(x: f32[N]) {
   v, m = var_mean(x, dims=[0], correction=1)
   return v, m
