@@ -926,7 +926,7 @@ TEST(EmulatedKernels, GridVarMeanMergingEveryFewSteps) {
     run_grid(rows, {{"R", 3}, {"N", 200001}}, Flavour::default_choice, {}, 0, split, tuning);
     for (size_t i = 0; i < split.expected.size(); ++i)
       EXPECT_TRUE(testing::tensors_close(split.outputs[i], split.expected[i])) << "output " << split.names[i];
-    expect_the_same_bits_in_any_block_order(rows, {{"R", 3}, {"N", 200001}}, mark, tuning);
+    if (steps == 3) expect_the_same_bits_in_any_block_order(rows, {{"R", 3}, {"N", 200001}}, mark, tuning);
   }
 }
 
@@ -1043,10 +1043,13 @@ TEST(EmulatedKernels, InnerOuterCombineTreesOfOtherDepths) {
 // (41), layer norm (two row sums) and RMSNorm, against the CPU reference, the same bits in any
 // block order.
 TEST(EmulatedKernels, InnerOuterRowGroups) {
+  // (CI time: RMSNorm over the grid with 3 groups only; the block orders with 3 groups only)
   for (const char* which : {"layer_norm", "rms_norm"}) {
-    const std::string text = std::string(which) == "layer_norm" ? testing::layer_norm_backward("f32") : testing::rms_norm_backward("f32");
+    const bool ln = std::string(which) == "layer_norm";
+    const std::string text = ln ? testing::layer_norm_backward("f32") : testing::rms_norm_backward("f32");
     for (int levels : {3, 0})
       for (int groups : {2, 3}) {
+        if (!ln && (levels != 0 || groups != 3)) continue;
         SCOPED_TRACE(std::string(which) + ", " + std::to_string(levels) + " levels, " + std::to_string(groups) + " row groups");
         cuda::KernelTuning tuning;
         tuning.inner_outer_combine_levels = levels;
@@ -1061,7 +1064,7 @@ TEST(EmulatedKernels, InnerOuterRowGroups) {
         ASSERT_EQ(run.outputs.size(), run.expected.size());
         for (size_t i = 0; i < run.expected.size(); ++i)
           EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
-        expect_the_same_bits_in_any_block_order(text, sizes, mark, tuning);
+        if (groups == 3) expect_the_same_bits_in_any_block_order(text, sizes, mark, tuning);
       }
   }
   // without rows loaded ahead: a row group's barrier ends each of its rows
