@@ -55,7 +55,15 @@ using EmulateFn = void (*)(unsigned, unsigned, unsigned, const void*, unsigned);
 EmulateFn compile_for_host(const std::string& source) {
   static std::map<std::string, EmulateFn> compiled;
   if (auto it = compiled.find(source); it != compiled.end()) return it->second;
-  auto dir = std::filesystem::temp_directory_path() / ("alloy_emulation_" + std::to_string(getpid()));
+  // the process's compiled kernels, removed when it exits (the loaded libraries stay mapped)
+  static const struct Scratch {
+    std::filesystem::path dir = std::filesystem::temp_directory_path() / ("alloy_emulation_" + std::to_string(getpid()));
+    ~Scratch() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } scratch;
+  const std::filesystem::path& dir = scratch.dir;
   std::filesystem::create_directories(dir);
   std::string stem = (dir / ("kernel" + std::to_string(compiled.size()))).string();
   {
