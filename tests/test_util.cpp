@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string_view>
+
+#include <unistd.h>
 
 #include "alloy/backend/backend.h"
 #include "alloy/common/settings.h"
@@ -65,6 +68,19 @@ void expect_gpu_matches_cpu(const std::string& fusion_text, const Bindings& size
   for (size_t i = 0; i < actual.size(); ++i)
     EXPECT_TRUE(tensors_close(actual[i], expected[i], scale)) << "output " << i << " of\n" << fusion_text << "\nsegments:\n" << gpu.dump("segments");
   if (ran) *ran = GpuRun{gpu.dump("segments"), gpu.dump("cuda")};
+}
+
+TuningFile::TuningFile(const std::string& keys) {
+  static int made = 0;
+  dir = (std::filesystem::temp_directory_path() / ("alloy_tuning_" + std::to_string(getpid()) + "_" + std::to_string(made++))).string();
+  std::filesystem::create_directories(dir);
+  path = dir + "/tuning.json";
+  std::ofstream(path) << "{\"sm_80\": {" << keys << "}, \"sm_90\": {" << keys << "}}";
+}
+
+TuningFile::~TuningFile() {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {

@@ -75,4 +75,16 @@ class ScopedEnv {
   std::optional<std::string> old_setting_;  // a setting of common/settings.h: set and restored too
 };
 
+// A kernel tuning file (ALLOY_KERNEL_TUNING) setting `keys` ('"inner_outer_prefetch": false') in an
+// entry for each architecture of the built-in table (sm_80, sm_90; a device takes the entry at or
+// below its own), in a fresh temporary folder removed with it (a path of its own: the runtime
+// reads each path's file once).
+struct TuningFile {
+  explicit TuningFile(const std::string& keys);
+  ~TuningFile();
+  TuningFile(const TuningFile&) = delete;
+  TuningFile& operator=(const TuningFile&) = delete;
+  std::string dir, path;
+};
+
 }  // namespace alloy::testing

@@ -107,22 +107,7 @@ TEST(GpuEndToEnd, GridReductionsAreBitIdenticalAcrossRuns) {
   }
 }
 
-// A kernel tuning file (ALLOY_KERNEL_TUNING) setting `keys` ('"inner_outer_prefetch": false') in an
-// entry for each architecture of the built-in table (sm_80, sm_90; a device takes the entry at or
-// below its own), in a fresh temporary folder removed with it (a path of its own: the runtime
-// reads each path's file once).
-struct TuningFile {
-  explicit TuningFile(const std::string& keys) {
-    static int made = 0;
-    dir = std::filesystem::temp_directory_path() / ("alloy_gpu_tuning_" + std::to_string(getpid()) + "_" + std::to_string(made++));
-    std::filesystem::create_directories(dir);
-    path = (dir / "tuning.json").string();
-    std::ofstream(path) << "{\"sm_80\": {" << keys << "}, \"sm_90\": {" << keys << "}}";
-  }
-  ~TuningFile() { std::filesystem::remove_all(dir); }
-  std::filesystem::path dir;
-  std::string path;
-};
+using testing::TuningFile;
 
 // Inner-outer kernels (row and column reductions of the same values in one persistent kernel): the
 // layer norm and RMSNorm backward, bf16 and f32, from one row to 16k rows (more rows than any grid

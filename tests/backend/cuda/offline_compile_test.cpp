@@ -223,6 +223,29 @@ TEST(OfflineCompile, NormalizationBackwardsCompileIntoOneInnerOuterKernel) {
   EXPECT_NE(report.find(" 0 bytes spill stores"), std::string::npos) << report;
 }
 
+// The tuning table's kernel shapes not on by default compile with NVRTC too (their GPU A/B comes
+// first): row groups in the inner-outer kernel (named barriers: 7 groups of 96 threads at 768
+// columns, one block of 672 an SM, combined over the grid) and var_mean's merges every 4 steps.
+TEST(OfflineCompile, RowGroupsAndWindowedVarMeanCompile) {
+  REQUIRE_CUDA_BUILD();
+  testing::TuningFile file("\"inner_outer_row_groups\": 7, \"grid_welford_steps\": 4");
+  testing::ScopedEnv tuning("ALLOY_KERNEL_TUNING", file.path.c_str());
+  Bindings narrow{{"N", 32768}, {"D", 768}};
+  auto ln = parse_fusion(testing::layer_norm_backward("bf16"), "io.fusion", std::nullopt);
+  std::string report = compile_offline(*ln, "sm_90", false, &narrow);
+  EXPECT_NE(report.find("_io_pf_l0_rg7_"), std::string::npos) << report;
+  EXPECT_NE(report.find("grid 132x1, block 672"), std::string::npos) << report;
+  EXPECT_NE(report.find(" 0 bytes spill stores"), std::string::npos) << report;
+  auto vm = parse_fusion("fusion f(x: f32[R, N]) {\n  v, m = var_mean(x, dims=[1], correction=0)\n  return v, m\n}\n", "vm.fusion",
+                         std::nullopt);
+  Bindings rows{{"R", 4}, {"N", 25000000}};
+  report = compile_offline(*vm, "sm_90", false, &rows);
+  EXPECT_NE(report.find("_g_ws4_"), std::string::npos) << report;
+  EXPECT_NE(report.find(" 0 bytes spill stores"), std::string::npos) << report;
+  report = compile_offline(*ln, "sm_80", false, &narrow);
+  EXPECT_NE(report.find("_rg7_"), std::string::npos) << report;
+}
+
 // gather and iota are part of generated kernels: cross-entropy, forward and backward, is one
 // NVRTC-compiled normalization kernel (no CPU fallback) in every representative variant, and at
 // GPT-2's vocabulary a block per row with edge elements; the loss alone streams the row once.
