@@ -14,6 +14,7 @@
 #include "alloy/ir/parser.h"
 #include "alloy/multidevice/communicator.h"
 #include "alloy/pipeline/pipeline.h"
+#include "multidevice/test_teams.h"
 #include "test_util.h"
 
 namespace alloy {
@@ -23,9 +24,9 @@ constexpr int64_t kRows = 4, kFeatures = 16;  // a rank's rows of x, and x's col
 
 // Rank `rank` of two, whose peer's rows of x are `rows[1 - rank]`: a chunk the loop hands over is
 // a view of this rank's rows, and the peer's chunk is the same rows of the peer's.
-class TwoRankTeam : public multidevice::Communicator {
+class TwoRankTeam : public testing::UnusedCollectives {
  public:
-  TwoRankTeam(int rank, std::vector<Tensor> rows) : Communicator(rank, 2), rows_(std::move(rows)) {}
+  TwoRankTeam(int rank, std::vector<Tensor> rows) : UnusedCollectives(rank, 2), rows_(std::move(rows)) {}
   std::string name() const override { return "two-rank test team"; }
 
   // Only the chunked forms run here; the default all_gather_into_parts gathers through this.
@@ -33,12 +34,6 @@ class TwoRankTeam : public multidevice::Communicator {
     size_t bytes = size_t(in.numel()) * sizeof(float);
     for (int r = 0; r < 2; ++r) std::memcpy(static_cast<char*>(out.data()) + r * bytes, chunk_of(r, in).data(), bytes);
   }
-  void reduce_scatter(const Tensor&, const Tensor&, PartialReduce) override { internal_error("not used"); }
-  void all_reduce(const Tensor&, const Tensor&, PartialReduce) override { internal_error("not used"); }
-  void all_to_all(const Tensor&, const Tensor&) override { internal_error("not used"); }
-  void broadcast(const Tensor&, int) override { internal_error("not used"); }
-  void send(const Tensor&, int) override { internal_error("not used"); }
-  void recv(const Tensor&, int) override { internal_error("not used"); }
 
  protected:
   // Rank r's rows that `in` (a view of this rank's rows) is the chunk of.
@@ -60,30 +55,20 @@ class LandingTeam final : public TwoRankTeam {
 
   multidevice::LandedParts all_gather_landed(const Tensor& in, const Tensor& parts) override {
     EXPECT_FALSE(parts.defined()) << "a team that lands in place is handed no buffer";
-    EXPECT_EQ(held_, 0u) << "a chunk landed while the previous one is still held";
+    const uint64_t call = landings_.land("a chunk landed");
     staging_ = Tensor::empty(in.dtype(), in.sizes());
     std::memcpy(staging_.data(), chunk_of(1 - rank(), in).data(), size_t(in.numel()) * sizeof(float));
-    multidevice::LandedParts landed{{in, in}, ++calls_};
+    multidevice::LandedParts landed{{in, in}, call};
     // at call `bad_call`, a part of the wrong width: the GEMM that reads it fails
-    landed.parts[size_t(1 - rank())] = landed.call == bad_call_ ? Tensor::empty(DType::f32, {in.size(0), kFeatures + 1}) : staging_;
-    held_ = landed.call;
-    log_ += "land " + std::to_string(landed.call) + "; ";
+    landed.parts[size_t(1 - rank())] = call == landings_.bad_call ? Tensor::empty(DType::f32, {in.size(0), kFeatures + 1}) : staging_;
     return landed;
   }
-  void release_landed(const multidevice::LandedParts& landed) override {
-    EXPECT_EQ(landed.call, held_);
-    log_ += "release " + std::to_string(landed.call) + "; ";
-    float* place = static_cast<float*>(staging_.data());
-    std::fill(place, place + staging_.numel(), std::numeric_limits<float>::quiet_NaN());
-    held_ = 0;
-  }
+  void release_landed(const multidevice::LandedParts& landed) override { landings_.release(landed, staging_); }
 
-  std::string log_;
-  uint64_t bad_call_ = 0;
+  testing::Landings landings_;
 
  private:
   Tensor staging_;
-  uint64_t calls_ = 0, held_ = 0;
 };
 
 Tensor filled(std::vector<int64_t> sizes, uint64_t seed) {
@@ -146,7 +131,7 @@ TEST(LandedChunks, TheGemmsReadEachChunkWhereItLanded_AndReleaseItAfterThem) {
       EXPECT_FALSE(run.gathered.defined()) << "the gathered rows were never made whole";
       std::string expected;
       for (int i = 1; i <= chunks; ++i) expected += "land " + std::to_string(i) + "; release " + std::to_string(i) + "; ";
-      EXPECT_EQ(team.log_, expected);
+      EXPECT_EQ(team.landings_.log, expected);
     }
   }
 }
@@ -158,12 +143,12 @@ TEST(LandedChunks, ARunCutShortAfterALanding_ReleasesIt) {
   Tensor w_global = filled({32, kFeatures}, 3);
   Tensor w = w_global.as_strided({16, kFeatures}, w_global.strides(), 0);
   LandingTeam team(0, x);
-  team.bad_call_ = 2;
+  team.landings_.bad_call = 2;
   EXPECT_ANY_THROW(run_rank(team, x, w, 3));
-  EXPECT_EQ(team.log_, "land 1; release 1; land 2; release 2; ");
-  team.log_.clear();
+  EXPECT_EQ(team.landings_.log, "land 1; release 1; land 2; release 2; ");
+  team.landings_.log.clear();
   EXPECT_TRUE(testing::tensors_close(run_rank(team, x, w, 2).h, reference(x, w)));
-  EXPECT_EQ(team.log_, "land 3; release 3; land 4; release 4; ");
+  EXPECT_EQ(team.landings_.log, "land 3; release 3; land 4; release 4; ");
 }
 
 TEST(LandedChunks, ATeamThatCopies_GathersIntoTheWholeBufferAsBefore) {

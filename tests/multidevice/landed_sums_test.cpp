@@ -14,6 +14,7 @@
 #include "alloy/ir/parser.h"
 #include "alloy/multidevice/communicator.h"
 #include "alloy/pipeline/pipeline.h"
+#include "multidevice/test_teams.h"
 #include "test_util.h"
 
 namespace alloy {
@@ -39,25 +40,17 @@ Tensor partial_sums(const Tensor& x, const Tensor& w, const Tensor& b, int rank)
 // Rank `rank` of two, whose peer's partial sums (every row) are `peer`: the chunk the loop hands
 // over is a [2, rows, kOut] view of its whole partial sums, and the peer's part for this rank is
 // the same rows of the peer's block for this rank.
-class ScatterTeam final : public multidevice::Communicator {
+class ScatterTeam final : public testing::UnusedCollectives {
  public:
-  ScatterTeam(int rank, Tensor peer, bool lands) : Communicator(rank, 2), peer_(std::move(peer)), lands_(lands) {}
+  ScatterTeam(int rank, Tensor peer, bool lands) : UnusedCollectives(rank, 2), peer_(std::move(peer)), lands_(lands) {}
   std::string name() const override { return "two-rank scatter test team"; }
-
-  void all_gather(const Tensor&, const Tensor&) override { internal_error("not used"); }
-  void reduce_scatter(const Tensor&, const Tensor&, PartialReduce) override { internal_error("not used"); }
-  void all_reduce(const Tensor&, const Tensor&, PartialReduce) override { internal_error("not used"); }
-  void all_to_all(const Tensor&, const Tensor&) override { internal_error("not used"); }
-  void broadcast(const Tensor&, int) override { internal_error("not used"); }
-  void send(const Tensor&, int) override { internal_error("not used"); }
-  void recv(const Tensor&, int) override { internal_error("not used"); }
 
   bool lands_in_place() const override { return lands_; }
 
   void reduce_scatter_parts_send(const Tensor& parts, PartialReduce op) override {
     EXPECT_EQ(op, PartialReduce::sum);
     EXPECT_EQ(parts.size(0), 2);
-    log_ += "send; ";
+    landings_.log += "send; ";
   }
 
   // The copying form's reduction (through the default reduce_scatter_parts_landed): this rank's
@@ -70,32 +63,25 @@ class ScatterTeam final : public multidevice::Communicator {
     Tensor peer = peer_part(parts);
     ASSERT_TRUE(out.is_contiguous() && out.sizes() == peer.sizes()) << out.str();
     std::memcpy(out.data(), peer.data(), size_t(peer.numel()) * sizeof(float));
-    log_ += "reduce; ";
+    landings_.log += "reduce; ";
   }
 
   multidevice::LandedParts reduce_scatter_parts_landed(const Tensor& parts, const Tensor& sum) override {
     if (!lands_) return Communicator::reduce_scatter_parts_landed(parts, sum);
     EXPECT_FALSE(sum.defined()) << "a team that lands in place is handed no chunk to sum into";
-    EXPECT_EQ(held_, 0u) << "a landing while the previous one is still held";
+    const uint64_t call = landings_.land("a landing");
     staging_ = peer_part(parts);
-    multidevice::LandedParts landed{{staging_}, ++calls_};
+    multidevice::LandedParts landed{{staging_}, call};
     // at call `bad_call`, a part of the wrong width: the GEMM that adds it fails
-    if (landed.call == bad_call_) landed.parts[0] = Tensor::empty(DType::f32, {staging_.size(0), kOut + 1});
-    held_ = landed.call;
-    log_ += "land " + std::to_string(landed.call) + "; ";
+    if (call == landings_.bad_call) landed.parts[0] = Tensor::empty(DType::f32, {staging_.size(0), kOut + 1});
     return landed;
   }
   void release_landed(const multidevice::LandedParts& landed) override {
     if (!lands_) return Communicator::release_landed(landed);
-    EXPECT_EQ(landed.call, held_);
-    log_ += "release " + std::to_string(landed.call) + "; ";
-    float* place = static_cast<float*>(staging_.data());
-    std::fill(place, place + staging_.numel(), std::numeric_limits<float>::quiet_NaN());
-    held_ = 0;
+    landings_.release(landed, staging_);
   }
 
-  std::string log_;
-  uint64_t bad_call_ = 0;
+  testing::Landings landings_;
   bool own_term_was_zero_ = true;
 
  private:
@@ -112,7 +98,6 @@ class ScatterTeam final : public multidevice::Communicator {
   Tensor peer_;
   bool lands_;
   Tensor staging_;
-  uint64_t calls_ = 0, held_ = 0;
 };
 
 Tensor filled(std::vector<int64_t> sizes, uint64_t seed, float scale = 1) {
@@ -184,7 +169,7 @@ TEST(LandedSums, TheOwnGemmAddsThePeersPartsWhereTheyLanded_AndReleasesThemAfter
       EXPECT_TRUE(testing::tensors_close(y, reference(in.x, in.w, in.b, rank))) << program;
       std::string expected;
       for (int i = 1; i <= chunks; ++i) expected += "send; land " + std::to_string(i) + "; release " + std::to_string(i) + "; ";
-      EXPECT_EQ(team.log_, expected);
+      EXPECT_EQ(team.landings_.log, expected);
     }
   }
 }
@@ -197,7 +182,7 @@ TEST(LandedSums, ATeamThatReduces_SumsThePeersPartsWithAZeroTermIntoAScratchChun
     Tensor y = run_rank(team, in, 3);
     EXPECT_TRUE(testing::tensors_close(y, reference(in.x, in.w, in.b, rank)));
     EXPECT_TRUE(team.own_term_was_zero_) << "this rank's term of the reduction is its zeroed own block";
-    EXPECT_EQ(team.log_, "send; reduce; send; reduce; send; reduce; ");
+    EXPECT_EQ(team.landings_.log, "send; reduce; send; reduce; send; reduce; ");
   }
 }
 
@@ -205,12 +190,12 @@ TEST(LandedSums, ATeamThatReduces_SumsThePeersPartsWithAZeroTermIntoAScratchChun
 TEST(LandedSums, ARunCutShortAfterALanding_ReleasesIt) {
   Inputs in;
   ScatterTeam team(0, partial_sums(in.x, in.w, in.b, 1), /*lands=*/true);
-  team.bad_call_ = 2;
+  team.landings_.bad_call = 2;
   EXPECT_ANY_THROW(run_rank(team, in, 3));
-  EXPECT_EQ(team.log_, "send; land 1; release 1; send; land 2; release 2; ");
-  team.log_.clear();
+  EXPECT_EQ(team.landings_.log, "send; land 1; release 1; send; land 2; release 2; ");
+  team.landings_.log.clear();
   EXPECT_TRUE(testing::tensors_close(run_rank(team, in, 2), reference(in.x, in.w, in.b, 0)));
-  EXPECT_EQ(team.log_, "send; land 3; release 3; send; land 4; release 4; ");
+  EXPECT_EQ(team.landings_.log, "send; land 3; release 3; send; land 4; release 4; ");
 }
 
 // The default form, called directly: reduced into the caller's chunk, which is the one part;

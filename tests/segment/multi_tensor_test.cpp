@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "alloy/ir/parser.h"
 #include "alloy/pipeline/pipeline.h"
 #include "backend/cuda/kernel_cases.h"
@@ -195,17 +197,23 @@ TEST(MultiTensor, AScalarComputedOnceForEveryChain_IsReadByTheGroup) {
   for (const InPlaceOutput& o : s.in_place) EXPECT_TRUE(o.direct) << o.str();
 }
 
-TEST(MultiTensor, MoreChainsThanOneLaunchsParametersHold_AreSeveralLaunches) {
-  const int chains = 1000, most = max_multi_tensor_members(1, 1, 0, 0);
-  ASSERT_EQ(most, 799);
+// `chains` independent chains y<i> = mul(x<i>, factor(i)) over x<i>: f32[i + 1], with `more`
+// parameters after the x's (", s: f32" where a factor names one).
+std::string many_chains(int chains, const std::function<std::string(int)>& factor, const std::string& more) {
   std::string params, body, results;
   for (int i = 0; i < chains; ++i) {
     std::string n = std::to_string(i);
     params += (i ? ", x" : "x") + n + ": f32[" + std::to_string(i + 1) + "]";
-    body += "  y" + n + " = mul(x" + n + ", 2.0)\n";
+    body += "  y" + n + " = mul(x" + n + ", " + factor(i) + ")\n";
     results += (i ? ", y" : "y") + n;
   }
-  CompiledFusion plan = cuda_plan("fusion f(" + params + ") {\n" + body + "  return " + results + "\n}\n");
+  return "fusion f(" + params + more + ") {\n" + body + "  return " + results + "\n}\n";
+}
+
+TEST(MultiTensor, MoreChainsThanOneLaunchsParametersHold_AreSeveralLaunches) {
+  const int chains = 1000, most = max_multi_tensor_members(1, 1, 0, 0);
+  ASSERT_EQ(most, 799);
+  CompiledFusion plan = cuda_plan(many_chains(chains, [](int) { return "2.0"; }, ""));
   const Segmentation& s = segmentation(plan);
   std::vector<const Segment*> groups = of_kind(s, SchedulerKind::multi_tensor);
   ASSERT_EQ(groups.size(), 2u);
@@ -217,14 +225,7 @@ TEST(MultiTensor, MoreChainsThanOneLaunchsParametersHold_AreSeveralLaunches) {
 TEST(MultiTensor, ChainsWithScalarsOfTheirOwn_HoldFewerMembersALaunch) {
   const int chains = 1000, most = max_multi_tensor_members(1, 1, 0, 1);
   ASSERT_EQ(most, 666);
-  std::string params, body, results;
-  for (int i = 0; i < chains; ++i) {
-    std::string n = std::to_string(i);
-    params += (i ? ", x" : "x") + n + ": f32[" + std::to_string(i + 1) + "]";
-    body += "  y" + n + " = mul(x" + n + ", " + (i % 2 ? "t" : "s") + ")\n";
-    results += (i ? ", y" : "y") + n;
-  }
-  CompiledFusion plan = cuda_plan("fusion f(" + params + ", s: f32, t: f32) {\n" + body + "  return " + results + "\n}\n");
+  CompiledFusion plan = cuda_plan(many_chains(chains, [](int i) { return i % 2 ? "t" : "s"; }, ", s: f32, t: f32"));
   const Segmentation& s = segmentation(plan);
   std::vector<const Segment*> groups = of_kind(s, SchedulerKind::multi_tensor);
   ASSERT_EQ(groups.size(), 2u);

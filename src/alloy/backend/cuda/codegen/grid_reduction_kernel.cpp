@@ -162,7 +162,7 @@ class GridEmitter final : public KernelEmitter {
     if (M > 1) {
       os_ << in << "for (long long w0 = first + tid; w0 < last; w0 += " << M * U << " * (long long)blockDim.x) {\n";
       in_steps = in + "  ";
-      emit_window_sums(all, in_steps);
+      emit_window_sums(all, welford, in_steps);
       os_ << in_steps << "for (int m = 0; m < " << M << "; ++m) {\n";
       os_ << in_steps << "  const long long q0 = w0 + (long long)m * " << U << " * blockDim.x;\n";
       os_ << in_steps << "  if (q0 >= last) break;\n";
@@ -182,7 +182,7 @@ class GridEmitter final : public KernelEmitter {
       for (auto& t : leaf_tensors) os_ << ind << "co_" << t << " += ro_" << t << ";\n";
       emit_leaf_loads("L", "[u]", "co_", ind, leaves);
     });
-    if (M == 1) emit_window_sums(all, body);
+    if (M == 1) emit_window_sums(all, welford, body);
     auto ops = element_ops_for(targets);
     each_vector([&](const std::string& ind) {
       if (welford) os_ << ind << "alloy_c += " << V << ";\n";
@@ -221,9 +221,7 @@ class GridEmitter final : public KernelEmitter {
 
   // A var_mean's sums of a step (or window of steps): the elements counted, and per lane the
   // deviations from the running mean and their squares.
-  void emit_window_sums(const std::vector<Acc>& all, const std::string& in) {
-    bool welford = false;
-    for (const Acc& acc : all) welford |= acc.welford();
+  void emit_window_sums(const std::vector<Acc>& all, bool welford, const std::string& in) {
     if (welford) os_ << in << "float alloy_c = 0;\n";
     for (const Acc& acc : all)
       if (acc.welford())
