@@ -1,10 +1,6 @@
 // Device tensors from the stream-ordered memory pool, host<->device copies and poisoning.
 // Each device's default pool keeps freed memory (release threshold = max), so after the first
-// iteration an allocation is a pool lookup, not a cudaMalloc. The pool never makes a stream wait
-// for another to reuse memory (cudaMemPoolReuseAllowInternalDependencies off): a pipelined
-// program's streams are ordered by its own events only, and a block freed on the communication
-// stream and handed to a compute stream would otherwise tie the two together behind the
-// program's back (a freed block is still reused once its free has completed, or on its own stream).
+// iteration an allocation is a pool lookup, not a cudaMalloc.
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -41,8 +37,6 @@ bool prepare_pool(int device) {
     ALLOY_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
     uint64_t threshold = UINT64_MAX;
     ALLOY_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-    int no = 0;
-    ALLOY_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no));
     state.stream_ordered = true;
   });
   return state.stream_ordered;
