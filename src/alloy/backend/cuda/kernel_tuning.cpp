@@ -39,9 +39,10 @@ namespace {
 //   sums fit); a row split only where each thread then loads at least 8 vectors. To sweep on the
 //   GPU: the grad-norm bench case (grad_norm_1e8); grid_blocks_per_sm 0 is the A/B against the
 //   column kernels that ran these shapes before.
-// - grid_welford_steps 1 (issue 27, session 29): var_mean's merge of a thread's sums every M steps
-//   is built and checked in the CPU emulation, not yet timed (var_mean over 4 rows of 25M runs at
-//   86% of copy; `scripts/gpu-ab grid_welford` times 2, 4 and 8).
+// - grid_welford_steps 1 (issue 27, sessions 29-30): var_mean's merge of a thread's sums every M
+//   steps; on an H100 var_mean over 4 rows of 25M bf16 took 76.9/77.5/78.1/76.6 us at 1/2/4/8
+//   (`scripts/gpu-ab grid_welford`, bench/results/2026-11-27-NVIDIA_H200-x2-session30-notes.md):
+//   the merges are not what holds it at 86% of copy.
 // - inner_outer_accumulators 16, inner_outer_blocks_per_sm 0, inner_outer_prefetch true,
 //   inner_outer_combine_levels 3 (issue 27; `scripts/gpu-ab inner_outer`, H100, session 27, the
 //   layer norm / RMSNorm backward at [8192, 4096] and [32768, 768] bf16, alloy_bench medians): a
@@ -63,9 +64,11 @@ namespace {
 //   96 threads: the plan keeps the tree where the grid has more than two blocks an SM, so the
 //   default gives 90.3/71.2/78.6/64.7); two rows ahead 100.7/74.4/85.7/66.2 and three
 //   101.5/73.1/95.2/67.2 against one's 99.8/71.8/86.8/65.3.
-// - inner_outer_row_groups 1 (issue 27, session 29): row groups are built and checked in the CPU
-//   emulation and compile for sm_90 (7 groups of 96 threads at 768 columns: 80 registers, no
-//   spills), not yet timed; `scripts/gpu-ab inner_outer_groups` times 2, 3, 4 and 7.
+// - inner_outer_row_groups 1 (issue 27, sessions 29-30; `scripts/gpu-ab inner_outer_groups`, H100,
+//   the layer norm / RMSNorm backward at [8192, 4096] and [32768, 768] bf16): 91.0/71.2/78.7/66.3 us
+//   by default; 2 groups 94.8/70.5/78.6/63.9, 3 groups 94.9/69.1/165.9/66.6, 4 groups
+//   92.3/74.4/163.8/62.0 (a block of groups takes one block's registers an SM, so the grid holds as
+//   many threads as before; RMSNorm at 4096 columns in blocks of 768-1024 threads twice as slow).
 // - multi_tensor_threads 256, multi_tensor_chunk_vectors 2 (issue 27): GPT-2's AdamW step over 148
 //   tensors in one launch at 86% of copy bandwidth on an H100 (as torch._fused_adamw_), the one
 //   2^28 tensor step at 100%; `scripts/gpu-ab multi_tensor` times other chunks and blocks.
