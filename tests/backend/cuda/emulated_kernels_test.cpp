@@ -1088,6 +1088,42 @@ TEST(EmulatedKernels, InnerOuterRowGroups) {
     EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
 }
 
+// Rows ahead through shared memory (KernelVariant::staged_rows): each thread copies its vectors of
+// the row R ahead into a ring of R + 1 slots and reads the current row's from its slot (a plain
+// copy here: the order of slots and rows is what runs); one and three rows ahead, with the tree and
+// over the grid, in row groups, f32 (vectors of 16 bytes of 4 floats at 72 columns) and bf16, rows
+// that the grid does not divide (41), against the CPU reference, the same bits in any block order.
+TEST(EmulatedKernels, InnerOuterStagedRows) {
+  struct Case {
+    const char* which;
+    const char* dtype;
+    int staged, levels, groups;
+  };
+  for (const Case& c : {Case{"layer_norm", "f32", 1, 3, 1}, Case{"layer_norm", "bf16", 3, 0, 1}, Case{"rms_norm", "f32", 3, 3, 1},
+                        Case{"layer_norm", "f32", 2, 0, 3}}) {
+    const bool ln = std::string(c.which) == "layer_norm";
+    const std::string text = ln ? testing::layer_norm_backward(c.dtype) : testing::rms_norm_backward(c.dtype);
+    SCOPED_TRACE(std::string(c.which) + " " + c.dtype + ", " + std::to_string(c.staged) + " rows staged, " + std::to_string(c.levels) +
+                 " levels, " + std::to_string(c.groups) + " row groups");
+    cuda::KernelTuning tuning;
+    tuning.inner_outer_staged_rows = c.staged;
+    tuning.inner_outer_combine_levels = c.levels;
+    tuning.inner_outer_row_groups = c.groups;
+    if (c.levels == 0) tuning.inner_outer_blocks_per_sm = 2;
+    const Bindings sizes{{"N", 41}, {"D", 72}};
+    GridRun run;
+    run_grid(text, sizes, Flavour::default_choice, {}, 0, run, tuning);
+    ASSERT_EQ(run.launches.size(), 1u);
+    const std::string ahead = c.staged > 1 ? "_pf" + std::to_string(c.staged) + "_" : "_pf_";
+    EXPECT_NE(run.launches[0].find(ahead), std::string::npos) << run.launches[0];
+    EXPECT_NE(run.launches[0].find("_sr_"), std::string::npos) << run.launches[0];
+    ASSERT_EQ(run.outputs.size(), run.expected.size());
+    for (size_t i = 0; i < run.expected.size(); ++i)
+      EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+    if (c.staged == 3 && ln) expect_the_same_bits_in_any_block_order(text, sizes, "_sr_", tuning);
+  }
+}
+
 // Why `text` is not all generated kernels and views on CUDA ("" when it is): the segments the
 // segmenter gave other schedulers, with their notes.
 std::string why_not_kernels(const std::string& text) {

@@ -116,7 +116,9 @@ using testing::TuningFile;
 // matching the CPU reference; each block's next row loaded ahead (the default), and at four
 // smaller sizes not (inner_outer_prefetch off in a tuning file), and with the other combine and
 // rows ahead (a tree of three levels and one row ahead; the combine over the grid, a cooperative
-// launch, and two rows ahead; where a grid has more than two blocks an SM, 768 columns, a tree). (The CPU references of 64k rows made the test minutes long; the
+// launch, and two rows ahead; where a grid has more than two blocks an SM, 768 columns, a tree), in
+// row groups, and with the rows ahead copied through shared memory (staged rows, also in row
+// groups). (The CPU references of 64k rows made the test minutes long; the
 // bit-identity test below runs 64k rows.)
 TEST(GpuEndToEnd, InnerOuterNormalizationBackwards_AreOneKernelAndMatchTheCpu) {
   ALLOY_REQUIRE_GPU();
@@ -142,7 +144,8 @@ TEST(GpuEndToEnd, InnerOuterNormalizationBackwards_AreOneKernelAndMatchTheCpu) {
   const std::vector<std::pair<int64_t, int64_t>> some = {{3, 1000}, {1000, 4099}, {600, 4096}, {2000, 768}};
   for (const char* keys : {"\"inner_outer_prefetch\": false", "\"inner_outer_combine_levels\": 3, \"inner_outer_rows_ahead\": 1",
                            "\"inner_outer_combine_levels\": 0, \"inner_outer_rows_ahead\": 2", "\"inner_outer_row_groups\": 3",
-                           "\"inner_outer_row_groups\": 7, \"inner_outer_combine_levels\": 0"}) {
+                           "\"inner_outer_row_groups\": 7, \"inner_outer_combine_levels\": 0", "\"inner_outer_staged_rows\": 2",
+                           "\"inner_outer_staged_rows\": 3, \"inner_outer_row_groups\": 2"}) {
     SCOPED_TRACE(keys);
     TuningFile file(keys);
     testing::ScopedEnv tuning("ALLOY_KERNEL_TUNING", file.path.c_str());

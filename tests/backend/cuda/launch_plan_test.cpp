@@ -449,6 +449,33 @@ TEST(LaunchPlan, InnerOuterRowGroupsMakeOneBlockOfSeveralRows) {
   EXPECT_EQ(one.plan.block, 96u);
 }
 
+// Rows ahead through shared memory (inner_outer_staged_rows): as many rows as asked where their
+// ring of slots fits 48 KiB, no register held for them, so at least the blocks an SM of rows ahead
+// in registers; fewer rows where the ring would not fit; and where a row's leaf is not read in
+// whole vectors of 4 to 16 bytes (odd bf16 widths: vectors of one 2-byte element), rows ahead in
+// registers as before.
+TEST(LaunchPlan, InnerOuterStagedRowsFitTheirRingOfSlots) {
+  cuda::KernelTuning three;
+  three.inner_outer_staged_rows = 3;
+  Planned narrow = plan_of(testing::layer_norm_backward("bf16"), {{"N", 32768}, {"D", 768}}, 0, true, three);
+  EXPECT_TRUE(narrow.plan.variant.staged_rows);
+  EXPECT_EQ(narrow.plan.variant.prefetch, 3);
+  EXPECT_EQ(narrow.plan.variant.threads, 96);
+  Planned registers = plan_of(testing::layer_norm_backward("bf16"), {{"N", 32768}, {"D", 768}});
+  EXPECT_FALSE(registers.plan.variant.staged_rows);
+  EXPECT_GE(narrow.plan.variant.min_blocks, registers.plan.variant.min_blocks);
+  EXPECT_NE(narrow.plan.variant.key().find("_pf3_"), std::string::npos) << narrow.plan.variant.key();
+  EXPECT_NE(narrow.plan.variant.key().find("_sr_"), std::string::npos) << narrow.plan.variant.key();
+  // 4096 bf16 columns: 512 threads of a vector, two leaves, 16 KiB a slot: two slots (one row ahead)
+  Planned wide = plan_of(testing::layer_norm_backward("bf16"), {{"N", 8192}, {"D", 4096}}, 0, true, three);
+  EXPECT_TRUE(wide.plan.variant.staged_rows);
+  EXPECT_EQ(wide.plan.variant.prefetch, 1);
+  // 4099 bf16 columns: vectors of one element
+  Planned odd = plan_of(testing::layer_norm_backward("bf16"), {{"N", 1000}, {"D", 4099}}, 0, true, three);
+  EXPECT_FALSE(odd.plan.variant.staged_rows);
+  EXPECT_EQ(odd.plan.variant.key().find("_sr"), std::string::npos) << odd.plan.variant.key();
+}
+
 TEST(LaunchPlan, NormalizationOverANonContiguousAxisRunsAKernelAPass) {
   // layer norm of permute(x), x stored [4096, 8192]: the 8192 rows are x's contiguous axis
   const char* permuted = R"(fusion f(x: bf16[C, R], w: bf16[C], b: bf16[C]) {

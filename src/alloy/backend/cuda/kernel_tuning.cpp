@@ -69,6 +69,9 @@ namespace {
 //   by default; 2 groups 94.8/70.5/78.6/63.9, 3 groups 94.9/69.1/165.9/66.6, 4 groups
 //   92.3/74.4/163.8/62.0 (a block of groups takes one block's registers an SM, so the grid holds as
 //   many threads as before; RMSNorm at 4096 columns in blocks of 768-1024 threads twice as slow).
+// - inner_outer_staged_rows 0 (issue 27, session 30): rows ahead through shared memory are built,
+//   checked in the CPU emulation and compile for sm_90 without spills, not yet timed
+//   (`scripts/gpu-ab inner_outer_staged` times 1-4 rows).
 // - multi_tensor_threads 256, multi_tensor_chunk_vectors 2 (issue 27): GPT-2's AdamW step over 148
 //   tensors in one launch at 86% of copy bandwidth on an H100 (as torch._fused_adamw_), the one
 //   2^28 tensor step at 100%; `scripts/gpu-ab multi_tensor` times other chunks and blocks.
@@ -99,6 +102,7 @@ const IntegerKey kIntegerKeys[] = {
     {"inner_outer_combine_levels", &KernelTuning::inner_outer_combine_levels, 0, 4, 1},
     {"inner_outer_rows_ahead", &KernelTuning::inner_outer_rows_ahead, 1, 4, 1},
     {"inner_outer_row_groups", &KernelTuning::inner_outer_row_groups, 1, 8, 1},
+    {"inner_outer_staged_rows", &KernelTuning::inner_outer_staged_rows, 0, 4, 1},
     {"multi_tensor_threads", &KernelTuning::multi_tensor_threads, 32, 1024, 32},
     {"multi_tensor_chunk_vectors", &KernelTuning::multi_tensor_chunk_vectors, 1, 256, 1},
 };

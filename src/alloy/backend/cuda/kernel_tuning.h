@@ -46,6 +46,9 @@ struct KernelTuning {
   // fewer where the registers a thread may have do not hold them).
   int inner_outer_rows_ahead = 1;  // 1 to 4
   int inner_outer_row_groups = 1;  // 1 to 8: rows a block reduces at once (KernelVariant::row_groups)
+  // Inner-outer kernels: rows loaded ahead through shared memory (asynchronous copies, no
+  // registers held for them; KernelVariant::staged_rows), 0: through registers (the above).
+  int inner_outer_staged_rows = 0;  // 0 to 4
   // Inner-outer kernels: the levels of the tree that combines the blocks' column partials (the
   // last block to finish its rows reads levels * blocks^(1/levels) partials), or 0: every block
   // combines a share of the columns past a barrier of the grid (a cooperative launch).

@@ -411,6 +411,9 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
   // bf16 and f32, so that none spills at the blocks an SM it gives. (Without, the estimate of
   // before, which the kernel of before keeps.)
   // (`ahead` rows loaded ahead: each holds the per-element leaves of a row once more.)
+  int64_t per_row_words = 0;  // registers of a row's per-row leaves (a norm's mean and rstd)
+  for (const Value* leaf : a.leaves)
+    if (!a.is_position(leaf) && a.at(leaf).per_row) per_row_words += (dtype_size(leaf->dtype()) + 3) / 4;
   auto registers = [&](int ahead) {
     const int64_t elements = int64_t(v.items) * v.vector;
     int64_t held = 0;
@@ -441,20 +444,58 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
     while (ahead > 0 && registers(ahead) > limit) --ahead;
     return ahead;
   };
+  // Rows ahead through shared memory (staged_rows): where asked, where every leaf a row holds is
+  // read in whole vectors of 4, 8 or 16 bytes (what one asynchronous copy moves) from a tensor of
+  // its own, as many rows as asked whose ring of slots (one more than the rows) fits with the
+  // groups' shared memory in 48 KiB; the registers count the row once (and each per-row leaf
+  // ahead, and 8 for the slots and the copies' addresses: fitted to NVRTC's sm_80 and sm_90
+  // compiles of the layer norm backward at 768 and 4096 bf16 columns, none spilling), and the
+  // blocks an SM are as many as the SM's shared memory holds too.
+  auto stageable = [&] {
+    for (size_t k = 0; k < a.leaves.size(); ++k) {
+      const Value* leaf = a.leaves[k];
+      if (a.at(leaf).per_row || along_columns_only(a, leaf)) continue;
+      if (a.is_position(leaf) || a.cat_leaf(leaf) || k >= v.leaf_modes.size() || v.leaf_modes[k] != 'v') return false;
+      const int64_t bytes = int64_t(v.vector) * dtype_size(leaf->dtype());
+      if (bytes != 4 && bytes != 8 && bytes != 16) return false;
+    }
+    return true;
+  };
+  auto staged_bytes = [&](int64_t ahead, int64_t g) {  // the ring of row slots of a block
+    int64_t row = 0;
+    for (const Value* leaf : a.leaves)
+      if (!a.at(leaf).per_row && !along_columns_only(a, leaf) && !a.is_position(leaf))
+        row += int64_t(v.items) * v.threads * g * v.vector * dtype_size(leaf->dtype());
+    return (ahead + 1) * row;
+  };
+  auto other_shared = [&](int64_t g) { return (g - 1) * v.items * v.vector * v.threads * 4 * words + g * 2 * 99 * 8; };
   shape(per_thread);
-  v.prefetch = most_ahead();
-  if (target.tuning.inner_outer_prefetch && v.prefetch == 0) {
-    const KernelVariant widest = v;
-    shape(2 * per_thread);
-    v.prefetch = v.threads < widest.threads ? most_ahead() : 0;
-    if (v.prefetch == 0) v = widest;
+  if (target.tuning.inner_outer_staged_rows > 0 && stageable()) {
+    v.row_groups = groups();
+    int64_t ahead = target.tuning.inner_outer_staged_rows;
+    while (ahead > 0 && staged_bytes(ahead, v.row_groups) + other_shared(v.row_groups) > 48 * 1024) --ahead;
+    v.prefetch = int(ahead);
+    v.staged_rows = ahead > 0;
   }
-  v.row_groups = groups();
+  if (!v.staged_rows) {
+    v.prefetch = most_ahead();
+    if (target.tuning.inner_outer_prefetch && v.prefetch == 0) {
+      const KernelVariant widest = v;
+      shape(2 * per_thread);
+      v.prefetch = v.threads < widest.threads ? most_ahead() : 0;
+      if (v.prefetch == 0) v = widest;
+    }
+    v.row_groups = groups();
+  }
   const int64_t block = int64_t(v.threads) * v.row_groups;
   v.min_blocks = target.tuning.inner_outer_blocks_per_sm;
   if (v.min_blocks == 0) {
-    int64_t r = std::min<int64_t>(255, registers(v.prefetch));
+    int64_t r = std::min<int64_t>(255, v.staged_rows ? registers(0) + v.prefetch * per_row_words + int64_t(v.items) * v.vector / 2 + 8
+                                                      : registers(v.prefetch));
     v.min_blocks = int(std::clamp<int64_t>(65536 / (block * ((r + 7) / 8 * 8)), 1, std::max<int64_t>(1, 2048 / block)));
+    if (v.staged_rows && target.shared_per_sm > 0)
+      v.min_blocks = int(std::clamp<int64_t>(target.shared_per_sm / (staged_bytes(v.prefetch, v.row_groups) + other_shared(v.row_groups) + 1024), 1,
+                                             v.min_blocks));
   }
   v.index32 = small_offsets(axes, l.numel);
   v.recompute = target.tuning.recompute_values;

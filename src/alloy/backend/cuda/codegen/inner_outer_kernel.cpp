@@ -104,6 +104,18 @@ void InnerOuterParts::load_rows_ahead(const std::string& in) {
     load_held_vectors(in, "", "L", columns);
   }
   const int ahead = e_.v_.prefetch;
+  if (e_.v_.staged_rows) {
+    declare_row_slots(in);
+    os << in << "// the block's first row" << (ahead > 1 ? "s" : "") << " into the first slot" << (ahead > 1 ? "s" : "")
+       << ", a copy group a row; each iteration then copies the one " << ahead << " row" << (ahead > 1 ? "s" : "") << " ahead\n";
+    e_.emit_leaf_arrays("L", held, in, held_row_leaves());
+    for (int j = 0; j < ahead; ++j) {
+      for (int k : per_row_leaves()) os << in << compute_type(e_.a_.leaves[k]->dtype()) << " " << scalar_prefix(j) << k << ";\n";
+      stage_row(first_row() + (j ? " + " + std::to_string(j) + "ll * " + row_stride() : std::string()), std::to_string(j), scalar_prefix(j), in);
+    }
+    os << in << "unsigned alloy_slot = 0;  // the current row's slot\n";
+    return;
+  }
   os << in << "// the block's first row" << (ahead > 1 ? "s" : "") << "; each iteration then loads the one " << ahead << " row"
      << (ahead > 1 ? "s" : "") << " ahead\n";
   for (int j = 0; j < ahead; ++j) {
@@ -125,6 +137,20 @@ std::string InnerOuterParts::scalar_prefix(int j) const {
 void InnerOuterParts::load_next_row(const std::string& in) {
   std::ostringstream& os = e_.os_;
   const int ahead = e_.v_.prefetch;
+  if (e_.v_.staged_rows) {
+    const std::set<int> held = held_row_leaves();
+    os << in << "alloy_cp_wait<" << ahead - 1 << ">();  // this row's copies (all but the " << ahead - 1 << " latest groups) have landed\n";
+    if (!held.empty()) {
+      os << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << e_.v_.items << "; ++it) {";
+      for (int k : held) os << " L" << k << "[it] = " << slot_element(k, "alloy_slot") << ";";
+      os << " }\n";
+    }
+    os << in << "// the block's row " << ahead << " ahead into the slot the row before this one left, in flight while this one reduces\n";
+    for (int k : per_row_leaves()) os << in << compute_type(e_.a_.leaves[k]->dtype()) << " Q" << k << ";\n";
+    stage_row("row + " + (ahead > 1 ? std::to_string(ahead) + "ll * " : std::string()) + row_stride(),
+              "(alloy_slot == 0 ? " + std::to_string(ahead) + "u : alloy_slot - 1)", "Q", in);
+    return;
+  }
   os << in << "// the block's row " << ahead << " ahead, in flight while this one reduces and stores\n";
   e_.emit_leaf_arrays("N", "[" + std::to_string(e_.v_.items) + "]", in, held_row_leaves());
   for (int k : per_row_leaves()) os << in << compute_type(e_.a_.leaves[k]->dtype()) << " Q" << k << ";\n";
@@ -133,8 +159,9 @@ void InnerOuterParts::load_next_row(const std::string& in) {
 
 void InnerOuterParts::next_row_becomes_current(const std::string& in) {
   std::ostringstream& os = e_.os_;
-  std::set<int> held = held_row_leaves();
+  std::set<int> held = e_.v_.staged_rows ? std::set<int>{} : held_row_leaves();  // (staged: read from their slots)
   std::vector<int> scalars = per_row_leaves();
+  if (e_.v_.staged_rows) os << in << "alloy_slot = alloy_slot == " << e_.v_.prefetch << "u ? 0u : alloy_slot + 1;\n";
   if (held.empty() && scalars.empty()) return;
   // each row's registers move one place nearer (where the loop goes on)
   os << in << "if (row + " << row_stride() << " < p.rows) {\n";
@@ -163,6 +190,55 @@ void InnerOuterParts::load_row(const std::string& row, const std::string& held, 
   for (int k : scalars) os << in << "  " << scalar << k << " = " << load_convert(e_.a_.leaves[k]->dtype(), e_.leaf_raw(k, "lo_")) << ";\n";
   load_held_vectors(in + "  ", "lo_", held, vectors);
   os << in << "}\n";
+}
+
+// Staged rows ahead (KernelVariant::staged_rows): each held leaf's ring of prefetch + 1 row slots,
+// [slot][it][thread of the block] (consecutive threads, consecutive vectors: no bank conflicts).
+void InnerOuterParts::declare_row_slots(const std::string& in) {
+  const KernelVariant& v = e_.v_;
+  for (int k : held_row_leaves())
+    e_.os_ << in << "__shared__ AlloyVec<" << storage_type(e_.a_.leaves[k]->dtype()) << ", " << v.vector << "> alloy_slots" << k << "["
+           << (v.prefetch + 1) * v.items * v.threads * v.row_groups << "];\n";
+}
+
+std::string InnerOuterParts::slot_element(int k, const std::string& slot) const {
+  const KernelVariant& v = e_.v_;
+  return "alloy_slots" + std::to_string(k) + "[((" + slot + ") * " + std::to_string(v.items) + " + it) * " +
+         std::to_string(v.threads * v.row_groups) + " + threadIdx.x]";
+}
+
+// Row `row` (an expression; nothing where it is not below p.rows, but the group is committed all
+// the same): its per-row leaves into <scalar>k, and the thread's vectors of its held leaves copied
+// into slot `slot` (an expression), one copy group.
+void InnerOuterParts::stage_row(const std::string& row, const std::string& slot, const std::string& scalar, const std::string& in) {
+  std::ostringstream& os = e_.os_;
+  const KernelVariant& v = e_.v_;
+  std::set<int> vectors = held_row_leaves();
+  std::vector<int> scalars = per_row_leaves();
+  std::vector<int> leaves(vectors.begin(), vectors.end());
+  leaves.insert(leaves.end(), scalars.begin(), scalars.end());
+  if (!leaves.empty()) {
+    os << in << "if (" << row << " < p.rows) {\n";
+    e_.emit_offsets(row, 0, v.outer_rank, "lo_", tensors_of(leaves), in + "  ");
+    for (int k : scalars) os << in << "  " << scalar << k << " = " << load_convert(e_.a_.leaves[k]->dtype(), e_.leaf_raw(k, "lo_")) << ";\n";
+    if (!vectors.empty()) {
+      std::vector<std::string> tensors = tensors_of(std::vector<int>(vectors.begin(), vectors.end()));
+      const std::string i2 = in + "  ";
+      os << i2 << "const unsigned alloy_to = " << slot << ";\n";
+      os << i2 << "#pragma unroll\n" << i2 << "for (int it = 0; it < " << v.items << "; ++it) {\n";
+      os << i2 << "  const long long col0 = ((long long)it * " << v.threads << " + tid) * " << v.vector << ";\n";
+      os << i2 << "  " << (v.full_rows ? "{" : "if (col0 < p.cols) {") << "\n";
+      e_.emit_offsets("col0", v.outer_rank, v.inner_rank, "co_", tensors, i2 + "    ");
+      for (auto& t : tensors) os << i2 << "    co_" << t << " += lo_" << t << ";\n";
+      for (int k : vectors) {
+        const int bytes = v.vector * int(dtype_size(e_.a_.leaves[k]->dtype()));
+        os << i2 << "    alloy_cp_async<" << bytes << ">(&" << slot_element(k, "alloy_to") << ", " << e_.leaf_pointer(k, "co_") << ");\n";
+      }
+      os << i2 << "  }\n" << i2 << "}\n";
+    }
+    os << in << "}\n";
+  }
+  os << in << "alloy_cp_commit();\n";
 }
 
 // Leaves `which` of the thread's vectors into <held>k[it], as the row kernel loads its held row

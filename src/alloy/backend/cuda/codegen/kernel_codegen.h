@@ -58,6 +58,12 @@ struct KernelVariant {
   // others), its column partials summed with the other groups' in shared memory (in group order)
   // after the rows; the grid then has row_groups times fewer blocks to combine.
   int row_groups = 1;
+  // Inner-outer kernels (KernelTuning::inner_outer_staged_rows): the `prefetch` rows ahead come
+  // through shared memory, not registers: each thread copies its own vectors of the row `prefetch`
+  // ahead into a ring of prefetch + 1 row slots (cp.async on sm_80 and later, a group a row) and
+  // reads the current row's out of its slot; only the per-row leaves (a norm's mean and rstd)
+  // are held in registers ahead. The registers a row ahead took go to more blocks an SM.
+  bool staged_rows = false;
   // Grid reductions of var_mean (KernelTuning::grid_welford_steps): the steps (U vectors a thread
   // each) a thread sums its deviations from one running mean before it merges them into its
   // running (count, mean, squared deviations): 1 merges every step (a merge's divisions and its

@@ -78,6 +78,11 @@ class InnerOuterParts {
   std::vector<int> per_row_leaves() const;
   std::vector<std::string> tensors_of(const std::vector<int>& leaves) const;  // the leaves' Params names
   void load_row(const std::string& row, const std::string& held, const std::string& scalar, const std::string& indent);
+  // Staged rows ahead (KernelVariant::staged_rows): the held leaves' rings of row slots in shared
+  // memory; leaf k's element of vector `it` of this thread in slot `slot`; a row's copies into a slot.
+  void declare_row_slots(const std::string& indent);
+  std::string slot_element(int k, const std::string& slot) const;
+  void stage_row(const std::string& row, const std::string& slot, const std::string& scalar, const std::string& indent);
   void load_held_vectors(const std::string& indent, const std::string& row_offsets, const std::string& held, const std::set<int>& which);
   KernelEmitter& e_;
 };

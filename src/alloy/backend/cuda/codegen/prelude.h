@@ -96,6 +96,30 @@ __device__ __forceinline__ float ax_min(float a, float b) { float r; asm("min.Na
 #endif
 template <class T> __device__ __forceinline__ T ax_relu(T a) { return (a != a || a > T(0)) ? a : T(0); }
 
+// Asynchronous copies of B (4, 8 or 16) bytes from global to shared memory (an inner-outer
+// kernel's rows ahead, KernelVariant::staged_rows), committed as a group a row; waiting for all but
+// the N latest groups. Before sm_80 (and in the CPU emulation) a plain copy, and nothing to wait for.
+template <int B> __device__ __forceinline__ void alloy_cp_async(void* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+  const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+  if (B == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(to), "l"(src) : "memory");
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(to), "l"(src), "n"(B) : "memory");
+#else
+  #pragma unroll
+  for (int i = 0; i < B / 4; ++i) reinterpret_cast<unsigned*>(dst)[i] = reinterpret_cast<const unsigned*>(src)[i];
+#endif
+}
+__device__ __forceinline__ void alloy_cp_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void alloy_cp_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+#endif
+}
+
 struct AlloySum { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
 struct AlloyMax { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_max(a, b); } };
 struct AlloyMin { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_min(a, b); } };
