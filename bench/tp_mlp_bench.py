@@ -12,6 +12,13 @@ Every timing is the median of --runs synchronized calls after warm-up (wall time
 same method as `alloy run --bench`), taken on rank 0. The floor is one GPU's local compute alone:
 the same MLP with the local widths (H / N), no communication. With --ranks 1 (a mesh of one) it
 is a smoke test on one GPU. Results go to bench/results/DATE-DEVICE-tp-mlp.{md,json}.
+
+With --backward, the Megatron MLP's backward instead (issue 25): Alloy's fusion of the backward
+(examples/tp_mlp_backward.fusion's form: dy and the saved h, g in; dx all-reduced, every weight
+gradient split where its weight is) against PyTorch autograd of the same sharded forward
+(torch.autograd.grad of Megatron's MLP, whose input's gradient is all-reduced by an autograd
+function, as Megatron's f operator), and the local floor (the backward of H / N alone). Results
+go to bench/results/DATE-DEVICE-tp-mlp-backward-xN.{md,json}.
 """
 import argparse
 import datetime
@@ -44,6 +51,28 @@ def fusion_text(c, h, ranks, form):
             f"              b_proj: bf16[{c}] {mesh} replicated) {{\n"
             f"  h = linear(x, w_fc, b_fc){h_note}\n  g = gelu(h, approximate=\"tanh\")\n"
             f"  y = linear(g, w_proj, b_proj){y_note}\n  return y\n}}\n")
+
+
+def backward_text(c, h, ranks, local=False):
+    """The Megatron MLP's backward at widths c -> h: sharded over `ranks`, or (local) one GPU's
+    share alone (h / ranks features, no mesh, no all-reduce)."""
+    mesh = "@mesh[" + ", ".join(str(r) for r in range(ranks)) + "]"
+    notes = ({"r": "", "s0": "", "s1": ""} if local else
+             {"r": f" {mesh} replicated", "s0": f" {mesh} shard(axis=0)", "s1": f" {mesh} shard(axis=1)"})
+    hh = h // ranks if local else h
+    return (f"fusion tp_mlp_backward(dy: bf16[T, {c}]{notes['r']}, x: bf16[T, {c}]{notes['r']},\n"
+            f"    h: bf16[T, {hh}]{notes['s1']}, g: bf16[T, {hh}]{notes['s1']},\n"
+            f"    w_fc: bf16[{hh}, {c}]{notes['s0']}, w_proj: bf16[{c}, {hh}]{notes['s1']}) {{\n"
+            "  dy_t = permute(dy, dims=[1, 0])\n"
+            "  dw_proj = matmul(dy_t, g)\n"
+            "  db_proj = sum(dy, dims=[0])\n"
+            "  dg = matmul(dy, w_proj)\n"
+            "  dh = gelu_backward(dg, h, approximate=\"tanh\")\n"
+            "  db_fc = sum(dh, dims=[0])\n"
+            "  dh_t = permute(dh, dims=[1, 0])\n"
+            "  dw_fc = matmul(dh_t, x)\n"
+            "  dx = matmul(dh, w_fc)\n"
+            "  return dx, dw_fc, db_fc, dw_proj, db_proj\n}\n")
 
 
 def pair_text(kind, m, k, n, ranks):
@@ -124,6 +153,8 @@ def torch_worker(args):
     results = {}
     if args.pair:
         return pair_worker(args, rank, world)
+    if args.backward:
+        return backward_worker(args, rank, world)
     for name, fn in (("megatron", megatron), ("sequence_parallel", sequence_parallel), ("local", local)):
         for _ in range(5):
             fn()
@@ -137,6 +168,62 @@ def torch_worker(args):
             times.append((time.perf_counter() - start) * 1e6)
         times.sort()
         results[name] = times[len(times) // 2]
+    if rank == 0:
+        print("TORCH_RESULTS " + json.dumps(results), flush=True)
+    dist.destroy_process_group()
+
+
+def backward_worker(args, rank, world):
+    """Runs under torchrun: PyTorch autograd of Megatron's MLP (column-parallel fc1, row-parallel
+    fc2; x's gradient all-reduced by an autograd function, the output all-reduced forward), timed
+    as torch.autograd.grad over a graph kept across calls; and the local share's backward alone."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    class CopyToTensorParallel(torch.autograd.Function):  # Megatron's f: identity, all-reduce back
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+        @staticmethod
+        def backward(ctx, grad):
+            grad = grad.contiguous()
+            dist.all_reduce(grad)
+            return grad
+
+    class ReduceFromTensorParallel(torch.autograd.Function):  # Megatron's g: all-reduce, identity back
+        @staticmethod
+        def forward(ctx, y):
+            y = y.contiguous()
+            dist.all_reduce(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    torch.manual_seed(0)
+    c, h, t = args.c, args.h, args.tokens
+    dt = torch.bfloat16
+
+    def params():
+        w_fc = (torch.randn(h // world, c, dtype=dt, device="cuda") * 0.02).requires_grad_()
+        b_fc = torch.randn(h // world, dtype=dt, device="cuda").requires_grad_()
+        w_proj = (torch.randn(c, h // world, dtype=dt, device="cuda") * 0.02).requires_grad_()
+        b_proj = torch.randn(c, dtype=dt, device="cuda").requires_grad_()
+        return w_fc, b_fc, w_proj, b_proj
+
+    results = {}
+    x = torch.randn(t, c, dtype=dt, device="cuda").requires_grad_()
+    dy = torch.randn(t, c, dtype=dt, device="cuda")
+    for name, sharded in (("megatron_backward", True), ("local_backward", False)):
+        w_fc, b_fc, w_proj, b_proj = params()
+        xin = CopyToTensorParallel.apply(x) if sharded else x
+        partial = F.linear(F.gelu(F.linear(xin, w_fc, b_fc), approximate="tanh"), w_proj)
+        y = (ReduceFromTensorParallel.apply(partial) if sharded else partial) + b_proj
+        wrt = [x, w_fc, b_fc, w_proj, b_proj]
+        results[name] = time_median_us(lambda: torch.autograd.grad(y, wrt, dy, retain_graph=True), args.runs)
     if rank == 0:
         print("TORCH_RESULTS " + json.dumps(results), flush=True)
     dist.destroy_process_group()
@@ -238,6 +325,44 @@ def device_name():
         return "unknown"
 
 
+def backward_main(args, ranks, widths, device):
+    """--backward: Alloy's Megatron backward, PyTorch autograd's, and the local floor, per width."""
+    rows = []
+    for c, h in widths:
+        row = {"width": f"{c}->{h}", "ranks": ranks, "tokens": args.tokens}
+        row["alloy_backward_us"], note = alloy_median_us(args.alloy, backward_text(c, h, ranks), args.tokens, ranks, args.runs)
+        row["alloy_local_backward_us"], _ = alloy_median_us(args.alloy, backward_text(c, h, ranks, local=True), args.tokens, 1, args.runs)
+        try:
+            t = run_torch_worker(ranks, ["--backward", "--c", str(c), "--h", str(h), "--tokens", str(args.tokens), "--runs", str(args.runs)])
+            row["torch_backward_us"], row["torch_local_backward_us"] = t["megatron_backward"], t["local_backward"]
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:  # reported, not fatal: Alloy's times stand
+            row["torch_error"] = str(e)[-400:]
+        if note:
+            row["alloy_stderr"] = note
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    date = datetime.date.today().isoformat()
+    nan = float("nan")
+    lines = [f"# TP MLP backward (Megatron), {ranks} x {device}, tokens {args.tokens}, bf16, {date}", "",
+             "Median of synchronized calls (wall time per call). ratio = PyTorch autograd / Alloy (>1: Alloy faster);",
+             "floor = the local share's backward alone (H / N features, no all-reduce).", "",
+             "| width | Alloy | PyTorch autograd | ratio | Alloy / floor | floor (Alloy local) | floor (PyTorch local) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        torch_us, torch_local = r.get("torch_backward_us", nan), r.get("torch_local_backward_us", nan)
+        lines.append(f"| {r['width']} | {r['alloy_backward_us']:.0f} us | {torch_us:.0f} us | {torch_us / r['alloy_backward_us']:.2f} | "
+                     f"{r['alloy_backward_us'] / r['alloy_local_backward_us']:.2f} | {r['alloy_local_backward_us']:.0f} us | "
+                     f"{torch_local:.0f} us |")
+    table = "\n".join(lines)
+    print(table)
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"{date}-{device.replace(' ', '_')}-tp-mlp-backward-x{ranks}")
+    with open(stem + ".md", "w") as f:
+        f.write(table + "\n")
+    with open(stem + ".json", "w") as f:
+        json.dump({"device": device, "date": date, "rows": rows}, f, indent=1)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--alloy", default=os.path.join(HERE, "..", "build", "alloy"))
@@ -247,6 +372,7 @@ def main():
     p.add_argument("--widths", default="", help="e.g. 1600x6400,4096x11008 (default: the three of issue 14)")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     p.add_argument("--pairs", default="8192x8192x28672", help="M x K x N of the AG+GEMM and GEMM+RS cases ('' for none)")
+    p.add_argument("--backward", action="store_true", help="the Megatron MLP's backward against PyTorch autograd (no pairs)")
     p.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--pair", default="", help=argparse.SUPPRESS)
     p.add_argument("--pair-m", dest="m", type=int, default=0, help=argparse.SUPPRESS)  # not --m: torchrun takes abbreviations of its own options
@@ -266,6 +392,8 @@ def main():
         ranks = torch.cuda.device_count()
     widths = [tuple(int(v) for v in w.split("x")) for w in args.widths.split(",")] if args.widths else WIDTHS
     device = device_name()
+    if args.backward:
+        return backward_main(args, ranks, widths, device)
     rows = []
     for c, h in widths:
         row = {"width": f"{c}->{h}", "ranks": ranks, "tokens": args.tokens}
