@@ -200,5 +200,41 @@ TEST(CostModel, TwoH200sAtTheIssuesPairs_PickTheFormsThatMeasuredFastest) {
   EXPECT_NEAR(chunks_us(c, rs, 1), off_us(c, rs), 0.05 * off_us(c, rs)) << "one landed chunk hides nothing";
 }
 
+// The same two H200s at the three TP MLP widths' pairs (8192 rows, K x N 1600 x 6400, 4096 x
+// 11008, 8192 x 28672; session 30, bench/results/2026-11-27-NVIDIA_H200-x2-session30-notes.md),
+// with a GEMM's fixed cost as measured inside a run (machine_costs' chain of two probe GEMMs less
+// one): 8 us, about the [8, 4096] x [4096, 4096] probe's 32 MB of weight read at 4.8 TB/s (not
+// yet measured so; the whole run of one GEMM, ~29 us, was every chunk's before). The picks are
+// faster than off wherever they measured: the reduce-scatter at 1600 x 6400 chunks=2 (197 us
+// against off's 221, where a launch of 29 us kept it off), at 4096 x 11008 chunks=2 (535; off
+// 710); the all-gathers chunks=1 (179 and 533 us; off 246 and 665); the big pair's as above.
+TEST(CostModel, TwoH200sAtTheTpMlpWidths_ChunkEveryPairThatMeasuredFasterChunked) {
+  MachineCosts c;
+  c.key = "NVIDIA H200, nccl + copy engines, 2 ranks", c.source = "given";
+  c.hop_latency_us = 20.3, c.hop_bytes_per_us = 232e3, c.gather_latency_us = 32.5, c.gather_bytes_per_us = 270e3;
+  c.gemm_flops_per_us = 896e6, c.gemm_half_rows = 0, c.launch_us = 8;
+  c.chunks_take_no_sms = true;
+  struct Expected {
+    int64_t k, n;
+    int ag_chunks, rs_chunks;
+  };
+  for (const Expected& e : {Expected{1600, 6400, 1, 2}, Expected{4096, 11008, 1, 2}, Expected{8192, 28672, 1, 2}}) {
+    SCOPED_TRACE(std::to_string(e.k) + " x " + std::to_string(e.n));
+    PipelineChoice a = choose_pipeline(c, shape(2, 4096, e.k, e.n / 2, 4096 * e.k * 2));
+    EXPECT_EQ(a.variant, PipelineChoice::Variant::chunks) << a.why;
+    EXPECT_EQ(a.chunks, e.ag_chunks) << a.why;
+    PairShape rs = shape(2, 4096, e.n / 2, e.k, 4096 * e.k * 2);
+    rs.kind = PairShape::Kind::gemm_reduce_scatter;
+    PipelineChoice r = choose_pipeline(c, rs);
+    EXPECT_EQ(r.variant, PipelineChoice::Variant::chunks) << r.why;
+    EXPECT_EQ(r.chunks, e.rs_chunks) << r.why;
+  }
+  // with the whole run's 29 us a launch, the small reduce-scatter stayed off
+  c.launch_us = 29.1;
+  PairShape small = shape(2, 4096, 3200, 1600, 4096 * 1600 * 2);
+  small.kind = PairShape::Kind::gemm_reduce_scatter;
+  EXPECT_EQ(choose_pipeline(c, small).variant, PipelineChoice::Variant::off) << choose_pipeline(c, small).why;
+}
+
 }  // namespace
 }  // namespace alloy::host_ir

@@ -57,7 +57,7 @@ TEST_F(MachineCostsTest, MeasuredOnce_WrittenToTheCache_AndReadBack) {
   ASSERT_EQ(machine_costs_file(), file());
   std::ifstream in(file());
   nlohmann::json j = nlohmann::json::parse(in);
-  EXPECT_EQ(j["version"], 1);
+  EXPECT_EQ(j["version"], 2);
   EXPECT_EQ(j["machines"]["cpu, self, 1 rank"]["gemm_flops_per_us"].get<double>(), measured.gemm_flops_per_us);
   // the same process asks again: kept in memory; a new process (forgotten): read from the file
   EXPECT_EQ(costs().source, measured.source);
@@ -70,9 +70,13 @@ TEST_F(MachineCostsTest, MeasuredOnce_WrittenToTheCache_AndReadBack) {
 }
 
 TEST_F(MachineCostsTest, ACorruptOrIncompleteCacheFile_IsMeasuredAgainAndRewritten) {
-  for (const char* bad : {"not json at all", "{\"version\": 1, \"machines\": {\"cpu, self, 1 rank\": {\"hop_latency_us\": 3}}}",
-                          "{\"version\": 1, \"machines\": {\"cpu, self, 1 rank\": {\"hop_latency_us\": \"fast\"}}}", "[1, 2]",
-                          "{\"version\": 99}"}) {
+  for (const char* bad : {"not json at all", "{\"version\": 2, \"machines\": {\"cpu, self, 1 rank\": {\"hop_latency_us\": 3}}}",
+                          "{\"version\": 2, \"machines\": {\"cpu, self, 1 rank\": {\"hop_latency_us\": \"fast\"}}}", "[1, 2]",
+                          "{\"version\": 99}",
+                          // version 1's complete entry: its GEMM numbers were whole runs, measured again
+                          "{\"version\": 1, \"machines\": {\"cpu, self, 1 rank\": {\"hop_latency_us\": 3, \"hop_bytes_per_us\": 1, "
+                          "\"gather_latency_us\": 3, \"gather_bytes_per_us\": 1, \"gemm_flops_per_us\": 1, \"gemm_half_rows\": 0, "
+                          "\"launch_us\": 29}}}"}) {
     SCOPED_TRACE(bad);
     std::ofstream(file()) << bad;
     forget_machine_costs();
