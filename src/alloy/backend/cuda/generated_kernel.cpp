@@ -102,9 +102,9 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     last_device_ = device;
     last_kernel_ = lookup_or_compile(v, device);
     // blocks an SM holds: column kernels size their grid by it (fit_column_grid), cooperative
-    // launches cut theirs to it (fit_cooperative_grid)
+    // launches cut theirs to it (fit_cooperative_grid); a block of row groups is threads * groups
     const bool cooperative = v.inner_outer && v.combine_levels == 0;
-    last_blocks_per_sm_ = v.tile_x > 0 || cooperative ? last_kernel_->max_active_blocks_per_sm(v.threads, 0) : 0;
+    last_blocks_per_sm_ = v.tile_x > 0 || cooperative ? last_kernel_->max_active_blocks_per_sm(v.threads * v.row_groups, 0) : 0;
     return last_kernel_;
   }
 
