@@ -263,6 +263,15 @@ TEST(OfflineCompile, StagedRowsAheadCompile) {
       EXPECT_NE(report.find("_sr_"), std::string::npos) << report;
       if (std::string(arch) == "sm_90") EXPECT_NE(report.find(" 0 bytes spill stores"), std::string::npos) << report;
     }
+  // copies of 8 and 4 bytes (cp.async.ca): 1002 columns in vectors of two, f32 and bf16
+  for (const char* dtype : {"f32", "bf16"}) {
+    SCOPED_TRACE(std::string(dtype) + ", 1002 columns");
+    auto f = parse_fusion(testing::layer_norm_backward(dtype), "io.fusion", std::nullopt);
+    Bindings sizes{{"N", 1000}, {"D", 1002}};
+    std::string report = compile_offline(*f, "sm_90", false, &sizes);
+    EXPECT_NE(report.find("_v2_"), std::string::npos) << report;
+    EXPECT_NE(report.find("_sr_"), std::string::npos) << report;
+  }
 }
 
 // gather and iota are part of generated kernels: cross-entropy, forward and backward, is one
