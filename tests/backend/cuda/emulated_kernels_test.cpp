@@ -938,6 +938,47 @@ TEST(EmulatedKernels, GridVarMeanMergingEveryFewSteps) {
   }
 }
 
+// Grid reductions loading each step's vectors one step ahead (KernelVariant::loads_ahead): var_mean
+// of values far from zero, and sum, max and var_mean of rows split over blocks (odd lengths, so a
+// block's last step and the row's edge elements are partial), bf16 (two vectors a step) too, against
+// the CPU reference and the same bits in any block order; with windowed var_mean, not ahead.
+TEST(EmulatedKernels, GridReductionsLoadingAStepAhead) {
+  cuda::KernelTuning tuning;
+  tuning.grid_loads_ahead = true;
+  const int64_t n = 300007;
+  Tensor x = far_from_zero_values(n);
+  GridRun run;
+  run_grid("fusion f(x: f32[N]) {\n  v, m = var_mean(x, dims=[0], correction=1)\n  return v, m\n}\n", {{"N", n}}, Flavour::default_choice, {x},
+           0, run, tuning);
+  ASSERT_EQ(run.launches.size(), 1u);
+  EXPECT_NE(run.launches[0].find("_g_la_"), std::string::npos) << run.launches[0];
+  for (size_t i = 0; i < run.expected.size(); ++i)
+    EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+  for (const char* type : {"f32", "bf16"}) {
+    SCOPED_TRACE(type);
+    const std::string rows = std::string("fusion f(x: ") + type + R"([R, N]) {
+  x32 = cast(x, dtype=f32)
+  y = add(x32, 1000.0)
+  s = sum(y, dims=[1])
+  m = max(x, dims=[1])
+  v, mu = var_mean(y, dims=[1], correction=1)
+  return s, m, v, mu
+})";
+    GridRun split;
+    run_grid(rows, {{"R", 3}, {"N", 100001}}, Flavour::default_choice, {}, 0, split, tuning);
+    ASSERT_EQ(split.launches.size(), 1u);
+    EXPECT_NE(split.launches[0].find("_la_"), std::string::npos) << split.launches[0];
+    for (size_t i = 0; i < split.expected.size(); ++i)
+      EXPECT_TRUE(testing::tensors_close(split.outputs[i], split.expected[i])) << "output " << split.names[i];
+    if (std::string(type) == "bf16") expect_the_same_bits_in_any_block_order(rows, {{"R", 3}, {"N", 100001}}, "_la_", tuning);
+  }
+  tuning.grid_welford_steps = 4;
+  GridRun windows;
+  run_grid("fusion f(x: f32[N]) {\n  v, m = var_mean(x, dims=[0], correction=1)\n  return v, m\n}\n", {{"N", n}}, Flavour::default_choice, {x},
+           0, windows, tuning);
+  EXPECT_EQ(windows.launches[0].find("_la"), std::string::npos) << windows.launches[0];
+}
+
 // Bit-identical results whatever the order the blocks run in, hence whichever block of a row
 // arrives last and combines the partials: the emulation runs every block in order twice, then in
 // three shuffled orders, and every run's outputs must have the same bytes.

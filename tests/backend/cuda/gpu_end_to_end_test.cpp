@@ -105,6 +105,13 @@ TEST(GpuEndToEnd, GridReductionsAreBitIdenticalAcrossRuns) {
     SCOPED_TRACE(text);
     expect_the_same_bits_every_run(text, sizes, "_g_", true);
   }
+  // each step's vectors loaded a step ahead (grid_loads_ahead, off by default)
+  testing::TuningFile file("\"grid_loads_ahead\": true");
+  testing::ScopedEnv tuning("ALLOY_KERNEL_TUNING", file.path.c_str());
+  for (const auto& [text, sizes] : cases) {
+    SCOPED_TRACE("loads ahead\n" + text);
+    expect_the_same_bits_every_run(text, sizes, "_g_la_", true);
+  }
 }
 
 using testing::TuningFile;

@@ -35,10 +35,11 @@ std::string error_of(const std::string& text) {
   return "no error";
 }
 
-// A file in a fresh temporary folder, removed with it.
+// A file in a fresh temporary folder, removed with it. (Its own prefix: a tuning file is read once
+// a path a process, so a path testing::TuningFile gives later in the same process must differ.)
 struct TempFile {
   explicit TempFile(const std::string& text) {
-    dir = std::filesystem::temp_directory_path() / ("alloy_tuning_" + std::to_string(getpid()) + "_" + std::to_string(count++));
+    dir = std::filesystem::temp_directory_path() / ("alloy_tuning_file_test_" + std::to_string(getpid()) + "_" + std::to_string(count++));
     std::filesystem::create_directories(dir);
     path = (dir / "tuning.json").string();
     std::ofstream(path) << text;

@@ -274,6 +274,24 @@ TEST(OfflineCompile, StagedRowsAheadCompile) {
   }
 }
 
+// Grid reductions loading a step ahead (grid_loads_ahead, off by default) compile for sm_90 without
+// spills at 4 blocks an SM: var_mean of 4 rows of 25M bf16 and a grad norm of 10^8.
+TEST(OfflineCompile, GridLoadsAheadCompile) {
+  REQUIRE_CUDA_BUILD();
+  testing::TuningFile file("\"grid_loads_ahead\": true");
+  testing::ScopedEnv tuning("ALLOY_KERNEL_TUNING", file.path.c_str());
+  const std::vector<std::pair<std::string, Bindings>> cases = {
+      {"fusion f(x: bf16[R, N]) {\n  x32 = cast(x, dtype=f32)\n  v, m = var_mean(x32, dims=[1], correction=1)\n  return v, m\n}\n",
+       {{"R", 4}, {"N", 25000000}}},
+      {"fusion f(x: bf16[N]) {\n  x32 = cast(x, dtype=f32)\n  sq = mul(x32, x32)\n  s = sum(sq)\n  return s\n}\n", {{"N", 100000000}}}};
+  for (const auto& [text, sizes] : cases) {
+    auto f = parse_fusion(text, "grid.fusion", std::nullopt);
+    std::string report = compile_offline(*f, "sm_90", false, &sizes);
+    EXPECT_NE(report.find("_b4_g_la_"), std::string::npos) << report;
+    EXPECT_NE(report.find(" 0 bytes spill stores"), std::string::npos) << report;
+  }
+}
+
 // gather and iota are part of generated kernels: cross-entropy, forward and backward, is one
 // NVRTC-compiled normalization kernel (no CPU fallback) in every representative variant, and at
 // GPT-2's vocabulary a block per row with edge elements; the loss alone streams the row once.

@@ -69,6 +69,11 @@ namespace {
 //   by default; 2 groups 94.8/70.5/78.6/63.9, 3 groups 94.9/69.1/165.9/66.6, 4 groups
 //   92.3/74.4/163.8/62.0 (a block of groups takes one block's registers an SM, so the grid holds as
 //   many threads as before; RMSNorm at 4096 columns in blocks of 768-1024 threads twice as slow).
+// - grid_loads_ahead false (issue 27, session 30): each step's loads issued a step ahead (var_mean
+//   over 4 rows of 25M computes 4 instructions an element against the grad norm's 2 and runs at 86%
+//   of copy against 93%: its steps' arithmetic may delay the next loads) are built, checked in the
+//   CPU emulation and compile for sm_90 without spills (62 registers), not yet timed
+//   (`scripts/gpu-ab grid` and `grid_welford`).
 // - inner_outer_staged_rows 0 (issue 27, session 30): rows ahead through shared memory are built,
 //   checked in the CPU emulation and compile for sm_90 without spills, not yet timed
 //   (`scripts/gpu-ab inner_outer_staged` times 1-4 rows).
@@ -116,6 +121,7 @@ struct BoolKey {
 const BoolKey kBoolKeys[] = {
     {"recompute_values", &KernelTuning::recompute_values},
     {"inner_outer_prefetch", &KernelTuning::inner_outer_prefetch},
+    {"grid_loads_ahead", &KernelTuning::grid_loads_ahead},
 };
 
 // "sm_90" -> 90; -1 for anything else.

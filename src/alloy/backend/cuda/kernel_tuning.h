@@ -53,6 +53,9 @@ struct KernelTuning {
   // last block to finish its rows reads levels * blocks^(1/levels) partials), or 0: every block
   // combines a share of the columns past a barrier of the grid (a cooperative launch).
   int inner_outer_combine_levels = 0;  // 0 to 4
+  // Grid reductions load each step's vectors one step ahead (a second set of registers), so loads
+  // are in flight while a step computes (KernelVariant::loads_ahead; not with windowed var_mean).
+  bool grid_loads_ahead = false;
   bool recompute_values = false;  // row kernels recompute costly values (exp, tanh, ...) instead of holding them
   bool operator==(const KernelTuning&) const = default;
 };

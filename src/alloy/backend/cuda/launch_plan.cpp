@@ -542,6 +542,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
       g.min_blocks = grid_blocks_per_sm(target.tuning);
       for (const Op* op : a.compute_ops)
         if (op->kind == OpKind::var_mean) g.welford_steps = target.tuning.grid_welford_steps;
+      g.loads_ahead = target.tuning.grid_loads_ahead && g.welford_steps == 1;
       g.index32 = small_offsets(axes, l.numel);
       return g;
     }

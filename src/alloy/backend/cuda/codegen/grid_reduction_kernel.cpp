@@ -166,22 +166,37 @@ class GridEmitter final : public KernelEmitter {
       os_ << in_steps << "for (int m = 0; m < " << M << "; ++m) {\n";
       os_ << in_steps << "  const long long q0 = w0 + (long long)m * " << U << " * blockDim.x;\n";
       os_ << in_steps << "  if (q0 >= last) break;\n";
-    } else {
-      os_ << in << "for (long long q0 = first + tid; q0 < last; q0 += " << U << " * (long long)blockDim.x) {\n";
     }
-    emit_leaf_arrays("L", "[" + std::to_string(U) + "]", body, leaves);
-    auto each_vector = [&](const std::function<void(const std::string&)>& emit) {
-      os_ << body << "#pragma unroll\n" << body << "for (int u = 0; u < " << U << "; ++u) {\n";
-      os_ << body << "  const long long q = q0 + u * (long long)blockDim.x;\n" << body << "  if (q < last) {\n";
-      emit(body + "    ");
-      os_ << body << "  }\n" << body << "}\n";
+    const std::string held = "[" + std::to_string(U) + "]";
+    // (at `at`: the U vectors from `base` on, each where it is inside the stretch)
+    auto each_vector_at = [&](const std::string& at, const std::string& base, const std::function<void(const std::string&)>& emit) {
+      os_ << at << "#pragma unroll\n" << at << "for (int u = 0; u < " << U << "; ++u) {\n";
+      os_ << at << "  const long long q = " << base << " + u * (long long)blockDim.x;\n" << at << "  if (q < last) {\n";
+      emit(at + "    ");
+      os_ << at << "  }\n" << at << "}\n";
     };
-    each_vector([&](const std::string& ind) {
-      os_ << ind << "const long long col0 = row_head + q * " << V << ";\n";
-      emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", leaf_tensors, ind);
-      for (auto& t : leaf_tensors) os_ << ind << "co_" << t << " += ro_" << t << ";\n";
-      emit_leaf_loads("L", "[u]", "co_", ind, leaves);
-    });
+    auto each_vector = [&](const std::function<void(const std::string&)>& emit) { each_vector_at(body, "q0", emit); };
+    auto load_step = [&](const std::string& at, const std::string& base, const std::string& prefix) {
+      each_vector_at(at, base, [&](const std::string& ind) {
+        os_ << ind << "const long long col0 = row_head + q * " << V << ";\n";
+        emit_offsets("col0", v_.outer_rank, v_.inner_rank, "co_", leaf_tensors, ind);
+        for (auto& t : leaf_tensors) os_ << ind << "co_" << t << " += ro_" << t << ";\n";
+        emit_leaf_loads(prefix, "[u]", "co_", ind, leaves);
+      });
+    };
+    if (v_.loads_ahead) {  // the first step's vectors before the loop; each step then loads the next's
+      os_ << in << "// the thread's first step; each step loads the next one's before it computes\n";
+      emit_leaf_arrays("L", held, in, leaves);
+      load_step(in, "first + tid", "L");
+    }
+    if (M == 1) os_ << in << "for (long long q0 = first + tid; q0 < last; q0 += " << U << " * (long long)blockDim.x) {\n";
+    if (v_.loads_ahead) {
+      emit_leaf_arrays("N", held, body, leaves);
+      load_step(body, "q0 + " + std::to_string(U) + " * (long long)blockDim.x", "N");
+    } else {
+      emit_leaf_arrays("L", held, body, leaves);
+      load_step(body, "q0", "L");
+    }
     if (M == 1) emit_window_sums(all, welford, body);
     auto ops = element_ops_for(targets);
     each_vector([&](const std::string& ind) {
@@ -214,6 +229,11 @@ class GridEmitter final : public KernelEmitter {
       os_ << body << "  if (m2_c < " << T << "(0)) m2_c = " << T << "(0);  // rounding (NaN stays)\n";
       os_ << body << "  alloy_welford_merge(" << a << "_n, " << a << "_mean, " << a << "_m2, c, " << a << "_mean + shift, m2_c);\n";
       os_ << body << "}\n";
+    }
+    if (v_.loads_ahead && !leaves.empty()) {  // the next step's vectors become this one's
+      os_ << body << "#pragma unroll\n" << body << "for (int u = 0; u < " << U << "; ++u) {";
+      for (int k : leaves) os_ << " L" << k << "[u] = N" << k << "[u];";
+      os_ << " }\n";
     }
     os_ << in << "}\n";
     cached_.clear();

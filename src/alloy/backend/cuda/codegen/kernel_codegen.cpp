@@ -20,7 +20,7 @@ std::string cat_key(const std::vector<int>& cat_axes) {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (grid ? "_g" : "") + (inner_outer ? "_io" : "") + (prefetch ? "_pf" + (prefetch > 1 ? std::to_string(prefetch) : std::string()) : "") + (combine_levels != 2 ? "_l" + std::to_string(combine_levels) : "") + (row_groups > 1 ? "_rg" + std::to_string(row_groups) : "") + (staged_rows ? "_sr" : "") + (welford_steps > 1 ? "_ws" + std::to_string(welford_steps) : "") + (index32 ? "_32" : "") + (recompute ? "_rc" : "") + (early_loads ? "_el" : "") + (full_rows ? "_f" : "") + (edge_elements ? "_e" : "") + (streaming_online ? "_so" : "") + "_" +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (grid ? "_g" : "") + (inner_outer ? "_io" : "") + (prefetch ? "_pf" + (prefetch > 1 ? std::to_string(prefetch) : std::string()) : "") + (combine_levels != 2 ? "_l" + std::to_string(combine_levels) : "") + (row_groups > 1 ? "_rg" + std::to_string(row_groups) : "") + (staged_rows ? "_sr" : "") + (welford_steps > 1 ? "_ws" + std::to_string(welford_steps) : "") + (loads_ahead ? "_la" : "") + (index32 ? "_32" : "") + (recompute ? "_rc" : "") + (early_loads ? "_el" : "") + (full_rows ? "_f" : "") + (edge_elements ? "_e" : "") + (streaming_online ? "_so" : "") + "_" +
          leaf_modes + cat_key(cat_axes) + (transpose_axis >= 0 ? "_t" + std::to_string(transpose_axis) + staged : "");
 }
 
@@ -29,6 +29,8 @@ std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant&
     internal_error("an inner-outer variant of a kernel without outer reductions");
   if (variant.row_groups > 1 && (!variant.inner_outer || variant.threads % 32 != 0 || variant.row_groups > 15))
     internal_error("row groups (", variant.key(), ") outside an inner-outer kernel of whole warps, or more than 15");
+  if (variant.loads_ahead && (!variant.grid || variant.welford_steps > 1))
+    internal_error("a variant loading its steps ahead (", variant.key(), ") that is not a grid reduction of single steps");
   if (variant.staged_rows && variant.prefetch == 0)
     internal_error("a variant staging its rows ahead (", variant.key(), ") that loads none ahead");
   if (variant.prefetch && !variant.inner_outer)

@@ -69,6 +69,11 @@ struct KernelVariant {
   // running (count, mean, squared deviations): 1 merges every step (a merge's divisions and its
   // dependence between steps every U * vector elements).
   int welford_steps = 1;
+  // Grid reductions (KernelTuning::grid_loads_ahead): each step loads the next step's vectors into
+  // a second set of registers before it computes its own, so a thread has loads in flight while
+  // it computes (the step's loads otherwise wait for the previous step's arithmetic). Not with
+  // welford_steps > 1.
+  bool loads_ahead = false;
   // Offsets fit in 32 bits (every tensor spans under 2^30 elements): int index arithmetic, fewer
   // registers than 64-bit.
   bool index32 = false;
