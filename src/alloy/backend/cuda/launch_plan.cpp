@@ -9,6 +9,7 @@
 #include "alloy/backend/cpu/reference_indexing.h"
 #include "alloy/backend/cpu/views.h"
 #include "alloy/backend/cuda/codegen/cuda_expressions.h"
+#include "alloy/backend/cuda/launch_inner_outer.h"
 #include "alloy/backend/cuda/launch_vectors.h"
 #include "alloy/common/settings.h"
 #include "alloy/ir/op_table.h"
@@ -88,18 +89,6 @@ std::vector<uintptr_t> launch_addresses(const KernelAnalysis& a, const std::vect
   return addresses;
 }
 
-// Every offset a kernel computes (with slack for the lanes past the end) fits in an int.
-bool small_offsets(const std::vector<Axis>& axes, int64_t numel) {
-  const int64_t limit = int64_t(1) << 30;
-  if (numel >= limit) return false;
-  size_t tensors = axes.empty() ? 0 : axes[0].strides.size();
-  for (size_t t = 0; t < tensors; ++t) {
-    int64_t span = 0;
-    for (const Axis& a : axes) span += (a.size - 1) * std::llabs(a.strides[t]);
-    if (span >= limit) return false;
-  }
-  return true;
-}
 
 // Every output is a value per row (a reduction whose row-shaped values are not stored).
 bool only_row_outputs(const KernelAnalysis& a) {
@@ -240,6 +229,19 @@ void choose_block(KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarg
 
 }  // namespace
 
+// Every offset a kernel computes (with slack for the lanes past the end) fits in an int.
+bool small_offsets(const std::vector<Axis>& axes, int64_t numel) {
+  const int64_t limit = int64_t(1) << 30;
+  if (numel >= limit) return false;
+  size_t tensors = axes.empty() ? 0 : axes[0].strides.size();
+  for (size_t t = 0; t < tensors; ++t) {
+    int64_t span = 0;
+    for (const Axis& a : axes) span += (a.size - 1) * std::llabs(a.strides[t]);
+    if (span >= limit) return false;
+  }
+  return true;
+}
+
 std::vector<uint64_t> scalar_words(const KernelAnalysis& a, const std::function<const Tensor&(const Value*)>& value_of) {
   return scalar_words(a.scalar_inputs, value_of);
 }
@@ -313,21 +315,7 @@ LaunchTarget LaunchTarget::from_environment(int sm_major, int sm_minor, int sm_c
 
 namespace {
 
-// The domain's axes in kernel order (kept, then reduced; pointwise: all, in order) with every
-// tensor's stride, contiguous neighbours merged.
-struct LaidOut {
-  std::vector<Axis> outer, inner;
-  int64_t numel = 1, rows = 1, cols = 1;
-};
-
-// The tensors of a launch, as plan_launch got them, and what they imply.
-struct LaunchTensors {
-  const std::vector<const Tensor*>& tensors;
-  std::vector<Slot> slots;
-  std::vector<CatSources> cats;
-  std::vector<uintptr_t> addresses;  // as passed (launch_addresses)
-};
-
+// The launch's axes as the kernel walks them (LaidOut, launch_vectors.h).
 LaidOut lay_out(const KernelAnalysis& a, const std::vector<int64_t>& domain, const LaunchTensors& lt) {
   LaidOut l;
   for (int d = 0; d < int(domain.size()); ++d) {
@@ -359,156 +347,6 @@ std::vector<int> cat_axes_of(const std::vector<CatSources>& cats, const std::vec
   return positions;
 }
 
-namespace {
-// Whether a pointwise op on the outer reductions' results (computed per column) reads a leaf.
-bool column_ops_read_leaves(const KernelAnalysis& a) {
-  for (const Op* op : a.compute_ops) {
-    if (op_row(op->kind).op_class == OpClass::reduction || !a.at(op->outputs[0]).per_column) continue;
-    for (const Value* in : op->inputs)
-      if (std::find(a.leaves.begin(), a.leaves.end(), in) != a.leaves.end()) return true;
-  }
-  return false;
-}
-}  // namespace
-
-// Row and outer reductions in one persistent kernel (KernelVariant::inner_outer): a block per row,
-// the row held in registers in whole vectors (a thread owns the same columns in every row, so no
-// edge elements), as many threads as keep a thread's column partials within
-// `inner_outer_accumulators` f32 registers (128 to 1024), and a grid of min(rows, SMs * blocks an
-// SM) blocks: the tuning's blocks an SM, or as many as 64K registers hold by an estimate (the
-// partials, the held leaves, twice those loaded with each row where the next row is loaded ahead,
-// 40 more), at most 2048 threads an SM. The next row is loaded ahead where the tuning asks for it
-// and the estimate fits the registers a thread of the block may have. Returns the blocks.
-int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const LaunchTensors& lt, const LaunchTarget& target,
-                           const std::vector<Axis>& axes, KernelVariant& v) {
-  v.inner_outer = true;
-  choose_vector(a, lt.slots, v, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats, false);
-  int words = 0;  // 32-bit registers of one column's partials
-  for (const Op* r : a.outer_reductions) words += std::string(compute_type(r->outputs[0]->dtype())) == "double" ? 2 : 1;
-  const int64_t slots = std::max<int64_t>(1, (l.cols + v.vector - 1) / v.vector);
-  const int64_t per_thread = std::max(1, target.tuning.inner_outer_accumulators / std::max(1, v.vector * words));
-  // The block for `per` vectors a thread at most: the fewest threads that hold the row in that
-  // many (128 to 1024), or, where that block leaves threads without a vector in a row (768 bf16
-  // columns are 96 vectors: a quarter of 128 threads idle), the width nearest it that leaves fewer
-  // idle (96 threads of one vector each there).
-  auto shape = [&](int64_t per) {
-    int64_t threads = std::clamp<int64_t>(((slots + per - 1) / per + 31) / 32 * 32, 128, 1024);
-    auto idle = [&](int64_t t) { return (slots + t - 1) / t * t - slots; };
-    const int64_t first = threads;
-    for (int64_t t = 32; t <= 1024; t += 32)
-      if ((slots + t - 1) / t <= per &&
-          (idle(t) < idle(threads) || (idle(t) == idle(threads) && std::abs(t - first) < std::abs(threads - first))))
-        threads = t;
-    v.threads = int(threads);
-    v.items = int((slots + threads - 1) / threads);
-    v.full_rows = l.cols == int64_t(v.items) * threads * v.vector;
-  };
-  // 32-bit registers a thread takes, by an estimate: 40, the partials and the leaves, were every
-  // per-element one held. Loading the next row ahead holds those loaded with each row twice (the
-  // row's and the next row's; the per-row ones too), those of the columns once, and one register
-  // more for every two elements a thread holds (ptxas keeps some converted values across the
-  // reductions): fitted to NVRTC's sm_90 compiles of the norm backwards at widths 768 to 8192,
-  // bf16 and f32, so that none spills at the blocks an SM it gives. (Without, the estimate of
-  // before, which the kernel of before keeps.)
-  // (`ahead` rows loaded ahead: each holds the per-element leaves of a row once more.)
-  int64_t per_row_words = 0;  // registers of a row's per-row leaves (a norm's mean and rstd)
-  for (const Value* leaf : a.leaves)
-    if (!a.is_position(leaf) && a.at(leaf).per_row) per_row_words += (dtype_size(leaf->dtype()) + 3) / 4;
-  auto registers = [&](int ahead) {
-    const int64_t elements = int64_t(v.items) * v.vector;
-    int64_t held = 0;
-    for (const Value* leaf : a.leaves) {
-      if (a.is_position(leaf)) continue;
-      if (!a.at(leaf).per_row) held += elements * dtype_size(leaf->dtype()) / 4 * (ahead > 0 && !along_columns_only(a, leaf) ? 1 + ahead : 1);
-      else if (ahead > 0) held += (1 + ahead) * ((dtype_size(leaf->dtype()) + 3) / 4);
-    }
-    return 40 + elements * words + held + (ahead > 0 ? elements / 2 : 0);
-  };
-  // rows loaded ahead where asked, as many as the tuning's rows ahead or fewer, where a thread of
-  // the block has the registers for them (else it would spill); where a block this wide has no
-  // registers for one row ahead, the one of twice the vectors a thread where that has (the layer
-  // norm backward over 8192 bf16 columns at 16 accumulators: 512 threads of two vectors loading
-  // ahead, not 1024 of one that cannot; no further: the estimate is tight there)
-  // row groups: as many as asked that a block of 1024 threads holds, not more than the rows, and
-  // whose shared memory (every group's two reduction regions, and the partials of all groups but
-  // the first to sum after the rows) stays within the 48 KiB a block has without opting in
-  auto groups = [&] {
-    int64_t g = std::clamp<int64_t>(std::min<int64_t>(target.tuning.inner_outer_row_groups, l.rows), 1, std::max(1, 1024 / v.threads));
-    auto shared_bytes = [&](int64_t n) { return (n - 1) * v.items * v.vector * v.threads * 4 * words + n * 2 * 99 * 8; };
-    while (g > 1 && shared_bytes(g) > 48 * 1024) --g;
-    return int(g);
-  };
-  auto most_ahead = [&] {
-    const int64_t limit = std::min<int64_t>(255, 65536 / (int64_t(v.threads) * groups()));
-    int ahead = target.tuning.inner_outer_prefetch ? std::max(1, target.tuning.inner_outer_rows_ahead) : 0;
-    while (ahead > 0 && registers(ahead) > limit) --ahead;
-    return ahead;
-  };
-  // Rows ahead through shared memory (staged_rows): where asked, where every leaf a row holds is
-  // read in whole vectors of 4, 8 or 16 bytes (what one asynchronous copy moves) from a tensor of
-  // its own, as many rows as asked whose ring of slots (one more than the rows) fits with the
-  // groups' shared memory in 48 KiB; the registers count the row once (and each per-row leaf
-  // ahead, and 8 for the slots and the copies' addresses: fitted to NVRTC's sm_80 and sm_90
-  // compiles of the layer norm backward at 768 and 4096 bf16 columns, none spilling), and the
-  // blocks an SM are as many as the SM's shared memory holds too.
-  auto stageable = [&] {
-    for (size_t k = 0; k < a.leaves.size(); ++k) {
-      const Value* leaf = a.leaves[k];
-      if (a.at(leaf).per_row || along_columns_only(a, leaf)) continue;
-      if (a.is_position(leaf) || a.cat_leaf(leaf) || k >= v.leaf_modes.size() || v.leaf_modes[k] != 'v') return false;
-      const int64_t bytes = int64_t(v.vector) * dtype_size(leaf->dtype());
-      if (bytes != 4 && bytes != 8 && bytes != 16) return false;
-    }
-    return true;
-  };
-  auto staged_bytes = [&](int64_t ahead, int64_t g) {  // the ring of row slots of a block
-    int64_t row = 0;
-    for (const Value* leaf : a.leaves)
-      if (!a.at(leaf).per_row && !along_columns_only(a, leaf) && !a.is_position(leaf))
-        row += int64_t(v.items) * v.threads * g * v.vector * dtype_size(leaf->dtype());
-    return (ahead + 1) * row;
-  };
-  auto other_shared = [&](int64_t g) { return (g - 1) * v.items * v.vector * v.threads * 4 * words + g * 2 * 99 * 8; };
-  shape(per_thread);
-  if (target.tuning.inner_outer_staged_rows > 0 && stageable()) {
-    v.row_groups = groups();
-    int64_t ahead = target.tuning.inner_outer_staged_rows;
-    while (ahead > 0 && staged_bytes(ahead, v.row_groups) + other_shared(v.row_groups) > 48 * 1024) --ahead;
-    v.prefetch = int(ahead);
-    v.staged_rows = ahead > 0;
-  }
-  if (!v.staged_rows) {
-    v.prefetch = most_ahead();
-    if (target.tuning.inner_outer_prefetch && v.prefetch == 0) {
-      const KernelVariant widest = v;
-      shape(2 * per_thread);
-      v.prefetch = v.threads < widest.threads ? most_ahead() : 0;
-      if (v.prefetch == 0) v = widest;
-    }
-    v.row_groups = groups();
-  }
-  const int64_t block = int64_t(v.threads) * v.row_groups;
-  v.min_blocks = target.tuning.inner_outer_blocks_per_sm;
-  if (v.min_blocks == 0) {
-    int64_t r = std::min<int64_t>(255, v.staged_rows ? registers(0) + v.prefetch * per_row_words + int64_t(v.items) * v.vector / 2 + 8
-                                                      : registers(v.prefetch));
-    v.min_blocks = int(std::clamp<int64_t>(65536 / (block * ((r + 7) / 8 * 8)), 1, std::max<int64_t>(1, 2048 / block)));
-    if (v.staged_rows && target.shared_per_sm > 0)
-      v.min_blocks = int(std::clamp<int64_t>(target.shared_per_sm / (staged_bytes(v.prefetch, v.row_groups) + other_shared(v.row_groups) + 1024), 1,
-                                             v.min_blocks));
-  }
-  v.index32 = small_offsets(axes, l.numel);
-  v.recompute = target.tuning.recompute_values;
-  v.combine_levels = target.tuning.inner_outer_combine_levels;
-  // The combine over the grid where the grid has at most two blocks an SM, else a tree of three
-  // levels: on an H100 the grid's combine took 8-10 us off the norm backwards at 4096 columns (132
-  // blocks) and added 6-8 at 768 (1056 blocks of 96 threads; session 28, scripts/gpu-ab
-  // inner_outer_combine). And the tree where a column op reads a leaf (the combine over the grid
-  // computes a column's results in a thread that holds none of its leaves).
-  if (v.combine_levels == 0 && (v.min_blocks > 2 || column_ops_read_leaves(a))) v.combine_levels = 3;
-  const int64_t row_sets = (l.rows + v.row_groups - 1) / v.row_groups;  // a block's rows at once
-  return std::clamp<int64_t>(std::min<int64_t>(row_sets, int64_t(std::max(1, target.sm_count)) * v.min_blocks), 1, 2147483647);
-}
 
 // The kernel shape and its launch-time choices; `columns` says whether it is a column kernel,
 // `splits` the blocks a row of a grid reduction is split over (0: not one).

@@ -61,6 +61,24 @@ void choose_vector(const KernelAnalysis& a, const std::vector<Slot>& slots, Kern
                    const std::vector<const Tensor*>& tensors, const std::vector<uintptr_t>& addresses,
                    const std::vector<CatSources>& cats, bool edges, int max_vector = 8);
 
+// The domain's axes in kernel order (kept, then reduced; pointwise: all, in order) with every
+// tensor's stride, contiguous neighbours merged (launch_plan.cpp's lay_out).
+struct LaidOut {
+  std::vector<Axis> outer, inner;
+  int64_t numel = 1, rows = 1, cols = 1;
+};
+
+// The tensors of a launch, as plan_launch got them, and what they imply.
+struct LaunchTensors {
+  const std::vector<const Tensor*>& tensors;
+  std::vector<Slot> slots;
+  std::vector<CatSources> cats;
+  std::vector<uintptr_t> addresses;  // as passed (launch_addresses)
+};
+
+// Every offset a kernel over `axes` computes (with slack for the lanes past the end) fits in an int.
+bool small_offsets(const std::vector<Axis>& axes, int64_t numel);
+
 // A pointwise kernel whose leaves disagree on the contiguous axis as a tile transpose
 // (KernelVariant::transpose_axis), where it can be one (launch_vectors.cpp says when); false and
 // `v` unchanged where not.
