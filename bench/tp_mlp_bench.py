@@ -353,14 +353,20 @@ def backward_main(args, ranks, widths, device):
         lines.append(f"| {r['width']} | {r['alloy_backward_us']:.0f} us | {torch_us:.0f} us | {torch_us / r['alloy_backward_us']:.2f} | "
                      f"{r['alloy_backward_us'] / r['alloy_local_backward_us']:.2f} | {r['alloy_local_backward_us']:.0f} us | "
                      f"{torch_local:.0f} us |")
+    write_results(args.out, f"{date}-{device.replace(' ', '_')}-tp-mlp-backward-x{ranks}", lines,
+                  {"device": device, "date": date, "rows": rows})
+
+
+def write_results(out, name, lines, payload):
+    """The table printed and kept as OUT/NAME.md, the rows as OUT/NAME.json."""
     table = "\n".join(lines)
     print(table)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{date}-{device.replace(' ', '_')}-tp-mlp-backward-x{ranks}")
+    os.makedirs(out, exist_ok=True)
+    stem = os.path.join(out, name)
     with open(stem + ".md", "w") as f:
         f.write(table + "\n")
     with open(stem + ".json", "w") as f:
-        json.dump({"device": device, "date": date, "rows": rows}, f, indent=1)
+        json.dump(payload, f, indent=1)
 
 
 def main():
@@ -440,14 +446,8 @@ def main():
             lines.append(f"| {r['case']} | {r['alloy_off_us']:.0f} us | {r['alloy_auto_us']:.0f} us | {r['alloy_ring_us']:.0f} us | "
                          f"{r['torch_naive']:.0f} us | "
                          f"{async_tp} | {floor:.0f} us | {r['torch_naive'] / r['alloy_auto_us']:.2f} |")
-    table = "\n".join(lines)
-    print(table)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"{date}-{device.replace(' ', '_')}-tp-mlp-x{ranks}")
-    with open(stem + ".md", "w") as f:
-        f.write(table + "\n")
-    with open(stem + ".json", "w") as f:
-        json.dump({"device": device, "date": date, "rows": rows, "pairs": pair_rows}, f, indent=1)
+    write_results(args.out, f"{date}-{device.replace(' ', '_')}-tp-mlp-x{ranks}", lines,
+                  {"device": device, "date": date, "rows": rows, "pairs": pair_rows})
 
 
 if __name__ == "__main__":

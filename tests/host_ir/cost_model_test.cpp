@@ -182,12 +182,19 @@ TEST(CostModel, GemmAllReduce_NegligibleCommunication_StaysOff) {
 // (bench/results/2026-11-27-NVIDIA_H200-x2-issue25-notes.md): all-gather -> GEMM chunks=1
 // (2569 us; chunks=2 2505-2548, off 2725-2782), GEMM -> reduce-scatter chunks=2 (2563-2629;
 // chunks=1, whose own GEMM waits for the landing, 2763-2778, off 2738-2840, the ring 2851).
-TEST(CostModel, TwoH200sAtTheIssuesPairs_PickTheFormsThatMeasuredFastest) {
+// Two H200s' machine: the link's and the GEMM's rates, a GEMM's fixed cost, chunks by the copy engines.
+MachineCosts two_h200s(double hop_us, double hop_bytes_per_us, double gather_us, double gather_bytes_per_us, double flops_per_us,
+                       double launch_us) {
   MachineCosts c;
   c.key = "NVIDIA H200, nccl + copy engines, 2 ranks", c.source = "given";
-  c.hop_latency_us = 18.2, c.hop_bytes_per_us = 233e3, c.gather_latency_us = 27, c.gather_bytes_per_us = 232e3;
-  c.gemm_flops_per_us = 907e6, c.gemm_half_rows = 0, c.launch_us = 28.2;
+  c.hop_latency_us = hop_us, c.hop_bytes_per_us = hop_bytes_per_us, c.gather_latency_us = gather_us, c.gather_bytes_per_us = gather_bytes_per_us;
+  c.gemm_flops_per_us = flops_per_us, c.gemm_half_rows = 0, c.launch_us = launch_us;
   c.chunks_take_no_sms = true;
+  return c;
+}
+
+TEST(CostModel, TwoH200sAtTheIssuesPairs_PickTheFormsThatMeasuredFastest) {
+  MachineCosts c = two_h200s(18.2, 233e3, 27, 232e3, 907e6, 28.2);
   PairShape ag = shape(2, 4096, 8192, 14336, 67108864);
   PipelineChoice a = choose_pipeline(c, ag);
   EXPECT_EQ(a.variant, PipelineChoice::Variant::chunks) << a.why;
@@ -209,11 +216,7 @@ TEST(CostModel, TwoH200sAtTheIssuesPairs_PickTheFormsThatMeasuredFastest) {
 // against off's 221, where a launch of 29 us kept it off), at 4096 x 11008 chunks=2 (535; off
 // 710); the all-gathers chunks=1 (179 and 533 us; off 246 and 665); the big pair's as above.
 TEST(CostModel, TwoH200sAtTheTpMlpWidths_ChunkEveryPairThatMeasuredFasterChunked) {
-  MachineCosts c;
-  c.key = "NVIDIA H200, nccl + copy engines, 2 ranks", c.source = "given";
-  c.hop_latency_us = 20.3, c.hop_bytes_per_us = 232e3, c.gather_latency_us = 32.5, c.gather_bytes_per_us = 270e3;
-  c.gemm_flops_per_us = 896e6, c.gemm_half_rows = 0, c.launch_us = 8;
-  c.chunks_take_no_sms = true;
+  MachineCosts c = two_h200s(20.3, 232e3, 32.5, 270e3, 896e6, 8);
   struct Expected {
     int64_t k, n;
     int ag_chunks, rs_chunks;
