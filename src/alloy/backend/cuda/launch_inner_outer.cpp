@@ -83,10 +83,10 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
   // row groups: as many as asked that a block of 1024 threads holds, not more than the rows, and
   // whose shared memory (every group's two reduction regions, and the partials of all groups but
   // the first to sum after the rows) stays within the 48 KiB a block has without opting in
+  auto groups_shared = [&](int64_t n) { return (n - 1) * v.items * v.vector * v.threads * 4 * words + n * 2 * 99 * 8; };
   auto groups = [&] {
     int64_t g = std::clamp<int64_t>(std::min<int64_t>(target.tuning.inner_outer_row_groups, l.rows), 1, std::max(1, 1024 / v.threads));
-    auto shared_bytes = [&](int64_t n) { return (n - 1) * v.items * v.vector * v.threads * 4 * words + n * 2 * 99 * 8; };
-    while (g > 1 && shared_bytes(g) > 48 * 1024) --g;
+    while (g > 1 && groups_shared(g) > 48 * 1024) --g;
     return int(g);
   };
   auto most_ahead = [&] {
@@ -119,12 +119,11 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
         row += int64_t(v.items) * v.threads * g * v.vector * dtype_size(leaf->dtype());
     return (ahead + 1) * row;
   };
-  auto other_shared = [&](int64_t g) { return (g - 1) * v.items * v.vector * v.threads * 4 * words + g * 2 * 99 * 8; };
   shape(per_thread);
   if (target.tuning.inner_outer_staged_rows > 0 && stageable()) {
     v.row_groups = groups();
     int64_t ahead = target.tuning.inner_outer_staged_rows;
-    while (ahead > 0 && staged_bytes(ahead, v.row_groups) + other_shared(v.row_groups) > 48 * 1024) --ahead;
+    while (ahead > 0 && staged_bytes(ahead, v.row_groups) + groups_shared(v.row_groups) > 48 * 1024) --ahead;
     v.prefetch = int(ahead);
     v.staged_rows = ahead > 0;
   }
@@ -145,7 +144,7 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
                                                       : registers(v.prefetch));
     v.min_blocks = int(std::clamp<int64_t>(65536 / (block * ((r + 7) / 8 * 8)), 1, std::max<int64_t>(1, 2048 / block)));
     if (v.staged_rows && target.shared_per_sm > 0)
-      v.min_blocks = int(std::clamp<int64_t>(target.shared_per_sm / (staged_bytes(v.prefetch, v.row_groups) + other_shared(v.row_groups) + 1024), 1,
+      v.min_blocks = int(std::clamp<int64_t>(target.shared_per_sm / (staged_bytes(v.prefetch, v.row_groups) + groups_shared(v.row_groups) + 1024), 1,
                                              v.min_blocks));
   }
   v.index32 = small_offsets(axes, l.numel);

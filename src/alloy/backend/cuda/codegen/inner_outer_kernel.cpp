@@ -221,21 +221,12 @@ void InnerOuterParts::stage_row(const std::string& row, const std::string& slot,
     os << in << "if (" << row << " < p.rows) {\n";
     e_.emit_offsets(row, 0, v.outer_rank, "lo_", tensors_of(leaves), in + "  ");
     for (int k : scalars) os << in << "  " << scalar << k << " = " << load_convert(e_.a_.leaves[k]->dtype(), e_.leaf_raw(k, "lo_")) << ";\n";
-    if (!vectors.empty()) {
-      std::vector<std::string> tensors = tensors_of(std::vector<int>(vectors.begin(), vectors.end()));
-      const std::string i2 = in + "  ";
-      os << i2 << "const unsigned alloy_to = " << slot << ";\n";
-      os << i2 << "#pragma unroll\n" << i2 << "for (int it = 0; it < " << v.items << "; ++it) {\n";
-      os << i2 << "  const long long col0 = ((long long)it * " << v.threads << " + tid) * " << v.vector << ";\n";
-      os << i2 << "  " << (v.full_rows ? "{" : "if (col0 < p.cols) {") << "\n";
-      e_.emit_offsets("col0", v.outer_rank, v.inner_rank, "co_", tensors, i2 + "    ");
-      for (auto& t : tensors) os << i2 << "    co_" << t << " += lo_" << t << ";\n";
-      for (int k : vectors) {
-        const int bytes = v.vector * int(dtype_size(e_.a_.leaves[k]->dtype()));
-        os << i2 << "    alloy_cp_async<" << bytes << ">(&" << slot_element(k, "alloy_to") << ", " << e_.leaf_pointer(k, "co_") << ");\n";
-      }
-      os << i2 << "  }\n" << i2 << "}\n";
-    }
+    if (!vectors.empty()) os << in << "  const unsigned alloy_to = " << slot << ";\n";
+    each_held_vector(in + "  ", "lo_", vectors, [&](const std::string& ind) {
+      for (int k : vectors)
+        os << ind << "alloy_cp_async<" << v.vector * int(dtype_size(e_.a_.leaves[k]->dtype())) << ">(&" << slot_element(k, "alloy_to") << ", "
+           << e_.leaf_pointer(k, "co_") << ");\n";
+    });
     os << in << "}\n";
   }
   os << in << "alloy_cp_commit();\n";
@@ -245,6 +236,13 @@ void InnerOuterParts::stage_row(const std::string& row, const std::string& slot,
 // (no bounds check where every vector is inside the row: KernelVariant::full_rows), at row offsets
 // <row_offsets> ("": none, for the leaves that vary only along the columns).
 void InnerOuterParts::load_held_vectors(const std::string& in, const std::string& row_offsets, const std::string& held, const std::set<int>& which) {
+  each_held_vector(in, row_offsets, which, [&](const std::string& ind) { e_.emit_leaf_loads(held, "[it]", "co_", ind, which); });
+}
+
+// The loop over the thread's vectors (`it`, at col0, inside the row where not full_rows) with the
+// offsets co_<tensor> of leaves `which` (plus <row_offsets><tensor> where given), `body` in it.
+void InnerOuterParts::each_held_vector(const std::string& in, const std::string& row_offsets, const std::set<int>& which,
+                                       const std::function<void(const std::string&)>& body) {
   std::ostringstream& os = e_.os_;
   const KernelVariant& v = e_.v_;
   if (which.empty()) return;
@@ -255,7 +253,7 @@ void InnerOuterParts::load_held_vectors(const std::string& in, const std::string
   e_.emit_offsets("col0", v.outer_rank, v.inner_rank, "co_", tensors, in + "    ");
   if (!row_offsets.empty())
     for (auto& t : tensors) os << in << "    co_" << t << " += " << row_offsets << t << ";\n";
-  e_.emit_leaf_loads(held, "[it]", "co_", in + "    ", which);
+  body(in + "    ");
   os << in << "  }\n" << in << "}\n";
 }
 

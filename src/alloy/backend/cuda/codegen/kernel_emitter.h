@@ -84,6 +84,8 @@ class InnerOuterParts {
   std::string slot_element(int k, const std::string& slot) const;
   void stage_row(const std::string& row, const std::string& slot, const std::string& scalar, const std::string& indent);
   void load_held_vectors(const std::string& indent, const std::string& row_offsets, const std::string& held, const std::set<int>& which);
+  void each_held_vector(const std::string& indent, const std::string& row_offsets, const std::set<int>& which,
+                        const std::function<void(const std::string&)>& body);
   KernelEmitter& e_;
 };
 
