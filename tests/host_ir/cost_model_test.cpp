@@ -51,6 +51,35 @@ TEST(CostModel, Formula_TimesOfEachCandidate) {
   EXPECT_DOUBLE_EQ(ring_us(c, s), 500 + 500 + 500);
 }
 
+// Four ranks, the link three times a block's GEMM: by NCCL, the other blocks' GEMMs wait for the
+// whole chunk, and a reduce-scatter's parts go once all are made; by the copy engines each GEMM
+// waits for its own block, which land one by one (the nearest first), and each part goes once
+// its own GEMM is done.
+TEST(CostModel, ByTheCopyEngines_EachBlockMovesOnItsOwn) {
+  MachineCosts c = round_machine();
+  PairShape s = shape(4, 1000, 500, 500, 1490000);  // a block's GEMM 500 us; the chunk's link 10 + 1490 = 1500 us
+  // own 0-500; the three others once the chunk landed at 1500: 1500-3000
+  EXPECT_DOUBLE_EQ(chunks_us(c, s, 1), 3000);
+  c.chunks_take_no_sms = true;
+  // blocks land at 500, 1000 and 1500: each found landed when its turn comes (500, 1000, 1500)
+  EXPECT_DOUBLE_EQ(chunks_us(c, s, 1), 2000);
+  // two chunks: chunk 0's blocks land at 250, 500, 750, chunk 1's at 1000, 1250, 1500; own 0
+  // (0-250), own 1 (250-500), others 0 (500-1250), others 1 (1250-2000)
+  EXPECT_DOUBLE_EQ(chunks_us(c, s, 2), 2000);
+  // GEMM -> reduce-scatter, one chunk: the others (0-1500); by the copy engines each part goes when
+  // its GEMM ends (500-1000, 1000-1500, 1500-2000), the own GEMM adds them (2000-2500) ...
+  PairShape rs = s;
+  rs.kind = PairShape::Kind::gemm_reduce_scatter;
+  EXPECT_DOUBLE_EQ(chunks_us(c, rs, 1), 2500);
+  // two ranks: one block a chunk, the same times either way
+  PairShape two = shape(2, 1000, 500, 500, 1490000);
+  double by_part = chunks_us(c, two, 2);
+  c.chunks_take_no_sms = false;
+  EXPECT_DOUBLE_EQ(chunks_us(c, two, 2), by_part);
+  // ... by NCCL all three once the last GEMM is done (1500-3000), the own GEMM 3000-3500
+  EXPECT_DOUBLE_EQ(chunks_us(c, rs, 1), 3500);
+}
+
 TEST(CostModel, BalancedLinkAndGemm_PipelinesAndSaysWhyWithTheNumbers) {
   MachineCosts c = round_machine();
   PipelineChoice choice = choose_pipeline(c, shape(2, 1000, 500, 500, 490000));

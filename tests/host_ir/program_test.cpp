@@ -226,6 +226,8 @@ TEST(PipelinedProgram, AllGatherGemm_GatheredOnlyByTheGemm_ReadsEachChunkWhereIt
     ASSERT_TRUE(own && gather && record && wait && other && release) << p.str();
     EXPECT_EQ(own->part, 0);
     EXPECT_EQ(gather->phase, host_ir::ChunkPhase::land);
+    // skipped where the team lets each GEMM wait for its own block (the copy engines)
+    EXPECT_EQ(wait->unless_by_part, loop.values[1].value);
     EXPECT_EQ(other->part, -1);
     EXPECT_EQ(other->stream, host_ir::kIterationStream);
     EXPECT_EQ(release->stream, other->stream) << "released behind the GEMM that reads the chunk, on its stream";
@@ -256,7 +258,7 @@ TEST(PipelinedProgram, AllGatherGemm_GatheredOnlyByTheGemm_ReadsEachChunkWhereIt
     Launch segment 1 [cpu_reference] (x__gathered, w) -> (h) on chunk i of its own block on stream (2 + i % 2)
     Communicate segment 0: all_gather(axis=0) x: f32[4, 16] -> x__gathered: f32[8, 16], team @mesh[0, 1], sends 256 bytes (chunk i, read where it lands) on stream 1
     Record event 1 on stream 1
-    Stream (2 + i % 2) waits for event 1
+    Stream (2 + i % 2) waits for event 1, unless the launches wait for their own blocks of x__gathered as they land
     Launch segment 1 [cpu_reference] (x__gathered, w) -> (h) on chunk i of block (rank - 1) mod 2 on stream (2 + i % 2)
     Release chunk i of x__gathered to its collective (nothing below reads where it landed) on stream (2 + i % 2)
   Record event 2 on stream 1
@@ -289,21 +291,22 @@ TEST(PipelinedProgram, GemmReduceScatter_TheOwnGemmAddsTheOtherRanksPartsWhereTh
     EXPECT_EQ(partial.layout, host_ir::ChunkedValue::Layout::blocks);
     ASSERT_NE(partial.own, nullptr);
     EXPECT_EQ(partial.own->name, "y");
-    ASSERT_EQ(loop.body.size(), 9u) << p.str();
+    ASSERT_EQ(loop.body.size(), 8u) << p.str();
     auto* other = std::get_if<host_ir::Launch>(&loop.body[0]);
     auto* computed = std::get_if<host_ir::Record>(&loop.body[1]);
-    auto* comm_waits = std::get_if<host_ir::Wait>(&loop.body[2]);
-    auto* send = std::get_if<host_ir::Communicate>(&loop.body[3]);
-    auto* land = std::get_if<host_ir::Communicate>(&loop.body[4]);
-    auto* landed = std::get_if<host_ir::Record>(&loop.body[5]);
-    auto* gemm_waits = std::get_if<host_ir::Wait>(&loop.body[6]);
-    auto* own = std::get_if<host_ir::Launch>(&loop.body[7]);
-    auto* release = std::get_if<host_ir::Release>(&loop.body[8]);
-    ASSERT_TRUE(other && computed && comm_waits && send && land && landed && gemm_waits && own && release) << p.str();
+    auto* send = std::get_if<host_ir::Communicate>(&loop.body[2]);
+    auto* land = std::get_if<host_ir::Communicate>(&loop.body[3]);
+    auto* landed = std::get_if<host_ir::Record>(&loop.body[4]);
+    auto* gemm_waits = std::get_if<host_ir::Wait>(&loop.body[5]);
+    auto* own = std::get_if<host_ir::Launch>(&loop.body[6]);
+    auto* release = std::get_if<host_ir::Release>(&loop.body[7]);
+    ASSERT_TRUE(other && computed && send && land && landed && gemm_waits && own && release) << p.str();
     EXPECT_EQ(partial.landing, land->segment) << p.str();
     EXPECT_EQ(other->part, 1);
     EXPECT_EQ(other->adds, nullptr);
-    EXPECT_EQ(computed->event, comm_waits->event);
+    EXPECT_EQ(computed->stream, other->stream);
+    // the part goes once its GEMM's event is reached (the communicator waits for it)
+    EXPECT_EQ(send->part_events, computed->event);
     EXPECT_EQ(send->phase, host_ir::ChunkPhase::send);
     EXPECT_EQ(land->phase, host_ir::ChunkPhase::land);
     EXPECT_EQ(send->stream, land->stream);
@@ -336,8 +339,7 @@ TEST(PipelinedProgram, GemmReduceScatter_TheOwnGemmAddsTheOtherRanksPartsWhereTh
   For i in 0..2 (linear y__computed -> reduce_scatter: 2 chunks (--pipeline chunks=2)); chunked: x (blocks of 2) y__computed (blocks of 2; its own block is y, whose GEMM adds the other ranks' parts where they land: their sum in a scratch chunk where segment 2's communicator reduces them, this value's own block zeroed before the loop as this rank's term) y (rows)
     Launch segment 1 [cpu_reference] (x, w, b__share) -> (y__computed) on chunk i of block (rank + 1) mod 2 on stream (2 + i % 2)
     Record event 1 on stream (2 + i % 2)
-    Stream 1 waits for event 1
-    Communicate segment 2: reduce_scatter(axis=0, reduce="sum") y__computed: f32[8, 16] -> y: f32[4, 16], team @mesh[0, 1], sends 512 bytes (chunk i: send the parts of the other ranks) on stream 1
+    Communicate segment 2: reduce_scatter(axis=0, reduce="sum") y__computed: f32[8, 16] -> y: f32[4, 16], team @mesh[0, 1], sends 512 bytes (chunk i: send the parts of the other ranks, that of rank (r + j) mod n once event 1 + j - 1 is reached) on stream 1
     Communicate segment 2: reduce_scatter(axis=0, reduce="sum") y__computed: f32[8, 16] -> y: f32[4, 16], team @mesh[0, 1], sends 512 bytes (chunk i: the other ranks' parts of this rank's, left where they land) on stream 1
     Record event 2 on stream 1
     Stream (2 + i % 2) waits for event 2

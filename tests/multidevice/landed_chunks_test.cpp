@@ -65,7 +65,15 @@ class LandingTeam final : public TwoRankTeam {
   }
   void release_landed(const multidevice::LandedParts& landed) override { landings_.release(landed, staging_); }
 
+  // With `by_part`, a reader waits for its own part alone (as the copy engines let it): logged.
+  bool waits_by_part() const override { return by_part; }
+  void wait_landed_part(const multidevice::LandedParts& landed, int part) override {
+    EXPECT_TRUE(by_part);
+    landings_.log += "wait " + std::to_string(landed.call) + " part " + std::to_string(part) + "; ";
+  }
+
   testing::Landings landings_;
+  bool by_part = false;
 
  private:
   Tensor staging_;
@@ -131,6 +139,28 @@ TEST(LandedChunks, TheGemmsReadEachChunkWhereItLanded_AndReleaseItAfterThem) {
       EXPECT_FALSE(run.gathered.defined()) << "the gathered rows were never made whole";
       std::string expected;
       for (int i = 1; i <= chunks; ++i) expected += "land " + std::to_string(i) + "; release " + std::to_string(i) + "; ";
+      EXPECT_EQ(team.landings_.log, expected);
+    }
+  }
+}
+
+// Where the team lets a reader wait for its own part, the GEMM of the peer's block waits for that
+// part, after the landing and before the release, and computes the same values.
+TEST(LandedChunks, WhereThePartsLandOneByOne_EachGemmWaitsForItsOwnBlock) {
+  std::vector<Tensor> x = {filled({kRows, kFeatures}, 1), filled({kRows, kFeatures}, 2)};
+  Tensor w_global = filled({32, kFeatures}, 3);
+  for (int rank : {0, 1}) {
+    Tensor w = w_global.as_strided({16, kFeatures}, w_global.strides(), rank * 16 * kFeatures);
+    for (int chunks : {1, 3}) {
+      SCOPED_TRACE("rank " + std::to_string(rank) + ", " + std::to_string(chunks) + " chunks");
+      LandingTeam team(rank, x);
+      team.by_part = true;
+      LoopRun run = run_rank(team, x, w, chunks);
+      EXPECT_TRUE(testing::tensors_close(run.h, reference(x, w)));
+      std::string expected;
+      for (int i = 1; i <= chunks; ++i)
+        expected += "land " + std::to_string(i) + "; wait " + std::to_string(i) + " part " + std::to_string(1 - rank) + "; release " +
+                    std::to_string(i) + "; ";
       EXPECT_EQ(team.landings_.log, expected);
     }
   }

@@ -52,6 +52,14 @@ class ScatterTeam final : public testing::UnusedCollectives {
     EXPECT_EQ(parts.size(0), 2);
     landings_.log += "send; ";
   }
+  // Where the parts land in place (as the copy engines), each part is sent once its GEMM is done:
+  // its readiness waited for (nothing to wait for on the CPU), then logged.
+  void reduce_scatter_parts_send_when_ready(const Tensor& parts, PartialReduce op, const std::function<void(int)>& ready) override {
+    if (!lands_) return Communicator::reduce_scatter_parts_send_when_ready(parts, op, ready);
+    EXPECT_EQ(op, PartialReduce::sum);
+    ready(1 - rank());
+    landings_.log += "send part " + std::to_string(1 - rank()) + "; ";
+  }
 
   // The copying form's reduction (through the default reduce_scatter_parts_landed): this rank's
   // term must be zeros, the own GEMM's partial sums being still to come.
@@ -168,8 +176,10 @@ TEST(LandedSums, TheOwnGemmAddsThePeersPartsWhereTheyLanded_AndReleasesThemAfter
       Tensor y = run_rank(team, in, chunks, &program);
       EXPECT_TRUE(testing::tensors_close(y, reference(in.x, in.w, in.b, rank))) << program;
       std::string expected;
-      for (int i = 1; i <= chunks; ++i) expected += "send; land " + std::to_string(i) + "; release " + std::to_string(i) + "; ";
+      for (int i = 1; i <= chunks; ++i)
+        expected += "send part " + std::to_string(1 - rank) + "; land " + std::to_string(i) + "; release " + std::to_string(i) + "; ";
       EXPECT_EQ(team.landings_.log, expected);
+      EXPECT_NE(program.find("send the parts of the other ranks, that of rank (r + j) mod n once event"), std::string::npos) << program;
     }
   }
 }
@@ -192,10 +202,10 @@ TEST(LandedSums, ARunCutShortAfterALanding_ReleasesIt) {
   ScatterTeam team(0, partial_sums(in.x, in.w, in.b, 1), /*lands=*/true);
   team.landings_.bad_call = 2;
   EXPECT_ANY_THROW(run_rank(team, in, 3));
-  EXPECT_EQ(team.landings_.log, "send; land 1; release 1; send; land 2; release 2; ");
+  EXPECT_EQ(team.landings_.log, "send part 1; land 1; release 1; send part 1; land 2; release 2; ");
   team.landings_.log.clear();
   EXPECT_TRUE(testing::tensors_close(run_rank(team, in, 2), reference(in.x, in.w, in.b, 0)));
-  EXPECT_EQ(team.landings_.log, "send; land 3; release 3; send; land 4; release 4; ");
+  EXPECT_EQ(team.landings_.log, "send part 1; land 3; release 3; send part 1; land 4; release 4; ");
 }
 
 // The default form, called directly: reduced into the caller's chunk, which is the one part;

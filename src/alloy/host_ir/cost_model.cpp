@@ -71,16 +71,25 @@ namespace {
 // one launch at a time, the earliest ready head of a stream (ties: the earlier chunk), so a stream
 // waiting for its chunk's transfer leaves the device to the other's next chunk.
 //   all-gather -> GEMM: chunk i is [own, others]; chunk i of the other blocks arrives at (i + 1) c
-//     (sent at once, one after the other); the others' launch waits for it.
+//     (sent at once, one after the other); the others' launch waits for it. Where the blocks land
+//     one by one (`arrivals` of them: the copy engines, each GEMM waiting for its own block),
+//     block j of chunk i lands at i c + j c / arrivals, and the others' launches (one a block, in
+//     that order) can start before the last block is there: as one launch of their summed time,
+//     it starts at the latest of (block j's landing - the j - 1 launches before it).
 //   GEMM -> reduce-scatter: chunk i is [others, own]; the others' partial sums are sent when their
 //     launch ends (after the link's previous transfer) and land c later; the own launch adds what
-//     landed (cuBLASLt's C, or the copying communicators' sum), so it waits for the landing.
+//     landed (cuBLASLt's C, or the copying communicators' sum), so it waits for the landing. By
+//     the copy engines, each block's part is sent when its own launch ends (c / arrivals each).
 constexpr int kPoolStreams = 2;
 
-double pool_timeline(bool gather, int chunks, double own, double others, double comm) {
+double pool_timeline(bool gather, int chunks, double own, double others, double comm, int arrivals) {
   std::vector<double> landed(size_t(chunks), std::numeric_limits<double>::infinity());
-  if (gather)
-    for (int i = 0; i < chunks; ++i) landed[size_t(i)] = (i + 1) * comm;
+  if (gather) {
+    // the others' launch may start once each block's launch finds its block landed
+    double first = 0;
+    for (int j = 1; j <= arrivals; ++j) first = std::max(first, j * comm / arrivals - (j - 1) * others / arrivals);
+    for (int i = 0; i < chunks; ++i) landed[size_t(i)] = i * comm + first;
+  }
   std::vector<int> next(kPoolStreams, 0);        // each stream's next launch: 2 * (its k-th chunk) + (0 or 1)
   std::vector<double> stream_free(kPoolStreams, 0);
   double device_free = 0, link_free = 0;
@@ -100,7 +109,10 @@ double pool_timeline(bool gather, int chunks, double own, double others, double 
     double end = std::max(device_free, pick_ready) + work;
     device_free = stream_free[size_t(pick)] = end;
     ++next[size_t(pick)];
-    if (!gather && !second) landed[size_t(chunk)] = link_free = std::max(link_free, end) + comm;
+    if (!gather && !second) {  // each block's part sent once its launch ends (one by one where `arrivals` > 1)
+      for (int j = 1; j <= arrivals; ++j) link_free = std::max(link_free, end - work + j * work / arrivals) + comm / arrivals;
+      landed[size_t(chunk)] = link_free;
+    }
   }
   return device_free;
 }
@@ -113,7 +125,8 @@ double chunks_us(const MachineCosts& c, const PairShape& s, int chunks) {
   const double gemm = gemm_us(c, double(s.rows) / chunks, s);  // one block's chunk
   const int others = s.parts - 1;
   if (!c.overlaps) return chunks * (comm + s.parts * gemm);
-  return pool_timeline(s.kind == PairShape::Kind::all_gather_gemm, chunks, gemm, others * gemm, comm);
+  return pool_timeline(s.kind == PairShape::Kind::all_gather_gemm, chunks, gemm, others * gemm, comm,
+                       c.chunks_take_no_sms ? std::max(others, 1) : 1);
 }
 
 double ring_us(const MachineCosts& c, const PairShape& s) {

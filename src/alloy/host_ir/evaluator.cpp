@@ -291,6 +291,19 @@ struct Executable::NodeRunner {
     });
   }
 
+  // A landed block the launch reads, where its collective lets a reader wait for that block alone
+  // (LandedChunk::wait_part: the Wait for the whole landing was skipped), waited for on the
+  // launch's stream (current).
+  void wait_for_landed_part(const Launch& l, int part) const {
+    for (size_t k = 0; k < frame->loop->values.size(); ++k) {
+      const ChunkedValue& v = frame->loop->values[k];
+      if (v.layout != ChunkedValue::Layout::landed || (part == frame->rank && frame->own[k].defined())) continue;
+      auto it = state.landed.find(v.value->id);
+      if (it == state.landed.end() || !it->second.wait_part) continue;
+      span(l.stream, SpanKind::wait, [&] { return "wait for " + v.value->name + place(part); }, [&] { it->second.wait_part(part); });
+    }
+  }
+
   // A launch inside a loop: this iteration's chunk of every chunked value (block l.part of the
   // blocked ones); what the segment made elsewhere is copied into its chunk.
   void launch_chunk(const Launch& l) const {
@@ -304,6 +317,7 @@ struct Executable::NodeRunner {
       state.chunk_shapes[v->id] = view.sizes();
       if (std::find(s.outputs.begin(), s.outputs.end(), v) != s.outputs.end()) bound.emplace_back(v, view);
     }
+    wait_for_landed_part(l, part);
     launch(l);
     for (auto& [v, view] : bound) {
       const Tensor& made = state.values[v->id];
@@ -319,6 +333,10 @@ struct Executable::NodeRunner {
 
   void operator()(const Wait& w) const {
     if (w.previous_step && (!frame || frame->iteration == 0)) return;
+    if (w.unless_by_part) {  // the launches wait for their own blocks of this landing instead
+      auto it = state.landed.find(w.unless_by_part->id);
+      if (it != state.landed.end() && it->second.wait_part) return;
+    }
     if (!streams) return;  // one stream, or the CPU: every node runs in order, nothing to wait for
     // marked on the waiting stream before and after the wait: the span is the time it idled
     int stream = frame ? frame->stream(w.stream) : w.stream;
@@ -347,7 +365,14 @@ struct Executable::NodeRunner {
         for (size_t k = 0; k < frame->loop->values.size(); ++k)
           if (const ChunkedValue& v = frame->loop->values[k]; v.landing >= 0 && v.own)
             state.values[v.own->id] = frame->landing_sum_chunk(k);
+      if (c.part_events >= 0)
+        state.send_part_ready = [this, &c](int p) {
+          int n = frame->loop->parts, j = ((p - frame->rank) % n + n) % n;
+          ALLOY_CHECK(j > 0, "a wait for the own part's GEMM before a send");
+          if (streams) streams->wait(frame->stream(c.stream), c.part_events + j - 1);
+        };
       span(c.stream, kind, name, [&] { x.segments.at(size_t(c.segment))->run_chunk(state, c.phase); });
+      state.send_part_ready = nullptr;
     });
   }
 

@@ -38,15 +38,21 @@ struct RunState {
   // rank's block of the chunk can be read; a reduce-scatter's (by its partial sums' id), what the
   // own block's GEMM adds (a part per other rank where they land in place, else their one sum);
   // and what gives those places back to the collective (the Release node runs it on its stream,
-  // behind the GEMMs that read them, and forgets the entry).
+  // behind the GEMMs that read them, and forgets the entry); where the collective's parts arrive
+  // one by one (Communicator::waits_by_part), what makes the current stream wait for one part
+  // (a launch reading block q waits for it alone; Wait::unless_by_part skips the whole chunk's).
   struct LandedChunk {
     std::vector<Tensor> parts;
     std::function<void()> release;
+    std::function<void(int part)> wait_part;
   };
   std::map<int, LandedChunk> landed;
   // Buffers a loop allocated for itself (a ring's scratch blocks, a landing's sum), kept to the end of the run:
   // other streams use them, and the run's stream joins those before the run ends.
   std::vector<Tensor> scratch;
+  // During a Communicate `send` with part_events: enqueues on the current stream (the send's) a
+  // wait for the GEMM of the part bound for team rank p (nothing where the run has one stream).
+  std::function<void(int p)> send_part_ready;
   // A traced run (host_ir/trace.h): a span for each node that enqueues work. Null: nothing is marked.
   TraceRecorder* trace = nullptr;
   // What the run checks once its last node is enqueued (every stream joined into the run's), in

@@ -264,7 +264,8 @@ class Rewriter {
       loop.body.push_back(Launch{m, kIterationStream, 0, true});
       loop.body.push_back(Communicate{c, comm, landed ? ChunkPhase::land : ChunkPhase::whole});
       loop.body.push_back(Record{comm, event});
-      loop.body.push_back(Wait{kIterationStream, event});
+      // (where the blocks land one by one, each launch waits for its own: the nearest first)
+      loop.body.push_back(Wait{kIterationStream, event, false, landed ? op.outputs[0] : nullptr});
       for (int j = 1; j < parts; ++j) loop.body.push_back(Launch{m, kIterationStream, -j, true});
       // the chunks' places (a peer's next-but-one chunk overwrites them) once those GEMMs are done
       if (landed) loop.body.push_back(Release{kIterationStream, op.outputs[0]});
@@ -273,12 +274,17 @@ class Rewriter {
       // done; the own block's GEMM waits for the other ranks' parts of it and adds them as it
       // writes the output (cuBLASLt's C: no add kernel waiting for SMs behind the GEMMs), then
       // gives their places back. While it waits, the pool's other stream runs chunk i + 1's GEMMs.
+      // Each part may go as soon as its own GEMM is done (events `event` on, one a part: the
+      // communicator waits for each before its transfer where it sends part by part, else for all).
+      const int made = event;
+      p_.events += std::max(parts - 2, 0);
       int arrived = p_.events++;
       Value* partial = op.inputs[0];
-      for (int j = 1; j < parts; ++j) loop.body.push_back(Launch{m, kIterationStream, j, true});
-      loop.body.push_back(Record{kIterationStream, event});
-      loop.body.push_back(Wait{comm, event});
-      loop.body.push_back(Communicate{c, comm, ChunkPhase::send});
+      for (int j = 1; j < parts; ++j) {
+        loop.body.push_back(Launch{m, kIterationStream, j, true});
+        loop.body.push_back(Record{kIterationStream, made + j - 1});
+      }
+      loop.body.push_back(Communicate{c, comm, ChunkPhase::send, made});
       loop.body.push_back(Communicate{c, comm, ChunkPhase::land});
       loop.body.push_back(Record{comm, arrived});
       loop.body.push_back(Wait{kIterationStream, arrived});

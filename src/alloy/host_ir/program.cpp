@@ -110,11 +110,16 @@ void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& no
       os << indent << "Record event " << r->event << " on stream " << stream_str(r->stream, loop) << "\n";
     } else if (auto* w = std::get_if<Wait>(&node)) {
       os << indent << "Stream " << stream_str(w->stream, loop) << " waits for event " << w->event
-         << (w->previous_step ? " of step s - 1 (none in step 0)" : "") << "\n";
+         << (w->previous_step ? " of step s - 1 (none in step 0)" : "")
+         << (w->unless_by_part ? ", unless the launches wait for their own blocks of " + w->unless_by_part->name + " as they land" : "")
+         << "\n";
     } else if (auto* c = std::get_if<Communicate>(&node)) {
       os << indent << communication_str(p.segmentation.segments.at(c->segment));
       const bool gathered = p.segmentation.segments.at(c->segment).ops.at(0)->kind == OpKind::all_gather;
-      if (loop) os << (c->phase == ChunkPhase::send     ? " (chunk i: send the parts of the other ranks)"
+      if (loop) os << (c->phase == ChunkPhase::send && c->part_events >= 0
+                           ? " (chunk i: send the parts of the other ranks, that of rank (r + j) mod n once event " +
+                                 std::to_string(c->part_events) + " + j - 1 is reached)"
+                       : c->phase == ChunkPhase::send   ? " (chunk i: send the parts of the other ranks)"
                        : c->phase == ChunkPhase::finish ? " (chunk i: finish this rank's part)"
                        : c->phase == ChunkPhase::land   ? (gathered ? " (chunk i, read where it lands)"
                                                                     : " (chunk i: the other ranks' parts of this rank's, left where they land)")

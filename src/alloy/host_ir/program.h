@@ -60,6 +60,10 @@ struct Wait {
   int stream;
   int event;
   bool previous_step = false;
+  // A landed value (in a loop) whose blocks the launches may wait for one by one
+  // (RunState::LandedChunk::wait_part, where its collective's parts arrive one by one): then this
+  // wait, for the whole landing, is skipped.
+  Value* unless_by_part = nullptr;
 };
 
 // Which form of a chunked collective a Communicate node runs. Which half of a reduce-scatter
@@ -79,6 +83,10 @@ struct Communicate {
   int segment;
   int stream = 0;
   ChunkPhase phase = ChunkPhase::whole;
+  // A `send` whose parts' GEMMs each recorded an event: the part of rank (r + j) mod n that of
+  // event part_events + j - 1. The part goes once its event is reached, where the communicator
+  // sends part by part (Communicator::reduce_scatter_parts_send_when_ready), else once all are.
+  int part_events = -1;
 };
 
 // One step of a ring loop (on `stream`): sends this step's `send` to the next rank of the team

@@ -44,6 +44,8 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
     const Tensor& out = state.at(op_.outputs[0]);
     if (op_.kind == OpKind::all_gather) return comm.all_gather_into_parts(device_.contiguous(in), out);
     if (op_.kind == OpKind::reduce_scatter) {
+      if (phase == host_ir::ChunkPhase::send && state.send_part_ready)
+        return comm.reduce_scatter_parts_send_when_ready(in, reduce_of(op_), state.send_part_ready);
       if (phase == host_ir::ChunkPhase::send) return comm.reduce_scatter_parts_send(in, reduce_of(op_));
       if (phase == host_ir::ChunkPhase::finish) return comm.reduce_scatter_parts_finish(in, out, reduce_of(op_));
       return comm.reduce_scatter_parts(in, out, reduce_of(op_));
@@ -147,7 +149,10 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
     LandedParts landed = comm.all_gather_landed(device_.contiguous(in), parts);
     ALLOY_CHECK(landed.parts.size() == size_t(comm.size()), comm.name(), ": all_gather_landed returned ", landed.parts.size(), " parts");
     std::vector<Tensor> views = landed.parts;
-    state.landed[op_.outputs[0]->id] = {std::move(views), [&comm, landed = std::move(landed)] { comm.release_landed(landed); }};
+    std::function<void(int)> wait_part;
+    if (comm.waits_by_part()) wait_part = [&comm, landed](int part) { comm.wait_landed_part(landed, part); };
+    state.landed[op_.outputs[0]->id] = {std::move(views), [&comm, landed = std::move(landed)] { comm.release_landed(landed); },
+                                        std::move(wait_part)};
   }
 
   // A sum reduce-scatter's other ranks' parts of this rank's chunk (`in`: the parts view of the

@@ -65,6 +65,10 @@ void Communicator::release_landed(const LandedParts& landed) {
   ALLOY_CHECK(landed.call == 0, name(), ": a landing to give back, but this communicator copies the chunks");
 }
 
+void Communicator::wait_landed_part(const LandedParts&, int part) {
+  internal_error(name(), ": a wait for landed part ", part, " alone, but this communicator's parts land together");
+}
+
 void Communicator::send_recv(const Tensor& in, int to, const Tensor& out, int from) {
   if (to == rank() && from == rank()) {  // a ring of one (nothing else can pair with itself)
     ALLOY_CHECK(in.device().kind == DeviceKind::cpu && in.is_contiguous() && out.is_contiguous(), name(), ": send_recv to itself of ", in.str());
@@ -93,6 +97,11 @@ void Communicator::reduce_scatter_parts_finish(const Tensor& parts, const Tensor
               ": reduce_scatter_parts_finish of ", out.str());
   if (own.data() != out.data()) std::memcpy(own.data(), out.data(), size_t(out.numel()) * size_t(dtype_size(out.dtype())));
   reduce_scatter_parts(parts, out, op);
+}
+
+void Communicator::reduce_scatter_parts_send_when_ready(const Tensor& parts, PartialReduce op, const std::function<void(int)>& ready) {
+  for (int j = 1; j < size(); ++j) ready((rank() + j) % size());
+  reduce_scatter_parts_send(parts, op);
 }
 
 std::shared_ptr<Communicator> communicator_for(const std::vector<int64_t>& mesh, Device device,

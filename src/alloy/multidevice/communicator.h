@@ -116,6 +116,11 @@ class Communicator : public host_ir::Team {
   // is not read: the loop computed it into `out`). Called in that order, once each, with the
   // same parts. The defaults: nothing, then `out` copied into part rank() and reduce_scatter_parts.
   virtual void reduce_scatter_parts_send(const Tensor& parts, PartialReduce op);
+  // reduce_scatter_parts_send where each part is made by a GEMM of its own: `ready(p)` enqueues on
+  // the current stream a wait for part p's. A communicator that sends part by part (the copy
+  // engines) calls it just before part p's transfer, so the first part made moves while the next
+  // are computed; the default calls it for every other rank's part, then sends them all.
+  virtual void reduce_scatter_parts_send_when_ready(const Tensor& parts, PartialReduce op, const std::function<void(int)>& ready);
   virtual void reduce_scatter_parts_finish(const Tensor& parts, const Tensor& out, PartialReduce op);
 
   // The chunked all-gather of a loop whose gathered value nothing but the loop's GEMMs reads
@@ -129,6 +134,13 @@ class Communicator : public host_ir::Team {
   virtual bool lands_in_place() const { return false; }
   virtual LandedParts all_gather_landed(const Tensor& in, const Tensor& parts);
   virtual void release_landed(const LandedParts& landed);
+  // Where the parts of a landing arrive one after another (the copy engines: a peer's push at a
+  // time, the nearest first), a reader may wait for its own part alone: wait_landed_part enqueues
+  // on the current stream a wait until part `part` of `landed` has arrived, so the GEMM of the
+  // first part to land starts before the last one is there. Without it (the default), the
+  // landing's stream, past every arrival, is what a reader waits for.
+  virtual bool waits_by_part() const { return false; }
+  virtual void wait_landed_part(const LandedParts& landed, int part);
 
   // The landed form of a sum reduce-scatter's finish (ChunkPhase::land; after
   // reduce_scatter_parts_send of the same parts, in its place of reduce_scatter_parts_finish):

@@ -45,6 +45,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <thread>
 #endif
 
@@ -192,6 +193,16 @@ class CopyEngineCommunicator final : public Communicator {
     return landed;
   }
 
+  // Part q of a landing: its sender's push of that epoch arrived (the flag the landing's stream
+  // waited for too; a stream memory operation, no SM).
+  bool waits_by_part() const override { return true; }
+  void wait_landed_part(const LandedParts& landed, int q) override {
+    ALLOY_CHECK(landed.call != 0 && landed.call == landed_ && q >= 0 && q < size() && q != rank(), name(), ": a wait for part ", q,
+                " of landing ", landed.call, " (held: ", landed_, ")");
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    arrive(q, uint32_t(landed.call), reinterpret_cast<cudaStream_t>(runtime_.current_stream(device_)));
+  }
+
   // The slots of the landed epoch freed for their senders, on the current stream (the last
   // reader's), outside the calls' order.
   void release_landed(const LandedParts& landed) override {
@@ -235,17 +246,12 @@ class CopyEngineCommunicator final : public Communicator {
   // Every part but this rank's pushed to its owner.
   void reduce_scatter_parts_send(const Tensor& parts, PartialReduce op) override {
     if (op != PartialReduce::sum) return;  // max and min: NCCL's, whole, in finish
-    const size_t bytes = bytes_of(part_of(parts, 0));
-    Calls call(*this, bytes);
-    for (int j = 1; j < size(); ++j) {
-      int p = (rank() + j) % size();
-      Tensor part = part_of(parts, p);
-      ALLOY_CHECK(part.is_contiguous(), name(), ": reduce_scatter part ", p, " of ", parts.str(), " is not contiguous");
-      push(p, part.data(), bytes, call.epoch, call.fresh_slots, call.stream);
-    }
-    sent_ = call.epoch;
-    sent_call_ = call.number;
-    sending_ = true;
+    send_parts(parts, nullptr);
+  }
+  // The same, each part pushed once its GEMM is done (the next rank's first: its GEMM ran first).
+  void reduce_scatter_parts_send_when_ready(const Tensor& parts, PartialReduce op, const std::function<void(int)>& ready) override {
+    if (op != PartialReduce::sum) return Communicator::reduce_scatter_parts_send_when_ready(parts, op, ready);
+    send_parts(parts, &ready);
   }
 
   // The peers' parts for this rank left in its slots (the stream past their arrival, the nearest
@@ -349,6 +355,23 @@ class CopyEngineCommunicator final : public Communicator {
         CUDA_SUCCESS)
       internal_error("copy engines: cuStreamWriteValue32 failed");
   }
+  // A reduce-scatter's parts for the other ranks pushed to them (the next rank's first), each
+  // after `ready` (where given) of it.
+  void send_parts(const Tensor& parts, const std::function<void(int)>* ready) {
+    const size_t bytes = bytes_of(part_of(parts, 0));
+    Calls call(*this, bytes);
+    for (int j = 1; j < size(); ++j) {
+      int p = (rank() + j) % size();
+      Tensor part = part_of(parts, p);
+      ALLOY_CHECK(part.is_contiguous(), name(), ": reduce_scatter part ", p, " of ", parts.str(), " is not contiguous");
+      if (ready) (*ready)(p);
+      push(p, part.data(), bytes, call.epoch, call.fresh_slots, call.stream);
+    }
+    sent_ = call.epoch;
+    sent_call_ = call.number;
+    sending_ = true;
+  }
+
   // `bytes` at `src` into peer p's slot for this rank, once p has read that slot's previous epoch.
   void push(int p, const void* src, size_t bytes, uint32_t e, bool fresh_slots, cudaStream_t s) {
     if (!fresh_slots) wait_flag(flags_ + freed_word(e, p), e - 2, s);
