@@ -258,7 +258,7 @@ TEST(PipelinedProgram, AllGatherGemm_GatheredOnlyByTheGemm_ReadsEachChunkWhereIt
     Launch segment 1 [cpu_reference] (x__gathered, w) -> (h) on chunk i of its own block on stream (2 + i % 2)
     Communicate segment 0: all_gather(axis=0) x: f32[4, 16] -> x__gathered: f32[8, 16], team @mesh[0, 1], sends 256 bytes (chunk i, read where it lands) on stream 1
     Record event 1 on stream 1
-    Stream (2 + i % 2) waits for event 1, unless the launches wait for their own blocks of x__gathered as they land
+    Stream (2 + i % 2) waits for event 1, unless the launches wait for each part of x__gathered they read as it lands
     Launch segment 1 [cpu_reference] (x__gathered, w) -> (h) on chunk i of block (rank - 1) mod 2 on stream (2 + i % 2)
     Release chunk i of x__gathered to its collective (nothing below reads where it landed) on stream (2 + i % 2)
   Record event 2 on stream 1
@@ -312,6 +312,7 @@ TEST(PipelinedProgram, GemmReduceScatter_TheOwnGemmAddsTheOtherRanksPartsWhereTh
     EXPECT_EQ(send->stream, land->stream);
     EXPECT_EQ(landed->stream, land->stream);
     EXPECT_EQ(gemm_waits->event, landed->event);
+    EXPECT_EQ(gemm_waits->unless_by_part, partial.value) << "skipped where the own GEMM waits for each part as it reads it";
     EXPECT_EQ(gemm_waits->stream, host_ir::kIterationStream);
     EXPECT_EQ(own->part, 0);
     EXPECT_TRUE(own->relative);
@@ -342,7 +343,7 @@ TEST(PipelinedProgram, GemmReduceScatter_TheOwnGemmAddsTheOtherRanksPartsWhereTh
     Communicate segment 2: reduce_scatter(axis=0, reduce="sum") y__computed: f32[8, 16] -> y: f32[4, 16], team @mesh[0, 1], sends 512 bytes (chunk i: send the parts of the other ranks, that of rank (r + j) mod n once event 1 + j - 1 is reached) on stream 1
     Communicate segment 2: reduce_scatter(axis=0, reduce="sum") y__computed: f32[8, 16] -> y: f32[4, 16], team @mesh[0, 1], sends 512 bytes (chunk i: the other ranks' parts of this rank's, left where they land) on stream 1
     Record event 2 on stream 1
-    Stream (2 + i % 2) waits for event 2
+    Stream (2 + i % 2) waits for event 2, unless the launches wait for each part of y__computed they read as it lands
     Launch segment 1 [cpu_reference] (x, w, b__share) -> (y__computed) on chunk i of its own block, adding the other ranks' parts of y__computed where they landed (added after it) on stream (2 + i % 2)
     Release chunk i of y__computed to its collective (nothing below reads where it landed) on stream (2 + i % 2)
   Record event 3 on stream 1

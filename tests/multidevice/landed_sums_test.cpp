@@ -79,7 +79,7 @@ class ScatterTeam final : public testing::UnusedCollectives {
     EXPECT_FALSE(sum.defined()) << "a team that lands in place is handed no chunk to sum into";
     const uint64_t call = landings_.land("a landing");
     staging_ = peer_part(parts);
-    multidevice::LandedParts landed{{staging_}, call};
+    multidevice::LandedParts landed{{staging_}, call, {1 - rank()}};
     // at call `bad_call`, a part of the wrong width: the GEMM that adds it fails
     if (call == landings_.bad_call) landed.parts[0] = Tensor::empty(DType::f32, {staging_.size(0), kOut + 1});
     return landed;
@@ -87,6 +87,12 @@ class ScatterTeam final : public testing::UnusedCollectives {
   void release_landed(const multidevice::LandedParts& landed) override {
     if (!lands_) return Communicator::release_landed(landed);
     landings_.release(landed, staging_);
+  }
+  // Where it lands in place, the own GEMM waits for each part just before it reads it: logged.
+  bool waits_by_part() const override { return lands_; }
+  void wait_landed_part(const multidevice::LandedParts& landed, int part) override {
+    EXPECT_TRUE(lands_);
+    landings_.log += "wait " + std::to_string(landed.call) + " part " + std::to_string(part) + "; ";
   }
 
   testing::Landings landings_;
@@ -177,7 +183,8 @@ TEST(LandedSums, TheOwnGemmAddsThePeersPartsWhereTheyLanded_AndReleasesThemAfter
       EXPECT_TRUE(testing::tensors_close(y, reference(in.x, in.w, in.b, rank))) << program;
       std::string expected;
       for (int i = 1; i <= chunks; ++i)
-        expected += "send part " + std::to_string(1 - rank) + "; land " + std::to_string(i) + "; release " + std::to_string(i) + "; ";
+        expected += "send part " + std::to_string(1 - rank) + "; land " + std::to_string(i) + "; wait " + std::to_string(i) + " part 0; release " +
+                    std::to_string(i) + "; ";
       EXPECT_EQ(team.landings_.log, expected);
       EXPECT_NE(program.find("send the parts of the other ranks, that of rank (r + j) mod n once event"), std::string::npos) << program;
     }
@@ -202,10 +209,10 @@ TEST(LandedSums, ARunCutShortAfterALanding_ReleasesIt) {
   ScatterTeam team(0, partial_sums(in.x, in.w, in.b, 1), /*lands=*/true);
   team.landings_.bad_call = 2;
   EXPECT_ANY_THROW(run_rank(team, in, 3));
-  EXPECT_EQ(team.landings_.log, "send part 1; land 1; release 1; send part 1; land 2; release 2; ");
+  EXPECT_EQ(team.landings_.log, "send part 1; land 1; wait 1 part 0; release 1; send part 1; land 2; wait 2 part 0; release 2; ");
   team.landings_.log.clear();
   EXPECT_TRUE(testing::tensors_close(run_rank(team, in, 2), reference(in.x, in.w, in.b, 0)));
-  EXPECT_EQ(team.landings_.log, "send part 1; land 3; release 3; send part 1; land 4; release 4; ");
+  EXPECT_EQ(team.landings_.log, "send part 1; land 3; wait 3 part 0; release 3; send part 1; land 4; wait 4 part 0; release 4; ");
 }
 
 // The default form, called directly: reduced into the caller's chunk, which is the one part;

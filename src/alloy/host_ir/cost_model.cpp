@@ -79,11 +79,13 @@ namespace {
 //   GEMM -> reduce-scatter: chunk i is [others, own]; the others' partial sums are sent when their
 //     launch ends (after the link's previous transfer) and land c later; the own launch adds what
 //     landed (cuBLASLt's C, or the copying communicators' sum), so it waits for the landing. By
-//     the copy engines, each block's part is sent when its own launch ends (c / arrivals each).
+//     the copy engines, each block's part is sent when its own launch ends (c / arrivals each),
+//     and the own launch waits for the first to land (its C), adding each later one once landed.
 constexpr int kPoolStreams = 2;
 
 double pool_timeline(bool gather, int chunks, double own, double others, double comm, int arrivals) {
   std::vector<double> landed(size_t(chunks), std::numeric_limits<double>::infinity());
+  std::vector<double> first_landed = landed;  // a reduce-scatter's first part (the own launch's C)
   if (gather) {
     // the others' launch may start once each block's launch finds its block landed
     double first = 0;
@@ -100,7 +102,8 @@ double pool_timeline(bool gather, int chunks, double own, double others, double 
       int chunk = p + kPoolStreams * (next[size_t(p)] / 2);
       if (chunk >= chunks) continue;
       bool second = next[size_t(p)] % 2 == 1;   // the launch that waits for the link
-      double ready = std::max(stream_free[size_t(p)], second ? landed[size_t(chunk)] : 0.0);
+      double waits_for = gather ? landed[size_t(chunk)] : first_landed[size_t(chunk)];
+      double ready = std::max(stream_free[size_t(p)], second ? waits_for : 0.0);
       if (pick < 0 || ready < pick_ready) pick = p, pick_ready = ready;
     }
     int chunk = pick + kPoolStreams * (next[size_t(pick)] / 2);
@@ -108,13 +111,18 @@ double pool_timeline(bool gather, int chunks, double own, double others, double 
     double work = gather == second ? others : own;
     double end = std::max(device_free, pick_ready) + work;
     device_free = stream_free[size_t(pick)] = end;
+    // the own launch adds the later parts as they land (its stream, not the device, waits)
+    if (!gather && second) stream_free[size_t(pick)] = std::max(end, landed[size_t(chunk)]);
     ++next[size_t(pick)];
     if (!gather && !second) {  // each block's part sent once its launch ends (one by one where `arrivals` > 1)
-      for (int j = 1; j <= arrivals; ++j) link_free = std::max(link_free, end - work + j * work / arrivals) + comm / arrivals;
+      for (int j = 1; j <= arrivals; ++j) {
+        link_free = std::max(link_free, end - work + j * work / arrivals) + comm / arrivals;
+        if (j == 1) first_landed[size_t(chunk)] = link_free;
+      }
       landed[size_t(chunk)] = link_free;
     }
   }
-  return device_free;
+  return std::max(device_free, *std::max_element(stream_free.begin(), stream_free.end()));
 }
 
 }  // namespace

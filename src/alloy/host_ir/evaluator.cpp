@@ -31,9 +31,13 @@ std::vector<int64_t> RunState::concrete_shape(const Value* v) const {
 void SegmentExecutable::run_chunk(RunState&, ChunkPhase) { internal_error("this segment cannot run inside a chunked loop"); }
 bool SegmentExecutable::lands_in_place(const RunState&) const { return false; }
 
-void SegmentExecutable::run_accumulating(RunState& state, const Value* into, const std::vector<Tensor>& addends, const DeviceRuntime& device) {
+void SegmentExecutable::run_accumulating(RunState& state, const Value* into, const std::vector<Tensor>& addends, const DeviceRuntime& device,
+                                         const std::function<void(size_t)>& ready) {
   run(state);
-  for (const Tensor& addend : addends) device.accumulate(state.at(into), addend);
+  for (size_t i = 0; i < addends.size(); ++i) {
+    if (ready) ready(i);
+    device.accumulate(state.at(into), addends[i]);
+  }
 }
 
 Tensor DeviceRuntime::allocate(DType dtype, const std::vector<int64_t>& sizes, const RunState& state) const {
@@ -280,8 +284,12 @@ struct Executable::NodeRunner {
     auto it = state.landed.find(l.adds->id);
     if (it == state.landed.end()) internal_error("'", l.adds->name, "' is added before its other ranks' parts landed (or after its Release)");
     ALLOY_CHECK(s.outputs.size() == 1, "a launch that adds landed parts writes one output, not ", s.outputs.size());
+    // where the parts land one by one, each is waited for just before it is read (the Wait for
+    // the whole landing was skipped)
+    std::function<void(size_t)> ready;
+    if (it->second.wait_part) ready = [&wait = it->second.wait_part](size_t i) { wait(int(i)); };
     span(l.stream, SpanKind::compute, [&] { return launch_name(s) + place(part_of(l)) + " + landed"; },
-         [&] { segment.run_accumulating(state, s.outputs[0], it->second.parts, *x.device); });
+         [&] { segment.run_accumulating(state, s.outputs[0], it->second.parts, *x.device, ready); });
   }
 
   void operator()(const Launch& l) const {

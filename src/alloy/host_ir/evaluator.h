@@ -84,7 +84,10 @@ class SegmentExecutable {
   // ranks' partial sums where they landed (Launch::adds). The default runs, then adds each addend
   // on the current stream (`device`'s accumulate): the CPU, generated kernels, a GEMM cuBLASLt
   // refuses. The cuBLASLt matmul takes the first as its C (beta = 1) and adds the rest so.
-  virtual void run_accumulating(RunState& state, const Value* into, const std::vector<Tensor>& addends, const DeviceRuntime& device);
+  // `ready(i)` (where given) enqueues on the current stream a wait for addends[i], called before
+  // the first read of it (the parts of a landing that arrive one by one).
+  virtual void run_accumulating(RunState& state, const Value* into, const std::vector<Tensor>& addends, const DeviceRuntime& device,
+                                const std::function<void(size_t)>& ready);
   // The generated source, for `--dump cuda`; empty where there is none.
   virtual std::string source() const { return {}; }
 };

@@ -287,7 +287,9 @@ class Rewriter {
       loop.body.push_back(Communicate{c, comm, ChunkPhase::send, made});
       loop.body.push_back(Communicate{c, comm, ChunkPhase::land});
       loop.body.push_back(Record{comm, arrived});
-      loop.body.push_back(Wait{kIterationStream, arrived});
+      // (where the parts land one by one, the own GEMM waits for each just before it reads it:
+      // the nearest rank's, its C, first)
+      loop.body.push_back(Wait{kIterationStream, arrived, false, partial});
       loop.body.push_back(Launch{m, kIterationStream, 0, true, partial});
       loop.body.push_back(Release{kIterationStream, partial});
     } else {

@@ -111,7 +111,7 @@ void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& no
     } else if (auto* w = std::get_if<Wait>(&node)) {
       os << indent << "Stream " << stream_str(w->stream, loop) << " waits for event " << w->event
          << (w->previous_step ? " of step s - 1 (none in step 0)" : "")
-         << (w->unless_by_part ? ", unless the launches wait for their own blocks of " + w->unless_by_part->name + " as they land" : "")
+         << (w->unless_by_part ? ", unless the launches wait for each part of " + w->unless_by_part->name + " they read as it lands" : "")
          << "\n";
     } else if (auto* c = std::get_if<Communicate>(&node)) {
       os << indent << communication_str(p.segmentation.segments.at(c->segment));

@@ -149,8 +149,7 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
     LandedParts landed = comm.all_gather_landed(device_.contiguous(in), parts);
     ALLOY_CHECK(landed.parts.size() == size_t(comm.size()), comm.name(), ": all_gather_landed returned ", landed.parts.size(), " parts");
     std::vector<Tensor> views = landed.parts;
-    std::function<void(int)> wait_part;
-    if (comm.waits_by_part()) wait_part = [&comm, landed](int part) { comm.wait_landed_part(landed, part); };
+    std::function<void(int)> wait_part = part_waits(comm, landed);
     state.landed[op_.outputs[0]->id] = {std::move(views), [&comm, landed = std::move(landed)] { comm.release_landed(landed); },
                                         std::move(wait_part)};
   }
@@ -166,7 +165,16 @@ class CommunicationSegment final : public host_ir::SegmentExecutable {
                 ", which reduces, without a chunk to sum into");
     LandedParts landed = comm.reduce_scatter_parts_landed(in, sum);
     std::vector<Tensor> addends = landed.parts;
-    state.landed[op_.inputs[0]->id] = {std::move(addends), [&comm, landed = std::move(landed)] { comm.release_landed(landed); }};
+    std::function<void(int)> wait_part = part_waits(comm, landed);
+    state.landed[op_.inputs[0]->id] = {std::move(addends), [&comm, landed = std::move(landed)] { comm.release_landed(landed); },
+                                       std::move(wait_part)};
+  }
+
+  // A landing whose parts a reader may wait for one by one (RunState::LandedChunk::wait_part);
+  // none where they land together, or nothing landed to wait for.
+  static std::function<void(int)> part_waits(Communicator& comm, const LandedParts& landed) {
+    if (!comm.waits_by_part() || landed.call == 0) return {};
+    return [&comm, landed](int part) { comm.wait_landed_part(landed, part); };
   }
 
   // Every team a run holds is a communicator (the executor's, from communicator_for).

@@ -58,7 +58,7 @@ LandedParts Communicator::all_gather_landed(const Tensor& in, const Tensor& part
 LandedParts Communicator::reduce_scatter_parts_landed(const Tensor& parts, const Tensor& sum) {
   ALLOY_CHECK(sum.defined(), name(), ": reduce_scatter_parts_landed without a buffer to sum into");
   reduce_scatter_parts(parts, sum, PartialReduce::sum);
-  return LandedParts{{sum}, 0};
+  return LandedParts{{sum}, 0, {}};
 }
 
 void Communicator::release_landed(const LandedParts& landed) {

@@ -31,10 +31,12 @@ namespace alloy::multidevice {
 // is team rank r's, on this device; or what a reduce-scatter's landing leaves to add to this
 // rank's part (reduce_scatter_parts_landed: a part per other rank, or their one sum). `call`
 // names the landing to give back with release_landed (0: nothing to give back, the parts are
-// views of the caller's buffers).
+// views of the caller's buffers). Where the parts arrive one by one (Communicator::waits_by_part),
+// `sources[i]` is the team rank parts[i] came from (this rank's own: nothing to wait for).
 struct LandedParts {
   std::vector<Tensor> parts;
   uint64_t call = 0;
+  std::vector<int> sources;
 };
 
 struct ProcessInfo {
@@ -136,9 +138,10 @@ class Communicator : public host_ir::Team {
   virtual void release_landed(const LandedParts& landed);
   // Where the parts of a landing arrive one after another (the copy engines: a peer's push at a
   // time, the nearest first), a reader may wait for its own part alone: wait_landed_part enqueues
-  // on the current stream a wait until part `part` of `landed` has arrived, so the GEMM of the
-  // first part to land starts before the last one is there. Without it (the default), the
-  // landing's stream, past every arrival, is what a reader waits for.
+  // on the current stream a wait until landed.parts[part] has arrived, so the GEMM of the first
+  // part to land starts before the last one is there (an all-gather's: the part of the rank a
+  // block's GEMM reads; a reduce-scatter's: each addend of the own GEMM as it is added). Without
+  // it (the default), the landing's stream, past every arrival, is what a reader waits for.
   virtual bool waits_by_part() const { return false; }
   virtual void wait_landed_part(const LandedParts& landed, int part);
 

@@ -178,8 +178,9 @@ class CopyEngineCommunicator final : public Communicator {
   // device: part rank() is `in`, and `parts` is not used.
   LandedParts all_gather_landed(const Tensor& in, const Tensor&) override {
     const size_t bytes = bytes_of(in);
-    LandedParts landed{std::vector<Tensor>(size_t(size()), in), 0};
+    LandedParts landed{std::vector<Tensor>(size_t(size()), in), 0, {}};
     if (bytes == 0) return landed;  // empty chunks (a rank without rows): nothing to move or hold
+    for (int q = 0; q < size(); ++q) landed.sources.push_back(q);
     Tensor packed = runtime_.contiguous(in);
     Calls call(*this, bytes);
     const uint32_t e = call.epoch;
@@ -196,9 +197,11 @@ class CopyEngineCommunicator final : public Communicator {
   // Part q of a landing: its sender's push of that epoch arrived (the flag the landing's stream
   // waited for too; a stream memory operation, no SM).
   bool waits_by_part() const override { return true; }
-  void wait_landed_part(const LandedParts& landed, int q) override {
-    ALLOY_CHECK(landed.call != 0 && landed.call == landed_ && q >= 0 && q < size() && q != rank(), name(), ": a wait for part ", q,
-                " of landing ", landed.call, " (held: ", landed_, ")");
+  void wait_landed_part(const LandedParts& landed, int part) override {
+    ALLOY_CHECK(landed.call != 0 && landed.call == landed_ && part >= 0 && size_t(part) < landed.sources.size(), name(),
+                ": a wait for part ", part, " of landing ", landed.call, " (held: ", landed_, ")");
+    const int q = landed.sources[size_t(part)];
+    if (q == rank()) return;  // this rank's own rows
     check(cudaSetDevice(device_), "cudaSetDevice");
     arrive(q, uint32_t(landed.call), reinterpret_cast<cudaStream_t>(runtime_.current_stream(device_)));
   }
@@ -269,6 +272,7 @@ class CopyEngineCommunicator final : public Communicator {
       int q = (rank() - j + size()) % size();
       arrive(q, e, call.stream);
       landed.parts.push_back(Tensor::borrow(slot(rank(), q, e), own.device(), own.dtype(), own.sizes(), contiguous_strides(own.sizes())));
+      landed.sources.push_back(q);
     }
     landed.call = landed_ = sent_call_;
     return landed;

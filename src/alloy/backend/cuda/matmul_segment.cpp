@@ -129,14 +129,20 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
   // to one bias), where the epilogue is at most a bias (an activation after C would apply to the
   // sum) and C can be read as D's matrix (D's dtype, rows of unit stride); every other addend,
   // and all of them where cuBLASLt refuses, added after it on the same stream.
+  // Each addend waited for (`ready`, where given) just before its first read: the first before
+  // the GEMM where it is C (again, harmlessly, where cuBLASLt then refused it).
   void run_accumulating(host_ir::RunState& state, const Value* into, const std::vector<Tensor>& addends,
-                        const host_ir::DeviceRuntime& device) override {
+                        const host_ir::DeviceRuntime& device, const std::function<void(size_t)>& ready) override {
     const Tensor* c = nullptr;
     if (!addends.empty() && into == match_->result && (kind_ == EpilogueKind::none || kind_ == EpilogueKind::bias) &&
         addends[0].dtype() == into->dtype() && addends[0].device() == state.device)
       c = &addends[0];
+    if (c && ready) ready(0);
     bool took_c = run_gemm(state, c);
-    for (size_t i = took_c ? 1 : 0; i < addends.size(); ++i) device.accumulate(state.at(into), addends[i]);
+    for (size_t i = took_c ? 1 : 0; i < addends.size(); ++i) {
+      if (ready) ready(i);
+      device.accumulate(state.at(into), addends[i]);
+    }
   }
 
   // What the last run launched (`--dump cuda` after a run): the cuBLASLt call, or the refusal and
