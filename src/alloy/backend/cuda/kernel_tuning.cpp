@@ -69,14 +69,16 @@ namespace {
 //   by default; 2 groups 94.8/70.5/78.6/63.9, 3 groups 94.9/69.1/165.9/66.6, 4 groups
 //   92.3/74.4/163.8/62.0 (a block of groups takes one block's registers an SM, so the grid holds as
 //   many threads as before; RMSNorm at 4096 columns in blocks of 768-1024 threads twice as slow).
-// - grid_loads_ahead false (issue 27, session 30): each step's loads issued a step ahead (var_mean
-//   over 4 rows of 25M computes 4 instructions an element against the grad norm's 2 and runs at 86%
-//   of copy against 93%: its steps' arithmetic may delay the next loads) are built, checked in the
-//   CPU emulation and compile for sm_90 without spills (62 registers), not yet timed
-//   (`scripts/gpu-ab grid` and `grid_welford`).
-// - inner_outer_staged_rows 0 (issue 27, session 30): rows ahead through shared memory are built,
-//   checked in the CPU emulation and compile for sm_90 without spills, not yet timed
-//   (`scripts/gpu-ab inner_outer_staged` times 1-4 rows).
+// - grid_loads_ahead false (issue 27, sessions 30-31; `scripts/gpu-ab grid` and `grid_welford`,
+//   H100): each step's loads issued a step ahead (var_mean computes 4 instructions an element
+//   against the grad norm's 2 and runs at 86% of copy against 93%) changed nothing: grad norm of
+//   1e8 bf16 / var_mean of 4x25M 71.5/76.9 us against 71.6-72.2/76.7-76.8 by default (at 3 blocks
+//   an SM 70.9/76.5); var_mean alone 77.3 against 76.7-77.0 (`bench/results/2026-11-27-NVIDIA_H200-x4-session31-notes.md`).
+// - inner_outer_staged_rows 0 (issue 27, sessions 30-31; `scripts/gpu-ab inner_outer_staged`, H100,
+//   the same four norm backwards as the row groups): rows ahead through shared memory by cp.async
+//   gave nothing over the registers' row ahead (90.9/71.7/79.5/66.8 us): 1-4 rows
+//   91.2-93.4/70.8-72.9/90.5-92.3/65.2-68.2 (RMSNorm at 4096 columns 14% slower), 3 rows with 2
+//   row groups 94.0/70.6/77.1/69.8, 3 rows at 8 blocks an SM 123/72.4/451/69.0.
 // - multi_tensor_threads 256, multi_tensor_chunk_vectors 2 (issue 27): GPT-2's AdamW step over 148
 //   tensors in one launch at 86% of copy bandwidth on an H100 (as torch._fused_adamw_), the one
 //   2^28 tensor step at 100%; `scripts/gpu-ab multi_tensor` times other chunks and blocks.
