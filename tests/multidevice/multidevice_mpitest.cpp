@@ -731,6 +731,59 @@ TEST(PipelinedFusions, LandedGemmReduceScatter_RunAfterRun_EqualsOffExactly) {
   }
 }
 
+// Issue 25, on GPUs: where the team's parts land one by one (the copy engines), a traced landed
+// all-gather -> GEMM loop shows each peer block's GEMM waiting for its own block ("wait for
+// x__gathered chunk i block q", one a peer block and chunk) and no compute stream waiting for a
+// whole chunk's event; where they land together (NCCL), no such wait and one chunk event a
+// chunk. Either way the values are off's.
+TEST(PipelinedFusions, TracedLandedGather_EachBlocksGemmWaitsForItsOwnBlockWhereTheyLandOneByOne) {
+  if (!on_gpu()) GTEST_SKIP() << "the landings' waits are stream waits: run where ALLOY_MPI_TEST_DEVICE=cuda (scripts/gpu-check)";
+#if ALLOY_HAVE_CUDA
+  const host_ir::DeviceRuntime& gpu = backend::device_runtime(DeviceKind::cuda);
+  ASSERT_TRUE(gpu.available()) << gpu.unavailable_reason();
+  const bool by_part =
+      multidevice::communicator_for(world_mesh(), Device{DeviceKind::cuda, process().local_rank % gpu.device_count()}, &gpu)->waits_by_part();
+  int n = process().size;
+  std::string m = world_mesh_text();
+  std::string text = "fusion f(x: f32[" + std::to_string(4 * n) + ", 8] " + m + " shard(axis=0), w: f32[" + std::to_string(4 * n) +
+                     ", 8] " + m + R"( shard(axis=0)) {
+    h = linear(x, w) )" + m + R"( shard(axis=1)
+    return h
+  })";
+  auto executor = [&](const char* pipeline) {
+    ExecutorOptions options{sharded_device()};
+    options.pipeline = pipeline;
+    return std::make_unique<FusionExecutor>(parse_fusion(text, "traced_landed.fusion"), options);
+  };
+  std::unique_ptr<FusionExecutor> off = executor("off"), chunked = executor("chunks=2");
+  auto in_shardings = off->input_shardings();
+  int team_rank = multidevice::team_rank_of(in_shardings[0]->mesh);
+  Tensor x = filled(DType::f32, {4 * n, 8}, [](int64_t i) { return double((i * 7) % 5) - 2; });
+  Tensor w = filled(DType::f32, {4 * n, 8}, [](int64_t i) { return double((i * 3) % 5) - 2; });
+  std::vector<Tensor> local = {multidevice::local_part(x, *in_shardings[0], team_rank, "input"),
+                               multidevice::local_part(w, *in_shardings[1], team_rank, "input")};
+  RunTrace trace;
+  RunOptions options;
+  options.trace = &trace;
+  Tensor expected = to_cpu(off->run(local).at(0)), h = to_cpu(chunked->run(local, options).at(0));
+  ASSERT_EQ(h.sizes(), expected.sizes());
+  EXPECT_EQ(std::memcmp(h.data(), expected.data(), size_t(h.numel()) * 4), 0);
+  ASSERT_EQ(int(trace.ranks.size()), n);
+  int part_waits = 0, chunk_waits = 0;
+  for (const host_ir::Span& span : trace.ranks[size_t(process().rank)].spans) {
+    if (span.track == host_ir::kHostTrack || span.kind != host_ir::SpanKind::wait) continue;
+    if (span.name.starts_with("wait for x__gathered chunk ")) {
+      ++part_waits;
+      EXPECT_EQ(span.name.find("block " + std::to_string(team_rank)), std::string::npos) << span.name << ": the own block waits for nothing";
+    } else if (span.name.find(" chunk ") != std::string::npos) {
+      ++chunk_waits;
+    }
+  }
+  EXPECT_EQ(part_waits, by_part ? 2 * (n - 1) : 0) << "by part: " << by_part;
+  EXPECT_EQ(chunk_waits, n > 1 && !by_part ? 2 : 0) << "by part: " << by_part << " (a mesh of one: no loop)";
+#endif
+}
+
 // ---- the cost model of --pipeline auto: measured once, cached, the same on every rank --------
 
 // A folder every rank names alike (rank 0 makes it and broadcasts its name).
