@@ -373,6 +373,11 @@ struct Executable::NodeRunner {
         for (size_t k = 0; k < frame->loop->values.size(); ++k)
           if (const ChunkedValue& v = frame->loop->values[k]; v.landing >= 0 && v.own)
             state.values[v.own->id] = frame->landing_sum_chunk(k);
+      // (forgotten when the node ends, an error included)
+      struct Forget {
+        std::function<void(int)>& ready;
+        ~Forget() { ready = nullptr; }
+      } forget{state.send_part_ready};
       if (c.part_events >= 0)
         state.send_part_ready = [this, &c](int p) {
           int n = frame->loop->parts, j = ((p - frame->rank) % n + n) % n;
@@ -380,7 +385,6 @@ struct Executable::NodeRunner {
           if (streams) streams->wait(frame->stream(c.stream), c.part_events + j - 1);
         };
       span(c.stream, kind, name, [&] { x.segments.at(size_t(c.segment))->run_chunk(state, c.phase); });
-      state.send_part_ready = nullptr;
     });
   }
 
