@@ -637,6 +637,26 @@ TEST(PipelinedFusions, ChunkedGemmAllReduce_OnIntegerValuedInputs_IsExactAndAdds
   }
 }
 
+// The all-gather -> GEMM pair over every rank whose gathered rows only the GEMM reads (a landed
+// loop where pipelined): x of `rows` rows a device, w of 4 a device, both of 8 columns.
+std::string landed_gather_text(int64_t rows) {
+  int n = process().size;
+  std::string m = world_mesh_text();
+  return "fusion f(x: f32[" + std::to_string(rows * n) + ", 8] " + m + " shard(axis=0), w: f32[" + std::to_string(4 * n) + ", 8] " + m +
+         R"( shard(axis=0)) {
+    h = linear(x, w) )" + m + R"( shard(axis=1)
+    return h
+  })";
+}
+
+// An executor of `text` on the ranks' devices under `pipeline`.
+std::unique_ptr<FusionExecutor> pipelined_executor(const std::string& text, const char* pipeline, bool poison_outputs) {
+  ExecutorOptions options{sharded_device()};
+  options.pipeline = pipeline;
+  options.poison_outputs = poison_outputs;
+  return std::make_unique<FusionExecutor>(parse_fusion(text, "pipelined.fusion"), options);
+}
+
 // Issue 25: an all-gather -> GEMM whose gathered rows only the GEMM reads runs its landed loop
 // (where the team has the copy engines, the other blocks' GEMMs read the peers' chunks in their
 // staging slots, each released after its GEMM; elsewhere the chunks are copied into the buffer).
@@ -645,18 +665,8 @@ TEST(PipelinedFusions, ChunkedGemmAllReduce_OnIntegerValuedInputs_IsExactAndAdds
 // row); integer-valued inputs, so every chunking equals off to the bit on every rank.
 TEST(PipelinedFusions, LandedGatherGemm_RunAfterRun_EqualsOffExactly) {
   int n = process().size;
-  std::string m = world_mesh_text();
-  std::string text = "fusion f(x: f32[" + std::to_string(5 * n) + ", 8] " + m + " shard(axis=0), w: f32[" + std::to_string(4 * n) +
-                     ", 8] " + m + R"( shard(axis=0)) {
-    h = linear(x, w) )" + m + R"( shard(axis=1)
-    return h
-  })";
-  auto executor = [&](const char* pipeline) {
-    ExecutorOptions options{sharded_device()};
-    options.pipeline = pipeline;
-    options.poison_outputs = true;
-    return std::make_unique<FusionExecutor>(parse_fusion(text, "landed.fusion"), options);
-  };
+  const std::string text = landed_gather_text(5);
+  auto executor = [&](const char* pipeline) { return pipelined_executor(text, pipeline, true); };
   std::unique_ptr<FusionExecutor> off = executor("off");
   auto in_shardings = off->input_shardings();
   int team_rank = multidevice::team_rank_of(in_shardings[0]->mesh);
@@ -694,12 +704,7 @@ TEST(PipelinedFusions, LandedGemmReduceScatter_RunAfterRun_EqualsOffExactly) {
     y = linear(x, w, b) )" + m + R"( shard(axis=0)
     return y
   })";
-  auto executor = [&](const char* pipeline) {
-    ExecutorOptions options{sharded_device()};
-    options.pipeline = pipeline;
-    options.poison_outputs = true;
-    return std::make_unique<FusionExecutor>(parse_fusion(text, "landed_sum.fusion"), options);
-  };
+  auto executor = [&](const char* pipeline) { return pipelined_executor(text, pipeline, true); };
   std::unique_ptr<FusionExecutor> off = executor("off");
   auto in_shardings = off->input_shardings();
   int team_rank = multidevice::team_rank_of(in_shardings[0]->mesh);
@@ -744,18 +749,8 @@ TEST(PipelinedFusions, TracedLandedGather_EachBlocksGemmWaitsForItsOwnBlockWhere
   const bool by_part =
       multidevice::communicator_for(world_mesh(), Device{DeviceKind::cuda, process().local_rank % gpu.device_count()}, &gpu)->waits_by_part();
   int n = process().size;
-  std::string m = world_mesh_text();
-  std::string text = "fusion f(x: f32[" + std::to_string(4 * n) + ", 8] " + m + " shard(axis=0), w: f32[" + std::to_string(4 * n) +
-                     ", 8] " + m + R"( shard(axis=0)) {
-    h = linear(x, w) )" + m + R"( shard(axis=1)
-    return h
-  })";
-  auto executor = [&](const char* pipeline) {
-    ExecutorOptions options{sharded_device()};
-    options.pipeline = pipeline;
-    return std::make_unique<FusionExecutor>(parse_fusion(text, "traced_landed.fusion"), options);
-  };
-  std::unique_ptr<FusionExecutor> off = executor("off"), chunked = executor("chunks=2");
+  const std::string text = landed_gather_text(4);
+  std::unique_ptr<FusionExecutor> off = pipelined_executor(text, "off", false), chunked = pipelined_executor(text, "chunks=2", false);
   auto in_shardings = off->input_shardings();
   int team_rank = multidevice::team_rank_of(in_shardings[0]->mesh);
   Tensor x = filled(DType::f32, {4 * n, 8}, [](int64_t i) { return double((i * 7) % 5) - 2; });

@@ -790,6 +790,12 @@ struct GridRun {
   std::vector<std::string> names, launches;
 };
 
+// Every output of `run` against the CPU reference's.
+void expect_outputs_match(const GridRun& run) {
+  for (size_t i = 0; i < run.expected.size(); ++i)
+    EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+}
+
 // `text` on inputs drawn as expect_emulation_matches_cpu draws them (the same on every call), on
 // 4 SMs, its kernels' blocks in order (0) or shuffled by `block_order`, under `tuning`, and the
 // CPU reference.
@@ -844,8 +850,7 @@ void expect_grid_reduction_matches_cpu(const std::string& text, const Bindings& 
     run_grid(text, sizes, f, given, 0, run);
     expect_one_grid_reduction(run, grid);
     ASSERT_EQ(run.outputs.size(), run.expected.size());
-    for (size_t i = 0; i < run.expected.size(); ++i)
-      EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+    expect_outputs_match(run);
   }
 }
 
@@ -928,12 +933,10 @@ TEST(EmulatedKernels, GridVarMeanMergingEveryFewSteps) {
     run_grid(far, {{"N", n}}, Flavour::default_choice, {x}, 0, run, tuning);
     ASSERT_EQ(run.launches.size(), 1u);
     EXPECT_NE(run.launches[0].find(mark), std::string::npos) << run.launches[0];
-    for (size_t i = 0; i < run.expected.size(); ++i)
-      EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+    expect_outputs_match(run);
     GridRun split;
     run_grid(rows, {{"R", 3}, {"N", 200001}}, Flavour::default_choice, {}, 0, split, tuning);
-    for (size_t i = 0; i < split.expected.size(); ++i)
-      EXPECT_TRUE(testing::tensors_close(split.outputs[i], split.expected[i])) << "output " << split.names[i];
+    expect_outputs_match(split);
     if (steps == 3) expect_the_same_bits_in_any_block_order(rows, {{"R", 3}, {"N", 200001}}, mark, tuning);
   }
 }
@@ -952,8 +955,7 @@ TEST(EmulatedKernels, GridReductionsLoadingAStepAhead) {
            0, run, tuning);
   ASSERT_EQ(run.launches.size(), 1u);
   EXPECT_NE(run.launches[0].find("_g_la_"), std::string::npos) << run.launches[0];
-  for (size_t i = 0; i < run.expected.size(); ++i)
-    EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+  expect_outputs_match(run);
   for (const char* type : {"f32", "bf16"}) {
     SCOPED_TRACE(type);
     const std::string rows = std::string("fusion f(x: ") + type + R"([R, N]) {
@@ -968,8 +970,7 @@ TEST(EmulatedKernels, GridReductionsLoadingAStepAhead) {
     run_grid(rows, {{"R", 3}, {"N", 100001}}, Flavour::default_choice, {}, 0, split, tuning);
     ASSERT_EQ(split.launches.size(), 1u);
     EXPECT_NE(split.launches[0].find("_la_"), std::string::npos) << split.launches[0];
-    for (size_t i = 0; i < split.expected.size(); ++i)
-      EXPECT_TRUE(testing::tensors_close(split.outputs[i], split.expected[i])) << "output " << split.names[i];
+    expect_outputs_match(split);
     if (std::string(type) == "bf16") expect_the_same_bits_in_any_block_order(rows, {{"R", 3}, {"N", 100001}}, "_la_", tuning);
   }
   tuning.grid_welford_steps = 4;
@@ -1037,8 +1038,7 @@ TEST(EmulatedKernels, InnerOuterNormalizationBackwardsOfOddSizes) {
           if (n <= 3) EXPECT_EQ(grid, n) << launch;
           else EXPECT_TRUE(grid > 1 && grid < n && n % grid != 0) << launch;
           ASSERT_EQ(run.outputs.size(), run.expected.size());
-          for (size_t i = 0; i < run.expected.size(); ++i)
-            EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+          expect_outputs_match(run);
         }
       }
 }
@@ -1080,8 +1080,7 @@ TEST(EmulatedKernels, InnerOuterCombineTreesOfOtherDepths) {
     EXPECT_NE(run.launches[0].find("_l" + std::to_string(levels) + "_"), std::string::npos) << run.launches[0];
     EXPECT_NE(run.launches[0].find(levels == 0 ? " grid 8" : " grid 40"), std::string::npos) << run.launches[0];
     ASSERT_EQ(run.outputs.size(), run.expected.size());
-    for (size_t i = 0; i < run.expected.size(); ++i)
-      EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+    expect_outputs_match(run);
     expect_the_same_bits_in_any_block_order(text, sizes, "_l" + std::to_string(levels) + "_", tuning);
   }
 }
@@ -1111,8 +1110,7 @@ TEST(EmulatedKernels, InnerOuterRowGroups) {
         const std::string mark = "_rg" + std::to_string(groups) + "_";
         EXPECT_NE(run.launches[0].find(mark), std::string::npos) << run.launches[0];
         ASSERT_EQ(run.outputs.size(), run.expected.size());
-        for (size_t i = 0; i < run.expected.size(); ++i)
-          EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+        expect_outputs_match(run);
         if (groups == 3) expect_the_same_bits_in_any_block_order(text, sizes, mark, tuning);
       }
   }
@@ -1125,8 +1123,7 @@ TEST(EmulatedKernels, InnerOuterRowGroups) {
   ASSERT_EQ(run.launches.size(), 1u);
   EXPECT_NE(run.launches[0].find("_rg3_"), std::string::npos) << run.launches[0];
   EXPECT_EQ(run.launches[0].find("_pf"), std::string::npos) << run.launches[0];
-  for (size_t i = 0; i < run.expected.size(); ++i)
-    EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+  expect_outputs_match(run);
 }
 
 // Rows ahead through shared memory (KernelVariant::staged_rows): each thread copies its vectors of
@@ -1161,8 +1158,7 @@ TEST(EmulatedKernels, InnerOuterStagedRows) {
     EXPECT_NE(run.launches[0].find(ahead), std::string::npos) << run.launches[0];
     EXPECT_NE(run.launches[0].find("_sr_"), std::string::npos) << run.launches[0];
     ASSERT_EQ(run.outputs.size(), run.expected.size());
-    for (size_t i = 0; i < run.expected.size(); ++i)
-      EXPECT_TRUE(testing::tensors_close(run.outputs[i], run.expected[i])) << "output " << run.names[i];
+    expect_outputs_match(run);
     if (c.staged == 3 && ln) expect_the_same_bits_in_any_block_order(text, sizes, "_sr_", tuning);
   }
 }
