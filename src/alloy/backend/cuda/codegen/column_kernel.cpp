@@ -265,9 +265,12 @@ class ColumnEmitter final : public KernelEmitter {
     for (auto& acc : ck.accs)
       for (auto& w : acc.words) os_ << in << "      " << w << "_ws[(long long)blockIdx.y * p.rows + k0 + e] = " << w << "[e];\n";
     os_ << in << "    }\n" << in << "  }\n";
-    os_ << in << "  __threadfence();\n" << in << "  __syncthreads();\n";
-    os_ << in << "  if (threadIdx.x == 0) alloy_last = atomicAdd(p.counters + blockIdx.x, 1u) == gridDim.y - 1;\n";
-    os_ << in << "  __syncthreads();\n" << in << "  if (!alloy_last) return;\n" << in << "  __threadfence();\n";
+    os_ << in << "  __syncthreads();\n";  // the block's stores before thread 0's fence (alloy_grid_barrier's pattern)
+    os_ << in << "  if (threadIdx.x == 0) {\n" << in << "    __threadfence();\n"
+        << in << "    alloy_last = atomicAdd(p.counters + blockIdx.x, 1u) == gridDim.y - 1;\n"
+        << in << "    if (alloy_last) __threadfence();  // the others' partials acquired, for every thread past the barrier\n"
+        << in << "  }\n";
+    os_ << in << "  __syncthreads();\n" << in << "  if (!alloy_last) return;\n";
     emit_column_identity(ck.accs, in + "  ", false);
     // kGather partials a thread loaded at once (L2 reads, not through L1: other blocks wrote
     // them), then merged: the combine costs about one L2 latency per kGather partials, not one each

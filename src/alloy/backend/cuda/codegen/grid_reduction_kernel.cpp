@@ -301,9 +301,10 @@ class GridEmitter final : public KernelEmitter {
     for (const Acc& acc : all)
       for (const std::string& w : acc.words()) os_ << b << "  " << w << "_ws[blockIdx.x] = " << slot(acc, w) << ";\n";
     os_ << b << "}\n";
-    os_ << b << "__threadfence();\n" << b << "__syncthreads();\n";
-    os_ << b << "if (tid == 0) alloy_last = atomicAdd(p.counters + row, 1u) == gridDim.x - 1;\n";
-    os_ << b << "__syncthreads();\n" << b << "if (!alloy_last) return;\n" << b << "__threadfence();\n";
+    os_ << b << "__syncthreads();\n";  // one fence a block, by the thread that stored (alloy_grid_barrier's pattern)
+    os_ << b << "if (tid == 0) {\n" << b << "  __threadfence();\n" << b << "  alloy_last = atomicAdd(p.counters + row, 1u) == gridDim.x - 1;\n"
+        << b << "  if (alloy_last) __threadfence();  // the others' partials acquired, for every thread past the barrier\n" << b << "}\n";
+    os_ << b << "__syncthreads();\n" << b << "if (!alloy_last) return;\n";
     for (const Acc& acc : all) {
       if (acc.welford()) os_ << b << acc.name << "_n = 0; " << acc.name << "_mean = 0; " << acc.name << "_m2 = 0;\n";
       else os_ << b << acc.name << "[0] = " << identity_of(*acc.op, acc.ct) << ";\n";

@@ -358,9 +358,11 @@ void InnerOuterParts::combine_partials() {
   os << in << "while (n > 1) {\n";
   const std::string in2 = in + "  ";
   os << in2 << "const unsigned parent = node / S, first = parent * S, members = n - first < S ? n - first : S, parents = (n + S - 1) / S;\n";
-  os << in2 << "__threadfence();\n" << in2 << "__syncthreads();\n";
-  os << in2 << "if (" << block_thread() << " == 0) alloy_last = atomicAdd(p.counters + counters_below + parent, 1u) == members - 1;\n";
-  os << in2 << "__syncthreads();\n" << in2 << "if (!alloy_last) return;\n" << in2 << "__threadfence();\n";
+  os << in2 << "__syncthreads();\n";  // the block's stores before one thread's fence (alloy_grid_barrier's pattern)
+  os << in2 << "if (" << block_thread() << " == 0) {\n" << in2 << "  __threadfence();\n"
+     << in2 << "  alloy_last = atomicAdd(p.counters + counters_below + parent, 1u) == members - 1;\n"
+     << in2 << "  if (alloy_last) __threadfence();  // the children's partials acquired, for every thread past the barrier\n" << in2 << "}\n";
+  os << in2 << "__syncthreads();\n" << in2 << "if (!alloy_last) return;\n";
   in_group_zero(in2, [&](const std::string& i1) {
     each_vector(os, v, i1, [&](const std::string& ind) {
       reset_partials(ind);
@@ -394,6 +396,26 @@ void InnerOuterParts::add_partials(const std::string& ind, const std::string& at
            << ind << "  #pragma unroll\n" << ind << "  for (int e = 0; e < " << V << "; ++e) " << O << "[it][e] = " << combine(r, O + "[it][e]", "q[e]")
            << "; }\n";
   }
+}
+
+// The partials of blocks b0, b0 + 32, ... (k of them, those below gridDim.x) loaded into q<id>,
+// then added to the thread's in that order.
+void InnerOuterParts::gather_partials(const std::string& ind, int k) {
+  const int V = e_.v_.vector;
+  const std::vector<const Op*> order = workspace_order(e_.a_);
+  for (const Op* r : order) e_.os_ << ind << partial_type(r) << " q" << r->outputs[0]->id << "[" << k << "][" << V << "];\n";
+  e_.os_ << ind << "#pragma unroll\n" << ind << "for (int k = 0; k < " << k << "; ++k) {\n"
+         << ind << "  if (b0 + 32u * k >= gridDim.x) break;\n";
+  for (const Op* r : order)
+    e_.os_ << ind << "  alloy_load_partials<" << partial_type(r) << ", " << V << ">(q" << r->outputs[0]->id << "[k], W"
+           << r->outputs[0]->id << " + (long long)(b0 + 32u * k) * p.cols + col0);\n";
+  e_.os_ << ind << "}\n" << ind << "#pragma unroll\n" << ind << "for (int k = 0; k < " << k << "; ++k) {\n"
+         << ind << "  if (b0 + 32u * k >= gridDim.x) break;\n";
+  for (const Op* r : order) {
+    const std::string O = partial_name(r), q = "q" + std::to_string(r->outputs[0]->id) + "[k][e]";
+    e_.os_ << ind << "  #pragma unroll\n" << ind << "  for (int e = 0; e < " << V << "; ++e) " << O << "[it][e] = " << combine(r, O + "[it][e]", q) << ";\n";
+  }
+  e_.os_ << ind << "}\n";
 }
 
 void InnerOuterParts::store_partials(const std::string& ind, const std::string& at) {
@@ -465,9 +487,12 @@ void InnerOuterParts::combine_over_the_grid() {
   const std::string in2 = in + "  ";
   os << in2 << "const int it = 0;\n" << in2 << "const long long col0 = slot * " << V << ";\n";
   reset_partials(in2);
-  // (eight rows' loads in flight a lane: a grid of a thousand blocks gives a lane 33 rows)
-  os << in2 << "#pragma unroll 8\n" << in2 << "for (unsigned b = lane; b < gridDim.x; b += 32) {\n";
-  add_partials(in2 + "  ", "b");
+  // kGather blocks' partials a lane loads at once, then adds in block order: every load in flight
+  // before the first add (an unrolled loop of loads and adds left each step waiting for its own
+  // loads: an H100 profile of the layer norm backward), the order and the bits as one at a time
+  constexpr int kGather = 4;
+  os << in2 << "for (unsigned b0 = lane; b0 < gridDim.x; b0 += " << 32 * kGather << "u) {\n";
+  gather_partials(in2 + "  ", kGather);
   os << in2 << "}\n";
   for (const Op* r : order) {
     std::string O = partial_name(r);

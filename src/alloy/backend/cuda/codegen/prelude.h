@@ -250,20 +250,25 @@ __device__ __forceinline__ void alloy_load_partials(T (&dst)[V], const T* src) {
 // Every block of the launch past this point (an inner-outer kernel's grid combine; the launch is
 // cooperative, so every block is resident and a block waiting here waits only for running ones).
 // counters[0] counts the blocks arrived, counters[1] those gone on; the last to go on zeroes both
-// for the next launch on the stream. Each block's writes before it are visible to every block after.
+// for the next launch on the stream. Each block's writes before it are visible to every block after:
+// the block's barrier orders its threads' writes before thread 0's fence, which releases them all
+// (a fence is cumulative), and thread 0's fence after the wait acquires the others' before the
+// barrier that lets its block on. One thread a block fences, not every warp (an H100 profile of the
+// layer norm backward at 8192x4096 found 7% of its stall samples at those fences; its time, 89.7 us
+// against 89.8-89.9, did not move: bench/results/2026-11-27-session32-notes.md).
 __device__ __forceinline__ void alloy_grid_barrier(unsigned* counters) {
-  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
+    __threadfence();
     atomicAdd(counters, 1u);
     while (__ldcg(counters) < gridDim.x) __nanosleep(32);
+    __threadfence();
     if (atomicAdd(counters + 1, 1u) == gridDim.x - 1) {
       counters[0] = 0;
       counters[1] = 0;
     }
   }
   __syncthreads();
-  __threadfence();
 }
 // (The CPU emulation runs a grid's blocks one after another: it defines these to run them twice,
 // the barrier ending the first run, the code before it skipped in the second.)
