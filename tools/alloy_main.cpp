@@ -701,6 +701,7 @@ int run_cli(int argc, char** argv) {
 // rank exits with the code. Any other failure (a usage error on one rank, an error between two
 // agreements) may leave other ranks waiting for this one, so it ends the whole job.
 int report(int code, const std::string& message, bool peer) {
+  std::cout << std::flush;  // what the run printed before the error, then the error (one stream on a terminal)
   const auto& p = alloy::multidevice::process();
   if (p.size == 1) {
     if (code != 0) std::cerr << message;

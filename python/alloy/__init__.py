@@ -43,6 +43,12 @@ int64 = DataType.int64
 int32 = DataType.int32
 bool = DataType.bool  # noqa: A001  (named as torch.bool is)
 
+# nvFuser's names of the same dtypes (DataType.Float, ...), so its frontend code runs unchanged.
+for _alias, _member in (("Double", float64), ("Float", float32), ("Half", float16), ("BFloat16", bfloat16), ("Int", int64),
+                        ("Int32", int32), ("Bool", bool)):
+    setattr(DataType, _alias, _member)
+del _alias, _member
+
 _builtin_bool = __builtins__["bool"] if isinstance(__builtins__, dict) else __builtins__.bool
 
 
@@ -220,6 +226,12 @@ def _make_op(row):
             given[key] = value
         given = {k: _attr_value(attr_types.get(k), v) for k, v in given.items()}
         file, line, col = _caller()
+        if name in ("sum", "mean") and "dtype" in given:  # nvFuser's and torch's dtype=: the input cast first
+            dtype = given.pop("dtype")
+            if dtype is not None and inputs and isinstance(inputs[0], Value):
+                inputs[0] = self._impl.add_op("cast", [inputs[0]], {"dtype": dtype}, file, line, col)[0]
+        if name == "layer_norm" and len(inputs) == 3 and inputs[1] is None and isinstance(inputs[0], Value):
+            return _layer_norm_bias_only(self._impl, inputs[0], inputs[2], given, (file, line, col))
         outs = self._impl.add_op(name, inputs, given, file, line, col)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -231,12 +243,22 @@ def _make_op(row):
         operands = "*tensors"
     else:
         operands = ", ".join(["x", "y", "z"][:min_inputs] + [f"optional{i}=None" for i in range(min_inputs, max_inputs)])
-    signature = ", ".join([operands] + [describe(a) for a in attrs]) if attrs else operands
+    signature = ", ".join(([operands] if operands else []) + [describe(a) for a in attrs])
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (f"{name}({signature}) -> " + ("Value" if row["num_outputs"] == 1 else f"tuple of {row['num_outputs']} Values")
                   + f"\n\nThe .fusion op `{name}` ({row['op_class']}); attribute types: "
                   + (", ".join(f"{n}: {t}" for n, t, _, _ in attrs) or "none") + ".")
     return op
+
+
+def _layer_norm_bias_only(impl, x, bias, attrs, where):
+    """layer_norm(x, None, bias) as torch computes it: the normalized x (in f32 for 16-bit x) plus
+    the bias, rounded to x's dtype once (the format's layer_norm takes a bias only after a weight)."""
+    low = x.dtype in (DataType.bfloat16, DataType.float16)
+    xf = impl.add_op("cast", [x], {"dtype": DataType.float32}, *where)[0] if low else x
+    y = impl.add_op("layer_norm", [xf], attrs, *where)[0]
+    y = impl.add_op("add", [y, bias], {}, *where)[0]
+    return impl.add_op("cast", [y], {"dtype": x.dtype}, *where)[0] if y.dtype != x.dtype else y
 
 
 class Operators:
@@ -280,6 +302,20 @@ def _binary(op_name, reflected=False):
 for _op, _dunder in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("div", "truediv"), ("pow", "pow")):
     setattr(Value, f"__{_dunder}__", _binary(_op))
     setattr(Value, f"__r{_dunder}__", _binary(_op, reflected=True))
+# Comparisons are elementwise ops, as in nvFuser and torch: x == y is fd.ops.eq(x, y), 0 < x is
+# fd.ops.gt(x, 0) (Python reflects it). A value has no truth value of its own (`if x:`, `x in
+# list`, `x == y` used as a bool): that raises, rather than a condition the fusion never computes.
+for _op in ("eq", "ne", "lt", "le", "gt", "ge"):
+    setattr(Value, f"__{_op}__", _binary(_op))
+Value.__hash__ = object.__hash__  # values stay usable as dict keys and set members (by identity)
+
+
+def _no_truth_value(self):
+    raise TypeError(f"the truth value of an alloy.Value ({self.name}: {self.type}) is computed only when the fusion runs; "
+                    "use fd.ops.where(cond, a, b) for a choice inside the fusion, and `is` to compare values themselves")
+
+
+Value.__bool__ = _no_truth_value
 Value.__neg__ = lambda self: Operators(self._definition).neg(self)
 Value.__abs__ = lambda self: Operators(self._definition).abs(self)
 del _op, _dunder
@@ -359,7 +395,7 @@ class FusionDefinition:
 
     # -- defining --
     def define_tensor(self, shape=None, dtype=None, contiguity=None, stride_order=None, *, name=None, static_sizes=False,
-                      symbolic_sizes=None, mesh=None, placement=None):
+                      symbolic_sizes=None, mesh=None, placement=None, is_cpu=False):
         """A tensor input. ``shape``: ints, -1 or None for a dynamic size, or symbol names ('B') that
         bind to the same size wherever they appear. Or pass an existing tensor (torch, NumPy, ...)
         as the first argument: its dtype, and its sizes as dynamic ones (1 stays 1, a broadcast
@@ -377,6 +413,9 @@ class FusionDefinition:
         ``alloy.Replicate()`` (the default), torch's own, or the text's "shard(axis=K)") lays the
         input over a mesh: the fusion then runs one process per device (``alloy.distributed``).
         The shape stays the whole tensor's.
+
+        ``is_cpu`` (nvFuser's mark of a 0-dim host tensor in a GPU fusion) is accepted and has
+        nothing to do: each tensor's device is read at execute time.
         """
         if shape is not None and not isinstance(shape, (list, tuple)) and hasattr(shape, "shape"):
             tensor = shape

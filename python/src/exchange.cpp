@@ -412,6 +412,18 @@ Tensor import_input(nb::handle object, const Value& declared, size_t position, C
   }
   if (!imported) {
     if (PyErr_Occurred()) PyErr_Clear();
+    if (nb::hasattr(object, "dtype")) {  // an array (NumPy's) whose dtype no view describes: say which
+      nb::object dtype = object.attr("dtype");
+      std::string text = nb::str(dtype).c_str();
+      nb::object order = nb::getattr(dtype, "byteorder", nb::none());
+      if (nb::isinstance<nb::str>(order) && std::string(nb::str(order).c_str()) == ">")
+        user_error_at(place, "expected ", expected_str(declared), ", found ", python_type_name(object), " of dtype ", text,
+                      " in big-endian byte order; give it in this machine's (a.astype(a.dtype.newbyteorder('=')))");
+      nb::object kind = nb::getattr(dtype, "kind", nb::none());  // NumPy's: objects, records, strings, dates
+      if (nb::isinstance<nb::str>(kind) && std::string("OVSUMm").find(nb::str(kind).c_str()) != std::string::npos)
+        user_error_at(place, "expected ", expected_str(declared), ", found ", python_type_name(object), " of dtype ", text,
+                      ", which is not supported");
+    }
     user_error_at(place, "expected ", expected_str(declared), ", found ", python_type_name(object),
                   " (not a tensor: no __dlpack__ or buffer protocol, or a layout DLPack cannot describe)");
   }

@@ -132,6 +132,45 @@ def test_operators_on_values():
         np.testing.assert_allclose(got, want)
 
 
+def test_comparisons_on_values_are_elementwise_ops_and_have_no_truth_value():
+    a, b = np.array([1.0, -2.0, 3.0]), np.array([1.0, 2.0, -3.0])
+    fd = define([a, b], lambda fd, x, y: (x == y, x != y, x < 0, 0 < x, x >= y, fd.ops.where(x == y, 1.0, 0.0)))
+    outs = fd.execute([a, b])
+    expected = [a == b, a != b, a < 0, 0 < a, a >= b, np.where(a == b, 1.0, 0.0)]
+    for got, want in zip(outs, expected):
+        np.testing.assert_array_equal(got, want)
+    assert outs[0].dtype == np.bool_
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[3])
+        with pytest.raises(TypeError, match="truth value of an alloy.Value"):
+            if x == 0:
+                pass
+        assert len({x, x}) == 1  # hashable, by identity
+        fd.add_output(x)
+
+
+def test_nvfuser_names_of_dtypes_and_arguments():
+    assert alloy.DataType.Float is alloy.float32 and alloy.DataType.BFloat16 is alloy.bfloat16
+    assert alloy.DataType.Half is alloy.float16 and alloy.DataType.Double is alloy.float64
+    assert alloy.DataType.Int is alloy.int64 and alloy.DataType.Int32 is alloy.int32 and alloy.DataType.Bool is alloy.bool
+    a = np.full((2, 3000), 30.0, dtype=np.float16)  # sums past f16's range: 90000
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1], dtype=alloy.DataType.Half, is_cpu=False)
+        fd.add_output(fd.ops.sum(x, dims=[1], keepdim=False, dtype=alloy.DataType.Float))
+    (s,) = fd.execute([a])
+    assert s.dtype == np.float32
+    np.testing.assert_array_equal(s, np.full(2, 90000.0, dtype=np.float32))
+    assert alloy.FusionDefinition().ops.iota.__doc__.startswith("iota(length, ")
+
+
+def test_layer_norm_with_a_bias_and_no_weight_is_torchs():
+    rng = np.random.default_rng(5)
+    x, b = rng.standard_normal((3, 8)).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    fd = define([x, b], lambda fd, x, b: fd.ops.layer_norm(x, None, b, normalized_ndim=1, eps=1e-5))
+    mean, var = x.mean(axis=1, keepdims=True), x.var(axis=1, keepdims=True)
+    np.testing.assert_allclose(fd.execute([x, b])[0], (x - mean) / np.sqrt(var + 1e-5) + b, rtol=1e-5, atol=1e-5)
+
+
 def test_optional_inputs_left_out_with_none():
     a, w = np.ones((2, 4)), np.ones((3, 4))
     fd = define([a, w], lambda fd, x, w: fd.ops.linear(x, w, None))

@@ -53,11 +53,26 @@ def test_a_shape_mistake_is_reported_at_the_line_that_defines_the_op():
     ([3.0, W], "found the number 3.0"),
     ([X.astype(np.uint8), W], "dtype uint8 is not supported"),
     ([X.astype(np.complex64), W], "is not supported"),
+    ([X.astype(">f4"), W], "found ndarray of dtype >f4 in big-endian byte order; give it in this machine's"),
+    ([X.astype(object), W], "found ndarray of dtype object, which is not supported"),
 ])
 def test_wrong_inputs_name_the_input(inputs, message):
     with pytest.raises(alloy.Error) as error:
         linear_fusion().execute(inputs)
     assert message in str(error.value)
+
+
+def test_run_time_size_errors_name_the_op_and_the_sizes():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, 3])
+        fd.add_output(fd.ops.reshape(x, shape=[-1, 4]))
+    with pytest.raises(alloy.Error, match=r"reshape's result 't\d+' \(f32\[3\*\?/4, 4\]\) has axis 0 of size 3\*\?/4 = 2.25"):
+        fd.execute([np.ones((3, 3), np.float32)])
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1])
+        fd.add_output(fd.ops.expand(x, shape=[4]))
+    with pytest.raises(alloy.Error, match=r"sizes must match at run time: \? = 2 but 4$"):
+        fd.execute([np.ones(2, np.float32)])
 
 
 def test_inputs_that_are_not_a_sequence():

@@ -43,6 +43,24 @@ TEST(SizeLimits, AnOverflowingConstantShape_IsALocatedErrorAtCheckTime) {
   EXPECT_TRUE(has(e, "t.fusion:2:")) << e;
 }
 
+TEST(SizeLimits, ASizeProductPast2To62InAShapeRule_IsLocatedAtItsStatement) {
+  // the reshape's -1 divides the input's size by a product of the others that overflows first
+  std::string e = check_error("fusion f(x: f32[4]) {\n  r = reshape(x, shape=[281474976710656, 281474976710656, -1])\n  return r\n}");
+  EXPECT_TRUE(has(e, "t.fusion:2:")) << e;
+  EXPECT_TRUE(has(e, "reshape: size 281474976710656 * 281474976710656 is too large (sizes must stay below 2^62)")) << e;
+}
+
+TEST(SizeLimits, AScalarInputGivenAOneElementTensorWithAxes_IsAnInputError) {
+  auto fusion = parse_fusion("fusion f(s: f32) {\n  y = add(s, 0)\n  return y\n}", "t.fusion");
+  Tensor one = Tensor::empty(DType::f32, {1});
+  one.data_as<float>()[0] = 1.0f;
+  std::string e = user_error_of([&] { bind_inputs(*fusion, {one}); });
+  EXPECT_EQ(e, "input 's': expected a scalar f32 (a number, or a tensor of 0 dims), found f32[1]");
+  Tensor scalar = Tensor::empty(DType::f32, {});
+  scalar.data_as<float>()[0] = 1.0f;
+  EXPECT_EQ(user_error_of([&] { bind_inputs(*fusion, {scalar}); }), "no error");
+}
+
 TEST(SizeLimits, BoundSizesTooLargeToRun_AreUserErrorsAtTheStatementNotCrashes) {
   auto run = [](const std::string& text, Bindings sizes) {
     auto fusion = parse_fusion(text, "r.fusion");

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 
 #include "alloy/common/error.h"
@@ -236,6 +237,21 @@ TEST(Npy, ConvertForInput_F64ForF32AndF16_Round) {
   Tensor t = filled(DType::f64, {1}, {0.1});
   EXPECT_EQ(convert_for_input(t, DType::f32, "x").data_as<float>()[0], 0.1f);
   EXPECT_EQ(load_as_double(convert_for_input(t, DType::f16, "x").data(), DType::f16, 0), 0.0999755859375);
+}
+
+TEST(Npy, ConvertForInput_AFiniteValuePastTheDeclaredRange_IsAnErrorNotInfinity) {
+  try {
+    convert_for_input(filled(DType::f32, {3}, {1.0, 65504.0, 70000.0}), DType::f16, "x");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(), "input 'x': expected f16 values, found 70000 (element 2 of the f32 file), past the largest finite f16");
+  }
+  // infinities and NaNs stay what they are; values that round to the largest finite one are fine
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor out = convert_for_input(filled(DType::f64, {3}, {inf, -inf, 3.0e38}), DType::f32, "x");
+  EXPECT_TRUE(std::isinf(out.data_as<float>()[0]) && std::isinf(out.data_as<float>()[1]));
+  EXPECT_EQ(out.data_as<float>()[2], 3.0e38f);
+  EXPECT_THROW(convert_for_input(filled(DType::f64, {1}, {1.0e39}), DType::f32, "x"), UserError);
 }
 
 TEST(Npy, ConvertForInput_SameDtype_ReturnsTheSameBuffer) {

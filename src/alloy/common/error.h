@@ -32,6 +32,13 @@ class PeerError : public UserError {
   using UserError::UserError;
 };
 
+// A size computed past 2^62 (Extent's arithmetic, which knows no place): the caller that knows
+// the op or input the size belongs to reports it there.
+class SizeOverflow : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 class InternalError : public std::logic_error {
  public:
   using std::logic_error::logic_error;

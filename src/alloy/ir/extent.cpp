@@ -57,7 +57,7 @@ Extent Extent::operator*(const Extent& other) const {
   __int128 den = __int128(r.den_ / g2) * (other.den_ / g1);
   constexpr __int128 limit = __int128(1) << 62;
   if (num > limit || num < -limit || den > limit)
-    throw UserError("size " + str() + " * " + other.str() + " is too large (sizes must stay below 2^62)");
+    throw SizeOverflow("size " + str() + " * " + other.str() + " is too large (sizes must stay below 2^62)");
   r.num_ = int64_t(num);
   r.den_ = int64_t(den);
   for (auto& [name, p] : other.powers_) r.powers_[name] += p;

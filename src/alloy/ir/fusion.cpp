@@ -232,7 +232,12 @@ std::vector<Value*> Fusion::add_op(OpKind kind, std::vector<Value*> inputs, std:
 
   canonicalize_scalar_dims(kind, inputs, canonical);
   InferContext ctx{kind, inputs, canonical, loc, *this};
-  std::vector<ValueType> types = row.infer(ctx);
+  std::vector<ValueType> types;
+  try {
+    types = row.infer(ctx);
+  } catch (const SizeOverflow& e) {
+    ctx.fail(e.what());  // at the op's place
+  }
   ALLOY_CHECK(int(types.size()) == row.num_outputs, row.name, " inferred ", types.size(), " outputs");
   if (!output_names.empty() && int(output_names.size()) != row.num_outputs)
     user_error(loc, row.name, ": returns ", row.num_outputs, " value", row.num_outputs == 1 ? "" : "s",
@@ -394,8 +399,10 @@ void Fusion::complete_bindings(Bindings& bindings) const {
       const Extent& bad = a ? c.b : c.a;
       user_error_at(c.what, "size ", bad.str(true), " is not a whole number for the bound sizes");
     }
-    if (*a != *b)
-      user_error_at(c.what, "sizes must match at run time: ", c.a.str(true), " = ", *a, " but ", c.b.str(true), " = ", *b);
+    if (*a != *b) {
+      auto said = [](const Extent& e, int64_t n) { return e.is_constant() ? std::to_string(n) : e.str(true) + " = " + std::to_string(n); };
+      user_error_at(c.what, "sizes must match at run time: ", said(c.a, *a), " but ", said(c.b, *b));
+    }
   }
 }
 

@@ -41,7 +41,9 @@ Bindings bind_inputs(const Fusion& fusion, const std::vector<Tensor>& inputs) {
     const Tensor& t = inputs[i];
     if (!t.defined()) user_error_at(where(i), "no tensor given");
     if (decl->is_scalar()) {
-      if (t.numel() != 1) user_error_at(where(i), "expected a scalar ", dtype_name(decl->dtype()), ", found ", sizes_str(t));
+      // one element with no axes: a [1] would carry its axis into the ops that read the scalar
+      if (t.numel() != 1 || t.dim() != 0)
+        user_error_at(where(i), "expected a scalar ", dtype_name(decl->dtype()), " (a number, or a tensor of 0 dims), found ", sizes_str(t));
       continue;
     }
     if (t.dtype() != decl->dtype())
@@ -101,7 +103,8 @@ void check_run_sizes(const Fusion& fusion, const Bindings& bindings, int64_t mem
       auto n = e.evaluate(bindings);
       // a derived size such as reshape's N/4 must come out whole (a size too large is told below)
       if (axis_bound && !n && std::fabs(d) < 0x1p61 && d != std::floor(d))
-        user_error_at(where(), "'", v->name, "' (", v->type_str(), ") has axis ", axis, " of size ", e.str(true), " = ", d,
+        user_error_at(where(), v->producer ? std::string(op_name(v->producer->kind)) + "'s result " : std::string(), "'", v->name, "' (",
+                      v->type_str(), ") has axis ", axis, " of size ", e.str(true), " = ", d,
                       " for the bound sizes (", symbols, "), not a whole number");
       sizes.push_back(n.value_or(0));
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -324,7 +325,11 @@ Tensor convert_for_input(const Tensor& tensor, DType declared, const std::string
   void* dst = out.numel() ? out.data() : nullptr;
   for_each_element(tensor, [&](int64_t k, int64_t element) {
     if (float_to_float) {
-      store_double(dst, declared, k, load_as_double(src, found, element));
+      const double value = load_as_double(src, found, element);
+      store_double(dst, declared, k, value);
+      if (std::isfinite(value) && !std::isfinite(load_as_double(dst, declared, k)))  // rounded, but not to infinity
+        user_error_at(where, "expected ", dtype_name(declared), " values, found ", value, " (element ", k, " of the ",
+                      dtype_name(found), " file), past the largest finite ", dtype_name(declared));
       return;
     }
     int64_t value = load_as_int(src, found, element);

@@ -398,26 +398,6 @@ void InnerOuterParts::add_partials(const std::string& ind, const std::string& at
   }
 }
 
-// The partials of blocks b0, b0 + 32, ... (k of them, those below gridDim.x) loaded into q<id>,
-// then added to the thread's in that order.
-void InnerOuterParts::gather_partials(const std::string& ind, int k) {
-  const int V = e_.v_.vector;
-  const std::vector<const Op*> order = workspace_order(e_.a_);
-  for (const Op* r : order) e_.os_ << ind << partial_type(r) << " q" << r->outputs[0]->id << "[" << k << "][" << V << "];\n";
-  e_.os_ << ind << "#pragma unroll\n" << ind << "for (int k = 0; k < " << k << "; ++k) {\n"
-         << ind << "  if (b0 + 32u * k >= gridDim.x) break;\n";
-  for (const Op* r : order)
-    e_.os_ << ind << "  alloy_load_partials<" << partial_type(r) << ", " << V << ">(q" << r->outputs[0]->id << "[k], W"
-           << r->outputs[0]->id << " + (long long)(b0 + 32u * k) * p.cols + col0);\n";
-  e_.os_ << ind << "}\n" << ind << "#pragma unroll\n" << ind << "for (int k = 0; k < " << k << "; ++k) {\n"
-         << ind << "  if (b0 + 32u * k >= gridDim.x) break;\n";
-  for (const Op* r : order) {
-    const std::string O = partial_name(r), q = "q" + std::to_string(r->outputs[0]->id) + "[k][e]";
-    e_.os_ << ind << "  #pragma unroll\n" << ind << "  for (int e = 0; e < " << V << "; ++e) " << O << "[it][e] = " << combine(r, O + "[it][e]", q) << ";\n";
-  }
-  e_.os_ << ind << "}\n";
-}
-
 void InnerOuterParts::store_partials(const std::string& ind, const std::string& at) {
   const int V = e_.v_.vector;
   for (const Op* r : workspace_order(e_.a_)) {
@@ -487,12 +467,9 @@ void InnerOuterParts::combine_over_the_grid() {
   const std::string in2 = in + "  ";
   os << in2 << "const int it = 0;\n" << in2 << "const long long col0 = slot * " << V << ";\n";
   reset_partials(in2);
-  // kGather blocks' partials a lane loads at once, then adds in block order: every load in flight
-  // before the first add (an unrolled loop of loads and adds left each step waiting for its own
-  // loads: an H100 profile of the layer norm backward), the order and the bits as one at a time
-  constexpr int kGather = 4;
-  os << in2 << "for (unsigned b0 = lane; b0 < gridDim.x; b0 += " << 32 * kGather << "u) {\n";
-  gather_partials(in2 + "  ", kGather);
+  // (eight rows' loads in flight a lane: a grid of a thousand blocks gives a lane 33 rows)
+  os << in2 << "#pragma unroll 8\n" << in2 << "for (unsigned b = lane; b < gridDim.x; b += 32) {\n";
+  add_partials(in2 + "  ", "b");
   os << in2 << "}\n";
   for (const Op* r : order) {
     std::string O = partial_name(r);

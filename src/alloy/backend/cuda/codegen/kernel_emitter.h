@@ -71,7 +71,6 @@ class InnerOuterParts {
   void store_column_vector(const std::string& indent);
   void reset_partials(const std::string& indent);
   void add_partials(const std::string& indent, const std::string& row);
-  void gather_partials(const std::string& indent, int k);
   void store_partials(const std::string& indent, const std::string& row);
   std::set<int> held_row_leaves() const;
   std::string held_prefix(int rows_ahead) const;
