@@ -492,30 +492,44 @@ class FusionDefinition:
         process per rank; without one, rank 0 writes its own run's. A path that cannot be written
         raises ``alloy.Error``."""
         if trace is not None:
+            message = None
             if not isinstance(trace, (str, _os.PathLike)):
-                raise Error(f"execute: trace: expected a file path (str or os.PathLike), found {type(trace).__name__}")
-            trace = _os.fspath(trace)
-            if not isinstance(trace, str) or not trace:
-                raise Error("execute: trace: expected a non-empty file path")
+                message = f"execute: trace: expected a file path (str or os.PathLike), found {type(trace).__name__}"
+            else:
+                trace = _os.fspath(trace)
+                if not isinstance(trace, str) or not trace:
+                    message = "execute: trace: expected a non-empty file path"
+            if message is not None:
+                if self._layout is not False and self._layout_or_none() is not None:
+                    self._impl.fail_job(message)  # the other ranks' runs end too
+                raise Error(message)
         if self._layout is False:  # the fast path: no mesh (known after the first run)
             if not isinstance(inputs, (list, tuple)):
                 _check_sequence(inputs, "execute")
             return self._impl.execute(inputs, device, stream, trace)
-        _check_sequence(inputs, "execute")
         layout = self._layout_or_none()
         if layout is None:
+            _check_sequence(inputs, "execute")
             return self._impl.execute(inputs, device, stream, trace)
         distributed._maybe_join_torch()
         mesh = next(s[0] for s in layout[0] + layout[1] if s is not None)
         if distributed.rank() not in mesh:
             return self._impl.join_outside_mesh(trace)  # its inputs are not read; []
         device_mesh = None
-        inputs = list(inputs)
-        for i, (x, sharding) in enumerate(zip(inputs, layout[0])):
-            if sharding is not None and distributed._is_dtensor(x):
-                mesh, placement = sharding
-                where = f"input '{self._impl.inputs[i].name}'"
-                inputs[i], device_mesh = distributed.dtensor_to_local(x, mesh, distributed.placement_axis(placement), where)
+        try:  # a mistake in this rank's arguments ends the other ranks' runs too (fail_job), not a wait for this one
+            _check_sequence(inputs, "execute")
+            inputs = list(inputs)
+            for i, (x, sharding) in enumerate(zip(inputs, layout[0])):
+                if sharding is not None and distributed._is_dtensor(x):
+                    mesh, placement = sharding
+                    where = f"input '{self._impl.inputs[i].name}'"
+                    inputs[i], device_mesh = distributed.dtensor_to_local(x, mesh, distributed.placement_axis(placement), where)
+        except Exception as e:
+            try:
+                self._impl.fail_job(str(e) if isinstance(e, Error) else f"{type(e).__name__}: {e}")
+            except Error:
+                pass
+            raise
         outputs = self._impl.execute(inputs, device, stream, trace)
         if device_mesh is None:
             return outputs

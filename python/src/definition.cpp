@@ -455,9 +455,15 @@ static void write_trace(const std::string& path, const RunTrace& trace) {
 }
 
 nb::list Definition::execute(const nb::sequence& inputs, nb::handle device, nb::handle stream, const std::optional<std::string>& trace) {
-  Prepared p = prepare(inputs, device);
+  Prepared p;
+  RunOptions options;
+  try {
+    p = prepare(inputs, device);
+    options = run_options(p.device, p.kind, stream);
+  } catch (const UserError&) {
+    fail_with_job(std::current_exception());
+  }
   FusionExecutor& executor = executor_for(p.device);
-  RunOptions options = run_options(p.device, p.kind, stream);
   RunTrace run_trace;
   if (trace) options.trace = &run_trace;
   std::vector<Tensor> outputs = run_released(executor, p.tensors, options);
@@ -480,6 +486,21 @@ bool Definition::views_read_only_input(const Tensor& output, const Prepared& p) 
   }
   return false;
 }
+
+// An error in what this rank was handed, found before its run: where the fusion has a mesh and
+// the job several processes, the run agrees with the job as failed (the CPU executor's agreement,
+// as a rank outside the mesh joins), so the other ranks' runs end with a PeerError rather than
+// wait for this one; then the error is raised here.
+void Definition::fail_with_job(std::exception_ptr failure) {
+  if (finished && this->failure.empty() && fusion_mesh(*fusion)) {
+    FusionExecutor& executor = executor_for(Device{DeviceKind::cpu, 0});
+    nb::gil_scoped_release release;
+    executor.fail_run(failure);
+  }
+  std::rethrow_exception(failure);
+}
+
+void Definition::fail_job(const std::string& message) { fail_with_job(std::make_exception_ptr(UserError(message))); }
 
 nb::list Definition::join_outside_mesh(const std::optional<std::string>& trace) {
   check_usable("execute");

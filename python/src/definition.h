@@ -57,6 +57,10 @@ struct Definition : std::enable_shared_from_this<Definition> {
   // On a rank outside the fusion's mesh: takes part in making the mesh's teams (collective over
   // the job), and in gathering a traced run's spans, and returns no outputs.
   nb::list join_outside_mesh(const std::optional<std::string>& trace);
+  // A check of this rank's arguments failed before its run: in a job of several processes, the
+  // run agrees with the job as failed (the other ranks' runs end), then the error is raised.
+  [[noreturn]] void fail_with_job(std::exception_ptr failure);
+  [[noreturn]] void fail_job(const std::string& message);  // (the Python layer's own checks)
   std::string dump(const std::string& stage, nb::handle inputs, nb::handle device);
   // Mismatches between a run on the inputs' device and `reference` outputs (or, when None, a run of
   // the CPU reference on the same inputs), one line each; empty when every output matches.

@@ -199,6 +199,7 @@ NB_MODULE(_alloy, m) {
       .def_prop_ro("options", &Definition::options)
       .def("shardings", &Definition::shardings)
       .def("join_outside_mesh", &Definition::join_outside_mesh, "trace"_a.none() = nb::none())
+      .def("fail_job", &Definition::fail_job, "message"_a)
       .def("text", [](const Definition& d) { return print_fusion(*d.fusion); });
 
   bind_distributed(m);

@@ -1090,9 +1090,35 @@ TEST(JobAgreement, OnChange_RepeatedShapesSkip_NewShapesAgree) {
   }
 }
 
+// on_change with one rank's record changed, or one rank failing, while the others' are the ones
+// last agreed: every rank learns it (one word each) and agrees, so each reports the difference
+// or the failure, none waits for the others; the next run like the last agreed one goes on.
+TEST(JobAgreement, OnChange_AChangeOrAFailureOnOneRank_IsAgreedOnByAll) {
+  if (process().size < 2) GTEST_SKIP() << "needs two ranks: a job of one process agrees with no one";
+  std::string text = "fusion f(x: f32[T, 4] " + world_mesh_text() + " shard(axis=0)) {\n  y = neg(x)\n  return y\n}";
+  ExecutorOptions options{DeviceChoice::cpu};
+  options.agreement = ExecutorOptions::Agreement::on_change;
+  FusionExecutor executor(parse_fusion(text, "c.fusion"), options);
+  const bool last = process().rank == process().size - 1;
+  auto rows_of = [](int64_t rows) { return filled(DType::f32, {rows, 4}, [](int64_t) { return 1.0; }); };
+  auto error_of = [&](const Tensor& x) -> std::string {
+    try {
+      executor.run({x});
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(executor.run({rows_of(2)}).size(), 1u);
+  EXPECT_NE(error_of(rows_of(last ? 3 : 2)).find("the ranks of the job disagree on the bound sizes"), std::string::npos);
+  std::string failed = error_of(last ? filled(DType::f64, {2, 4}, [](int64_t) { return 1.0; }) : rows_of(2));
+  EXPECT_NE(failed.find(last ? "expected dtype f32" : "of the mesh failed before communicating"), std::string::npos) << failed;
+  EXPECT_TRUE(testing::tensors_close(executor.run({rows_of(2)}).at(0), filled(DType::f32, {2, 4}, [](int64_t) { return -1.0; })));
+}
+
 // The agreement's cost: one all-gather of a fixed-size record (printed; the bar is 10 us
 // a cached run on 2 GPUs), and a cached run of a small sharded fusion with every run agreeing and
-// with on_change (no collective of its own).
+// with on_change (one word's all-gather: whether any rank's record changed or any failed).
 TEST(JobAgreement, Cost_IsPrinted) {
   if (process().size < 2) GTEST_SKIP() << "needs two ranks: a job of one process agrees with no one";
   std::vector<multidevice::JobFact> facts = {{"fusion", "'f' (printed text hash 1234567890)"}, {"device kind", "cpu"}, {"pipeline", "auto"},

@@ -99,6 +99,47 @@ def test_wrong_local_part_on_one_rank_fails_every_rank_without_a_hang():
     np.testing.assert_allclose(y, mlp_reference(*whole), rtol=1e-4, atol=1e-4)
 
 
+def define_row_sums(options=None):
+    with alloy.FusionDefinition("row_sums", options=options) as fd:
+        x = fd.define_tensor(shape=[-1, 2 * SIZE], dtype=alloy.float32, mesh=MESH, placement=alloy.Shard(1))
+        fd.add_output(fd.ops.sum(x, dims=[1]))
+    return fd
+
+
+@pytest.mark.parametrize("bad", ["one input too many", "not a sequence", "None", "a bad trace"])
+def test_wrong_arguments_on_one_rank_fail_every_rank_without_a_hang(bad):
+    fd = define_row_sums()
+    whole = np.arange(8 * SIZE, dtype=np.float32).reshape(4, 2 * SIZE)
+    parts = fd.local_inputs([whole])
+    last = SIZE - 1
+    args, kwargs = [parts], {}
+    if RANK == last:
+        args = {"one input too many": [parts + parts], "not a sequence": [42], "None": [[None]], "a bad trace": [parts]}[bad]
+        kwargs = {"trace": 123} if bad == "a bad trace" else {}
+    with pytest.raises(alloy.Error) as failure:
+        fd.execute(*args, **kwargs)
+    if RANK != last:
+        assert f"rank {last} of the mesh failed before communicating" in str(failure.value)
+    np.testing.assert_array_equal(fd.execute(parts)[0], whole.sum(axis=1))  # every rank goes on together
+
+
+def test_on_change_a_change_or_a_failure_on_one_rank_is_agreed_on_not_waited_for():
+    fd = define_row_sums(options={"agreement": "on_change"})
+    whole = np.arange(8 * SIZE, dtype=np.float32).reshape(4, 2 * SIZE)
+    parts = fd.local_inputs([whole])
+    last = SIZE - 1
+    np.testing.assert_array_equal(fd.execute(parts)[0], whole.sum(axis=1))
+    if SIZE > 1:  # one rank's part of another size, the others' as agreed last
+        mine = parts if RANK != last else fd.local_inputs([np.ones((5, 2 * SIZE), np.float32)])
+        with pytest.raises(alloy.Error, match="the ranks of the job disagree on the bound sizes"):
+            fd.execute(mine)
+    mine = parts if RANK != last else [parts[0].astype(np.float64)]  # a user error on one rank
+    with pytest.raises(alloy.Error) as failure:
+        fd.execute(mine)
+    assert ("expected dtype f32" if RANK == last else f"rank {last} of the mesh failed") in str(failure.value)
+    np.testing.assert_array_equal(fd.execute(parts)[0], whole.sum(axis=1))
+
+
 @pytest.mark.parametrize("pipeline, program_says", [
     ("off", None),
     ("chunks=2", "all_gather -> linear t0: 2 chunks (--pipeline chunks=2)"),

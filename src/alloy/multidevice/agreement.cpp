@@ -102,6 +102,15 @@ AgreementRecord make_record(const std::vector<JobFact>& facts, bool in_mesh) {
   return record;
 }
 
+bool any_rank(bool mine) {
+  const ProcessInfo& p = process();
+  if (p.size == 1) return mine;
+  uint64_t word = mine ? 1 : 0;
+  std::vector<uint64_t> all(size_t(p.size));
+  job_all_gather(&word, sizeof word, all.data());
+  return std::any_of(all.begin(), all.end(), [](uint64_t w) { return w != 0; });
+}
+
 void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::exception_ptr failure, const std::string& what,
                     const std::function<std::string(int)>& name_rank) {
   const ProcessInfo& p = process();

@@ -47,6 +47,11 @@ AgreementRecord make_record(const std::vector<JobFact>& facts, bool in_mesh);
 void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::exception_ptr failure, const std::string& what,
                     const std::function<std::string(int)>& name_rank = {});
 
+// Whether any rank of the job says `mine` (one word's all-gather; `mine` itself in a job of one):
+// how `on_change` ranks decide together to agree (a rank whose record changed, or that failed,
+// cannot agree alone while the others skip: it would wait for them forever).
+bool any_rank(bool mine);
+
 // Whether an error this process threw came out of an agreement (so every rank of the job threw
 // one at the same point): a tool ends such a job with one more agreement on who reports; any other
 // failure in a job of several may leave ranks waiting, so the tool aborts the job.

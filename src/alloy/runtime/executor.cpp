@@ -67,7 +67,8 @@ struct FusionExecutor::Impl {
   };
   Bound bind(const std::vector<Tensor>& inputs, bool traced);
   Bound bind_checked(const std::vector<Tensor>& inputs);
-  Bound agree_and_bind(const std::vector<Tensor>& inputs, bool traced);
+  Bound agree_and_bind(const std::vector<Tensor>& inputs, bool traced, std::exception_ptr early_failure = nullptr);
+  void fail_run(std::exception_ptr failure);
   // The record last agreed (ExecutorOptions::Agreement::on_change), declared below, and the
   // facts a run agrees on: the plan's fixed ones first (fixed_count of them, made once), then
   // each run's sizes and shapes, rewritten in place (runs of a fusion with a mesh take turns under
@@ -346,14 +347,19 @@ std::string shape_fact(const Tensor& t) {
 // whether all were given the same fusion, options, sizes and local shapes. Uneven parts (ranks
 // given parts of different sizes) are such a difference, so every collective's byte count is the
 // same on every rank of the team.
-FusionExecutor::Impl::Bound FusionExecutor::Impl::agree_and_bind(const std::vector<Tensor>& inputs, bool traced) {
+// `early_failure`: the caller's own check of this run's inputs failed (fail_run): the run agrees
+// as failed, so its peers end with a PeerError instead of waiting for it.
+FusionExecutor::Impl::Bound FusionExecutor::Impl::agree_and_bind(const std::vector<Tensor>& inputs, bool traced,
+                                                                 std::exception_ptr early_failure) {
   const CompiledFusion& plan = first_plan().compiled;  // (every plan declares the same inputs)
   const std::vector<int64_t>& mesh = *plan.mesh;
   bool in_mesh = std::find(mesh.begin(), mesh.end(), int64_t(multidevice::process().rank)) != mesh.end();
   Bound bound;
   const Bindings& b = bound.sizes;
-  std::exception_ptr failure;
-  if (in_mesh) {
+  std::exception_ptr failure = early_failure;
+  if (early_failure) {
+    // nothing bound: the facts below are not read (a failure is told before any fact)
+  } else if (in_mesh) {
     try {
       bound = bind_checked(inputs);
     } catch (...) {
@@ -373,7 +379,10 @@ FusionExecutor::Impl::Bound FusionExecutor::Impl::agree_and_bind(const std::vect
     facts.push_back({"local shape of input '" + declared[i]->name + "'",
                      in_mesh && !failure && i < inputs.size() ? shape_fact(inputs[i]) : "", true});
   multidevice::AgreementRecord record = multidevice::make_record(facts, in_mesh);
-  bool skip = options.agreement == ExecutorOptions::Agreement::on_change && !failure && last_agreed == record;
+  // on_change: skipped where no rank's record changed and none failed, which the ranks learn
+  // together from one word each (a rank agreeing alone would wait for the others forever)
+  bool skip = options.agreement == ExecutorOptions::Agreement::on_change &&
+              !multidevice::any_rank(failure || !(last_agreed == record));
   if (!skip) {
     multidevice::agree_with_job(facts, in_mesh, failure, "fusion '" + fusion->name() + "'", [&](int rank) {
       bool of_mesh = std::find(mesh.begin(), mesh.end(), int64_t(rank)) != mesh.end();
@@ -383,6 +392,13 @@ FusionExecutor::Impl::Bound FusionExecutor::Impl::agree_and_bind(const std::vect
   }
   join_team();  // (collective on the first run only; every rank reaches it after agreeing)
   return bound;
+}
+
+void FusionExecutor::Impl::fail_run(std::exception_ptr failure) {
+  if (multidevice::process().size == 1 || !first_plan().compiled.mesh) std::rethrow_exception(failure);
+  std::lock_guard<std::mutex> lock(run_mutex);
+  agree_and_bind({}, false, failure);  // rethrows `failure` once the others learnt of it
+  internal_error("fail_run: the agreement did not report the failure");
 }
 
 std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs, RunTrace* trace) {
@@ -506,6 +522,8 @@ FusionExecutor::FusionExecutor(FusionExecutor&&) noexcept = default;
 FusionExecutor& FusionExecutor::operator=(FusionExecutor&&) noexcept = default;
 
 std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs) { return impl_->run(inputs, nullptr); }
+
+void FusionExecutor::fail_run(std::exception_ptr failure) { impl_->fail_run(failure); }
 
 std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs, const RunOptions& run_options) {
   if (!run_options.stream || impl_->device.kind != DeviceKind::cuda) return impl_->run(inputs, run_options.trace);

@@ -83,6 +83,11 @@ class FusionExecutor {
   // fails returns nothing.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const RunOptions& run_options);
+  // A run that failed before it could be given its inputs (a caller's own checks of what it was
+  // handed, such as the Python module's): in a job of several processes running a fusion with a
+  // mesh, the run agrees with the job as failed, so the other ranks' runs end with a PeerError
+  // rather than wait for this one; then (and otherwise at once) `failure` is rethrown.
+  [[noreturn]] void fail_run(std::exception_ptr failure);
   // Waits for the device to finish the last run (a no-op on the CPU).
   void synchronize();
 
