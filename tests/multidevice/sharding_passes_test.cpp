@@ -105,6 +105,22 @@ TEST(ShardingRules, ReshapeMergingAnInnerShardedAxis_GathersFirst) {
   EXPECT_TRUE(has(d.program, "all_gather(axis=1) x")) << d.program;
 }
 
+TEST(ShardingRules, ReshapeSplittingTheShardedAxis_KeepsItWhereTheMeshDividesTheOuterPart_ElseGathers) {
+  Dumps divides = dumps_of(R"(fusion f(x: f32[8, 4] @mesh[0, 1] shard(axis=0)) {
+    y = reshape(x, shape=[4, 2, 4])
+    return y
+  })");
+  EXPECT_TRUE(has(divides.sharding, "y: f32[4, 2, 4] @mesh[0, 1] shard(axis=0)")) << divides.sharding;
+  EXPECT_EQ(count(divides.program, "Communicate"), 0) << divides.program;
+  // 6 rows over 2 devices split into [3, 2]: no device holds a whole part of the 3
+  Dumps odd = dumps_of(R"(fusion f(x: f32[6, 4] @mesh[0, 1] shard(axis=0)) {
+    y = reshape(x, shape=[3, 2, 4])
+    return y
+  })");
+  EXPECT_TRUE(has(odd.sharding, "y: f32[3, 2, 4] @mesh[0, 1] replicated")) << odd.sharding;
+  EXPECT_TRUE(has(odd.program, "all_gather(axis=0) x")) << odd.program;
+}
+
 TEST(ShardingRules, Permute_MovesTheShardedAxis) {
   Dumps d = dumps_of(R"(fusion f(x: f32[4, 6, 8] @mesh[0, 1] shard(axis=2)) {
     y = permute(x, dims=[2, 0, 1])

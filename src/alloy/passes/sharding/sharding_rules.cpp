@@ -312,6 +312,13 @@ double reshard_bytes(const Value& v, const Sharding& from, const Sharding& to, c
 
 std::optional<Choice> require(const Op& op, const Sharding& output, const ShardingOf& sharding_of, const Bindings& sizes) {
   ALLOY_CHECK(!output.partial, "require: a partial output is chosen, not required");
+  // an output axis of a size the mesh does not divide holds no shard (a reshape splitting a
+  // sharded 6 into [3, 2] over 2 devices: the op runs on the whole axis instead)
+  if (output.shard_axis) {
+    const Extent& e = op.outputs[0]->shape()[size_t(*output.shard_axis)];
+    std::optional<int64_t> size = e.evaluate(sizes);
+    if (size && !output.mesh.empty() && *size % int64_t(output.mesh.size()) != 0) return std::nullopt;
+  }
   OpAxes axes = op_axes(op);
   Choice c;
   c.output = output;
