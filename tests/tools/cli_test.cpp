@@ -839,6 +839,9 @@ TEST_F(CliMpiTest, RanksLaunchedDifferently_FailTogetherNamingTheFirstDifference
   std::string tp = example("tp_mlp.fusion"), sp = example("tp_mlp_sequence_parallel.fusion");
   std::string sum = write("sum.fusion", "fusion f(x: f32[8, 4] @mesh[0, 1] shard(axis=0)) {\n  y = sum(x, dims=[0])\n  return y\n}\n");
   std::string max = write("max.fusion", "fusion f(x: f32[8, 4] @mesh[0, 1] shard(axis=0)) {\n  y = max(x, dims=[0])\n  return y\n}\n");
+  // a longer statement on line 3 moves every printed comment's column: line 2 is still the same
+  std::string neg_sum = write("neg_sum.fusion", "fusion f(x: f32[8, 4] @mesh[0, 1] shard(axis=0)) {\n  r = neg(x)\n  y = sum(r, dims=[1])\n  return y\n}\n");
+  std::string neg_mean = write("neg_mean.fusion", "fusion f(x: f32[8, 4] @mesh[0, 1] shard(axis=0)) {\n  r = neg(x)\n  y = mean(r, dims=[1])\n  return y\n}\n");
   struct Case {
     std::vector<std::string> ranks;
     std::vector<std::string> said;  // in the one message
@@ -855,6 +858,7 @@ TEST_F(CliMpiTest, RanksLaunchedDifferently_FailTogetherNamingTheFirstDifference
       {{"run " + tp + " --bind T=8 --device cpu --seed 1", "run " + tp + " --bind T=8 --device cpu"}, {"seed", "rank 1 has 0, rank 0 1"}},
       {{"run '" + sum + "' --device cpu", "run '" + max + "' --device cpu"}, {"disagree on the fusion", "first different at line 2: rank 1 has `  y = max(x, dims=[0]"}},
       {{"run " + tp + " --bind T=8 --device cpu --dump program", "run " + tp + " --bind T=8 --device cpu"}, {"dumps", "program"}},
+      {{"run '" + neg_sum + "' --device cpu", "run '" + neg_mean + "' --device cpu"}, {"first different at line 3: rank 1 has `  y = mean(r"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.ranks[0] + " : " + c.ranks[1]);

@@ -70,6 +70,15 @@ std::vector<std::string> gather_details(const std::vector<JobFact>& facts, const
   return out;
 }
 
+// A printed line without the spaces that align its comment (`# f32[T, 8]`): a longer statement
+// elsewhere moves every comment's column, which is no difference of the line's own.
+std::string without_comment_padding(const std::string& line) {
+  size_t hash = line.find(" #");
+  if (hash == std::string::npos) return line;
+  size_t start = line.find_last_not_of(' ', hash);
+  return line.substr(0, start == std::string::npos ? 0 : start + 1) + " " + line.substr(hash + 1);
+}
+
 // " (first different at line N: rank A has `...`, rank B `...`)" for two texts, or "".
 std::string first_different_line(const std::string& a, int rank_a, const std::string& b, int rank_b) {
   if (a.empty() || b.empty() || a == b) return "";
@@ -77,7 +86,7 @@ std::string first_different_line(const std::string& a, int rank_a, const std::st
   for (int line = 1;; ++line) {
     size_t ea = std::min(a.find('\n', pa), a.size()), eb = std::min(b.find('\n', pb), b.size());
     std::string la = a.substr(pa, ea - pa), lb = b.substr(pb, eb - pb);
-    if (la != lb || ea == a.size() || eb == b.size()) {
+    if (without_comment_padding(la) != without_comment_padding(lb) || ea == a.size() || eb == b.size()) {
       auto quoted = [](const std::string& l) { return l.empty() ? std::string("nothing") : "`" + l + "`"; };
       return " (first different at line " + std::to_string(line) + ": rank " + std::to_string(rank_a) + " has " + quoted(la) +
              ", rank " + std::to_string(rank_b) + " " + quoted(lb) + ")";
