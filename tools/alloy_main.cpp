@@ -27,6 +27,7 @@
 #include "alloy/multidevice/shards.h"
 #include "alloy/passes/sharding/propagate_sharding.h"
 #include "alloy/runtime/executor.h"
+#include "alloy/runtime/input_binding.h"
 #include "alloy/tensor/npy.h"
 #include "alloy/pipeline/pipeline.h"
 #include "alloy/runtime/run_inputs.h"
@@ -481,6 +482,9 @@ int run_command(const RunOptions& opts) {
     std::vector<Tensor> given = read_given_inputs(f, opts.inputs, sources);
     bindings = resolve_input_sizes(f, given, requests);
     inputs = complete_inputs(f, std::move(given), bindings, uint64_t(opts.seed));
+    // the whole tensors against the declaration, before any is cut into parts (an error then
+    // names the declared sizes, not a part's)
+    if (fusion_mesh(f)) bind_inputs(f, inputs);
     // a mesh larger than the job, said as such (before the passes check sizes against it)
     if (auto mesh = fusion_mesh(f))
       if (auto misfit = multidevice::mesh_misfit(*mesh)) user_error_at("fusion '" + f.name() + "'", *misfit);

@@ -825,6 +825,14 @@ TEST_F(CliMpiTest, IndivisibleSymbolicSize_IsOneUserErrorNamingValueAxisSizeAndM
   EXPECT_EQ(r.err.find("size 7", at + 1), std::string::npos) << r.err;
 }
 
+TEST_F(CliMpiTest, AWholeInputOfTheWrongSize_IsNamedInTheDeclaredSizesNotAParts) {
+  std::string file = write("w.fusion", "fusion f(x: f32[6, 8] @mesh[0, 1] shard(axis=1)) {\n  y = sum(x, dims=[1])\n  return y\n}\n");
+  write_npy(path("x10.npy"), f32_tensor({6, 10}, std::vector<float>(60, 1.0f)));
+  CliResult r = mpirun(2, "run '" + file + "' --device cpu --input x=" + path("x10.npy"));
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "input 'x', axis 1: expected size 8 (declared f32[6, 8]), found 10")) << r.err;
+}
+
 TEST_F(CliMpiTest, BadInputFileOnOneRankOnly_FailsTheWholeJobWithoutAHang) {
   // every rank reads the same path; here the file is valid but of the wrong shape
   write_npy(path("x.npy"), f32_tensor({3, 2}, {1, 2, 3, 4, 5, 6}));
