@@ -99,6 +99,16 @@ TEST(SizeLimits, ABroadcastViewTheCpuWouldMaterialize_IsRefusedAtItsStatement) {
 
 // --bind past 2^48, and random inputs larger than this machine's memory: user errors naming the
 // bind or the input, before anything is drawn (no internal error, no allocation failure).
+TEST(SizeLimits, ValuesThatFitOneByOneButNotTogether_AreAUserErrorOnTheCpu) {
+  auto fusion = parse_fusion("fusion chain(x: f32[N]) {\n  y = neg(x)\n  z = add(y, x)\n  return z\n}", "t.fusion");
+  // 100 elements as doubles: 800 bytes a value, 2400 together
+  EXPECT_NO_THROW(check_run_sizes(*fusion, {{"N", 100}}, 2400, "cpu", true));
+  std::string e = user_error_of([&] { check_run_sizes(*fusion, {{"N", 100}}, 2000, "cpu", true); });
+  EXPECT_EQ(e, "fusion 'chain': its values need 2400 bytes together for the bound sizes (the CPU reference holds every value "
+               "of a run, each element as a double); cpu has 2000");
+  EXPECT_NO_THROW(check_run_sizes(*fusion, {{"N", 100}}, 2000, "cuda:0"));  // (a GPU's buffers are reused: each alone)
+}
+
 TEST(SizeLimits, HugeBindsAndInputsLargerThanMemory_AreUserErrorsBeforeDrawing) {
   auto fusion = parse_fusion("fusion f(x: f32[N]) {\n  e = exp(x)\n  return e\n}", "b.fusion");
   std::vector<Tensor> none(1);

@@ -78,6 +78,9 @@ Bindings bind_inputs(const Fusion& fusion, const std::vector<Tensor>& inputs) {
 
 void check_run_sizes(const Fusion& fusion, const Bindings& bindings, int64_t memory_bytes, const std::string& device,
                      bool in_doubles) {
+  // The CPU reference holds every value of a run until the run ends, each element as a double:
+  // what they take together must fit too (each alone fitting is not enough).
+  int64_t together = 0;
   for (auto& v : fusion.values()) {
     if (v->is_scalar()) continue;
     auto where = [&] { return v->producer && v->producer->loc.known() ? v->producer->loc.str() : "value '" + v->name + "'"; };
@@ -118,7 +121,11 @@ void check_run_sizes(const Fusion& fusion, const Bindings& bindings, int64_t mem
     if (memory_bytes > 0 && bytes > memory_bytes && (in_doubles || !view))
       user_error_at(where(), "'", v->name, "' (", v->type_str(), ") needs ", bytes, " bytes for the bound sizes",
                     in_doubles ? " (the CPU reference holds each element as a double)" : "", "; ", device, " has ", memory_bytes);
+    if (in_doubles) together += bytes;  // (each within the memory, checked above: no overflow)
   }
+  if (in_doubles && memory_bytes > 0 && together > memory_bytes)
+    user_error_at("fusion '" + fusion.name() + "'", "its values need ", together, " bytes together for the bound sizes (the CPU "
+                  "reference holds every value of a run, each element as a double); ", device, " has ", memory_bytes);
 }
 
 }  // namespace alloy
