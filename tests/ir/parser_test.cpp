@@ -430,5 +430,20 @@ TEST(CheckFusions, ReportsEveryFailedStatementOnceAndGoesOn) {
   EXPECT_TRUE(check_fusions("fusion f(x: f32[2]) {\n  y = exp(x)\n  return y\n}\n", "ok.fusion").empty());
 }
 
+// Held-out checks' finds: one error each, where it is, whatever the file's line breaks.
+TEST(CheckFusions, OneLineFusionsStrayCharactersAndCrLineBreaks_GiveOneErrorEach) {
+  std::vector<std::string> errors = check_fusions("fusion f(x: f32[2]) { y = neg(z) return y }\n", "one.fusion");
+  ASSERT_EQ(errors.size(), 1u);  // (no "end of input" after the statement's error: the return is on its line)
+  EXPECT_NE(errors[0].find("one.fusion:1:31: undefined value 'z'"), std::string::npos) << errors[0];
+  errors = check_fusions("fusion f(x: f32[2]) {\n  y = neg(x);\n  return y\n}\n", "semi.fusion");
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("semi.fusion:2:13: unexpected character ';'"), std::string::npos) << errors[0];
+  errors = check_fusions("fusion f(x: f32[2]) {\r  y = neg(q)\r  return y\r}\r", "cr.fusion");
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("cr.fusion:2:11: undefined value 'q'"), std::string::npos) << errors[0];
+  EXPECT_TRUE(check_fusions("fusion f(x: f32[2]) { # c\r  y = neg(x)\r  return y\r}\r", "cr_comment.fusion").empty());
+  EXPECT_TRUE(check_fusions("fusion f(x: f32[2]) { # c\r\n  y = neg(x)\r\n  return y\r\n}\r\n", "crlf.fusion").empty());
+}
+
 }  // namespace
 }  // namespace alloy

@@ -127,8 +127,9 @@ class Lexer {
  private:
   bool at_end() const { return pos_ >= text_.size(); }
   char cur(size_t ahead = 0) const { return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0'; }
+  // A line ends at \n, \r\n or a lone \r (old Mac files): one line each.
   void advance() {
-    if (text_[pos_] == '\n') {
+    if (text_[pos_] == '\n' || (text_[pos_] == '\r' && cur(1) != '\n')) {
       ++line_;
       col_ = 1;
     } else {
@@ -145,7 +146,7 @@ class Lexer {
     while (!at_end()) {
       char c = cur();
       if (c == '#') {
-        while (!at_end() && cur() != '\n') advance();
+        while (!at_end() && cur() != '\n' && cur() != '\r') advance();
       } else if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
         advance();
       } else {
@@ -183,7 +184,9 @@ class Lexer {
       advance();
       return t;
     }
-    fail(t.line, t.col, "unexpected character '", quoted_text(std::string_view(&text_[pos_], 1)), "'");
+    const std::string bad = quoted_text(std::string_view(&text_[pos_], 1));
+    advance();  // past it: a later token is read after it, so it is told once
+    fail(t.line, t.col, "unexpected character '", bad, "'");
   }
 
   Token lex_number(Token& t) {
@@ -356,7 +359,8 @@ class Parser {
     if (line < 0) return;
     while (lex_.peek().kind != TokKind::end) {
       const Token& t = lex_.peek();
-      if (t.line > line && (t.kind == TokKind::ident || t.is('}'))) break;
+      // the fusion's return or end, on this line too (a fusion written on one line)
+      if (t.is_word("return") || t.is('}') || (t.line > line && t.kind == TokKind::ident)) break;
       lex_.next();
     }
   }
