@@ -1,6 +1,8 @@
 // decompose_composites: rewrites softmax, layer_norm and rms_norm into the primitives a
 // framework would trace (cast to f32, var_mean / max / sum with keepdim, rsqrt, sub, mul, add,
-// cast back), so the GPU schedulers see one shape of normalization whatever the source.
+// cast back), so the GPU schedulers see one shape of normalization whatever the source; and
+// pow(x, 0.5) / pow(x, -0.5) of a floating x into sqrt / rsqrt, as PyTorch computes them (the
+// CPU reference's pow does the same for a literal exponent).
 // Precondition: a valid fusion. Postcondition: no composite ops; outputs keep names and types.
 #pragma once
 

@@ -215,6 +215,24 @@ TEST(ReferencePointwise, PowOfFloats) {
   EXPECT_TRUE(std::isnan(got[2]));
 }
 
+// PyTorch's pow of a tensor to the scalar 0.5 / -0.5 is sqrt / rsqrt: -0 and -inf differ from C's
+// pow (a tensor exponent of 0.5 keeps C's pow, as PyTorch's does)
+TEST(ReferencePointwise, PowToALiteralHalf_IsSqrtAndToMinusAHalfRsqrt) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double e : {0.5, -0.5}) {
+    OpHarness h;
+    h.add(OpKind::pow, {h.input(DType::f32, {3}), h.literal(e)});
+    std::vector<double> got = values(h.run({make(DType::f32, {3}, {-inf, -0.0, 4}), scalar(DType::f32, e)}));
+    EXPECT_TRUE(std::isnan(got[0])) << e;
+    EXPECT_EQ(got[1], e > 0 ? 0.0 : -inf) << e;
+    EXPECT_TRUE(std::signbit(got[1])) << e;  // sqrt(-0) = -0, 1 / sqrt(-0) = -inf
+    EXPECT_EQ(got[2], e > 0 ? 2.0 : 0.5) << e;
+  }
+  OpHarness t;
+  t.add(OpKind::pow, {t.input(DType::f32, {1}), t.input(DType::f32, {1})});
+  EXPECT_EQ(values(t.run({make(DType::f32, {1}, {-inf}), make(DType::f32, {1}, {0.5})}))[0], inf);
+}
+
 TEST(ReferencePointwise, MaximumAndMinimumPropagateNaNFromEitherSide) {
   for (OpKind kind : {OpKind::maximum, OpKind::minimum}) {
     OpHarness h;

@@ -1,0 +1,28 @@
+// decompose_composites (GPU and sharded runs): the composites become primitives, and pow to a
+// literal 0.5 / -0.5 becomes sqrt / rsqrt as PyTorch computes it (the CPU reference alike:
+// ReferencePointwise.PowToALiteralHalf_IsSqrtAndToMinusAHalfRsqrt).
+#include "alloy/passes/decompose_composites.h"
+
+#include <gtest/gtest.h>
+
+#include "alloy/ir/parser.h"
+#include "alloy/ir/printer.h"
+
+namespace alloy {
+namespace {
+
+TEST(DecomposeComposites, PowToALiteralHalfOfAFloat_IsSqrtOrRsqrt_OtherPowersStay) {
+  auto fusion = parse_fusion(
+      "fusion f(x: f32[4], n: i32[4], e: f32[4]) {\n  a = pow(x, 0.5)\n  b = pow(x, -0.5)\n  c = pow(x, 2.0)\n"
+      "  d = pow(n, 0.5)\n  g = pow(x, e)\n  return a, b, c, d, g\n}\n",
+      "p.fusion");
+  std::string text = print_fusion(*decompose_composites(*fusion));
+  EXPECT_NE(text.find("a = sqrt(x)"), std::string::npos) << text;
+  EXPECT_NE(text.find("b = rsqrt(x)"), std::string::npos) << text;
+  EXPECT_NE(text.find("c = pow(x, 2.0)"), std::string::npos) << text;
+  EXPECT_NE(text.find("d = pow(n, 0.5)"), std::string::npos) << text;  // an integer base: f32 result, C's pow
+  EXPECT_NE(text.find("g = pow(x, e)"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace alloy
