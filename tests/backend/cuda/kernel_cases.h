@@ -671,6 +671,18 @@ inline const std::vector<KernelCase>& kernel_cases() {
   loss = squeeze(l, dims=[1])
   return loss
 })", "", {{"T", 8}, {"V", 50257}}, {{"T", 3}, {"V", 20003}}},
+      // reductions that reduce nothing (a 0-dim value, axes of size 1): the value itself, a
+      // variance of 0 or NaN (held-out checks: these generated kernels that did not compile)
+      {"ReductionsOverNothing", R"(fusion r(z: f32[], x: f32[N, 1, 3], w: f32[3]) {
+  a = sum(z)
+  b = max(z, dims=[])
+  s = sum(x, dims=[1])
+  k = mean(x, dims=[1], keepdim=true)
+  y = add(k, w)
+  v, m = var_mean(x, dims=[1], correction=1)
+  v0, m0 = var_mean(x, dims=[-2], correction=0, keepdim=true)
+  return a, b, s, y, v, m, v0, m0
+})", "", {{"N", 1000}}, {{"N", 5}}},
   };
   return cases;
 }
