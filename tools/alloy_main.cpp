@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "alloy/common/error.h"
 #include "alloy/common/settings.h"
 #include "alloy/ir/fusion.h"
@@ -270,6 +272,25 @@ std::string bindings_text(const Fusion& fusion, const Bindings& bindings) {
   return out;
 }
 
+// Where the run will write (--save-outputs DIR, --trace FILE), checked before it runs: a place it
+// cannot write is an error now, not after a long run.
+void check_output_places(const RunOptions& opts) {
+  std::error_code ec;
+  if (!opts.save_dir.empty()) {
+    fs::create_directories(opts.save_dir, ec);
+    if (ec || !fs::is_directory(opts.save_dir) || ::access(opts.save_dir.c_str(), W_OK) != 0)
+      user_error_at("--save-outputs " + opts.save_dir, "cannot write into the directory",
+                    ec ? ": " + ec.message() : std::string(" (not a writable directory)"));
+  }
+  if (!opts.trace.empty()) {
+    fs::path parent = fs::path(opts.trace).parent_path();
+    if (parent.empty()) parent = ".";
+    bool writable = fs::exists(opts.trace) ? ::access(opts.trace.c_str(), W_OK) == 0
+                                           : fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0;
+    if (!writable) user_error_at("--trace " + opts.trace, "cannot write the file (its directory ", parent.string(), " is missing or not writable)");
+  }
+}
+
 void save_outputs(const std::string& dir, const Fusion& fusion, const std::vector<Tensor>& outputs) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -473,6 +494,7 @@ int run_command(const RunOptions& opts) {
     std::string text = read_source(opts.file);
     auto fusion = choose_fusion(parse_fusions(text, opts.file), opts.fusion_name, opts.file);
     fusion_text = print_fusion(*fusion);
+    check_output_places(opts);
     ExecutorOptions options{device_choice(opts.device)};
     options.pipeline = opts.pipeline;
     options.agreement = opts.agreement == "on_change" ? ExecutorOptions::Agreement::on_change : ExecutorOptions::Agreement::every_run;

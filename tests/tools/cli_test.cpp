@@ -645,7 +645,14 @@ TEST_F(CliTest, Run_TraceToAnEmptyNameIsAUsageError_ToAMissingFolderAUserError) 
   EXPECT_EQ(empty.code, 2) << empty.err;
   CliResult missing = alloy("run " + example("softmax.fusion") + " --device cpu --trace " + path("no/such/t.json"));
   EXPECT_EQ(missing.code, 1) << missing.err;
-  EXPECT_TRUE(contains(missing.err, "trace file " + path("no/such/t.json"))) << missing.err;
+  EXPECT_TRUE(contains(missing.err, "--trace " + path("no/such/t.json") + ": cannot write the file")) << missing.err;
+  EXPECT_FALSE(contains(missing.out, "probs:")) << missing.out;  // said before the run, not after it
+  // --save-outputs into a path that is a file: the same, before the run
+  std::string file = write("a_file.txt", "x");
+  CliResult not_dir = alloy("run " + example("softmax.fusion") + " --device cpu --save-outputs " + file);
+  EXPECT_EQ(not_dir.code, 1) << not_dir.err;
+  EXPECT_TRUE(contains(not_dir.err, "--save-outputs " + file + ": cannot write into the directory")) << not_dir.err;
+  EXPECT_FALSE(contains(not_dir.out, "probs:")) << not_dir.out;
 }
 
 TEST_F(CliTest, Run_SaveOutputs_ReplacesASymlinkRatherThanWritingThroughIt) {
