@@ -415,6 +415,15 @@ std::vector<std::string> Fusion::input_symbols() const {
   return out;
 }
 
+double literal_half_exponent(const Op& pow) {
+  if (pow.kind != OpKind::pow) return 0;
+  const Value* e = pow.inputs[1];
+  if (!e->literal || e->literal->kind != Literal::Kind::real || !is_floating(pow.outputs[0]->dtype()) ||
+      pow.inputs[0]->dtype() != pow.outputs[0]->dtype())
+    return 0;
+  return e->literal->f == 0.5 || e->literal->f == -0.5 ? e->literal->f : 0;
+}
+
 std::optional<std::vector<int64_t>> fusion_mesh(const Fusion& fusion) {
   const Value* first = nullptr;
   for (auto& v : fusion.values()) {

@@ -239,4 +239,9 @@ class Fusion {
 // within one fusion are a user error at the second one.
 std::optional<std::vector<int64_t>> fusion_mesh(const Fusion& fusion);
 
+// A pow of a floating tensor to the literal 0.5 or -0.5 (that exponent, else 0): PyTorch computes
+// it as sqrt or rsqrt (unlike C's pow at -0 and -inf), and so do the CPU reference and
+// decompose_composites (for GPU and sharded runs).
+double literal_half_exponent(const Op& pow);
+
 }  // namespace alloy

@@ -66,18 +66,12 @@ void normalization(const Op& op, Rebuilder& b, bool layer_norm) {
   finish(b, op, y);
 }
 
-// pow(x, 0.5) and pow(x, -0.5) of a floating x are sqrt(x) and rsqrt(x), as PyTorch computes a
-// tensor to those scalar powers: they differ from C's pow at -0 and -inf (sqrt(-0) is -0,
-// sqrt(-inf) NaN). Whether it was rewritten.
+// pow(x, 0.5) / pow(x, -0.5): sqrt / rsqrt (literal_half_exponent). Whether it was rewritten.
 bool pow_of_a_half(const Op& op, Rebuilder& b) {
-  const Value* exponent = op.inputs[1];
+  const double half = literal_half_exponent(op);
+  if (half == 0) return false;
   const Value* old = op.outputs[0];
-  if (!exponent->literal || exponent->literal->kind != Literal::Kind::real || !is_floating(old->dtype()) ||
-      op.inputs[0]->dtype() != old->dtype())
-    return false;
-  const double e = exponent->literal->f;
-  if (e != 0.5 && e != -0.5) return false;
-  b.map[old] = b.target.add_op1(e > 0 ? OpKind::sqrt : OpKind::rsqrt, {b[op.inputs[0]]}, {}, op.loc, old->name);
+  b.map[old] = b.target.add_op1(half > 0 ? OpKind::sqrt : OpKind::rsqrt, {b[op.inputs[0]]}, {}, op.loc, old->name);
   b.map[old]->take_annotations_from(*old);
   return true;
 }

@@ -150,18 +150,10 @@ Ints arithmetic_ints(const Op& op, const Ints& a, const Ints& b) {
   }
 }
 
-// pow(x, 0.5) and pow(x, -0.5) with the literal exponent: sqrt and rsqrt, as PyTorch computes a
-// tensor to those scalar powers (unlike C's pow at -0 and -inf; decompose_composites rewrites the
-// op so for the GPU and sharded runs). 0: another pow.
-double literal_half_power(const Op& op) {
-  const Value* e = op.inputs[1];
-  if (!e->literal || e->literal->kind != Literal::Kind::real || op.inputs[0]->dtype() != op.outputs[0]->dtype()) return 0;
-  return e->literal->f == 0.5 || e->literal->f == -0.5 ? e->literal->f : 0;
-}
-
 Doubles arithmetic_doubles(const Op& op, const Doubles& a, const Doubles& b) {
-  if (op.kind == OpKind::pow && literal_half_power(op) > 0) return map2<double>(a, b, [](double x, double) { return std::sqrt(x); });
-  if (op.kind == OpKind::pow && literal_half_power(op) < 0) return map2<double>(a, b, [](double x, double) { return 1.0 / std::sqrt(x); });
+  // (pow to a literal half: PyTorch's sqrt / rsqrt, literal_half_exponent)
+  if (const double half = literal_half_exponent(op); half != 0)
+    return map2<double>(a, b, [half](double x, double) { return half > 0 ? std::sqrt(x) : 1.0 / std::sqrt(x); });
   switch (op.kind) {
     case OpKind::add: return map2<double>(a, b, [](double x, double y) { return x + y; });
     case OpKind::sub: return map2<double>(a, b, [](double x, double y) { return x - y; });
