@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -603,6 +604,16 @@ int main(int argc, char** argv) {
   // (scripts/gpu-ab inner_outer_rows: an inner-outer launch's fixed part and its time a row)
   if (const char* rows = std::getenv("ALLOY_BENCH_NORM_ROWS"))
     for (const std::string& n : split_list(rows)) cases.push_back(norm_backward(std::stoll(n), 4096, false));
+  // ALLOY_BENCH_NORM_SHAPES=layer:4096x16384,rms:8192x12288,...: norm backwards (bf16) at those rows
+  // x widths too (bench/run_benchmarks.py reads the same list for PyTorch's side)
+  if (const char* shapes = std::getenv("ALLOY_BENCH_NORM_SHAPES"))
+    for (const std::string& entry : split_list(shapes)) {
+      const size_t colon = entry.find(':'), x = entry.find('x', colon);
+      if (colon == std::string::npos || x == std::string::npos)
+        throw std::runtime_error("ALLOY_BENCH_NORM_SHAPES: '" + entry + "' is not layer:RxD or rms:RxD");
+      cases.push_back(norm_backward(std::stoll(entry.substr(colon + 1, x - colon - 1)), std::stoll(entry.substr(x + 1)),
+                                    entry.substr(0, colon) == "rms"));
+    }
   for (int64_t v : {int64_t(32000), int64_t(50257), int64_t(128256)}) {
     cases.push_back(cross_entropy_forward(8192, v));
     cases.push_back(cross_entropy_backward(8192, v));

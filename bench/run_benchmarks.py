@@ -204,7 +204,13 @@ def torch_cases():
     training = {}
     for rms in (False, True):
         math, op, make = norm_bwd(rms)
-        for rows, d in ((8192, 4096), (32768, 768)):
+        shapes = [(8192, 4096), (32768, 768)]
+        # ALLOY_BENCH_NORM_SHAPES=layer:4096x16384,rms:8192x12288 (alloy_bench reads it too)
+        for entry in filter(None, os.environ.get("ALLOY_BENCH_NORM_SHAPES", "").split(",")):
+            kind, size = entry.split(":")
+            if (kind == "rms") == rms:
+                shapes.append(tuple(int(v) for v in size.split("x")))
+        for rows, d in shapes:
             training[f"{'rms' if rms else 'layer'}_norm_backward_{rows}x{d}"] = (math, make(rows, d), op)
     for v in (32000, 50257, 128256):
         training[f"cross_entropy_fwd_8192x{v}"] = (ce_fwd, ce_inputs(8192, v, False),

@@ -233,7 +233,8 @@ TEST(OfflineCompile, RowGroupsAndWindowedVarMeanCompile) {
   Bindings narrow{{"N", 32768}, {"D", 768}};
   auto ln = parse_fusion(testing::layer_norm_backward("bf16"), "io.fusion", std::nullopt);
   std::string report = compile_offline(*ln, "sm_90", false, &narrow);
-  EXPECT_NE(report.find("_io_pf_l0_rg7_"), std::string::npos) << report;
+  // (no row ahead: 672 threads a block have at most 80 registers, below the estimate of one)
+  EXPECT_NE(report.find("_io_l0_rg7_"), std::string::npos) << report;
   EXPECT_NE(report.find("grid 132x1, block 672"), std::string::npos) << report;
   EXPECT_NE(report.find(" 0 bytes spill stores"), std::string::npos) << report;
   auto vm = parse_fusion("fusion f(x: f32[R, N]) {\n  v, m = var_mean(x, dims=[1], correction=0)\n  return v, m\n}\n", "vm.fusion",

@@ -20,6 +20,21 @@ bool column_ops_read_leaves(const KernelAnalysis& a) {
   }
   return false;
 }
+
+// The registers a thread may have where `blocks` blocks of `threads` share an SM, as ptxas caps
+// them under __launch_bounds__(threads, blocks) on sm_80/sm_90: each of an SM's four partitions
+// holds 16K registers for its share of the warps (allocated in multiples of 8 a thread), at most
+// 255. (192 threads x 3 blocks: 18 warps, 5 on a partition, 96 registers — not 65536 / 576 = 113;
+// measured with ptxas's --resource-usage.)
+int64_t register_cap(int64_t threads, int64_t blocks) {
+  const int64_t warps = (threads + 31) / 32 * blocks, per_partition = (warps + 3) / 4;
+  return std::min<int64_t>(255, 16384 / (32 * per_partition) / 8 * 8);
+}
+// Whether a kernel of an estimated `r` registers a thread compiles without spilling under that
+// cap: the estimate may pass it by 4 (NVRTC's sm_90 compiles: the layer norm backward over 768
+// bf16 columns, estimated 84, fits 80 at 7 blocks an SM; the RMSNorm backward over 3072, estimated
+// 106, spilled 84 bytes at 3 blocks' 96 and ran 1.45x slower on an H100 than at 2 blocks, session 33).
+bool fits_registers(int64_t r, int64_t threads, int64_t blocks) { return r <= register_cap(threads, blocks) + 4; }
 }  // namespace
 
 // Row and outer reductions in one persistent kernel (KernelVariant::inner_outer): a block per row,
@@ -90,8 +105,11 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
     return int(g);
   };
   auto most_ahead = [&] {
-    const int64_t limit = std::min<int64_t>(255, 65536 / (int64_t(v.threads) * groups()));
     int ahead = target.tuning.inner_outer_prefetch ? std::max(1, target.tuning.inner_outer_rows_ahead) : 0;
+    // (ptxas' cap, without the slack of the blocks an SM: RMSNorm's backward over 12288 bf16
+    // columns, 384 threads of four vectors a row ahead estimated 169 against 168, spilled 268 bytes
+    // and took 408 us on an H100 against 217 for 768 threads of two vectors without)
+    const int64_t threads = int64_t(v.threads) * groups(), limit = std::min<int64_t>(65536 / threads, register_cap(threads, 1));
     while (ahead > 0 && registers(ahead) > limit) --ahead;
     return ahead;
   };
@@ -143,6 +161,7 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
     int64_t r = std::min<int64_t>(255, v.staged_rows ? registers(0) + v.prefetch * per_row_words + int64_t(v.items) * v.vector / 2 + 8
                                                       : registers(v.prefetch));
     v.min_blocks = int(std::clamp<int64_t>(65536 / (block * ((r + 7) / 8 * 8)), 1, std::max<int64_t>(1, 2048 / block)));
+    while (v.min_blocks > 1 && !fits_registers(r, block, v.min_blocks)) --v.min_blocks;  // as ptxas caps them
     if (v.staged_rows && target.shared_per_sm > 0)
       v.min_blocks = int(std::clamp<int64_t>(target.shared_per_sm / (staged_bytes(v.prefetch, v.row_groups) + groups_shared(v.row_groups) + 1024), 1,
                                              v.min_blocks));
