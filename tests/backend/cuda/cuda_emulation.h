@@ -110,6 +110,8 @@ inline std::atomic<bool> alloy_emu_barrier_met{false};
     }                                                 \
   } while (0)
 #define ALLOY_GRID_FIRST_PHASE (alloy_emu_phase == 0)
+// Dynamic shared memory: one buffer, as large as an H100 block may opt into (blocks run one at a time)
+#define ALLOY_DYNAMIC_SHARED(name) alignas(16) static unsigned char name[227 * 1024]
 #define __launch_bounds__(...)
 #define __grid_constant__
 #define __align__(n) alignas(n)

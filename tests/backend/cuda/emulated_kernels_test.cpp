@@ -1088,6 +1088,29 @@ TEST(EmulatedKernels, InnerOuterCombineTreesOfOtherDepths) {
   }
 }
 
+// Column partials in shared memory (KernelVariant::shared_partials, which the plan takes where a
+// block has not the registers for them beside its row: 12288 bf16 columns and more; forced here
+// at narrow rows): with the tree and with the combine over the grid, layer norm (two partials a
+// column) and RMSNorm of an odd width, against the CPU reference, the same bits in any block order.
+TEST(EmulatedKernels, InnerOuterPartialsInSharedMemory) {
+  for (const auto& [text, d] : {std::pair{testing::layer_norm_backward("f32"), int64_t(72)}, {testing::rms_norm_backward("bf16"), int64_t(131)}})
+    for (int levels : {3, 0}) {
+      SCOPED_TRACE(std::to_string(levels) + " levels, D=" + std::to_string(d) + "\n" + text);
+      cuda::KernelTuning tuning;
+      tuning.inner_outer_shared_partials = true;
+      tuning.inner_outer_combine_levels = levels;
+      if (levels == 0) tuning.inner_outer_blocks_per_sm = 2;
+      const Bindings sizes{{"N", 41}, {"D", d}};
+      GridRun run;
+      run_grid(text, sizes, Flavour::default_choice, {}, 0, run, tuning);
+      ASSERT_EQ(run.launches.size(), 1u);
+      EXPECT_NE(run.launches[0].find("_sp_"), std::string::npos) << run.launches[0];
+      ASSERT_EQ(run.outputs.size(), run.expected.size());
+      expect_outputs_match(run);
+      if (levels == 0) expect_the_same_bits_in_any_block_order(text, sizes, "_sp_", tuning);
+    }
+}
+
 // Row groups (KernelVariant::row_groups): a block reduces G rows at once, each group of threads
 // its own row past its own named barrier, the groups' column partials summed in shared memory
 // after the rows; with the tree and with the combine over the grid, rows that G does not divide

@@ -498,6 +498,23 @@ TEST(LaunchPlan, InnerOuterBlocksAndRowsAheadFitPtxasRegisterCap) {
   EXPECT_EQ(narrow.plan.variant.min_blocks, 7);
 }
 
+// Rows too wide for a thread's column partials beside its row in registers even in 1024 threads
+// (64 registers each): the layer norm backward over 16384 bf16 columns keeps its two partials a
+// column in shared memory (128 KiB: 1024 threads x 16 columns x 8 bytes), a block an SM; at 8192
+// they stay in registers. Past what a block's shared memory holds (32768 columns), registers.
+TEST(LaunchPlan, InnerOuterPartialsInSharedMemoryForRowsTooWideForRegisters) {
+  Planned wide = plan_of(testing::layer_norm_backward("bf16"), {{"N", 4096}, {"D", 16384}});
+  EXPECT_TRUE(wide.plan.variant.shared_partials) << wide.plan.variant.key();
+  EXPECT_EQ(wide.plan.variant.threads, 1024);
+  EXPECT_EQ(wide.plan.variant.min_blocks, 1);
+  EXPECT_EQ(wide.plan.dynamic_shared, 131072u);
+  Planned narrower = plan_of(testing::layer_norm_backward("bf16"), {{"N", 4096}, {"D", 8192}});
+  EXPECT_FALSE(narrower.plan.variant.shared_partials) << narrower.plan.variant.key();
+  EXPECT_EQ(narrower.plan.dynamic_shared, 0u);
+  Planned widest = plan_of(testing::layer_norm_backward("bf16"), {{"N", 4096}, {"D", 32768}});
+  EXPECT_FALSE(widest.plan.variant.shared_partials) << widest.plan.variant.key();
+}
+
 TEST(LaunchPlan, NormalizationOverANonContiguousAxisRunsAKernelAPass) {
   // layer norm of permute(x), x stored [4096, 8192]: the 8192 rows are x's contiguous axis
   const char* permuted = R"(fusion f(x: bf16[C, R], w: bf16[C], b: bf16[C]) {

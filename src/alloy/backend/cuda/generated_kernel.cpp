@@ -52,8 +52,8 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     }
     if (plan.error_word >= 0) plan.words[plan.error_word] = gather_flag_.word(a_, state);
     void* args[] = {plan.words.data()};
-    if (plan.cooperative) kernel->launch_cooperative(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, 0, stream, args);
-    else kernel->launch(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, 0, stream, args);
+    if (plan.cooperative) kernel->launch_cooperative(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, plan.dynamic_shared, stream, args);
+    else kernel->launch(Dim3{plan.grid_x, plan.grid_y}, Dim3{plan.block}, plan.dynamic_shared, stream, args);
   }
 
   std::string source() const override {
@@ -104,7 +104,9 @@ class GeneratedKernel final : public host_ir::SegmentExecutable {
     // blocks an SM holds: column kernels size their grid by it (fit_column_grid), cooperative
     // launches cut theirs to it (fit_cooperative_grid); a block of row groups is threads * groups
     const bool cooperative = v.inner_outer && v.combine_levels == 0;
-    last_blocks_per_sm_ = v.tile_x > 0 || cooperative ? last_kernel_->max_active_blocks_per_sm(v.threads * v.row_groups, 0) : 0;
+    last_blocks_per_sm_ = v.tile_x > 0 || cooperative
+                              ? last_kernel_->max_active_blocks_per_sm(v.threads * v.row_groups, inner_outer_shared_partial_bytes(a_, v))
+                              : 0;
     return last_kernel_;
   }
 

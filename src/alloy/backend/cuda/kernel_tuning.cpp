@@ -124,6 +124,7 @@ const BoolKey kBoolKeys[] = {
     {"recompute_values", &KernelTuning::recompute_values},
     {"inner_outer_prefetch", &KernelTuning::inner_outer_prefetch},
     {"grid_loads_ahead", &KernelTuning::grid_loads_ahead},
+    {"inner_outer_shared_partials", &KernelTuning::inner_outer_shared_partials},
 };
 
 // "sm_90" -> 90; -1 for anything else.

@@ -56,6 +56,10 @@ struct KernelTuning {
   // Grid reductions load each step's vectors one step ahead (a second set of registers), so loads
   // are in flight while a step computes (KernelVariant::loads_ahead; not with windowed var_mean).
   bool grid_loads_ahead = false;
+  // Inner-outer kernels hold their column partials in shared memory whatever the width (by
+  // default only where a block has not the registers for them beside its row:
+  // KernelVariant::shared_partials); for A/B timings and tests.
+  bool inner_outer_shared_partials = false;
   bool recompute_values = false;  // row kernels recompute costly values (exp, tanh, ...) instead of holding them
   bool operator==(const KernelTuning&) const = default;
 };

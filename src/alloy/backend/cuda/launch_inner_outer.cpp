@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "alloy/backend/cuda/codegen/cuda_expressions.h"
 #include "alloy/ir/op_table.h"
@@ -155,6 +156,24 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
     }
     v.row_groups = groups();
   }
+  // Partials in shared memory: where a block of this shape has not the registers for its partials
+  // beside its row even alone on its SM (the layer norm backward over 12288 or more bf16 columns:
+  // 1024 threads of 64 registers) and the shared memory a block may have holds them. The block is
+  // then the widest (most warps to hide the row's loads: the fewest vectors a thread), the row
+  // loaded ahead where the registers (without the partials) hold it.
+  const int64_t shared_limit = target.shared_per_sm - 8 * 1024;  // (the kernel's static shared memory besides)
+  if (!v.staged_rows && v.row_groups == 1 &&
+      (target.tuning.inner_outer_shared_partials || !fits_registers(registers(v.prefetch), v.threads, 1))) {
+    const KernelVariant in_registers = v;
+    const int words_in_registers = std::exchange(words, 0);  // (the estimate without the partials)
+    shape((slots + 1023) / 1024);
+    v.shared_partials = true;
+    v.prefetch = most_ahead();
+    if (int64_t(inner_outer_shared_partial_bytes(a, v)) > shared_limit) {
+      v = in_registers;
+      words = words_in_registers;
+    }
+  }
   const int64_t block = int64_t(v.threads) * v.row_groups;
   v.min_blocks = target.tuning.inner_outer_blocks_per_sm;
   if (v.min_blocks == 0) {
@@ -162,6 +181,8 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
                                                       : registers(v.prefetch));
     v.min_blocks = int(std::clamp<int64_t>(65536 / (block * ((r + 7) / 8 * 8)), 1, std::max<int64_t>(1, 2048 / block)));
     while (v.min_blocks > 1 && !fits_registers(r, block, v.min_blocks)) --v.min_blocks;  // as ptxas caps them
+    if (v.shared_partials)
+      v.min_blocks = int(std::clamp<int64_t>(target.shared_per_sm / int64_t(inner_outer_shared_partial_bytes(a, v) + 1024), 1, v.min_blocks));
     if (v.staged_rows && target.shared_per_sm > 0)
       v.min_blocks = int(std::clamp<int64_t>(target.shared_per_sm / (staged_bytes(v.prefetch, v.row_groups) + groups_shared(v.row_groups) + 1024), 1,
                                              v.min_blocks));

@@ -491,6 +491,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
     plan.grid_x = unsigned(splits);
     plan.workspace_bytes = inner_outer_workspace_bytes(a, splits, l.cols, v.combine_levels);
     plan.cooperative = v.combine_levels == 0 && splits > 1;
+    plan.dynamic_shared = inner_outer_shared_partial_bytes(a, v);
     if (plan.workspace_bytes > 0) {
       plan.counter_bytes = size_t(inner_outer_tree(splits, v.combine_levels).counters) * 4;
       plan.workspace_word = int(words.size());

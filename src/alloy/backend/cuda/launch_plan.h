@@ -62,6 +62,9 @@ struct LaunchPlan {
   // it, KernelVariant::combine_levels 0): a cooperative launch, of at most the blocks the compiled
   // kernel fits on the device at once (fit_cooperative_grid).
   bool cooperative = false;
+  // The dynamic shared memory a block takes (an inner-outer kernel's partials there,
+  // KernelVariant::shared_partials), 0 for most.
+  size_t dynamic_shared = 0;
   // Column kernels: the most blocks along the reduced axes worth launching (0: not a column
   // kernel) and the workspace each needs; fit_column_grid sizes grid_y to the compiled kernel.
   int64_t column_max_splits = 0;

@@ -55,11 +55,24 @@ std::vector<const Op*> workspace_order(const KernelAnalysis& a) {
 
 }  // namespace
 
+// The thread's column partials, O<id>[it][e]: registers, or (KernelVariant::shared_partials) a view
+// of its words in the dynamic shared memory, the reductions' regions in workspace order.
 void InnerOuterParts::declare_partials(const std::string& in) {
   e_.os_ << in << "__shared__ bool alloy_last;\n";
+  const KernelVariant& v = e_.v_;
+  if (v.shared_partials) {
+    e_.os_ << in << "ALLOY_DYNAMIC_SHARED(alloy_partials);\n";
+    long long at = 0;  // bytes
+    for (const Op* r : workspace_order(e_.a_)) {
+      std::string T = partial_type(r);
+      e_.os_ << in << "const AlloySharedPartials<" << T << ", " << v.vector << "> " << partial_name(r) << "{reinterpret_cast<" << T
+             << "*>(alloy_partials + " << at << ") + threadIdx.x, " << v.threads << "};\n";
+      at += (long long)v.items * v.vector * v.threads * (T == "double" ? 8 : 4);
+    }
+  }
   for (const Op* r : e_.a_.outer_reductions) {
     std::string T = partial_type(r), O = partial_name(r);
-    e_.os_ << in << T << " " << O << "[" << e_.v_.items << "][" << e_.v_.vector << "];\n";
+    if (!v.shared_partials) e_.os_ << in << T << " " << O << "[" << e_.v_.items << "][" << e_.v_.vector << "];\n";
     e_.os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << e_.v_.items << "; ++it)\n"
            << in << "  #pragma unroll\n" << in << "  for (int e = 0; e < " << e_.v_.vector << "; ++e) " << O << "[it][e] = "
            << KernelEmitter::identity_of(*r, T) << ";\n";

@@ -20,7 +20,7 @@ std::string cat_key(const std::vector<int>& cat_axes) {
 std::string KernelVariant::key() const {
   return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
          std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (grid ? "_g" : "") + (inner_outer ? "_io" : "") + (prefetch ? "_pf" + (prefetch > 1 ? std::to_string(prefetch) : std::string()) : "") + (combine_levels != 2 ? "_l" + std::to_string(combine_levels) : "") + (row_groups > 1 ? "_rg" + std::to_string(row_groups) : "") + (staged_rows ? "_sr" : "") + (welford_steps > 1 ? "_ws" + std::to_string(welford_steps) : "") + (loads_ahead ? "_la" : "") + (index32 ? "_32" : "") + (recompute ? "_rc" : "") + (early_loads ? "_el" : "") + (full_rows ? "_f" : "") + (edge_elements ? "_e" : "") + (streaming_online ? "_so" : "") + "_" +
+         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (grid ? "_g" : "") + (inner_outer ? "_io" : "") + (prefetch ? "_pf" + (prefetch > 1 ? std::to_string(prefetch) : std::string()) : "") + (combine_levels != 2 ? "_l" + std::to_string(combine_levels) : "") + (row_groups > 1 ? "_rg" + std::to_string(row_groups) : "") + (staged_rows ? "_sr" : "") + (shared_partials ? "_sp" : "") + (welford_steps > 1 ? "_ws" + std::to_string(welford_steps) : "") + (loads_ahead ? "_la" : "") + (index32 ? "_32" : "") + (recompute ? "_rc" : "") + (early_loads ? "_el" : "") + (full_rows ? "_f" : "") + (edge_elements ? "_e" : "") + (streaming_online ? "_so" : "") + "_" +
          leaf_modes + cat_key(cat_axes) + (transpose_axis >= 0 ? "_t" + std::to_string(transpose_axis) + staged : "");
 }
 
@@ -31,6 +31,8 @@ std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant&
     internal_error("row groups (", variant.key(), ") outside an inner-outer kernel of whole warps, or more than 15");
   if (variant.loads_ahead && (!variant.grid || variant.welford_steps > 1))
     internal_error("a variant loading its steps ahead (", variant.key(), ") that is not a grid reduction of single steps");
+  if (variant.shared_partials && (!variant.inner_outer || variant.row_groups > 1))
+    internal_error("partials in shared memory (", variant.key(), ") outside an inner-outer kernel of one row group");
   if (variant.staged_rows && variant.prefetch == 0)
     internal_error("a variant staging its rows ahead (", variant.key(), ") that loads none ahead");
   if (variant.prefetch && !variant.inner_outer)
@@ -101,10 +103,20 @@ InnerOuterTree inner_outer_tree(int64_t blocks, int levels) {
   return t;
 }
 
+namespace {
+size_t partial_bytes_per_column(const KernelAnalysis& a) {
+  size_t bytes = 0;
+  for (const Op* r : a.outer_reductions) bytes += std::string(compute_type(r->outputs[0]->dtype())) == "double" ? 8 : 4;
+  return bytes;
+}
+}  // namespace
+
+size_t inner_outer_shared_partial_bytes(const KernelAnalysis& a, const KernelVariant& v) {
+  return v.shared_partials ? size_t(v.items) * size_t(v.vector) * size_t(v.threads) * partial_bytes_per_column(a) : 0;
+}
+
 size_t inner_outer_workspace_bytes(const KernelAnalysis& a, int64_t blocks, int64_t cols, int levels) {
-  size_t bytes_per_column = 0;
-  for (const Op* r : a.outer_reductions) bytes_per_column += std::string(compute_type(r->outputs[0]->dtype())) == "double" ? 8 : 4;
-  return size_t(inner_outer_tree(blocks, levels).rows) * size_t(cols) * bytes_per_column;
+  return size_t(inner_outer_tree(blocks, levels).rows) * size_t(cols) * partial_bytes_per_column(a);
 }
 
 bool along_columns_only(const KernelAnalysis& a, const Value* leaf) {

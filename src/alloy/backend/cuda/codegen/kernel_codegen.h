@@ -64,6 +64,11 @@ struct KernelVariant {
   // reads the current row's out of its slot; only the per-row leaves (a norm's mean and rstd)
   // are held in registers ahead. The registers a row ahead took go to more blocks an SM.
   bool staged_rows = false;
+  // Inner-outer kernels whose rows are too wide for a thread's column partials beside its row in
+  // registers (the layer norm backward over 12288 or more bf16 columns): the partials live in
+  // dynamic shared memory instead, [it][e][thread of the block] (consecutive threads, consecutive
+  // words), inner_outer_shared_partial_bytes of it; one row group.
+  bool shared_partials = false;
   // Grid reductions of var_mean (KernelTuning::grid_welford_steps): the steps (U vectors a thread
   // each) a thread sums its deviations from one running mean before it merges them into its
   // running (count, mean, squared deviations): 1 merges every step (a merge's divisions and its
@@ -189,6 +194,9 @@ struct InnerOuterTree {
   int64_t counters = 0;  // the nodes', the root's included
 };
 InnerOuterTree inner_outer_tree(int64_t blocks, int levels);
+// The dynamic shared memory of an inner-outer kernel's partials (KernelVariant::shared_partials;
+// 0 without).
+size_t inner_outer_shared_partial_bytes(const KernelAnalysis& a, const KernelVariant& v);
 size_t inner_outer_workspace_bytes(const KernelAnalysis& analysis, int64_t blocks, int64_t cols, int levels);
 // A leaf that varies along none of the kept axes, only along the reduced ones (a norm's weight):
 // the same in every row, so an inner-outer kernel loading rows ahead (KernelVariant::prefetch)

@@ -120,6 +120,25 @@ template <int N> __device__ __forceinline__ void alloy_cp_wait() {
 #endif
 }
 
+// Dynamic shared memory (an inner-outer kernel's column partials, KernelVariant::shared_partials),
+// and a thread's view of its partials there as O[it][e]: word (it * V + e) * stride of its own
+// (the partials of consecutive threads in consecutive words).
+#ifndef ALLOY_DYNAMIC_SHARED
+#define ALLOY_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+template <class T>
+struct AlloySharedPartialVector {
+  T* p;
+  int stride;
+  __device__ __forceinline__ T& operator[](int e) const { return p[e * stride]; }
+};
+template <class T, int V>
+struct AlloySharedPartials {
+  T* p;
+  int stride;
+  __device__ __forceinline__ AlloySharedPartialVector<T> operator[](int it) const { return {p + it * V * stride, stride}; }
+};
+
 struct AlloySum { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
 struct AlloyMax { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_max(a, b); } };
 struct AlloyMin { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_min(a, b); } };
