@@ -143,6 +143,18 @@ def test_an_op_error_caught_inside_the_block_still_ends_the_definition():
         fd.execute([np.ones(2, np.float32)])
 
 
+def test_a_definition_ended_by_an_error_names_the_function_called():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[3])
+        with pytest.raises(alloy.Error):
+            fd.ops.iota(5, 2, 3)
+        for use, called in [(lambda: fd.define_scalar(dtype=alloy.int64), "define_scalar"),
+                            (lambda: fd.define_tensor([3]), "define_tensor"), (lambda: fd.ops.exp(x), "exp"),
+                            (lambda: fd.add_output(x), "add_output")]:
+            with pytest.raises(alloy.Error, match=f"^{called}: fusion 'fusion' cannot be used"):
+                use()
+
+
 def test_a_python_error_in_the_block_ends_the_definition():
     with pytest.raises(ZeroDivisionError):
         with alloy.FusionDefinition() as fd:
