@@ -195,9 +195,20 @@ def _attr_value(spec_type, value):
     return value
 
 
+# Where the Python API differs from the format's row (nvFuser's and torch's conventions): defaults
+# an attribute takes when the call leaves it out (the .fusion text keeps the format's, written out),
+# and nvFuser's keyword names of the format's attributes.
+_PYTHON_DEFAULTS = {"var_mean": {"correction": 1}}  # torch.var_mean and nvFuser: Bessel's correction
+_KEYWORD_ALIASES = {"slice": {"start_indices": "starts", "end_indices": "ends", "strides": "steps"}}
+_CASTS_FIRST = ("sum", "mean", "max", "min")  # dtype=: the input cast first, as nvFuser's and torch's
+
+
 def _make_op(row):
     name = row["name"]
     attrs = row["attrs"]  # (name, type, required, default)
+    defaults = _PYTHON_DEFAULTS.get(name, {})
+    aliases = _KEYWORD_ALIASES.get(name, {})
+    attrs = [(n, t, required, defaults.get(n, default)) for n, t, required, default in attrs]
     attr_names = [a[0] for a in attrs]
     attr_types = {a[0]: a[1] for a in attrs}
     max_inputs = row["max_inputs"]
@@ -221,12 +232,16 @@ def _make_op(row):
             args = []
         given = dict(zip(attr_names, args))
         for key, value in kwargs.items():
+            key = aliases.get(key, key)
             if key in given:
                 raise TypeError(f"{name}() got attribute '{key}' twice")
             given[key] = value
+        for key, value in defaults.items():
+            if given.get(key) is None:
+                given[key] = value
         given = {k: _attr_value(attr_types.get(k), v) for k, v in given.items()}
         file, line, col = _caller()
-        if name in ("sum", "mean") and "dtype" in given:  # nvFuser's and torch's dtype=: the input cast first
+        if name in _CASTS_FIRST and "dtype" in given:
             dtype = given.pop("dtype")
             if dtype is not None and inputs and isinstance(inputs[0], Value):
                 inputs[0] = self._impl.add_op("cast", [inputs[0]], {"dtype": dtype}, file, line, col)[0]
@@ -283,9 +298,28 @@ for _row in _OP_ROWS:
 del _row
 
 
+# ---- fd.ops composed from the format's ops -----------------------------------------------
+# nvFuser ops that are a line or two of the format's ops: stated with them, so the .fusion text
+# shows what runs.
+
+def _var(self, x, dims=None, correction=1, keepdim=False):
+    """var(x, dims=None, correction=1, keepdim=False) -> Value
+
+    nvFuser's and torch's variance: var_mean's first result (Bessel's correction unless told)."""
+    return self.var_mean(x, dims, correction, keepdim)[0]
+
+
+_COMPOSED_OPS = {"var": _var}
+for _name, _function in _COMPOSED_OPS.items():
+    _function.__name__ = _function.__qualname__ = _name
+    setattr(Operators, _name, _function)
+del _name, _function
+
+
 def op_names():
-    """The names of the ops under fd.ops."""
-    return [row["name"] for row in _OP_ROWS]
+    """The names of the ops under fd.ops: the format's, then those composed from them
+    (var)."""
+    return [row["name"] for row in _OP_ROWS] + list(_COMPOSED_OPS)
 
 
 # Operators on values, for definitions that read like arithmetic: x * 2 + y, -x, x ** 2.

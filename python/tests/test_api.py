@@ -103,7 +103,7 @@ def test_define_scalar_with_a_value_and_a_dtype_is_a_scalar_of_that_dtype():
 def test_several_results_come_back_as_a_tuple():
     with alloy.FusionDefinition() as fd:
         x = fd.define_tensor(shape=[2, 5], dtype=alloy.float64)
-        result = fd.ops.var_mean(x, dims=[1])
+        result = fd.ops.var_mean(x, dims=[1], correction=0)
         assert isinstance(result, tuple) and len(result) == 2
         var, mean = result
         fd.add_output(var)
@@ -161,6 +161,38 @@ def test_nvfuser_names_of_dtypes_and_arguments():
     assert s.dtype == np.float32
     np.testing.assert_array_equal(s, np.full(2, 90000.0, dtype=np.float32))
     assert alloy.FusionDefinition().ops.iota.__doc__.startswith("iota(length, ")
+
+
+def test_var_mean_and_var_default_to_bessels_correction_as_torch_and_nvfuser_do():
+    a = np.arange(10.0).reshape(2, 5) ** 2
+    fd = define([a], lambda fd, x: (*fd.ops.var_mean(x, [1]), fd.ops.var(x, [1]), fd.ops.var_mean(x, [1], 0)[0],
+                                    fd.ops.var(x, dims=[1], correction=0, keepdim=True)))
+    var, mean, var_only, population, population_kept = fd.execute([a])
+    np.testing.assert_allclose(var, a.var(axis=1, ddof=1))
+    np.testing.assert_allclose(mean, a.mean(axis=1))
+    np.testing.assert_allclose(var_only, a.var(axis=1, ddof=1))
+    np.testing.assert_allclose(population, a.var(axis=1))
+    np.testing.assert_allclose(population_kept, a.var(axis=1, keepdims=True))
+    assert "correction=1" in str(fd)  # the text states it: the format's own default stays 0
+    text = "fusion f(x: f64[2, 5]) {\n  v, m = var_mean(x, dims=[1])\n  return v\n}"
+    np.testing.assert_allclose(alloy.parse(text).execute([a])[0], a.var(axis=1))
+    assert "correction=1" in alloy.FusionDefinition().ops.var_mean.__doc__
+
+
+def test_nvfuser_keyword_names_of_slice_and_dtype_of_max_and_min():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    fd = define([a], lambda fd, x: (fd.ops.slice(x, start_indices=[0, 1], end_indices=[3, 4], strides=[2, 2]),
+                                    fd.ops.max(x, [1], False, dtype=alloy.float64), fd.ops.min(x, dims=[0], dtype=alloy.float64)))
+    sliced, largest, smallest = fd.execute([a])
+    np.testing.assert_array_equal(sliced, a[0:3:2, 1:4:2])
+    assert largest.dtype == np.float64 and smallest.dtype == np.float64
+    np.testing.assert_array_equal(largest, a.max(axis=1))
+    np.testing.assert_array_equal(smallest, a.min(axis=0))
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[4])
+        with pytest.raises(TypeError, match="attribute 'starts' twice"):
+            fd.ops.slice(x, starts=[0], start_indices=[1], ends=[2])
+        fd.add_output(x)
 
 
 def test_layer_norm_with_a_bias_and_no_weight_is_torchs():

@@ -122,9 +122,15 @@ case("sum", [r], lambda fd, a: fd.ops.sum(a), [r.sum()])
 case("max", [r], lambda fd, a: fd.ops.max(a, dims=[0]), [r.max(axis=0)])
 case("min", [r], lambda fd, a: fd.ops.min(a, dims=-1), [r.min(axis=-1)])
 case("mean", [r], lambda fd, a: fd.ops.mean(a, dims=[2], keepdim=True), [r.mean(axis=2, keepdims=True)])
-case("var_mean", [r], lambda fd, a: fd.ops.var_mean(a, dims=[2]), [r.var(axis=2), r.mean(axis=2)])
+case("var_mean", [r], lambda fd, a: fd.ops.var_mean(a, dims=[2], correction=0), [r.var(axis=2), r.mean(axis=2)])
+case("var_mean", [r], lambda fd, a: fd.ops.var_mean(a, [2]), [r.var(axis=2, ddof=1), r.mean(axis=2)])  # torch's default: 1
 case("var_mean", [r], lambda fd, a: fd.ops.var_mean(a, dims=[0, 1], correction=1, keepdim=True),
      [r.var(axis=(0, 1), ddof=1, keepdims=True), r.mean(axis=(0, 1), keepdims=True)])
+
+# ---- composed from the format's ops (nvFuser's names) ------------------------------------
+
+case("var", [r], lambda fd, a: fd.ops.var(a, [2]), [r.var(axis=2, ddof=1)])
+case("var", [r], lambda fd, a: fd.ops.var(a, dims=[0, 1], correction=0, keepdim=True), [r.var(axis=(0, 1), keepdims=True)])
 
 # ---- shape -----------------------------------------------------------------------------
 
