@@ -433,7 +433,8 @@ class FusionDefinition:
         """A tensor input. ``shape``: ints, -1 or None for a dynamic size, or symbol names ('B') that
         bind to the same size wherever they appear. Or pass an existing tensor (torch, NumPy, ...)
         as the first argument: its dtype, and its sizes as dynamic ones (1 stays 1, a broadcast
-        axis) unless ``static_sizes=True``.
+        axis) unless ``static_sizes=True``. ``symbolic_sizes`` is nvFuser's older name of the shape
+        (-1 a dynamic size, other ints fixed ones); given with a ``shape``, the two must agree.
 
         ``contiguity`` (one True, False or None per axis) and ``stride_order`` (a permutation of
         ``range(rank)``; ``stride_order[i]`` ranks axis i's stride, ``rank - 1`` the largest, so
@@ -457,8 +458,22 @@ class FusionDefinition:
             shape = sizes if static_sizes else [1 if s == 1 else -1 for s in sizes]
             if dtype is None:
                 dtype = tensor.dtype
+        if symbolic_sizes is not None:  # nvFuser's older name of the shape: -1 dynamic, other ints fixed
+            if isinstance(symbolic_sizes, (str, bytes, dict, set, frozenset)) or not hasattr(symbolic_sizes, "__iter__"):
+                raise Error(f"define_tensor: symbolic_sizes must be a list of sizes (ints, -1 for a dynamic size), found "
+                            f"{type(symbolic_sizes).__name__} {symbolic_sizes!r}")
+            symbolic_sizes = list(symbolic_sizes)
+            if not isinstance(shape, (str, bytes, dict, set, frozenset)) and hasattr(shape, "__iter__"):
+                shape = list(shape)
+            unnamed = lambda sizes: [-1 if d is None else d for d in sizes]  # noqa: E731  (None and -1 say the same)
+            if shape is None:
+                shape = symbolic_sizes
+            elif not isinstance(shape, list) or unnamed(shape) != unnamed(symbolic_sizes):
+                raise Error(f"define_tensor: shape {shape!r} and symbolic_sizes {symbolic_sizes!r} differ; expected one of "
+                            "them (symbolic_sizes is nvFuser's older name of shape)")
         if shape is None:
-            raise Error("define_tensor: give a shape (a list of sizes; [] for a 0-dim tensor) or a tensor")
+            raise Error("define_tensor: give a shape (a list of sizes; [] for a 0-dim tensor; or nvFuser's symbolic_sizes) "
+                        "or a tensor")
         if isinstance(shape, (str, bytes, dict, set, frozenset)) or not hasattr(shape, "__iter__"):
             # a string would be one symbol per character, a dict or set its keys in no stated order
             raise Error(f"define_tensor: shape must be a list of sizes (ints, -1, None or symbol names such as 'B'), "

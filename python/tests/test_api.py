@@ -195,6 +195,17 @@ def test_nvfuser_keyword_names_of_slice_and_dtype_of_max_and_min():
         fd.add_output(x)
 
 
+def test_define_tensor_takes_nvfusers_symbolic_sizes():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(symbolic_sizes=[-1, 1, 3], contiguity=[True, None, True], dtype=alloy.DataType.Float)
+        y = fd.define_tensor([2, -1], symbolic_sizes=[2, -1])  # both, agreeing: accepted
+        fd.add_output(x * 2)
+        fd.add_output(y)
+    assert x.type == "f32[?, 1, 3]" and y.type == "f32[2, ?]"
+    a = np.arange(6, dtype=np.float32).reshape(2, 1, 3)
+    np.testing.assert_array_equal(fd.execute([a, np.ones((2, 5), np.float32)])[0], a * 2)
+
+
 def test_layer_norm_with_a_bias_and_no_weight_is_torchs():
     rng = np.random.default_rng(5)
     x, b = rng.standard_normal((3, 8)).astype(np.float32), rng.standard_normal(8).astype(np.float32)

@@ -204,6 +204,18 @@ def test_bad_names_dtypes_and_sizes():
         fd.define_tensor(shape=[2], dtype=alloy.float32, name="x")
 
 
+@pytest.mark.parametrize("arguments, message", [
+    ({"shape": [2, 3], "symbolic_sizes": [-1, -1]}, r"shape \[2, 3\] and symbolic_sizes \[-1, -1\] differ"),
+    ({"shape": [-1], "symbolic_sizes": [-1, -1]}, r"shape \[-1\] and symbolic_sizes \[-1, -1\] differ"),
+    ({"symbolic_sizes": 3}, "symbolic_sizes must be a list of sizes"),
+    ({"symbolic_sizes": [-2]}, "a size must be >= 0"),
+])
+def test_conflicting_or_bad_symbolic_sizes_are_errors(arguments, message):
+    with pytest.raises(alloy.Error, match=message):
+        with alloy.FusionDefinition() as fd:
+            fd.define_tensor(**arguments)
+
+
 def test_parse_errors_are_located():
     with pytest.raises(alloy.Error, match=r"^<string>:2:11: undefined value 'z'"):
         alloy.parse("fusion f(x: f32[2]) {\n  y = exp(z)\n  return y\n}")
