@@ -309,7 +309,14 @@ def _var(self, x, dims=None, correction=1, keepdim=False):
     return self.var_mean(x, dims, correction, keepdim)[0]
 
 
-_COMPOSED_OPS = {"var": _var}
+def _size(self, x, dim):
+    """size(x, dim): x.size(dim), the size of an axis as x.shape gives it."""
+    file, line, col = _caller()
+    _check_type(x, Value, f"{file}:{line}:{col}: size: x", "a tensor value of this definition")
+    return x.size(dim)
+
+
+_COMPOSED_OPS = {"var": _var, "size": _size}
 for _name, _function in _COMPOSED_OPS.items():
     _function.__name__ = _function.__qualname__ = _name
     setattr(Operators, _name, _function)
@@ -318,7 +325,7 @@ del _name, _function
 
 def op_names():
     """The names of the ops under fd.ops: the format's, then those composed from them
-    (var)."""
+    (var, size)."""
     return [row["name"] for row in _OP_ROWS] + list(_COMPOSED_OPS)
 
 
@@ -353,6 +360,35 @@ Value.__bool__ = _no_truth_value
 Value.__neg__ = lambda self: Operators(self._definition).neg(self)
 Value.__abs__ = lambda self: Operators(self._definition).abs(self)
 del _op, _dunder
+
+
+class _Shape(list):
+    """A value's shape: a list, also callable, as nvFuser's ``x.shape()`` is (the same list)."""
+
+    def __call__(self):
+        return self
+
+
+_value_shape = Value.shape.fget
+Value.shape = property(lambda self: _Shape(_value_shape(self)),
+                       doc="The sizes, as the format writes them: ints, -1 for an unnamed dynamic size, symbol names "
+                           "('B'). Also callable, as nvFuser's x.shape().")
+
+
+def _value_size(self, dim):
+    """The size of axis ``dim`` (negative counts from the end) as ``x.shape`` gives it: an int,
+    -1 for an unnamed dynamic size, or a symbol's name ('B'), which reshape and expand take."""
+    shape = _value_shape(self)
+    rank = len(shape)
+    if not _is_int(dim) or not -rank <= dim < rank:
+        file, line, col = _caller()
+        expected = f"an int from {-rank} to {rank - 1}" if rank else "no axis: it has none"
+        raise Error(f"{file}:{line}:{col}: size: {self.name}: {self.type} has rank {rank}; expected {expected}, "
+                    f"found {dim!r}")
+    return shape[int(dim)]
+
+
+Value.size = _value_size
 
 
 # ---- definitions -------------------------------------------------------------------------

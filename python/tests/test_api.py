@@ -206,6 +206,17 @@ def test_define_tensor_takes_nvfusers_symbolic_sizes():
     np.testing.assert_array_equal(fd.execute([a, np.ones((2, 5), np.float32)])[0], a * 2)
 
 
+def test_value_size_and_a_callable_shape_as_nvfuser_writes_them():
+    a = np.arange(24.0).reshape(2, 3, 4)
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=["B", -1, 4], dtype=alloy.float64)
+        assert x.shape == ["B", -1, 4] and x.shape() == ["B", -1, 4] and isinstance(x.shape, list)
+        assert (x.size(0), x.size(1), x.size(2), x.size(-1)) == ("B", -1, 4, 4)
+        assert fd.ops.size(x, 0) == "B"
+        fd.add_output(fd.ops.reshape(x, [x.size(0), -1]))
+    np.testing.assert_array_equal(fd.execute([a])[0], a.reshape(2, 12))
+
+
 def test_layer_norm_with_a_bias_and_no_weight_is_torchs():
     rng = np.random.default_rng(5)
     x, b = rng.standard_normal((3, 8)).astype(np.float32), rng.standard_normal(8).astype(np.float32)

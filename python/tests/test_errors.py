@@ -216,6 +216,20 @@ def test_conflicting_or_bad_symbolic_sizes_are_errors(arguments, message):
             fd.define_tensor(**arguments)
 
 
+@pytest.mark.parametrize("body, message", [
+    (lambda fd, x: x.size(2), r"size: T0: f32\[2, 3\] has rank 2; expected an int from -2 to 1, found 2"),
+    (lambda fd, x: fd.ops.size(x, -3), "expected an int from -2 to 1, found -3"),
+    (lambda fd, x: x.size(0.0), "found 0.0"),
+    (lambda fd, x: fd.ops.size(2.0, 0), "size: x: expected a tensor value"),
+])
+def test_composed_op_mistakes_are_located_errors(body, message):
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[2, 3], dtype=alloy.float32)
+        with pytest.raises(alloy.Error, match=rf"test_errors.py:\d+:\d+: .*{message}"):
+            body(fd, x)
+        fd.add_output(x)
+
+
 def test_parse_errors_are_located():
     with pytest.raises(alloy.Error, match=r"^<string>:2:11: undefined value 'z'"):
         alloy.parse("fusion f(x: f32[2]) {\n  y = exp(z)\n  return y\n}")

@@ -131,6 +131,7 @@ case("var_mean", [r], lambda fd, a: fd.ops.var_mean(a, dims=[0, 1], correction=1
 
 case("var", [r], lambda fd, a: fd.ops.var(a, [2]), [r.var(axis=2, ddof=1)])
 case("var", [r], lambda fd, a: fd.ops.var(a, dims=[0, 1], correction=0, keepdim=True), [r.var(axis=(0, 1), keepdims=True)])
+case("size", [r], lambda fd, a: fd.ops.reshape(a, shape=[fd.ops.size(a, 0), -1]), [r.reshape(2, -1)])
 
 # ---- shape -----------------------------------------------------------------------------
 
