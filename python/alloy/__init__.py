@@ -359,7 +359,35 @@ def _no_truth_value(self):
 Value.__bool__ = _no_truth_value
 Value.__neg__ = lambda self: Operators(self._definition).neg(self)
 Value.__abs__ = lambda self: Operators(self._definition).abs(self)
+Value.__pos__ = lambda self: self
 del _op, _dunder
+
+
+# & | ^ ~ on bool values are logical, as torch's are on bool tensors: where and the comparisons
+# compute them (the format has no bitwise ops, so other dtypes are a TypeError, not a guess).
+def _logical(symbol, combine):
+    def method(self, other=None):
+        operands = (self,) if symbol == "~" else (self, other)
+        if symbol != "~" and not _is_operand(other):
+            return NotImplemented
+        for a in operands:
+            is_bool = a.dtype == bool if isinstance(a, Value) else isinstance(a, (_builtin_bool,) + _numpy_scalar_types()[:1])
+            if not is_bool:
+                found = f"{a.name}: {a.type}" if isinstance(a, Value) else f"{type(a).__name__} {a!r}"
+                raise TypeError(f"`{symbol}` on alloy values is logical, for bool values only; found {found} "
+                                "(compare first, as in (x > 0), or cast with fd.ops.cast(x, alloy.bool))")
+        return combine(Operators(self._definition), *operands)
+    return method
+
+
+for _dunders, _symbol, _combine in (
+        (("__and__", "__rand__"), "&", lambda ops, a, b: ops.where(a, b, a)),  # a ? b : false
+        (("__or__", "__ror__"), "|", lambda ops, a, b: ops.where(a, a, b)),    # a ? true : b
+        (("__xor__", "__rxor__"), "^", lambda ops, a, b: ops.ne(a, b)),
+        (("__invert__",), "~", lambda ops, a: ops.eq(a, False))):
+    for _dunder in _dunders:  # each is symmetric, so the reflected form is the same
+        setattr(Value, _dunder, _logical(_symbol, _combine))
+del _dunders, _dunder, _symbol, _combine
 
 
 class _Shape(list):

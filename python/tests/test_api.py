@@ -217,6 +217,24 @@ def test_value_size_and_a_callable_shape_as_nvfuser_writes_them():
     np.testing.assert_array_equal(fd.execute([a])[0], a.reshape(2, 12))
 
 
+def test_logical_operators_on_bool_values():
+    a, b = np.array([-2.0, -0.5, 0.5, 3.0]), np.array([[1.0], [-1.0]])
+    fd = define([a, b], lambda fd, x, y: ((x > 0) & (y > 0), (x > 0) | (x < -1), (x > 0) ^ (y > 0), ~(x > 0),
+                                          True & (x > 0), (x > 0) | False, np.bool_(True) ^ (x > 0), +x))
+    outs = fd.execute([a, b])
+    expected = [(a > 0) & (b > 0), (a > 0) | (a < -1), (a > 0) ^ (b > 0), ~(a > 0), a > 0, a > 0, ~(a > 0), a]
+    for got, want in zip(outs, expected):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[4], dtype=alloy.float32, name="x")
+        for use, found in [(lambda: x & (x > 0), "x: f32"), (lambda: (x > 0) | 1, "int 1"), (lambda: ~x, "x: f32"),
+                           (lambda: 1.5 ^ (x > 0), "float 1.5")]:
+            with pytest.raises(TypeError, match=f"logical, for bool values only; found {found}"):
+                use()
+        fd.add_output(x)
+
+
 def test_layer_norm_with_a_bias_and_no_weight_is_torchs():
     rng = np.random.default_rng(5)
     x, b = rng.standard_normal((3, 8)).astype(np.float32), rng.standard_normal(8).astype(np.float32)
