@@ -309,6 +309,49 @@ def _var(self, x, dims=None, correction=1, keepdim=False):
     return self.var_mean(x, dims, correction, keepdim)[0]
 
 
+def _clamp(self, x, min=None, max=None):  # noqa: A002  (torch.clamp's names)
+    """clamp(x, min=None, max=None) -> Value
+
+    torch.clamp: maximum(x, min), then minimum(that, max), so min > max gives max everywhere, and
+    NaN stays NaN (maximum and minimum propagate it). Either bound may be left out, not both."""
+    if min is None and max is None:
+        file, line, col = _caller()
+        raise Error(f"{file}:{line}:{col}: clamp: expected min, max or both, found neither")
+    if min is not None:
+        x = self.maximum(x, min)
+    return x if max is None else self.minimum(x, max)
+
+
+def _broadcast(self, x, is_broadcast_dim):
+    """broadcast(x, is_broadcast_dim) -> Value
+
+    nvFuser's broadcast: one output axis per entry of is_broadcast_dim, a new axis of size 1 where
+    it is True and x's axes, in order, where it is False (an unsqueeze at each True)."""
+    file, line, col = _caller()
+    where = f"{file}:{line}:{col}: broadcast"
+    _check_type(x, Value, f"{where}: x", "a tensor value of this definition")
+    bools = (_builtin_bool,) + _numpy_scalar_types()[:1]
+    flags = list(is_broadcast_dim) if isinstance(is_broadcast_dim, (list, tuple)) else None
+    if flags is None or not all(isinstance(f, bools) for f in flags):
+        raise Error(f"{where}: is_broadcast_dim must be a list of bools (True where an axis of size 1 is inserted), "
+                    f"found {is_broadcast_dim!r}")
+    kept = flags.count(False)
+    if kept != x.ndim:
+        raise Error(f"{where}: is_broadcast_dim has {kept} False entries for {x.name}: {x.type} of rank {x.ndim}; "
+                    "expected one False for each axis of x")
+    for axis, flag in enumerate(flags):
+        if flag:
+            x = self.unsqueeze(x, axis)
+    return x
+
+
+def _isnan(self, x):
+    """isnan(x) -> Value
+
+    ne(x, x): only NaN differs from itself (a bool tensor; False everywhere for integers)."""
+    return self.ne(x, x)
+
+
 def _size(self, x, dim):
     """size(x, dim): x.size(dim), the size of an axis as x.shape gives it."""
     file, line, col = _caller()
@@ -316,7 +359,7 @@ def _size(self, x, dim):
     return x.size(dim)
 
 
-_COMPOSED_OPS = {"var": _var, "size": _size}
+_COMPOSED_OPS = {"var": _var, "clamp": _clamp, "broadcast": _broadcast, "isnan": _isnan, "size": _size}
 for _name, _function in _COMPOSED_OPS.items():
     _function.__name__ = _function.__qualname__ = _name
     setattr(Operators, _name, _function)
@@ -324,8 +367,8 @@ del _name, _function
 
 
 def op_names():
-    """The names of the ops under fd.ops: the format's, then those composed from them
-    (var, size)."""
+    """The names of the ops under fd.ops: the format's, then those composed from them (var,
+    clamp, broadcast, isnan, size)."""
     return [row["name"] for row in _OP_ROWS] + list(_COMPOSED_OPS)
 
 

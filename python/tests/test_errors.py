@@ -221,6 +221,9 @@ def test_conflicting_or_bad_symbolic_sizes_are_errors(arguments, message):
     (lambda fd, x: fd.ops.size(x, -3), "expected an int from -2 to 1, found -3"),
     (lambda fd, x: x.size(0.0), "found 0.0"),
     (lambda fd, x: fd.ops.size(2.0, 0), "size: x: expected a tensor value"),
+    (lambda fd, x: fd.ops.clamp(x), "clamp: expected min, max or both, found neither"),
+    (lambda fd, x: fd.ops.broadcast(x, [True, False]), "broadcast: is_broadcast_dim has 1 False entries for T0: f32"),
+    (lambda fd, x: fd.ops.broadcast(x, [1, 0, 0]), "is_broadcast_dim must be a list of bools"),
 ])
 def test_composed_op_mistakes_are_located_errors(body, message):
     with alloy.FusionDefinition() as fd:
