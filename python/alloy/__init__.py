@@ -195,9 +195,20 @@ def _attr_value(spec_type, value):
     return value
 
 
+# Where the Python API differs from the format's row (nvFuser's and torch's conventions): defaults
+# an attribute takes when the call leaves it out (the .fusion text keeps the format's, written out),
+# and nvFuser's keyword names of the format's attributes.
+_PYTHON_DEFAULTS = {"var_mean": {"correction": 1}}  # torch.var_mean and nvFuser: Bessel's correction
+_KEYWORD_ALIASES = {"slice": {"start_indices": "starts", "end_indices": "ends", "strides": "steps"}}
+_CASTS_FIRST = ("sum", "mean", "max", "min")  # dtype=: the input cast first, as nvFuser's and torch's
+
+
 def _make_op(row):
     name = row["name"]
     attrs = row["attrs"]  # (name, type, required, default)
+    defaults = _PYTHON_DEFAULTS.get(name, {})
+    aliases = _KEYWORD_ALIASES.get(name, {})
+    attrs = [(n, t, required, defaults.get(n, default)) for n, t, required, default in attrs]
     attr_names = [a[0] for a in attrs]
     attr_types = {a[0]: a[1] for a in attrs}
     max_inputs = row["max_inputs"]
@@ -221,12 +232,16 @@ def _make_op(row):
             args = []
         given = dict(zip(attr_names, args))
         for key, value in kwargs.items():
+            key = aliases.get(key, key)
             if key in given:
                 raise TypeError(f"{name}() got attribute '{key}' twice")
             given[key] = value
+        for key, value in defaults.items():
+            if given.get(key) is None:
+                given[key] = value
         given = {k: _attr_value(attr_types.get(k), v) for k, v in given.items()}
         file, line, col = _caller()
-        if name in ("sum", "mean") and "dtype" in given:  # nvFuser's and torch's dtype=: the input cast first
+        if name in _CASTS_FIRST and "dtype" in given:
             dtype = given.pop("dtype")
             if dtype is not None and inputs and isinstance(inputs[0], Value):
                 inputs[0] = self._impl.add_op("cast", [inputs[0]], {"dtype": dtype}, file, line, col)[0]
@@ -283,9 +298,78 @@ for _row in _OP_ROWS:
 del _row
 
 
+# ---- fd.ops composed from the format's ops -----------------------------------------------
+# nvFuser ops that are a line or two of the format's ops: stated with them, so the .fusion text
+# shows what runs.
+
+def _var(self, x, dims=None, correction=1, keepdim=False):
+    """var(x, dims=None, correction=1, keepdim=False) -> Value
+
+    nvFuser's and torch's variance: var_mean's first result (Bessel's correction unless told)."""
+    return self.var_mean(x, dims, correction, keepdim)[0]
+
+
+def _clamp(self, x, min=None, max=None):  # noqa: A002  (torch.clamp's names)
+    """clamp(x, min=None, max=None) -> Value
+
+    torch.clamp: maximum(x, min), then minimum(that, max), so min > max gives max everywhere, and
+    NaN stays NaN (maximum and minimum propagate it). Either bound may be left out, not both."""
+    if min is None and max is None:
+        file, line, col = _caller()
+        raise Error(f"{file}:{line}:{col}: clamp: expected min, max or both, found neither")
+    if min is not None:
+        x = self.maximum(x, min)
+    return x if max is None else self.minimum(x, max)
+
+
+def _broadcast(self, x, is_broadcast_dim):
+    """broadcast(x, is_broadcast_dim) -> Value
+
+    nvFuser's broadcast: one output axis per entry of is_broadcast_dim, a new axis of size 1 where
+    it is True and x's axes, in order, where it is False (an unsqueeze at each True)."""
+    file, line, col = _caller()
+    where = f"{file}:{line}:{col}: broadcast"
+    _check_type(x, Value, f"{where}: x", "a tensor value of this definition")
+    bools = (_builtin_bool,) + _numpy_scalar_types()[:1]
+    flags = list(is_broadcast_dim) if isinstance(is_broadcast_dim, (list, tuple)) else None
+    if flags is None or not all(isinstance(f, bools) for f in flags):
+        raise Error(f"{where}: is_broadcast_dim must be a list of bools (True where an axis of size 1 is inserted), "
+                    f"found {is_broadcast_dim!r}")
+    kept = flags.count(False)
+    if kept != x.ndim:
+        raise Error(f"{where}: is_broadcast_dim has {kept} False entries for {x.name}: {x.type} of rank {x.ndim}; "
+                    "expected one False for each axis of x")
+    for axis, flag in enumerate(flags):
+        if flag:
+            x = self.unsqueeze(x, axis)
+    return x
+
+
+def _isnan(self, x):
+    """isnan(x) -> Value
+
+    ne(x, x): only NaN differs from itself (a bool tensor; False everywhere for integers)."""
+    return self.ne(x, x)
+
+
+def _size(self, x, dim):
+    """size(x, dim): x.size(dim), the size of an axis as x.shape gives it."""
+    file, line, col = _caller()
+    _check_type(x, Value, f"{file}:{line}:{col}: size: x", "a tensor value of this definition")
+    return x.size(dim)
+
+
+_COMPOSED_OPS = {"var": _var, "clamp": _clamp, "broadcast": _broadcast, "isnan": _isnan, "size": _size}
+for _name, _function in _COMPOSED_OPS.items():
+    _function.__name__ = _function.__qualname__ = _name
+    setattr(Operators, _name, _function)
+del _name, _function
+
+
 def op_names():
-    """The names of the ops under fd.ops."""
-    return [row["name"] for row in _OP_ROWS]
+    """The names of the ops under fd.ops: the format's, then those composed from them (var,
+    clamp, broadcast, isnan, size)."""
+    return [row["name"] for row in _OP_ROWS] + list(_COMPOSED_OPS)
 
 
 # Operators on values, for definitions that read like arithmetic: x * 2 + y, -x, x ** 2.
@@ -318,7 +402,64 @@ def _no_truth_value(self):
 Value.__bool__ = _no_truth_value
 Value.__neg__ = lambda self: Operators(self._definition).neg(self)
 Value.__abs__ = lambda self: Operators(self._definition).abs(self)
+Value.__pos__ = lambda self: self
 del _op, _dunder
+
+
+# & | ^ ~ on bool values are logical, as torch's are on bool tensors: where and the comparisons
+# compute them (the format has no bitwise ops, so other dtypes are a TypeError, not a guess).
+def _logical(symbol, combine):
+    def method(self, other=None):
+        operands = (self,) if symbol == "~" else (self, other)
+        if symbol != "~" and not _is_operand(other):
+            return NotImplemented
+        for a in operands:
+            is_bool = a.dtype == bool if isinstance(a, Value) else isinstance(a, (_builtin_bool,) + _numpy_scalar_types()[:1])
+            if not is_bool:
+                found = f"{a.name}: {a.type}" if isinstance(a, Value) else f"{type(a).__name__} {a!r}"
+                raise TypeError(f"`{symbol}` on alloy values is logical, for bool values only; found {found} "
+                                "(compare first, as in (x > 0), or cast with fd.ops.cast(x, alloy.bool))")
+        return combine(Operators(self._definition), *operands)
+    return method
+
+
+for _dunders, _symbol, _combine in (
+        (("__and__", "__rand__"), "&", lambda ops, a, b: ops.where(a, b, a)),  # a ? b : false
+        (("__or__", "__ror__"), "|", lambda ops, a, b: ops.where(a, a, b)),    # a ? true : b
+        (("__xor__", "__rxor__"), "^", lambda ops, a, b: ops.ne(a, b)),
+        (("__invert__",), "~", lambda ops, a: ops.eq(a, False))):
+    for _dunder in _dunders:  # each is symmetric, so the reflected form is the same
+        setattr(Value, _dunder, _logical(_symbol, _combine))
+del _dunders, _dunder, _symbol, _combine
+
+
+class _Shape(list):
+    """A value's shape: a list, also callable, as nvFuser's ``x.shape()`` is (the same list)."""
+
+    def __call__(self):
+        return self
+
+
+_value_shape = Value.shape.fget
+Value.shape = property(lambda self: _Shape(_value_shape(self)),
+                       doc="The sizes, as the format writes them: ints, -1 for an unnamed dynamic size, symbol names "
+                           "('B'). Also callable, as nvFuser's x.shape().")
+
+
+def _value_size(self, dim):
+    """The size of axis ``dim`` (negative counts from the end) as ``x.shape`` gives it: an int,
+    -1 for an unnamed dynamic size, or a symbol's name ('B'), which reshape and expand take."""
+    shape = _value_shape(self)
+    rank = len(shape)
+    if not _is_int(dim) or not -rank <= dim < rank:
+        file, line, col = _caller()
+        expected = f"an int from {-rank} to {rank - 1}" if rank else "no axis: it has none"
+        raise Error(f"{file}:{line}:{col}: size: {self.name}: {self.type} has rank {rank}; expected {expected}, "
+                    f"found {dim!r}")
+    return shape[int(dim)]
+
+
+Value.size = _value_size
 
 
 # ---- definitions -------------------------------------------------------------------------
@@ -399,7 +540,8 @@ class FusionDefinition:
         """A tensor input. ``shape``: ints, -1 or None for a dynamic size, or symbol names ('B') that
         bind to the same size wherever they appear. Or pass an existing tensor (torch, NumPy, ...)
         as the first argument: its dtype, and its sizes as dynamic ones (1 stays 1, a broadcast
-        axis) unless ``static_sizes=True``.
+        axis) unless ``static_sizes=True``. ``symbolic_sizes`` is nvFuser's older name of the shape
+        (-1 a dynamic size, other ints fixed ones); given with a ``shape``, the two must agree.
 
         ``contiguity`` (one True, False or None per axis) and ``stride_order`` (a permutation of
         ``range(rank)``; ``stride_order[i]`` ranks axis i's stride, ``rank - 1`` the largest, so
@@ -423,8 +565,22 @@ class FusionDefinition:
             shape = sizes if static_sizes else [1 if s == 1 else -1 for s in sizes]
             if dtype is None:
                 dtype = tensor.dtype
+        if symbolic_sizes is not None:  # nvFuser's older name of the shape: -1 dynamic, other ints fixed
+            if isinstance(symbolic_sizes, (str, bytes, dict, set, frozenset)) or not hasattr(symbolic_sizes, "__iter__"):
+                raise Error(f"define_tensor: symbolic_sizes must be a list of sizes (ints, -1 for a dynamic size), found "
+                            f"{type(symbolic_sizes).__name__} {symbolic_sizes!r}")
+            symbolic_sizes = list(symbolic_sizes)
+            if not isinstance(shape, (str, bytes, dict, set, frozenset)) and hasattr(shape, "__iter__"):
+                shape = list(shape)
+            unnamed = lambda sizes: [-1 if d is None else d for d in sizes]  # noqa: E731  (None and -1 say the same)
+            if shape is None:
+                shape = symbolic_sizes
+            elif not isinstance(shape, list) or unnamed(shape) != unnamed(symbolic_sizes):
+                raise Error(f"define_tensor: shape {shape!r} and symbolic_sizes {symbolic_sizes!r} differ; expected one of "
+                            "them (symbolic_sizes is nvFuser's older name of shape)")
         if shape is None:
-            raise Error("define_tensor: give a shape (a list of sizes; [] for a 0-dim tensor) or a tensor")
+            raise Error("define_tensor: give a shape (a list of sizes; [] for a 0-dim tensor; or nvFuser's symbolic_sizes) "
+                        "or a tensor")
         if isinstance(shape, (str, bytes, dict, set, frozenset)) or not hasattr(shape, "__iter__"):
             # a string would be one symbol per character, a dict or set its keys in no stated order
             raise Error(f"define_tensor: shape must be a list of sizes (ints, -1, None or symbol names such as 'B'), "

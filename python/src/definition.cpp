@@ -182,9 +182,10 @@ auto guarded(Definition& d, Fn&& fn) {
 
 ValueHandle Definition::add_input(std::optional<std::string> name, DType dtype, std::optional<std::vector<nb::object>> shape,
                                   const SourceLoc& loc, std::optional<std::vector<int64_t>> mesh, std::optional<int> shard_axis) {
-  check_building("define_tensor");
+  const char* what = shape ? "define_tensor" : "define_scalar";  // a scalar input is define_scalar(dtype=...)
+  check_building(what);
   return guarded(*this, [&] {
-    std::string place = loc.known() ? loc.str() + ": define_tensor" : "define_tensor";
+    std::string place = loc.known() ? loc.str() + ": " + what : what;
     std::string value_name = name ? *name : fusion->fresh_name(shape ? "T" : "S");
     if (!is_value_name(value_name)) user_error_at(place, "'", value_name, "' cannot name a value (expected an identifier)");
     ValueType type;

@@ -103,7 +103,7 @@ def test_define_scalar_with_a_value_and_a_dtype_is_a_scalar_of_that_dtype():
 def test_several_results_come_back_as_a_tuple():
     with alloy.FusionDefinition() as fd:
         x = fd.define_tensor(shape=[2, 5], dtype=alloy.float64)
-        result = fd.ops.var_mean(x, dims=[1])
+        result = fd.ops.var_mean(x, dims=[1], correction=0)
         assert isinstance(result, tuple) and len(result) == 2
         var, mean = result
         fd.add_output(var)
@@ -161,6 +161,78 @@ def test_nvfuser_names_of_dtypes_and_arguments():
     assert s.dtype == np.float32
     np.testing.assert_array_equal(s, np.full(2, 90000.0, dtype=np.float32))
     assert alloy.FusionDefinition().ops.iota.__doc__.startswith("iota(length, ")
+
+
+def test_var_mean_and_var_default_to_bessels_correction_as_torch_and_nvfuser_do():
+    a = np.arange(10.0).reshape(2, 5) ** 2
+    fd = define([a], lambda fd, x: (*fd.ops.var_mean(x, [1]), fd.ops.var(x, [1]), fd.ops.var_mean(x, [1], 0)[0],
+                                    fd.ops.var(x, dims=[1], correction=0, keepdim=True)))
+    var, mean, var_only, population, population_kept = fd.execute([a])
+    np.testing.assert_allclose(var, a.var(axis=1, ddof=1))
+    np.testing.assert_allclose(mean, a.mean(axis=1))
+    np.testing.assert_allclose(var_only, a.var(axis=1, ddof=1))
+    np.testing.assert_allclose(population, a.var(axis=1))
+    np.testing.assert_allclose(population_kept, a.var(axis=1, keepdims=True))
+    assert "correction=1" in str(fd)  # the text states it: the format's own default stays 0
+    text = "fusion f(x: f64[2, 5]) {\n  v, m = var_mean(x, dims=[1])\n  return v\n}"
+    np.testing.assert_allclose(alloy.parse(text).execute([a])[0], a.var(axis=1))
+    assert "correction=1" in alloy.FusionDefinition().ops.var_mean.__doc__
+
+
+def test_nvfuser_keyword_names_of_slice_and_dtype_of_max_and_min():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    fd = define([a], lambda fd, x: (fd.ops.slice(x, start_indices=[0, 1], end_indices=[3, 4], strides=[2, 2]),
+                                    fd.ops.max(x, [1], False, dtype=alloy.float64), fd.ops.min(x, dims=[0], dtype=alloy.float64)))
+    sliced, largest, smallest = fd.execute([a])
+    np.testing.assert_array_equal(sliced, a[0:3:2, 1:4:2])
+    assert largest.dtype == np.float64 and smallest.dtype == np.float64
+    np.testing.assert_array_equal(largest, a.max(axis=1))
+    np.testing.assert_array_equal(smallest, a.min(axis=0))
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[4])
+        with pytest.raises(TypeError, match="attribute 'starts' twice"):
+            fd.ops.slice(x, starts=[0], start_indices=[1], ends=[2])
+        fd.add_output(x)
+
+
+def test_define_tensor_takes_nvfusers_symbolic_sizes():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(symbolic_sizes=[-1, 1, 3], contiguity=[True, None, True], dtype=alloy.DataType.Float)
+        y = fd.define_tensor([2, -1], symbolic_sizes=[2, -1])  # both, agreeing: accepted
+        fd.add_output(x * 2)
+        fd.add_output(y)
+    assert x.type == "f32[?, 1, 3]" and y.type == "f32[2, ?]"
+    a = np.arange(6, dtype=np.float32).reshape(2, 1, 3)
+    np.testing.assert_array_equal(fd.execute([a, np.ones((2, 5), np.float32)])[0], a * 2)
+
+
+def test_value_size_and_a_callable_shape_as_nvfuser_writes_them():
+    a = np.arange(24.0).reshape(2, 3, 4)
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=["B", -1, 4], dtype=alloy.float64)
+        assert x.shape == ["B", -1, 4] and x.shape() == ["B", -1, 4] and isinstance(x.shape, list)
+        assert (x.size(0), x.size(1), x.size(2), x.size(-1)) == ("B", -1, 4, 4)
+        assert fd.ops.size(x, 0) == "B"
+        fd.add_output(fd.ops.reshape(x, [x.size(0), -1]))
+    np.testing.assert_array_equal(fd.execute([a])[0], a.reshape(2, 12))
+
+
+def test_logical_operators_on_bool_values():
+    a, b = np.array([-2.0, -0.5, 0.5, 3.0]), np.array([[1.0], [-1.0]])
+    fd = define([a, b], lambda fd, x, y: ((x > 0) & (y > 0), (x > 0) | (x < -1), (x > 0) ^ (y > 0), ~(x > 0),
+                                          True & (x > 0), (x > 0) | False, np.bool_(True) ^ (x > 0), +x))
+    outs = fd.execute([a, b])
+    expected = [(a > 0) & (b > 0), (a > 0) | (a < -1), (a > 0) ^ (b > 0), ~(a > 0), a > 0, a > 0, ~(a > 0), a]
+    for got, want in zip(outs, expected):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[4], dtype=alloy.float32, name="x")
+        for use, found in [(lambda: x & (x > 0), "x: f32"), (lambda: (x > 0) | 1, "int 1"), (lambda: ~x, "x: f32"),
+                           (lambda: 1.5 ^ (x > 0), "float 1.5")]:
+            with pytest.raises(TypeError, match=f"logical, for bool values only; found {found}"):
+                use()
+        fd.add_output(x)
 
 
 def test_layer_norm_with_a_bias_and_no_weight_is_torchs():

@@ -143,6 +143,18 @@ def test_an_op_error_caught_inside_the_block_still_ends_the_definition():
         fd.execute([np.ones(2, np.float32)])
 
 
+def test_a_definition_ended_by_an_error_names_the_function_called():
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[3])
+        with pytest.raises(alloy.Error):
+            fd.ops.iota(5, 2, 3)
+        for use, called in [(lambda: fd.define_scalar(dtype=alloy.int64), "define_scalar"),
+                            (lambda: fd.define_tensor([3]), "define_tensor"), (lambda: fd.ops.exp(x), "exp"),
+                            (lambda: fd.add_output(x), "add_output")]:
+            with pytest.raises(alloy.Error, match=f"^{called}: fusion 'fusion' cannot be used"):
+                use()
+
+
 def test_a_python_error_in_the_block_ends_the_definition():
     with pytest.raises(ZeroDivisionError):
         with alloy.FusionDefinition() as fd:
@@ -190,6 +202,35 @@ def test_bad_names_dtypes_and_sizes():
         fd = alloy.FusionDefinition()
         fd.define_tensor(shape=[2], dtype=alloy.float32, name="x")
         fd.define_tensor(shape=[2], dtype=alloy.float32, name="x")
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"shape": [2, 3], "symbolic_sizes": [-1, -1]}, r"shape \[2, 3\] and symbolic_sizes \[-1, -1\] differ"),
+    ({"shape": [-1], "symbolic_sizes": [-1, -1]}, r"shape \[-1\] and symbolic_sizes \[-1, -1\] differ"),
+    ({"symbolic_sizes": 3}, "symbolic_sizes must be a list of sizes"),
+    ({"symbolic_sizes": [-2]}, "a size must be >= 0"),
+])
+def test_conflicting_or_bad_symbolic_sizes_are_errors(arguments, message):
+    with pytest.raises(alloy.Error, match=message):
+        with alloy.FusionDefinition() as fd:
+            fd.define_tensor(**arguments)
+
+
+@pytest.mark.parametrize("body, message", [
+    (lambda fd, x: x.size(2), r"size: T0: f32\[2, 3\] has rank 2; expected an int from -2 to 1, found 2"),
+    (lambda fd, x: fd.ops.size(x, -3), "expected an int from -2 to 1, found -3"),
+    (lambda fd, x: x.size(0.0), "found 0.0"),
+    (lambda fd, x: fd.ops.size(2.0, 0), "size: x: expected a tensor value"),
+    (lambda fd, x: fd.ops.clamp(x), "clamp: expected min, max or both, found neither"),
+    (lambda fd, x: fd.ops.broadcast(x, [True, False]), "broadcast: is_broadcast_dim has 1 False entries for T0: f32"),
+    (lambda fd, x: fd.ops.broadcast(x, [1, 0, 0]), "is_broadcast_dim must be a list of bools"),
+])
+def test_composed_op_mistakes_are_located_errors(body, message):
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[2, 3], dtype=alloy.float32)
+        with pytest.raises(alloy.Error, match=rf"test_errors.py:\d+:\d+: .*{message}"):
+            body(fd, x)
+        fd.add_output(x)
 
 
 def test_parse_errors_are_located():

@@ -212,6 +212,16 @@ def test_a_target_with_a_zero_stride_is_an_error():
     assert one[0] == 1
 
 
+def test_an_empty_target_with_zero_strides_runs():
+    # NumPy 2 gives np.zeros((0, 3)) strides (0, 0): no element is written, so no two to one address
+    with alloy.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[-1, -1])
+        fd.add_output(x + 1, alias_input=x)
+    empty = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), shape=(0, 3), strides=(0, 0))
+    (out,) = fd.execute([empty])
+    assert out.shape == (0, 3)
+
+
 def test_overlapping_inputs_that_are_only_read_run():
     fd = alloy.parse("fusion f(x: f32[3], a: f32[3], b: f32[3]) {\n  s = add(a, b)\n  return s -> x\n}")
     x, ab = np.zeros(3, np.float32), np.array([1, 2, 3, 4], np.float32)

@@ -122,9 +122,28 @@ case("sum", [r], lambda fd, a: fd.ops.sum(a), [r.sum()])
 case("max", [r], lambda fd, a: fd.ops.max(a, dims=[0]), [r.max(axis=0)])
 case("min", [r], lambda fd, a: fd.ops.min(a, dims=-1), [r.min(axis=-1)])
 case("mean", [r], lambda fd, a: fd.ops.mean(a, dims=[2], keepdim=True), [r.mean(axis=2, keepdims=True)])
-case("var_mean", [r], lambda fd, a: fd.ops.var_mean(a, dims=[2]), [r.var(axis=2), r.mean(axis=2)])
+case("var_mean", [r], lambda fd, a: fd.ops.var_mean(a, dims=[2], correction=0), [r.var(axis=2), r.mean(axis=2)])
+case("var_mean", [r], lambda fd, a: fd.ops.var_mean(a, [2]), [r.var(axis=2, ddof=1), r.mean(axis=2)])  # torch's default: 1
 case("var_mean", [r], lambda fd, a: fd.ops.var_mean(a, dims=[0, 1], correction=1, keepdim=True),
      [r.var(axis=(0, 1), ddof=1, keepdims=True), r.mean(axis=(0, 1), keepdims=True)])
+
+# ---- composed from the format's ops (nvFuser's names) ------------------------------------
+
+case("var", [r], lambda fd, a: fd.ops.var(a, [2]), [r.var(axis=2, ddof=1)])
+case("var", [r], lambda fd, a: fd.ops.var(a, dims=[0, 1], correction=0, keepdim=True), [r.var(axis=(0, 1), keepdims=True)])
+xn = x.copy()
+xn[0, 1], xn[2, 3] = np.nan, np.nan
+case("clamp", [xn], lambda fd, a: fd.ops.clamp(a, -0.5, 0.5), [np.clip(xn, -0.5, 0.5)])  # NaN stays NaN, as in torch
+case("clamp", [xn], lambda fd, a: fd.ops.clamp(a, min=0.25), [np.maximum(xn, 0.25)])
+case("clamp", [xn], lambda fd, a: fd.ops.clamp(a, max=0.25), [np.minimum(xn, 0.25)])
+case("clamp", [x], lambda fd, a: fd.ops.clamp(a, 1.0, -1.0), [np.full((3, 4), -1.0)])  # min > max: max, as torch
+case("clamp", [i32], lambda fd, a: fd.ops.clamp(a, -2, 2), [np.clip(i32, -2, 2)], rtol=0, atol=0)
+case("isnan", [xn], lambda fd, a: fd.ops.isnan(a), [np.isnan(xn)], rtol=0, atol=0)
+case("isnan", [i32], lambda fd, a: fd.ops.isnan(a), [np.zeros((3, 4), bool)], rtol=0, atol=0)
+b3 = np.array([0.5, -1.0, 2.0])
+case("broadcast", [b3], lambda fd, a: fd.ops.broadcast(a, [True, False, True]), [b3[None, :, None]])
+case("broadcast", [b3], lambda fd, a: fd.ops.broadcast(a, [False]), [b3])
+case("size", [r], lambda fd, a: fd.ops.reshape(a, shape=[fd.ops.size(a, 0), -1]), [r.reshape(2, -1)])
 
 # ---- shape -----------------------------------------------------------------------------
 

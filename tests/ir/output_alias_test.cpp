@@ -172,6 +172,19 @@ TEST(OutputAlias, ATargetWithAZeroStride_IsAnError) {
   EXPECT_FLOAT_EQ(x[1], -2.0f);
 }
 
+// A target with no elements writes nothing, whatever its strides (NumPy 2 gives np.zeros((0, 3))
+// strides (0, 0)).
+TEST(OutputAlias, AnEmptyTargetWithZeroStrides_Runs) {
+  FusionExecutor executor(parse_fusion("fusion f(x: f32[?, ?]) {\n  y = neg(x)\n  return y -> x\n}", "alias.fusion"),
+                          {DeviceChoice::cpu});
+  float unused = 1;
+  std::vector<Tensor> out;
+  ASSERT_NO_THROW(out = executor.run({f32_view(&unused, {0, 3}, {0, 0})}));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].sizes(), (std::vector<int64_t>{0, 3}));
+  EXPECT_FLOAT_EQ(unused, 1.0f);
+}
+
 // Inputs that are only read may share memory; an output viewing one of them that is not written
 // is that memory as it is.
 TEST(OutputAlias, OverlappingInputsThatAreOnlyRead_Run) {

@@ -197,6 +197,7 @@ void check_in_place_targets(const Fusion& fusion, const std::vector<int>& alias_
     const Tensor& written = inputs.at(t);
     std::string place = "input '" + target->name + "'";
     std::string update = "updated in place (`return " + fusion.outputs()[i]->name + " -> " + target->name + "`)";
+    if (written.numel() == 0) continue;  // nothing is written (NumPy gives an empty array zero strides)
     for (int axis = 0; axis < written.dim(); ++axis)
       if (written.strides()[size_t(axis)] == 0 && written.sizes()[size_t(axis)] > 1)
         user_error_at(place, "is ", update, " but has stride 0 on axis ", axis, " of size ", written.sizes()[size_t(axis)],
