@@ -152,6 +152,18 @@ TEST(ReferencePointwise, ScalarLiteralKeepsBf16DtypeAndIsReadAtF32Precision) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(got[i], bf16(float(x[i]) * 0.1f));
 }
 
+// A bf16 result is the f32 result rounded (PyTorch's f32 opmath): 0.21484375 * 3.3 is just below
+// 0.708984375, which is its f32 value and a bf16 midpoint, rounded to even: 0.7109375 (not the
+// exact product's nearest, 0.70703125).
+TEST(ReferencePointwise, Bf16ResultsAreTheirF32ResultsRounded) {
+  OpHarness h;
+  h.add(OpKind::mul, {h.input(DType::bf16, {2}), h.literal(3.3)});
+  std::vector<double> x{0.21484375, 1.0};
+  std::vector<double> got = values(h.run({make(DType::bf16, {2}, x), scalar(DType::f64, 3.3)}));
+  EXPECT_EQ(got[0], 0.7109375);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(got[i], bf16(float(x[i]) * 3.3f));
+}
+
 TEST(ReferencePointwise, IntegerDivisionIsTrueDivisionInF32) {
   OpHarness h;
   h.add(OpKind::div, {h.input(DType::i32, {4}), h.input(DType::i32, {4})});

@@ -106,13 +106,16 @@ std::vector<int64_t> load_ints(const Tensor& t, const Shape& sizes, const Shape&
   return out;
 }
 
+// Half dtypes from f32, as PyTorch's kernels compute them (in f32, then rounded): a value is
+// rounded to f32 first, then to bf16 or f16 (0.21484375 * 3.3 is 0.7109375 in bf16 that way, as
+// in PyTorch and the generated kernels; the exact product's nearest is 0.70703125).
 void store_doubles(const Tensor& dst, const double* v) {
   if (dst.numel() == 0) return;
   switch (dst.dtype()) {
     case DType::f64: store_typed<double>(dst, v, [](double x) { return x; }); break;
     case DType::f32: store_typed<float>(dst, v, [](double x) { return float(x); }); break;
-    case DType::f16: store_typed<uint16_t>(dst, v, [](double x) { return double_to_f16_bits(x); }); break;
-    case DType::bf16: store_typed<uint16_t>(dst, v, [](double x) { return double_to_bf16_bits(x); }); break;
+    case DType::f16: store_typed<uint16_t>(dst, v, [](double x) { return double_to_f16_bits(double(float(x))); }); break;
+    case DType::bf16: store_typed<uint16_t>(dst, v, [](double x) { return double_to_bf16_bits(double(float(x))); }); break;
     case DType::i64: store_typed<int64_t>(dst, v, [](double x) { return truncate_to_int(x); }); break;
     case DType::i32: store_typed<int32_t>(dst, v, [](double x) { return int32_t(uint32_t(uint64_t(truncate_to_int(x)))); }); break;
     case DType::boolean: store_typed<uint8_t>(dst, v, [](double x) { return uint8_t(x != 0.0); }); break;
