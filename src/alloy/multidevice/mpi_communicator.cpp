@@ -22,6 +22,8 @@ bool launched_by_mpi() {
   return false;
 }
 
+size_t bytes_of(const Tensor& t) { return size_t(t.numel()) * size_t(dtype_size(t.dtype())); }
+
 #if ALLOY_HAVE_MPI
 void check(int code, const char* what) {
   if (code == MPI_SUCCESS) return;
@@ -78,8 +80,6 @@ int count_of(int64_t n, const char* what) {
   if (n > int64_t(INT32_MAX)) user_error_at("MPI " + std::string(what), n, " elements is more than MPI's int counts carry");
   return int(n);
 }
-
-size_t bytes_of(const Tensor& t) { return size_t(t.numel()) * size_t(dtype_size(t.dtype())); }
 
 class MpiCommunicator final : public Communicator {
  public:
