@@ -614,6 +614,19 @@ int main(int argc, char** argv) {
       cases.push_back(norm_backward(std::stoll(entry.substr(colon + 1, x - colon - 1)), std::stoll(entry.substr(x + 1)),
                                     entry.substr(0, colon) == "rms"));
     }
+  // ALLOY_BENCH_SOFTMAX_SHAPES=bf16:8192x50257,f32:4096x32000,...: softmax over the rows' last
+  // axis at those sizes (vocabularies: rows a block of 1024 threads holds in registers or reads again)
+  if (const char* shapes = std::getenv("ALLOY_BENCH_SOFTMAX_SHAPES"))
+    for (const std::string& entry : split_list(shapes)) {
+      const size_t colon = entry.find(':'), x = entry.find('x', colon);
+      if (colon == std::string::npos || x == std::string::npos)
+        throw std::runtime_error("ALLOY_BENCH_SOFTMAX_SHAPES: '" + entry + "' is not DTYPE:RxV");
+      const std::string dtype = entry.substr(0, colon);
+      const int64_t rows = std::stoll(entry.substr(colon + 1, x - colon - 1)), width = std::stoll(entry.substr(x + 1));
+      cases.push_back({"softmax_" + dtype + "_" + std::to_string(rows) + "x" + std::to_string(width),
+                       "fusion sm(x: " + dtype + "[R, V]) {\n  y = softmax(x, dim=1)\n  return y\n}\n",
+                       {{"R", rows}, {"V", width}}, 2 * rows * width * (dtype == "f32" ? 4 : 2)});
+    }
   for (int64_t v : {int64_t(32000), int64_t(50257), int64_t(128256)}) {
     cases.push_back(cross_entropy_forward(8192, v));
     cases.push_back(cross_entropy_backward(8192, v));

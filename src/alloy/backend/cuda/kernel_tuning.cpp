@@ -97,6 +97,7 @@ struct IntegerKey {
 const IntegerKey kIntegerKeys[] = {
     {"row_threads", &KernelTuning::row_threads, 32, 1024, 32},
     {"row_min_blocks", &KernelTuning::row_min_blocks, 0, 16, 1},
+    {"row_held_elements", &KernelTuning::row_held_elements, 8, 64, 1},
     {"streaming_threads", &KernelTuning::streaming_threads, 32, 1024, 32},
     {"column_min_steps", &KernelTuning::column_min_steps, 1, 1 << 20, 1},
     {"column_blocks_per_sm", &KernelTuning::column_blocks_per_sm, 0, 32, 1},

@@ -216,7 +216,8 @@ void choose_block(KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarg
   }
   v.threads = threads;
   // registers per thread for one cached leaf; only leaves read by several passes are cached
-  v.items = (items * v.vector <= 64) ? int(std::max<int64_t>(items, 1)) : 0;
+  const int64_t held = threads == 1024 ? target.tuning.row_held_elements : 64;
+  v.items = (items * v.vector <= held) ? int(std::max<int64_t>(items, 1)) : 0;
   v.min_blocks = target.tuning.row_min_blocks;
   // Short rows (up to 8 vectors a lane): a warp per row, 8 rows a block, no block barriers.
   int64_t lane_items = (slots + 31) / 32;
