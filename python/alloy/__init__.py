@@ -447,8 +447,9 @@ Value.shape = property(lambda self: _Shape(_value_shape(self)),
 
 
 def _value_size(self, dim):
-    """The size of axis ``dim`` (negative counts from the end) as ``x.shape`` gives it: an int,
-    -1 for an unnamed dynamic size, or a symbol's name ('B'), which reshape and expand take."""
+    """The size of axis ``dim`` (negative counts from the end) as ``x.shape`` gives it: an int or a
+    symbol's name ('B'), which reshape and expand take. An unnamed dynamic size is an error (-1
+    would mean "infer" to reshape and "keep" to expand, not this size): name the axis."""
     shape = _value_shape(self)
     rank = len(shape)
     if not _is_int(dim) or not -rank <= dim < rank:
@@ -456,7 +457,12 @@ def _value_size(self, dim):
         expected = f"an int from {-rank} to {rank - 1}" if rank else "no axis: it has none"
         raise Error(f"{file}:{line}:{col}: size: {self.name}: {self.type} has rank {rank}; expected {expected}, "
                     f"found {dim!r}")
-    return shape[int(dim)]
+    size = shape[int(dim)]
+    if size == -1:
+        file, line, col = _caller()
+        raise Error(f"{file}:{line}:{col}: size: axis {int(dim)} of {self.name}: {self.type} is an unnamed dynamic size; "
+                    f"expected a named one to use as a size (declare it with a symbol, e.g. shape=['B', ...])")
+    return size
 
 
 Value.size = _value_size

@@ -220,6 +220,9 @@ def test_conflicting_or_bad_symbolic_sizes_are_errors(arguments, message):
     (lambda fd, x: x.size(2), r"size: T0: f32\[2, 3\] has rank 2; expected an int from -2 to 1, found 2"),
     (lambda fd, x: fd.ops.size(x, -3), "expected an int from -2 to 1, found -3"),
     (lambda fd, x: x.size(0.0), "found 0.0"),
+    # an unnamed dynamic size would read as "infer" to reshape: named ones only
+    (lambda fd, x: fd.define_tensor(shape=[-1, 3], dtype=alloy.float32, name="d").size(0),
+     r"size: axis 0 of d: f32\[\?, 3\] is an unnamed dynamic size; expected a named one"),
     (lambda fd, x: fd.ops.size(2.0, 0), "size: x: expected a tensor value"),
     (lambda fd, x: fd.ops.clamp(x), "clamp: expected min, max or both, found neither"),
     (lambda fd, x: fd.ops.broadcast(x, [True, False]), "broadcast: is_broadcast_dim has 1 False entries for T0: f32"),
