@@ -797,6 +797,37 @@ TEST_F(CliMpiTest, SequenceParallelMlp_DumpsThePlanDecidedAtTheBoundSizes) {
   }
 }
 
+// A sum or mean of f16 / bf16 over a sharded axis is the one-process value: the ranks' partials are
+// combined in f32 and rounded once. (Rounded to f16 each, 40000 + 40000 and -36000 - 36000 were
+// inf and -inf: NaN; bf16 parts of 256 + 1 + 0.5 + 0.5 gave 256 on 4 ranks.)
+TEST_F(CliMpiTest, HalfSumsOverAShardedAxis_AreTheOneProcessSums) {
+  Tensor x = Tensor::empty(DType::f16, {1, 4});
+  const float values[] = {40000, 40000, -36000, -36000};
+  for (int i = 0; i < 4; ++i) static_cast<uint16_t*>(x.data())[i] = float_to_f16_bits(values[i]);
+  write_npy(path("x16.npy"), x);
+  Tensor y = Tensor::empty(DType::bf16, {1, 8});
+  const float more[] = {256, 0, 1, 0, 0.5f, 0, 0.5f, 0};  // rank r holds columns 2r and 2r + 1
+  for (int i = 0; i < 8; ++i) static_cast<uint16_t*>(y.data())[i] = float_to_bf16_bits(more[i]);
+  write_npy(path("x_bf16.npy"), y);
+  const std::string f16 = write("f16.fusion", "fusion f(x: f16[T, 4] @mesh[0, 1] shard(axis=1)) {\n  s = sum(x, dims=[1])\n  return s\n}\n");
+  CliResult r = mpirun(2, "run " + f16 + " --input x=" + path("x16.npy") + " --device cpu --save-outputs " + path("o16"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  Tensor s = read_npy(path("o16/s.npy"));
+  ASSERT_EQ(s.dtype(), DType::f16);
+  EXPECT_EQ(f16_bits_to_float(static_cast<const uint16_t*>(s.data())[0]), 8000.0f);
+  const std::string bf16 = write("bf16.fusion",
+                                 "fusion f(x: bf16[T, 8] @mesh[0, 1, 2, 3] shard(axis=1)) {\n  s = sum(x, dims=[1])\n  m = mean(x, dims=[1])\n"
+                                 "  return s, m\n}\n");
+  r = mpirun(4, "run " + bf16 + " --input x=" + path("x_bf16.npy") + " --device cpu --save-outputs " + path("ob") + " --dump program");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "all_reduce(reduce=\"sum\") s__partial: f32[T]")) << r.out;
+  // (bf16 outputs are saved as f32 .npy: NumPy has no bf16)
+  Tensor sb = read_npy(path("ob/s.npy")), mb = read_npy(path("ob/m.npy"));
+  ASSERT_EQ(sb.dtype(), DType::f32);
+  EXPECT_EQ(static_cast<const float*>(sb.data())[0], 258.0f);
+  EXPECT_EQ(static_cast<const float*>(mb.data())[0], 32.25f);
+}
+
 TEST_F(CliMpiTest, OnlyRankZeroPrintsTheSummary) {
   CliResult one = alloy("run '" + unsharded("tp_mlp.fusion") + "' --bind T=8 --device cpu");
   ASSERT_EQ(one.code, 0) << one.err;

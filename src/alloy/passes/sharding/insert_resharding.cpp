@@ -65,19 +65,39 @@ class Resharder {
       attrs = {{"axis", Attr::integer(*to.shard_axis)}};
       suffix = "part";
     }
-    Value* out = b_.target.add_op1(kind, {v}, attrs, {}, name.empty() ? b_.name_for(v, suffix) : name);
+    const std::string out_name = name.empty() ? b_.name_for(v, suffix) : name;
+    auto narrow = narrowed_.find(v);
+    Value* out = b_.target.add_op1(kind, {v}, attrs, {}, narrow == narrowed_.end() ? out_name : b_.name_for(v, (std::string(suffix) + "_f32").c_str()));
     out->sharding = to;
     out->sharding_source = {ShardingSource::Kind::resharded, v->name, {}};
+    if (narrow != narrowed_.end()) {
+      out = b_.target.add_op1(OpKind::cast, {out}, {{"dtype", Attr::dtype(narrow->second)}}, {}, out_name);
+      out->sharding = to;
+      out->sharding_source = {ShardingSource::Kind::resharded, v->name, {}};
+    }
     cache_[key] = out;
     if (name.empty()) fresh_names_.insert(out);
     return out;
   }
 
+  // A partial sum or mean of a half dtype is combined across the ranks in f32 and rounded once
+  // after (as one process sums it): `wide`, the reduction's f32 partial, is cast to `dtype` after
+  // each collective of it. (Rounding each rank's part first lost the one-process result: f16 parts
+  // past 65504 became +-inf, bf16 parts lost their low bits.)
+  void narrow_after_collectives(const Value* wide, DType dtype) { narrowed_[wide] = dtype; }
+
  private:
   Rebuilder& b_;
   std::map<std::pair<const Value*, std::string>, Value*> cache_;
   std::set<const Value*> fresh_names_;  // reshards named here (b_.name_for), free to take a name asked for
+  std::map<const Value*, DType> narrowed_;
 };
+
+// A sum or mean of a half dtype computed as a partial (over a sharded axis): reduced in f32.
+bool widened_partial(const Op& op, const sharding_rules::Choice& c) {
+  const DType t = op.outputs[0]->dtype();
+  return c.output.partial && (op.kind == OpKind::sum || op.kind == OpKind::mean) && (t == DType::bf16 || t == DType::f16);
+}
 
 const Sharding& old_sharding(const Value* v) {
   ALLOY_CHECK(v->sharding.has_value(), "insert_resharding: '", v->name, "' has no sharding (propagate_sharding first)");
@@ -108,6 +128,7 @@ std::unique_ptr<Fusion> insert_resharding(const Fusion& fusion, const Bindings& 
   }
   for (auto& v : fusion.values())
     if (v->literal) b.map[v.get()] = out->add_literal(*v->literal);
+  std::map<Value*, Value*> f32_of;
   for (auto& op : fusion.ops()) {
     sharding_rules::Choice c = choice_for(*op, sizes);
     std::vector<Value*> inputs;
@@ -118,7 +139,18 @@ std::unique_ptr<Fusion> insert_resharding(const Fusion& fusion, const Bindings& 
     bool annotated_elsewhere = fixed(op->outputs[0]) && !(*op->outputs[0]->sharding == c.output);
     std::vector<std::string> names;
     for (Value* o : op->outputs) names.push_back(annotated_elsewhere ? b.name_for(o, "computed") : o->name);
+    const bool widen = widened_partial(*op, c);
+    if (widen) {
+      Value*& wide = f32_of[inputs[0]];  // (one cast of a value however many reductions read it)
+      if (!wide) {
+        wide = out->add_op1(OpKind::cast, {inputs[0]}, {{"dtype", Attr::dtype(DType::f32)}}, op->loc, b.name_for(op->inputs[0], "f32"));
+        wide->sharding = inputs[0]->sharding;
+        wide->sharding_source = {ShardingSource::Kind::propagated, "cast for an f32 partial", {}};
+      }
+      inputs[0] = wide;
+    }
     auto results = out->add_op(op->kind, inputs, op->attrs, op->loc, names);
+    if (widen) resharder.narrow_after_collectives(results[0], op->outputs[0]->dtype());
     for (size_t i = 0; i < results.size(); ++i) {
       const Value* old = op->outputs[i];
       if (!annotated_elsewhere) {
