@@ -879,6 +879,30 @@ TEST_F(CliMpiTest, BadInputFileOnOneRankOnly_FailsTheWholeJobWithoutAHang) {
   EXPECT_TRUE(contains(r.err, "'x'")) << r.err;
 }
 
+// An out-of-range gather index in a sharded run, found by one rank (tokens sharded: rank 1 holds
+// the bad target) or by every rank (the vocabulary sharded: the logits gathered first): every
+// rank reaches the run's end, the job agrees on the failure there, and it is told once, exit 1,
+// without an abort of the job; the input named as the user wrote it.
+TEST_F(CliMpiTest, AnOutOfRangeGatherIndexInAShardedRun_IsOneMessageAndExit1) {
+  Tensor target = Tensor::empty(DType::i64, {4});
+  const int64_t values[] = {0, 5, 2, 6};  // 6 is past the 6 classes' last (rank 1's second row when tokens are sharded)
+  for (int i = 0; i < 4; ++i) static_cast<int64_t*>(target.data())[i] = values[i];
+  write_npy(path("target.npy"), target);
+  for (const char* sharded : {"logits: f32[T, 6] @mesh[0, 1] shard(axis=0), target: i64[T] @mesh[0, 1] shard(axis=0)",
+                              "logits: f32[T, 6] @mesh[0, 1] shard(axis=1), target: i64[T] @mesh[0, 1] replicated"}) {
+    SCOPED_TRACE(sharded);
+    const std::string text = std::string("fusion f(") + sharded +
+                             ") {\n  t = unsqueeze(target, dim=1)\n  picked = gather(logits, t, dim=1)\n  return picked\n}\n";
+    CliResult r = mpirun(2, "run " + write("ce.fusion", text) + " --device cpu --input target=" + path("target.npy"));
+    EXPECT_EQ(r.code, 1) << r.out << r.err;
+    const std::string said = "gather: index value 6 at index position";
+    ASSERT_TRUE(contains(r.err, said)) << r.err;
+    EXPECT_EQ(r.err.find(said), r.err.rfind(said)) << "told more than once:\n" << r.err;
+    EXPECT_TRUE(contains(r.err, "of the input 'logits'")) << r.err;
+    EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;
+  }
+}
+
 // ---- ranks given different things (issue 26): one message, exit 1 on every rank, no hang ------
 
 TEST_F(CliMpiTest, RanksLaunchedDifferently_FailTogetherNamingTheFirstDifference) {

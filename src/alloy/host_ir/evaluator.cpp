@@ -157,6 +157,7 @@ void Executable::run(RunState& state) const {
     state.landed.clear();
     throw;
   }
+  state.in_end_checks = true;
   for (auto& [owner, check] : state.end_checks) check();
 }
 

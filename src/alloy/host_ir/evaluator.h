@@ -61,6 +61,12 @@ struct RunState {
   // A check that fails throws the user error.
   std::vector<std::pair<const void*, std::function<void()>>> end_checks;
   void check_at_end(const void* owner, std::function<void()> check);
+  // A run of a sharded fusion in a job of several processes: the CPU reference's gathers defer an
+  // out-of-range index to the end checks too (the value read is 0), so every rank reaches the
+  // run's end (no rank waits in a collective for one that stopped) and the job agrees on the
+  // failure there (FusionExecutor). `in_end_checks`: the run got as far as its end checks.
+  bool defer_index_errors = false;
+  bool in_end_checks = false;
 
   const Tensor& at(const Value* v) const;
   std::vector<int64_t> concrete_shape(const Value* v) const;  // evaluates the value's extents

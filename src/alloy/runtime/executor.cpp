@@ -69,6 +69,13 @@ struct FusionExecutor::Impl {
   Bound bind_checked(const std::vector<Tensor>& inputs);
   Bound agree_and_bind(const std::vector<Tensor>& inputs, bool traced, std::exception_ptr early_failure = nullptr);
   void fail_run(std::exception_ptr failure);
+  // Index errors in a sharded run (RunState::defer_index_errors): a fusion with a gather, run by a
+  // job of several processes, ends every run with one word from each rank of the job; where any
+  // rank's end checks failed, the job agrees on it (the failing ranks rethrow, the others throw
+  // PeerError), so the job reports it once and exits 1 instead of aborting.
+  bool agrees_on_index_errors();
+  void agree_on_index_errors(std::exception_ptr failure);
+  std::string rank_name(int rank);  // "rank 1 of the mesh", "rank 3 of the job"
   // The record last agreed (ExecutorOptions::Agreement::on_change), declared below, and the
   // facts a run agrees on: the plan's fixed ones first (fixed_count of them, made once), then
   // each run's sizes and shapes, rewritten in place (runs of a fusion with a mesh take turns under
@@ -385,14 +392,30 @@ FusionExecutor::Impl::Bound FusionExecutor::Impl::agree_and_bind(const std::vect
   bool skip = options.agreement == ExecutorOptions::Agreement::on_change &&
               !multidevice::any_rank(failure || !(last_agreed == record));
   if (!skip) {
-    multidevice::agree_with_job(facts, in_mesh, failure, "fusion '" + fusion->name() + "'", [&](int rank) {
-      bool of_mesh = std::find(mesh.begin(), mesh.end(), int64_t(rank)) != mesh.end();
-      return "rank " + std::to_string(rank) + (of_mesh ? " of the mesh" : " of the job");
-    });
+    multidevice::agree_with_job(facts, in_mesh, failure, "fusion '" + fusion->name() + "'", [&](int rank) { return rank_name(rank); });
     last_agreed = record;
   }
   join_team();  // (collective on the first run only; every rank reaches it after agreeing)
   return bound;
+}
+
+std::string FusionExecutor::Impl::rank_name(int rank) {
+  const std::vector<int64_t>& mesh = *first_plan().compiled.mesh;
+  bool of_mesh = std::find(mesh.begin(), mesh.end(), int64_t(rank)) != mesh.end();
+  return "rank " + std::to_string(rank) + (of_mesh ? " of the mesh" : " of the job");
+}
+
+bool FusionExecutor::Impl::agrees_on_index_errors() {
+  if (multidevice::process().size == 1 || !first_plan().compiled.mesh) return false;
+  return std::any_of(fusion->ops().begin(), fusion->ops().end(), [](const auto& op) { return op->kind == OpKind::gather; });
+}
+
+void FusionExecutor::Impl::agree_on_index_errors(std::exception_ptr failure) {
+  if (!multidevice::any_rank(failure != nullptr)) return;
+  const std::vector<int64_t>& mesh = *first_plan().compiled.mesh;
+  bool in_mesh = std::find(mesh.begin(), mesh.end(), int64_t(multidevice::process().rank)) != mesh.end();
+  multidevice::agree_with_job({}, in_mesh, failure, "fusion '" + fusion->name() + "'", [&](int rank) { return rank_name(rank); });
+  internal_error("agree_on_index_errors: the agreement did not report the failure");
 }
 
 void FusionExecutor::Impl::fail_run(std::exception_ptr failure) {
@@ -423,8 +446,10 @@ void FusionExecutor::Impl::fill_trace(std::vector<host_ir::Span> spans, RunTrace
 std::vector<Tensor> FusionExecutor::Impl::run_locked(const std::vector<Tensor>& inputs, RunTrace* trace) {
   host_ir::RunState state;
   Bound bound = bind(inputs, trace != nullptr);
+  const bool agree_on_errors = agrees_on_index_errors();
   if (outside_mesh) {
     if (trace) fill_trace({}, *trace);  // (the gather's other side: this rank ran nothing)
+    if (agree_on_errors) agree_on_index_errors(nullptr);
     return {};
   }
   const Plan& chosen = *bound.plan;
@@ -465,7 +490,26 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const std::vector<Tensor>& 
     recorder.emplace(backend::device_runtime(device.kind).trace_clock(device.index), fusion->name());
     state.trace = &*recorder;
   }
-  plan.executable->run(state);
+  state.defer_index_errors = agree_on_errors;
+  if (agree_on_errors) {
+    std::exception_ptr failure;
+    try {
+      plan.executable->run(state);
+    } catch (const UserError&) {
+      if (!state.in_end_checks) throw;  // (before the run's end: a rank may wait for this one)
+      // (positions and sizes are of the part of the values this rank holds)
+      failure = std::current_exception();
+      try {
+        std::rethrow_exception(failure);
+      } catch (const UserError& e) {
+        failure = std::make_exception_ptr(
+            UserError(std::string(e.what()) + " (on " + rank_name(multidevice::process().rank) + ", in the part of the values it holds)"));
+      }
+    }
+    agree_on_index_errors(failure);
+  } else {
+    plan.executable->run(state);
+  }
   if (trace) fill_trace(recorder->finish(), *trace);
   std::vector<Tensor> outputs;
   for (Value* out : running.outputs()) outputs.push_back(state.at(out));
