@@ -481,6 +481,25 @@ int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Te
   return 0;
 }
 
+// A 64-bit hash of a CPU tensor's values in row-major order, in hex (8 bytes a step).
+std::string values_hash(const Tensor& t) {
+  const Tensor packed = t.is_contiguous() ? t : packed_cpu(t);
+  const auto* bytes = static_cast<const unsigned char*>(packed.data());
+  const size_t n = size_t(packed.numel()) * dtype_size(packed.dtype());
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, bytes + i, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdull;
+    h ^= h >> 29;
+  }
+  for (; i < n; ++i) h = (h ^ bytes[i]) * 0x100000001b3ull;
+  std::ostringstream out;
+  out << std::hex << h;
+  return out.str();
+}
+
 int run_command(const RunOptions& opts) {
   std::vector<SizeRequest> requests = parse_binds(opts.binds);
   std::optional<FusionExecutor> made;
@@ -535,6 +554,10 @@ int run_command(const RunOptions& opts) {
     facts.push_back({"bound sizes", sizes.empty() ? "none" : sizes.substr(1)});
   }
   for (size_t i = 0; i < inputs.size(); ++i) facts.push_back({"shape of input '" + made->fusion().inputs()[i]->name + "'", tensor_type_str(inputs[i])});
+  // every rank reads the whole inputs and keeps its part: their values too (a rank given another
+  // file, or random values where the others read one, computed a different fusion's result)
+  for (size_t i = 0; i < inputs.size(); ++i)
+    facts.push_back({"values of input '" + made->fusion().inputs()[i]->name + "' (a hash of the whole array each rank read)", values_hash(inputs[i])});
   multidevice::agree_with_job(facts, true, setup_error, "alloy run");
   FusionExecutor& executor = *made;
   const Fusion& f = executor.fusion();

@@ -929,7 +929,10 @@ TEST_F(CliMpiTest, RanksLaunchedDifferently_FailTogetherNamingTheFirstDifference
       {{"run '" + sum + "' --device cpu", "run '" + max + "' --device cpu"}, {"disagree on the fusion", "first different at line 2: rank 1 has `  y = max(x, dims=[0]"}},
       {{"run " + tp + " --bind T=8 --device cpu --dump program", "run " + tp + " --bind T=8 --device cpu"}, {"dumps", "program"}},
       {{"run '" + neg_sum + "' --device cpu", "run '" + neg_mean + "' --device cpu"}, {"first different at line 3: rank 1 has `  y = mean(r"}},
+      // one rank reads a file, the other draws random values (same shape): different inputs
+      {{"run '" + sum + "' --device cpu --input x=" + path("x84.npy"), "run '" + sum + "' --device cpu"}, {"values of input 'x'"}},
   };
+  write_npy(path("x84.npy"), f32_tensor({8, 4}, std::vector<float>(32, 0.5f)));
   for (const Case& c : cases) {
     SCOPED_TRACE(c.ranks[0] + " : " + c.ranks[1]);
     auto start = std::chrono::steady_clock::now();
