@@ -426,7 +426,9 @@ std::vector<std::pair<std::string, std::string>> command_facts(const RunOptions&
           {"seed", std::to_string(opts.seed)},
           {"dumps", dumps.empty() ? "none" : dumps},
           {"bench runs", std::to_string(opts.bench)},
-          {"trace", opts.trace.empty() ? "off" : "on"}};
+          {"trace", opts.trace.empty() ? "off" : "on"},
+          // (the printing rank writes the global outputs, every rank its part: all or none)
+          {"saved outputs", opts.save_dir.empty() ? "off" : "on"}};
 }
 
 // Under mpirun every rank runs this: it reads the same global inputs (files, or the same seeded

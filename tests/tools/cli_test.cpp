@@ -931,6 +931,7 @@ TEST_F(CliMpiTest, RanksLaunchedDifferently_FailTogetherNamingTheFirstDifference
       {{"run '" + neg_sum + "' --device cpu", "run '" + neg_mean + "' --device cpu"}, {"first different at line 3: rank 1 has `  y = mean(r"}},
       // one rank reads a file, the other draws random values (same shape): different inputs
       {{"run '" + sum + "' --device cpu --input x=" + path("x84.npy"), "run '" + sum + "' --device cpu"}, {"values of input 'x'"}},
+      {{"run '" + sum + "' --device cpu", "run '" + sum + "' --device cpu --save-outputs " + path("saved")}, {"saved outputs", "rank 1 has on"}},
   };
   write_npy(path("x84.npy"), f32_tensor({8, 4}, std::vector<float>(32, 0.5f)));
   for (const Case& c : cases) {
