@@ -82,6 +82,13 @@ namespace {
 // - multi_tensor_threads 256, multi_tensor_chunk_vectors 2 (issue 27): GPT-2's AdamW step over 148
 //   tensors in one launch at 86% of copy bandwidth on an H100 (as torch._fused_adamw_), the one
 //   2^28 tensor step at 100%; `scripts/gpu-ab multi_tensor` times other chunks and blocks.
+// - inner_outer_shared_partials false (issue 27, session 33): the plan keeps the column partials
+//   in shared memory only where a block has not the registers for them beside its row (the layer
+//   norm backward over 12288 and 16384 bf16 columns: 263.3 -> 242.8 and 301.9 -> 166.2 us on an
+//   H100, bench/results/2026-11-27-session33-notes.md); forcing them at narrower rows is for tests.
+// - row_held_elements 64 (session 33; not yet timed: `scripts/gpu-ab row_held`): the row kernels'
+//   rule of before; `alloy compile` reports spills at vocabulary widths under it (softmax f32
+//   [8192, 50257]: 592 bytes), which a smaller value would trade for reading the row again.
 // sm_80 (A100) has not been measured: it takes the same values.
 const KernelTuningTable kBuiltin = {
     {80, KernelTuning{}},
