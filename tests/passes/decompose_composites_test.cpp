@@ -24,5 +24,19 @@ TEST(DecomposeComposites, PowToALiteralHalfOfAFloat_IsSqrtOrRsqrt_OtherPowersSta
   EXPECT_NE(text.find("g = pow(x, e)"), std::string::npos) << text;
 }
 
+// A user's value named like the helper a rewrite makes (softmax's `s__max`, var_mean's `m__kept`),
+// defined after the composite: the helper takes another name (it took the user's, and the user's
+// own definition was then "already defined" on every GPU and sharded run).
+TEST(DecomposeComposites, AUsersValueNamedLikeAHelper_KeepsItsName) {
+  auto fusion = parse_fusion(
+      "fusion f(x: f32[2, 4]) {\n  s = softmax(x, dim=-1)\n  s__max = mul(x, 100.0)\n  v, m = var_mean(x, dims=[1], keepdim=true)\n"
+      "  m__kept = mul(x, 3.0)\n  y = add(s, s__max)\n  z = add(m, m__kept)\n  return y, z\n}\n",
+      "p.fusion");
+  std::string text = print_fusion(*decompose_composites(*fusion));
+  EXPECT_NE(text.find("s__max = mul(x, "), std::string::npos) << text;
+  EXPECT_NE(text.find("m__kept = mul(x, 3.0)"), std::string::npos) << text;
+  EXPECT_NE(text.find("y = add(s, s__max)"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace alloy

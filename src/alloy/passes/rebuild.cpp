@@ -24,13 +24,13 @@ Value* Rebuilder::literal(double v) {
 std::string Rebuilder::name_for(const Value* old, const char* suffix) const {
   std::string base = old->name + "__" + suffix;
   std::string name = base;
-  for (int i = 1; target.find_value(name); ++i) name = base + std::to_string(i);
+  for (int i = 1; target.find_value(name) || (source && source->find_value(name)); ++i) name = base + std::to_string(i);
   return name;
 }
 
 std::unique_ptr<Fusion> rebuild_fusion(const Fusion& fusion, const std::function<bool(const Op&, Rebuilder&)>& rewrite) {
   auto out = std::make_unique<Fusion>(fusion.name());
-  Rebuilder b{*out, {}};
+  Rebuilder b{*out, {}, &fusion};
   for (Value* in : fusion.inputs()) {
     b.map[in] = out->add_input(in->name, in->type);
     b.map[in]->take_annotations_from(*in);

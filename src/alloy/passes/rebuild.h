@@ -13,6 +13,9 @@ namespace alloy {
 struct Rebuilder {
   Fusion& target;
   std::unordered_map<const Value*, Value*> map;  // old value -> new value
+  // The fusion rebuilt: a fresh name avoids its names too (a user's value named like a rewrite's
+  // helper, `s__max`, defined after the op rewritten, would otherwise find its name taken).
+  const Fusion* source = nullptr;
 
   Value* operator[](const Value* old) const { return map.at(old); }
   // Re-adds `op` with mapped inputs and the same output names.

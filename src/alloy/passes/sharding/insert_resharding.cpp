@@ -120,7 +120,7 @@ sharding_rules::Choice choice_for(const Op& op, const Bindings& sizes) {
 
 std::unique_ptr<Fusion> insert_resharding(const Fusion& fusion, const Bindings& sizes) {
   auto out = std::make_unique<Fusion>(fusion.name());
-  Rebuilder b{*out, {}};
+  Rebuilder b{*out, {}, &fusion};
   Resharder resharder(b);
   for (Value* in : fusion.inputs()) {
     b.map[in] = out->add_input(in->name, in->type);

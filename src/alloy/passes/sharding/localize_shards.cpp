@@ -20,7 +20,7 @@ bool reduces_sharded_axis(const Op& mean) {
 
 class Localizer {
  public:
-  explicit Localizer(Fusion& target) : b_{target, {}} {}
+  Localizer(Fusion& target, const Fusion& source) : b_{target, {}, &source} {}
 
   Value* add(const Op& op, std::vector<Value*> inputs, const std::vector<std::string>& names) {
     std::vector<ValueType> types;
@@ -78,7 +78,7 @@ ValueType local_type(const Value& v) {
 
 std::unique_ptr<Fusion> localize_shards(const Fusion& fusion) {
   auto out = std::make_unique<Fusion>(fusion.name());
-  Localizer l(*out);
+  Localizer l(*out, fusion);
   for (Value* in : fusion.inputs()) {
     l.b_.map[in] = out->add_input(in->name, local_type(*in));
     l.b_.map[in]->take_annotations_from(*in);
