@@ -440,5 +440,18 @@ TEST(ShardingErrors, DumpAfterAnUnknownPass_NamesThePasses) {
   EXPECT_TRUE(has(executor.dump("after=insert_resharding"), "all_reduce(y__partial")) << executor.dump("after=insert_resharding");
 }
 
+// A pass's dump keeps the fusion's in-place returns (the passes drop them; the segmenter reads
+// them from the fusion as declared): parsed again, it writes where the fusion writes.
+TEST(ShardingErrors, DumpsAfterEachPass_KeepTheInPlaceReturns) {
+  FusionExecutor executor(parse_fusion("fusion f(x: f32[4, 2] @mesh[0] replicated) {\n  y = mul(x, 2.0)\n  s = softmax(y, dim=1)\n"
+                                       "  return s, y -> x\n}\n",
+                                       "p.fusion"),
+                          {DeviceChoice::cpu});
+  for (const char* pass : {"decompose_composites", "propagate_sharding", "insert_resharding", "localize_shards"}) {
+    std::string text = executor.dump(std::string("after=") + pass);
+    EXPECT_TRUE(has(text, "return s, y -> x")) << pass << "\n" << text;
+  }
+}
+
 }  // namespace
 }  // namespace alloy

@@ -640,7 +640,16 @@ std::string FusionExecutor::Impl::dump_stage(std::string_view stage, const Plan*
     compile_options.stop_after_lowering = true;
     compile_options.sizes = sizes;
     compile_options.observe = [&](std::string_view name, const Fusion* result) {
-      if (name == pass) out = result ? print_fusion(*result) : "(skipped: " + std::string(name) + " does not apply)\n";
+      if (name != pass) return;
+      if (!result) {
+        out = "(skipped: " + std::string(name) + " does not apply)\n";
+        return;
+      }
+      // (the passes drop the in-place returns, which the segmenter reads from the fusion as
+      // declared: shown as declared, `return y -> x`, so the dump means what the fusion does)
+      auto shown = result->clone();
+      shown->take_output_aliases_from(*fusion);
+      out = print_fusion(*shown);
     };
     compile_fusion(*fusion, target(), compile_options);
     return out;
