@@ -430,6 +430,25 @@ TEST(CheckFusions, ReportsEveryFailedStatementOnceAndGoesOn) {
   EXPECT_TRUE(check_fusions("fusion f(x: f32[2]) {\n  y = exp(x)\n  return y\n}\n", "ok.fusion").empty());
 }
 
+// A statement that uses a failed name is not told again, but its other names are still read: an
+// undefined one after the failed one is told, once (it was dropped with the statement).
+TEST(CheckFusions, AnUndefinedNameAfterAFailedOne_IsStillTold) {
+  std::vector<std::string> errors = check_fusions(
+      "fusion f(x: f32[4]) {\n  c = mull(x)\n  d = add(c, zz)\n  e = add(d, yy)\n  g = sum(zz, dims=[0])\n  return e, c, qq\n}\n",
+      "bad.fusion");
+  ASSERT_EQ(errors.size(), 4u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("bad.fusion:2:7: unknown op 'mull'"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("bad.fusion:3:14: undefined value 'zz'"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[2].find("bad.fusion:4:14: undefined value 'yy'"), std::string::npos) << errors[2];
+  EXPECT_NE(errors[3].find("bad.fusion:6:16: undefined value 'qq'"), std::string::npos) << errors[3];
+  // attribute names and values, op names and a statement's mesh are not names to define
+  EXPECT_EQ(check_fusions("fusion f(x: f32[4] @mesh[0] replicated) {\n  c = mull(x)\n  d = cast(c, dtype=f32) @mesh[0] replicated\n"
+                          "  return d\n}\n",
+                          "ok.fusion")
+                .size(),
+            1u);
+}
+
 // Held-out checks' finds: one error each, where it is, whatever the file's line breaks.
 TEST(CheckFusions, OneLineFusionsStrayCharactersAndCrLineBreaks_GiveOneErrorEach) {
   std::vector<std::string> errors = check_fusions("fusion f(x: f32[2]) { y = neg(z) return y }\n", "one.fusion");

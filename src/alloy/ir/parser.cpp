@@ -353,6 +353,7 @@ class Parser {
   // next line that can start a statement. line < 0: no skipping.
   void recover_from(const UserError& e, int line) {
     if (!used_failed_name_) errors_->push_back(e.what());
+    else report_undefined_in_rest(line);
     used_failed_name_ = false;
     for (auto& name : pending_names_) failed_names_.insert(name);
     pending_names_.clear();
@@ -555,6 +556,35 @@ class Parser {
     }
     if (t.is('[')) fail(t, "a list can only be an attribute value (NAME=[...]), not an argument");
     fail(t, "expected an argument (a value name or a number), found ", describe(t));
+  }
+
+  // After an error that only repeats an earlier one (a use of a name whose statement failed), the
+  // rest of the statement is still read for names defined nowhere, each told once: `return c, zz`
+  // and `d = add(c, zz)` tell zz. (Not an op's name, an attribute's name or value, a mesh.)
+  void report_undefined_in_rest(int line) {
+    static const std::set<std::string> words = {"true", "false", "inf", "nan", "replicated"};
+    bool after_eq = false, after_at = false;
+    try {
+      while (lex_.peek().kind != TokKind::end) {
+        const Token& at = lex_.peek();
+        if (at.is('}') || at.is_word("return") || (line >= 0 && at.line > line && at.kind == TokKind::ident)) break;
+        Token t = lex_.next();
+        const Token& next = lex_.peek();
+        if (t.kind == TokKind::ident && !after_eq && !after_at && !next.is('(') && !next.is('=') && !names_.count(t.text) &&
+            !failed_names_.count(t.text) && !words.count(t.text)) {
+          try {
+            undefined(t);
+          } catch (const UserError& e) {
+            errors_->push_back(e.what());
+          }
+          failed_names_.insert(t.text);
+        }
+        after_eq = t.is('=');
+        after_at = t.is('@');
+      }
+    } catch (const UserError&) {
+      // (a character no token starts with: the skipping after tells it)
+    }
   }
 
   [[noreturn]] void undefined(const Token& name) {
