@@ -462,6 +462,10 @@ TEST(CheckFusions, OneLineFusionsStrayCharactersAndCrLineBreaks_GiveOneErrorEach
   EXPECT_NE(errors[0].find("cr.fusion:2:11: undefined value 'q'"), std::string::npos) << errors[0];
   EXPECT_TRUE(check_fusions("fusion f(x: f32[2]) { # c\r  y = neg(x)\r  return y\r}\r", "cr_comment.fusion").empty());
   EXPECT_TRUE(check_fusions("fusion f(x: f32[2]) { # c\r\n  y = neg(x)\r\n  return y\r\n}\r\n", "crlf.fusion").empty());
+  // a character of two UTF-8 bytes (e acute) is one unexpected character, not one a byte
+  errors = check_fusions("fusion f(x: f32[2]) {\n  y = neg(x) \xc3\xa9\n  return y\n}\n", "utf8.fusion");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("utf8.fusion:2:14: unexpected character '\\xc3\\xa9'"), std::string::npos) << errors[0];
 }
 
 }  // namespace

@@ -184,9 +184,13 @@ class Lexer {
       advance();
       return t;
     }
-    const std::string bad = quoted_text(std::string_view(&text_[pos_], 1));
-    advance();  // past it: a later token is read after it, so it is told once
-    fail(t.line, t.col, "unexpected character '", bad, "'");
+    // past it (a later token is read after it, so it is told once): a UTF-8 character whole, its
+    // lead byte and the continuation bytes after it (10xxxxxx)
+    const size_t start = pos_;
+    advance();
+    if (static_cast<unsigned char>(c) >= 0xc0)
+      while (!at_end() && (static_cast<unsigned char>(cur()) & 0xc0) == 0x80 && pos_ - start < 4) advance();
+    fail(t.line, t.col, "unexpected character '", quoted_text(std::string_view(&text_[start], pos_ - start)), "'");
   }
 
   Token lex_number(Token& t) {
