@@ -238,8 +238,8 @@ struct ErrorCase {
 TEST(Parser, Errors_SayWhereWhatWasExpectedAndWhatWasFound) {
   const std::string head = "fusion f(x: f32[4], w: f32[3, 8]) {\n";
   const std::vector<ErrorCase> cases = {
-      {head + "  y = add(x 1)\n  return y\n}", "t.fusion:2:13: expected ')' after arguments, found 1"},
-      {head + "  y = add(x, 1 = 2)\n  return y\n}", "t.fusion:2:16: expected ')' after arguments, found '='"},
+      {head + "  y = add(x 1)\n  return y\n}", "t.fusion:2:13: expected ',' or ')' after an argument, found 1"},
+      {head + "  y = add(x, 1 = 2)\n  return y\n}", "t.fusion:2:16: expected ',' or ')' after an argument, found '='"},
       {head + "  y = neg(x) = 2\n  return y\n}", "t.fusion:2:14: expected a statement (NAME = op(...)) or 'return', found '='"},
       {head + "  y = gelux(x)\n  return y\n}", "t.fusion:2:7: unknown op 'gelux'; did you mean 'gelu'?"},
       {head + "  y = frobnicate(x)\n  return y\n}", "t.fusion:2:7: unknown op 'frobnicate'\n"},

@@ -525,7 +525,7 @@ class Parser {
   bool more_items_args() {
     const Token& t = lex_.peek();
     if (t.is(')')) return false;
-    if (!t.is(',')) fail(t, "expected ')' after arguments, found ", describe(t));
+    if (!t.is(',')) fail(t, "expected ',' or ')' after an argument, found ", describe(t));
     lex_.next();
     return !lex_.peek().is(')');
   }
