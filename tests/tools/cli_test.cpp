@@ -413,7 +413,7 @@ TEST_F(CliTest, Check_ErrorsInTwoFusions_ReportsBothWithFileLineAndColumn) {
                            "}\n");
   CliResult r = alloy("check '" + file + "'");
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(contains(r.err, file + ":2:7: exp: unknown attribute 'foo'")) << r.err;
+  EXPECT_TRUE(contains(r.err, file + ":2:14: exp: unknown attribute 'foo'")) << r.err;
   EXPECT_TRUE(contains(r.err, file + ":9:7: linear:")) << r.err;
   EXPECT_TRUE(contains(r.err, "2 errors in")) << r.err;
 }

@@ -482,7 +482,7 @@ class Parser {
     expect('(', "after '" + op.text + "'");
     std::vector<Value*> inputs;
     std::vector<NamedAttr> attrs;
-    parse_arguments(fusion, inputs, attrs);
+    parse_arguments(fusion, inputs, attrs, *row);
 
     std::optional<Sharding> sharding;
     std::vector<std::string> names;
@@ -504,12 +504,22 @@ class Parser {
     pending_names_.clear();
   }
 
-  void parse_arguments(Fusion& fusion, std::vector<Value*>& inputs, std::vector<NamedAttr>& attrs) {
+  // An op's arguments: its inputs, then NAME=VALUE attributes (an unknown or repeated name is an
+  // error at the name; Fusion::add_op checks the values).
+  void parse_arguments(Fusion& fusion, std::vector<Value*>& inputs, std::vector<NamedAttr>& attrs, const OpRow& row) {
     if (!lex_.peek().is(')')) {
       do {
         const Token& t = lex_.peek();
         if (t.kind == TokKind::ident && lex_.peek(1).is('=')) {
           Token key = lex_.next();
+          if (std::none_of(row.attrs.begin(), row.attrs.end(), [&](const AttrSpec& spec) { return spec.name == key.text; })) {
+            std::string known;
+            for (const AttrSpec& spec : row.attrs) known += (known.empty() ? "" : ", ") + std::string(spec.name);
+            fail(key, row.name, ": unknown attribute '", quoted_text(key.text), "'",
+                 known.empty() ? std::string("; it takes none") : "; expected one of: " + known);
+          }
+          for (const NamedAttr& given : attrs)
+            if (given.name == key.text) fail(key, row.name, ": attribute '", key.text, "' given twice");
           lex_.next();
           attrs.push_back({key.text, parse_attr_value(0)});
         } else {
