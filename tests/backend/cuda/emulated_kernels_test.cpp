@@ -739,6 +739,23 @@ TEST(EmulatedKernels, ColumnVarMeanOfValuesFarFromZero) {
 })", {{"T", T}, {"H", H}}, f, 4, {x});
 }
 
+// var_mean over columns holding an infinity: the mean is +-inf and the variance NaN, as on the
+// CPU (a thread's or a block's partial of no elements merged into an infinite mean made it NaN:
+// mean + (0 - inf) * 0); grid and row forms alike.
+TEST(EmulatedKernels, VarMeanOfAnInfiniteValue_IsAnInfiniteMean) {
+  const int64_t T = 2, H = 4096;
+  Tensor x = Tensor::empty(DType::f32, {T, H});
+  float* v = x.data_as<float>();
+  for (int64_t i = 0; i < T * H; ++i) v[i] = float(i % 13) * 0.25f;
+  v[0 * H + 0] = 1.0f;
+  v[1 * H + 0] = std::numeric_limits<float>::infinity();
+  v[0 * H + 1] = -std::numeric_limits<float>::infinity();
+  expect_emulation_matches_cpu("fusion f(x: f32[T, H]) {\n  v, m = var_mean(x, dims=[0], correction=1)\n  return v, m\n}\n",
+                               {{"T", T}, {"H", H}}, Flavour::default_choice, 4, {x});
+  expect_emulation_matches_cpu("fusion f(x: f32[T, H]) {\n  v, m = var_mean(x, dims=[1], correction=0)\n  return v, m\n}\n",
+                               {{"T", T}, {"H", H}}, Flavour::default_choice, 4, {x});
+}
+
 // Column and row reductions reading views of the inputs (made on the host): a transposed input,
 // a strided slice, and an operand broadcast along the kept axis.
 TEST(EmulatedKernels, ReductionsOfViewsAndBroadcasts) {

@@ -22,8 +22,10 @@ void store_typed(const Tensor& dst, const In* values, Convert convert) {
 }
 
 // Float to integer as a C cast does (toward zero); NaN, inf and values out of int64's range give 0.
+// Toward zero, for every value i64 holds ([-2^63, 2^63), as the GPU's conversion gives them);
+// 0 for NaN, infinities and values past it (undefined in C++, platform-defined in PyTorch).
 int64_t truncate_to_int(double v) {
-  return (std::isfinite(v) && std::fabs(v) < 9.2e18) ? int64_t(v) : 0;
+  return (v >= -9223372036854775808.0 && v < 9223372036854775808.0) ? int64_t(v) : 0;
 }
 
 }  // namespace

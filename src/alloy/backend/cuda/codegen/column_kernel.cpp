@@ -222,7 +222,7 @@ class ColumnEmitter final : public KernelEmitter {
           std::string x = "((" + acc.ct + ")" + ref(acc.op->inputs[0], "[u]") + ")";
           const std::string &a = acc.name, &mean = acc.words[1];
           if (acc.op->kind == OpKind::var_mean)
-            os_ << inner << "{ " << acc.ct << " x = " << x << "; if (u == 0 && alloy_n == 0) " << mean << "[e] = x; " << acc.ct << " d = x - "
+            os_ << inner << "{ " << acc.ct << " x = " << x << "; if (u == 0 && alloy_n == 0) " << mean << "[e] = alloy_shift_of(x); " << acc.ct << " d = x - "
                 << mean << "[e]; " << a << "_s1[e] += d; " << a << "_s2[e] += d * d; }\n";
           else
             emit_column_merge(acc, inner, [&](int) { return x; });

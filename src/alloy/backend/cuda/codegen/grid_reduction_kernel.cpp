@@ -208,7 +208,7 @@ class GridEmitter final : public KernelEmitter {
         std::string x = "((" + acc.ct + ")" + ref(acc.op->inputs[0], "[u]") + ")";
         const std::string& a = acc.name;
         if (acc.welford())
-          os_ << lane << "{ " << acc.ct << " x = " << x << "; if (" << (M > 1 ? "m == 0 && " : "") << "u == 0 && e == 0 && " << a << "_n == 0) " << a << "_mean = x; "
+          os_ << lane << "{ " << acc.ct << " x = " << x << "; if (" << (M > 1 ? "m == 0 && " : "") << "u == 0 && e == 0 && " << a << "_n == 0) " << a << "_mean = alloy_shift_of(x); "
               << acc.ct << " d = x - " << a << "_mean; " << a << "_s1[e] += d; " << a << "_s2[e] += d * d; }\n";
         else
           os_ << lane << a << "[e] = " << combine(acc, a + "[e]", x) << ";\n";

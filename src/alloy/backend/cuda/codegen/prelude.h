@@ -215,14 +215,36 @@ __device__ __forceinline__ T alloy_warp_reduce(T v, F f, T*) {
 // Welford's running (count, mean, m2), merged across the block.
 template <class T>
 __device__ __forceinline__ void alloy_welford_merge(T& n, T& mean, T& m2, T n2, T mean2, T m22) {
+  // a side of no elements merges as nothing (mean + (0 - mean) * 0 is NaN at an infinite mean);
+  // the same bits as the formula for finite values
+  if (n2 == T(0)) return;
+  if (n == T(0)) {
+    n = n2;
+    mean = mean2;
+    m2 = m22;
+    return;
+  }
   T total = n + n2;
-  if (total == T(0)) return;
+  if (mean - mean != T(0) || mean2 - mean2 != T(0)) {
+    // an infinity (or NaN) on a side: the mean of the values is the means' sum (inf, -inf, or NaN
+    // where both infinities meet), their variance NaN, whichever side came first (the formula
+    // gave -inf + inf = NaN merging a finite side into -inf)
+    mean = mean + mean2;
+    m2 = mean - mean;
+    n = total;
+    return;
+  }
   T delta = mean2 - mean;
   T w = n2 / total;
   mean += delta * w;
   m2 += m22 + delta * delta * n * w;
   n = total;
 }
+// The shift a thread's sums of deviations start from (var_mean's shifted sums): its first value,
+// or 0 where that is not finite (an infinite shift made every deviation NaN, the mean too, where
+// the mean of values holding an infinity is that infinity).
+template <class T>
+__device__ __forceinline__ T alloy_shift_of(T x) { return x - x == T(0) ? x : T(0); }
 // Rows not held in registers: each thread's running (count, mean, m2) merged over the block.
 template <class T>
 __device__ __forceinline__ void alloy_block_welford(T& n, T& mean, T& m2, T* smem) {
