@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit as _atexit
 import os as _os
 import re as _re
+import sys as _sys
 
 from . import _alloy
 
@@ -257,5 +258,34 @@ def to_dtensor(local, device_mesh, placement_text):
     return DTensor.from_local(local, device_mesh, [placement], run_check=False)
 
 
-# MPI, when Alloy started it in this process (mpirun), ends with the interpreter.
-_atexit.register(_alloy.finalize_mpi)
+# A rank that leaves on an uncaught exception or through sys.exit with a failure ends the job (as
+# `python -m mpi4py` does): the other ranks may be waiting for it in a collective, and an
+# MPI_Finalize at its exit would wait for them, so the job would hang. The traceback is printed
+# first. Otherwise MPI, when Alloy started it in this process (mpirun), ends with the interpreter.
+_previous_excepthook = _sys.excepthook
+_previous_exit = _sys.exit
+_failed_exit = [None]  # the failing sys.exit code this process is leaving with
+
+
+def _abort_job_on_uncaught(kind, value, traceback):
+    _previous_excepthook(kind, value, traceback)
+    _sys.stderr.flush()
+    _alloy.abort_mpi_job_if_started(1)
+
+
+def _exit_noting_failure(code=None):
+    _failed_exit[0] = None if code is None or code == 0 else (code if isinstance(code, int) else 1)
+    _previous_exit(code)
+
+
+def _end_mpi_at_exit():
+    if _failed_exit[0] is not None:
+        _sys.stdout.flush()
+        _sys.stderr.flush()
+        _alloy.abort_mpi_job_if_started(_failed_exit[0])
+    _alloy.finalize_mpi()
+
+
+_sys.excepthook = _abort_job_on_uncaught
+_sys.exit = _exit_noting_failure
+_atexit.register(_end_mpi_at_exit)

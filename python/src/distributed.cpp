@@ -112,6 +112,8 @@ void bind_distributed(nb::module_& m) {
   m.def("in_external_job", &multidevice::in_external_job);
   m.def("have_mpi", &multidevice::have_mpi);
   m.def("finalize_mpi", &multidevice::finalize, "Ends MPI where Alloy started it (at the interpreter's exit).");
+  m.def("abort_mpi_job_if_started", &multidevice::abort_mpi_job_if_started,
+        "Ends every process of the job (MPI_Abort) where Alloy started MPI in a job of several; else nothing.");
   m.def(
       "join_external_job",
       [](int rank, int size, int local_rank, nb::object make_team) {

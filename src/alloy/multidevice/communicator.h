@@ -79,6 +79,10 @@ void finalize();
 // Ends every process of the job with `code`: for a tool whose rank failed after the ranks agreed
 // to communicate, so no other rank waits in a collective for it. Never called by the library.
 [[noreturn]] void abort_job(int code);
+// Ends every process of the job with `code` where this process started MPI in a job of several
+// (a Python rank leaving on an uncaught exception: the others may wait in a collective for it,
+// and its own MPI_Finalize at exit would wait for them); else nothing.
+void abort_mpi_job_if_started(int code);
 
 // A team's collectives (rank() and size() from host_ir::Team, the part a host program's ring uses).
 class Communicator : public host_ir::Team {

@@ -276,6 +276,13 @@ void finalize() {
 #endif
 }
 
+void abort_mpi_job_if_started(int code) {
+#if ALLOY_HAVE_MPI
+  if (mpi_started() && process().size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  (void)code;
+}
+
 void abort_job(int code) {
 #if ALLOY_HAVE_MPI
   if (mpi_started() && process().size > 1) MPI_Abort(MPI_COMM_WORLD, code);

@@ -1,0 +1,21 @@
+"""Run under mpirun: every rank runs a sharded fusion once, then the last rank leaves (an
+uncaught exception, or sys.exit(3)) while the others run it again (test_job_exit.py)."""
+import sys
+
+import numpy as np
+
+import alloy
+from alloy import distributed
+
+rank, size = distributed.rank(), distributed.world_size()
+with alloy.FusionDefinition("row_sums") as fd:
+    x = fd.define_tensor(shape=[4, 2 * size], dtype=alloy.float32, mesh=list(range(size)), placement=alloy.Shard(1))
+    fd.add_output(fd.ops.sum(x, dims=[1]))
+whole = np.arange(8 * size, dtype=np.float32).reshape(4, 2 * size)
+fd.execute(fd.local_inputs([whole]))
+print(f"rank {rank}: first run done", flush=True)
+if rank == size - 1:
+    if sys.argv[1] == "raise":
+        raise RuntimeError(f"rank {rank} leaves")
+    sys.exit(3)
+fd.execute(fd.local_inputs([whole]))
