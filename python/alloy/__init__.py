@@ -359,11 +359,45 @@ def _size(self, x, dim):
     return x.size(dim)
 
 
+_table_iota = Operators.iota
+
+
+def _iota(self, length, *more, start=None, step=None, dtype=None):
+    """iota(length, start=None, step=None, dtype=int64) -> Value
+
+    The format's iota (0, 1, ..., length-1; length an int or a size symbol) in ``dtype``, as
+    nvFuser's: times ``step``, plus ``start`` where given. Positionally after the length: a dtype
+    (the format's order, ``iota(5, "i32")``), or start and step (nvFuser's)."""
+    more = list(more)
+    if more and _is_dtype_like(more[0]):
+        dtype = more.pop(0)
+    if more:
+        start = more.pop(0)
+    if more:
+        step = more.pop(0)
+    if more:
+        file, line, col = _caller()
+        raise Error(f"{file}:{line}:{col}: iota: takes the length, then start and step (or a dtype), and dtype; "
+                    f"found {len(more)} more argument{'s' if len(more) > 1 else ''}")
+    x = _table_iota(self, length=length) if dtype is None else _table_iota(self, length=length, dtype=dtype)
+    if step is not None and not (_is_int(step) and step == 1):
+        x = self.mul(x, step)
+    if start is not None and not (_is_int(start) and start == 0):
+        x = self.add(x, start)
+    return x
+
+
+def _is_dtype_like(value):
+    return isinstance(value, (str, DataType)) or (isinstance(value, type) and value.__module__ == "numpy")
+
+
 _COMPOSED_OPS = {"var": _var, "clamp": _clamp, "broadcast": _broadcast, "isnan": _isnan, "size": _size}
 for _name, _function in _COMPOSED_OPS.items():
     _function.__name__ = _function.__qualname__ = _name
     setattr(Operators, _name, _function)
 del _name, _function
+_iota.__name__ = _iota.__qualname__ = "iota"
+Operators.iota = _iota  # (the format's op, with nvFuser's start and step)
 
 
 def op_names():

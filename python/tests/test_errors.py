@@ -147,7 +147,7 @@ def test_a_definition_ended_by_an_error_names_the_function_called():
     with alloy.FusionDefinition() as fd:
         x = fd.define_tensor(shape=[3])
         with pytest.raises(alloy.Error):
-            fd.ops.iota(5, 2, 3)
+            fd.ops.sum(x, dims=[5])
         for use, called in [(lambda: fd.define_scalar(dtype=alloy.int64), "define_scalar"),
                             (lambda: fd.define_tensor([3]), "define_tensor"), (lambda: fd.ops.exp(x), "exp"),
                             (lambda: fd.add_output(x), "add_output")]:
@@ -225,6 +225,7 @@ def test_conflicting_or_bad_symbolic_sizes_are_errors(arguments, message):
      r"size: axis 0 of d: f32\[\?, 3\] is an unnamed dynamic size; expected a named one"),
     (lambda fd, x: fd.ops.size(2.0, 0), "size: x: expected a tensor value"),
     (lambda fd, x: fd.ops.clamp(x), "clamp: expected min, max or both, found neither"),
+    (lambda fd, x: fd.ops.iota(5, 2, 3, 4), "iota: takes the length, then start and step"),
     (lambda fd, x: fd.ops.broadcast(x, [True, False]), "broadcast: is_broadcast_dim has 1 False entries for T0: f32"),
     (lambda fd, x: fd.ops.broadcast(x, [1, 0, 0]), "is_broadcast_dim must be a list of bools"),
 ])

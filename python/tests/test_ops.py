@@ -178,6 +178,9 @@ case("gather", [g3, gi3], lambda fd, a, i: fd.ops.gather(a, i, dim=-1), [np.take
 case("iota", [x], lambda fd, a: fd.ops.iota(7), [np.arange(7, dtype=np.int64)])
 case("iota", [x], lambda fd, a: fd.ops.iota(length=4, dtype=alloy.float32), [np.arange(4, dtype=np.float32)])
 case("iota", [x], lambda fd, a: fd.ops.iota(5, "i32"), [np.arange(5, dtype=np.int32)])
+# nvFuser's iota(length, start, step, dtype): start + i * step
+case("iota", [x], lambda fd, a: fd.ops.iota(4, 2, 3), [np.arange(2, 14, 3, dtype=np.int64)])
+case("iota", [x], lambda fd, a: fd.ops.iota(3, start=1.5, step=0.5, dtype=alloy.float32), [np.array([1.5, 2.0, 2.5], np.float32)])
 
 # ---- matmul ----------------------------------------------------------------------------
 
