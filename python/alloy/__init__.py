@@ -388,7 +388,11 @@ def _iota(self, length, *more, start=None, step=None, dtype=None):
 
 
 def _is_dtype_like(value):
-    return isinstance(value, (str, DataType)) or (isinstance(value, type) and value.__module__ == "numpy")
+    try:
+        _dtype(value)
+    except Error:
+        return False
+    return True
 
 
 _COMPOSED_OPS = {"var": _var, "clamp": _clamp, "broadcast": _broadcast, "isnan": _isnan, "size": _size}

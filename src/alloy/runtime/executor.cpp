@@ -74,6 +74,7 @@ struct FusionExecutor::Impl {
   // rank's end checks failed, the job agrees on it (the failing ranks rethrow, the others throw
   // PeerError), so the job reports it once and exits 1 instead of aborting.
   bool agrees_on_index_errors();
+  std::optional<bool> has_gather;  // (set once, by a run of a fusion with a mesh: under run_mutex)
   void agree_on_index_errors(std::exception_ptr failure);
   std::string rank_name(int rank);  // "rank 1 of the mesh", "rank 3 of the job"
   // The record last agreed (ExecutorOptions::Agreement::on_change), declared below, and the
@@ -407,14 +408,14 @@ std::string FusionExecutor::Impl::rank_name(int rank) {
 
 bool FusionExecutor::Impl::agrees_on_index_errors() {
   if (multidevice::process().size == 1 || !first_plan().compiled.mesh) return false;
-  return std::any_of(fusion->ops().begin(), fusion->ops().end(), [](const auto& op) { return op->kind == OpKind::gather; });
+  if (!has_gather)
+    has_gather = std::any_of(fusion->ops().begin(), fusion->ops().end(), [](const auto& op) { return op->kind == OpKind::gather; });
+  return *has_gather;
 }
 
 void FusionExecutor::Impl::agree_on_index_errors(std::exception_ptr failure) {
   if (!multidevice::any_rank(failure != nullptr)) return;
-  const std::vector<int64_t>& mesh = *first_plan().compiled.mesh;
-  bool in_mesh = std::find(mesh.begin(), mesh.end(), int64_t(multidevice::process().rank)) != mesh.end();
-  multidevice::agree_with_job({}, in_mesh, failure, "fusion '" + fusion->name() + "'", [&](int rank) { return rank_name(rank); });
+  multidevice::agree_with_job({}, !outside_mesh, failure, "fusion '" + fusion->name() + "'", [&](int rank) { return rank_name(rank); });
   internal_error("agree_on_index_errors: the agreement did not report the failure");
 }
 
@@ -495,16 +496,11 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const std::vector<Tensor>& 
     std::exception_ptr failure;
     try {
       plan.executable->run(state);
-    } catch (const UserError&) {
+    } catch (const UserError& e) {
       if (!state.in_end_checks) throw;  // (before the run's end: a rank may wait for this one)
       // (positions and sizes are of the part of the values this rank holds)
-      failure = std::current_exception();
-      try {
-        std::rethrow_exception(failure);
-      } catch (const UserError& e) {
-        failure = std::make_exception_ptr(
-            UserError(std::string(e.what()) + " (on " + rank_name(multidevice::process().rank) + ", in the part of the values it holds)"));
-      }
+      failure = std::make_exception_ptr(
+          UserError(std::string(e.what()) + " (on " + rank_name(multidevice::process().rank) + ", in the part of the values it holds)"));
     }
     agree_on_index_errors(failure);
   } else {

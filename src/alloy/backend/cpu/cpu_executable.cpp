@@ -10,6 +10,12 @@
 namespace alloy {
 namespace {
 
+void fill_zero_cpu(const Tensor& t) {
+  if (t.numel() == 0) return;
+  ALLOY_CHECK(t.is_contiguous(), "fill_zero of ", t.str());
+  std::memset(t.data(), 0, size_t(t.numel()) * size_t(dtype_size(t.dtype())));
+}
+
 class CpuSegment final : public host_ir::SegmentExecutable {
  public:
   explicit CpuSegment(const Segment& segment) : ops_(segment.ops) {}
@@ -41,7 +47,7 @@ void run_reference_ops(const std::vector<const Op*>& ops, host_ir::RunState& sta
       } catch (const UserError&) {
         state.check_at_end(op, [failure = std::current_exception()] { std::rethrow_exception(failure); });
         Tensor zeros = Tensor::empty(op->outputs[0]->dtype(), sizes[0]);
-        if (zeros.numel() > 0) std::memset(zeros.data(), 0, size_t(zeros.numel()) * dtype_size(zeros.dtype()));
+        fill_zero_cpu(zeros);
         outputs = {zeros};
       }
     } else {
@@ -96,11 +102,7 @@ class CpuRuntime final : public host_ir::DeviceRuntime {
     ALLOY_CHECK(t.is_contiguous(), "fill_poison of ", t.str());
     std::memset(t.data(), 0xFF, size_t(t.numel()) * size_t(dtype_size(t.dtype())));
   }
-  void fill_zero(const Tensor& t) const override {
-    if (t.numel() == 0) return;
-    ALLOY_CHECK(t.is_contiguous(), "fill_zero of ", t.str());
-    std::memset(t.data(), 0, size_t(t.numel()) * size_t(dtype_size(t.dtype())));
-  }
+  void fill_zero(const Tensor& t) const override { fill_zero_cpu(t); }
   Tensor contiguous(const Tensor& t) const override { return packed_cpu(t); }
   void copy(const Tensor& dst, const Tensor& src) const override { copy_into_cpu(dst, src); }
   void accumulate(const Tensor& into, const Tensor& sum) const override { accumulate_cpu(into, sum); }
