@@ -212,6 +212,13 @@ def torch_cases():
                 shapes.append(tuple(int(v) for v in size.split("x")))
         for rows, d in shapes:
             training[f"{'rms' if rms else 'layer'}_norm_backward_{rows}x{d}"] = (math, make(rows, d), op)
+    # ALLOY_BENCH_SOFTMAX_SHAPES=bf16:2048x50257,f32:2048x32000 (alloy_bench reads it too)
+    for entry in filter(None, os.environ.get("ALLOY_BENCH_SOFTMAX_SHAPES", "").split(",")):
+        dtype, size = entry.split(":")
+        rows, width = (int(v) for v in size.split("x"))
+        tdtype = {"bf16": bf, "f16": torch.float16, "f32": torch.float32}[dtype]
+        training[f"softmax_{dtype}_{rows}x{width}"] = (
+            lambda x: torch.softmax(x, 1), lambda rows=rows, width=width, tdtype=tdtype: (torch.randn(rows, width, device=dev, dtype=tdtype),))
     for v in (32000, 50257, 128256):
         training[f"cross_entropy_fwd_8192x{v}"] = (ce_fwd, ce_inputs(8192, v, False),
                                                    lambda x, t: F.cross_entropy(x, t, reduction="none"))

@@ -311,7 +311,7 @@ const char* flavour_name(Flavour flavour) {
 // are drawn at random).
 void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes, Flavour flavour, int sm_count = 4,
                                   std::vector<Tensor> given = {}, int* split_passes = nullptr, int* in_place_written = nullptr,
-                                  std::vector<std::string>* launches = nullptr) {
+                                  std::vector<std::string>* launches = nullptr, const cuda::KernelTuning& tuning = {}) {
   SCOPED_TRACE(flavour_name(flavour));
   auto fusion = parse_fusion(text, "emulated.fusion", std::nullopt);
   given.resize(fusion->inputs().size());
@@ -325,7 +325,7 @@ void expect_emulation_matches_cpu(const std::string& text, const Bindings& sizes
   }
   std::vector<Tensor> expected = reference.run(reference_inputs);
   std::vector<Tensor> actual;
-  emulate_fusion(text, inputs, flavour, sm_count, actual, split_passes, in_place_written, 0, launches);
+  emulate_fusion(text, inputs, flavour, sm_count, actual, split_passes, in_place_written, 0, launches, tuning);
   ASSERT_EQ(expected.size(), actual.size());
   for (size_t i = 0; i < expected.size(); ++i)
     EXPECT_TRUE(testing::tensors_close(actual[i], expected[i])) << "output " << fusion->outputs()[i]->name;
@@ -457,6 +457,40 @@ TEST(EmulatedKernels, LogSumExpOverLongRowsInOnePass) {
       store_double(x.data(), DType::bf16, r * width + c, v);
     }
   for (Flavour f : kFlavours) expect_emulation_matches_cpu(testing::kLogSumExpRows, {{"R", rows}, {"W", width}}, f, 4, {x});
+}
+
+// A softmax and the cross-entropy (its loss and gradient in one fusion) over rows not held in registers (a block of 1024
+// threads would hold more than row_held_elements a thread: here 8): the max and the sum of exps in
+// one streaming pass, then the pass that stores, reading the row again. The rows of the log-sum-exp
+// test above (-inf halves, all -inf, NaN, +inf, rising), an odd width.
+TEST(EmulatedKernels, SoftmaxOverRowsNotHeld_StreamsTheMaxAndTheSumInOnePass) {
+  const int64_t rows = 6, width = 20003;
+  Tensor x = Tensor::empty(DType::bf16, {rows, width});
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < width; ++c) {
+      double v = std::sin(double(r * width + c) * 0.37) * 4.0;
+      if (r == 1 && c < width / 2) v = -inf;
+      if (r == 2) v = -inf;
+      if (r == 3 && c == 7777) v = std::nan("");
+      if (r == 4 && c == 12345) v = inf;
+      if (r == 5) v = double(c) * 1e-3;
+      store_double(x.data(), DType::bf16, r * width + c, v);
+    }
+  cuda::KernelTuning tuning;
+  tuning.row_held_elements = 8;
+  const std::string softmax = "fusion f(x: bf16[R, W]) {\n  y = softmax(x, dim=1)\n  return y\n}\n";
+  for (Flavour f : kFlavours) {
+    std::vector<std::string> launches;
+    expect_emulation_matches_cpu(softmax, {{"R", rows}, {"W", width}}, f, 4, {x}, nullptr, nullptr, &launches, tuning);
+    ASSERT_EQ(launches.size(), 1u);
+    EXPECT_NE(launches[0].find("_so"), std::string::npos) << launches[0];
+  }
+  std::vector<std::string> launches;
+  expect_emulation_matches_cpu(testing::read_file(testing::source_path("examples/cross_entropy.fusion")), {{"T", 5}, {"V", 20011}},
+                               Flavour::default_choice, 4, {}, nullptr, nullptr, &launches, tuning);
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_NE(launches[0].find("_so"), std::string::npos) << launches[0];
 }
 
 // In-place outputs their kernels write into their inputs' memory (segment/in_place.h): a thread

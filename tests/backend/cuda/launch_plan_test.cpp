@@ -177,9 +177,25 @@ TEST(LaunchPlan, LogSumExpOverLongRowsStreamsThemOnce) {
   EXPECT_NE(p.plan.variant.key().find("_so"), std::string::npos);
   // rows that fit a block of 256 threads stay in registers
   EXPECT_FALSE(plan_of(kLogSumExp, {{"R", 8192}, {"W", 8192}}).plan.variant.streaming_online);
-  // softmax stores a value per element: its row is held to be read again
-  Planned softmax = plan_of("fusion f(x: bf16[R, W]) {\n  y = softmax(x, dim=1)\n  return y\n}\n", {{"R", 64}, {"W", 50257}});
-  EXPECT_FALSE(softmax.plan.variant.streaming_online);
+  // softmax stores a value per element: a row a block of 1024 threads holds (32 elements a
+  // thread, row_held_elements) stays in registers to be read again; a longer one streams its max
+  // and its sum in one pass, then reads the row again to store (reread_threads a block)
+  const char* const softmax = "fusion f(x: bf16[R, W]) {\n  y = softmax(x, dim=1)\n  return y\n}\n";
+  Planned held = plan_of(softmax, {{"R", 64}, {"W", 32768}});
+  EXPECT_FALSE(held.plan.variant.streaming_online);
+  EXPECT_EQ(held.plan.variant.threads, 1024);
+  EXPECT_EQ(held.plan.variant.items, 4);
+  Planned reread = plan_of(softmax, {{"R", 64}, {"W", 50257}});
+  EXPECT_TRUE(reread.plan.variant.streaming_online);
+  EXPECT_EQ(reread.plan.variant.threads, 1024);
+  EXPECT_EQ(reread.plan.variant.items, 0);
+  EXPECT_EQ(reread.plan.grid_x, 64u);
+  cuda::KernelTuning tuning;
+  tuning.row_held_elements = 64;
+  tuning.reread_threads = 512;
+  EXPECT_FALSE(plan_of(softmax, {{"R", 64}, {"W", 50257}}, 0, true, tuning).plan.variant.streaming_online);
+  tuning.row_held_elements = 8;
+  EXPECT_EQ(plan_of(softmax, {{"R", 64}, {"W", 32768}}, 0, true, tuning).plan.variant.threads, 512);
   // a max and a sum of something else: no online pass
   Planned other = plan_of("fusion f(x: f32[R, W]) {\n  m = max(x, dims=[1])\n  s = sum(x, dims=[1])\n  return m, s\n}\n",
                           {{"R", 64}, {"W", 50257}});
@@ -188,8 +204,10 @@ TEST(LaunchPlan, LogSumExpOverLongRowsStreamsThemOnce) {
 
 TEST(LaunchPlan, OddWidthRowsKeepVectorsWithEdgeElements) {
   // 50257 columns: 16-byte vectors from each row's first aligned column, 7 a thread in registers
-  // (with the streaming pass off)
-  Planned p = plan_of(kLogSumExp, {{"R", 8192}, {"W", 50257}}, 0, false);
+  // (with the streaming pass off, up to 64 elements held a thread)
+  cuda::KernelTuning held;
+  held.row_held_elements = 64;
+  Planned p = plan_of(kLogSumExp, {{"R", 8192}, {"W", 50257}}, 0, false, held);
   ASSERT_TRUE(p.plan.launch);
   EXPECT_FALSE(p.plan.variant.streaming_online);
   EXPECT_EQ(p.plan.variant.vector, 8);
@@ -624,14 +642,15 @@ TEST(LaunchPlan, GridReductionsLeaveOtherShapesToTheirKernels) {
 }
 
 // Positions and gathers run in pointwise and row kernels: cross-entropy at GPT-2's vocabulary is a
-// block per row holding it in registers, with edge elements (the logits in vectors, the target once
-// a row, the iota's positions computed: 'p'), its Params ending in the gather's error flag; a
+// block per row streaming its max and sum in one pass and reading the row again to store the
+// gradient, with edge elements (the logits in vectors, the target once a row, the iota's positions
+// computed: 'p'), its Params ending in the gather's error flag; a
 // single-pass reduction of one-hot rows over the outer axis, a column kernel without the iota,
 // stays a row kernel.
 TEST(LaunchPlan, GathersAndPositionsRunInPointwiseAndRowKernels) {
   Planned ce = plan_of(testing::read_file(testing::source_path("examples/cross_entropy.fusion")), {{"T", 8192}, {"V", 50257}});
   EXPECT_EQ(ce.leaves, "logits,t,ids");
-  EXPECT_EQ(ce.plan.variant.key(), "r1.1_v8_t1024_i7_32_e_vsp");
+  EXPECT_EQ(ce.plan.variant.key(), "r1.1_v8_t1024_i0_32_e_so_vsp");
   EXPECT_EQ(ce.plan.error_word, int(ce.plan.words.size()) - 1);
   const std::string one_hot_counts = R"(fusion f(t: i64[T], x: f32[T, V]) {
   ids = iota(length=V, dtype=i64)

@@ -86,9 +86,17 @@ namespace {
 //   in shared memory only where a block has not the registers for them beside its row (the layer
 //   norm backward over 12288 and 16384 bf16 columns: 263.3 -> 242.8 and 301.9 -> 166.2 us on an
 //   H100, bench/results/2026-11-27-session33-notes.md); forcing them at narrower rows is for tests.
-// - row_held_elements 64 (session 33; not yet timed: `scripts/gpu-ab row_held`): the row kernels'
-//   rule of before; `alloy compile` reports spills at vocabulary widths under it (softmax f32
-//   [8192, 50257]: 592 bytes), which a smaller value would trade for reading the row again.
+// - row_held_elements 32 (session 34, `scripts/gpu-ab row_held` and `reread` on an H100, softmax
+//   over 2048 rows; bench/results/2026-11-27-session34-notes.md): at 64 the kernels holding 50-64
+//   elements a thread spilled (ptxas: 156-592 bytes) and were slower than reading the row again:
+//   bf16 50257 252.5 -> 184.3 us, bf16 65536 350.9 -> 267.8, f32 50257 1140.4 -> 392.3, f32 65536
+//   568.5 -> 549.3 (with the streaming pass below); 32 elements (bf16 32000: 100.6 us) stay held,
+//   16 would read them again (144.9).
+// - reread_threads 1024 (session 34, the same job): softmax rows not held, the max and the sum in
+//   one streaming pass, then the storing pass; at 256 threads a block the second read missed the
+//   L2 more (bf16 50257 231.1 us against 184.3 at 1024, f32 50257 463.3 against 392.3); cutting
+//   the grid to the blocks whose rows fit half or a quarter of the L2 was slower (bf16 128256
+//   539.1 -> 600.3), and three passes slower still (bf16 128256 713.3, f32 128256 1418.4).
 // sm_80 (A100) has not been measured: it takes the same values.
 const KernelTuningTable kBuiltin = {
     {80, KernelTuning{}},
@@ -106,6 +114,7 @@ const IntegerKey kIntegerKeys[] = {
     {"row_min_blocks", &KernelTuning::row_min_blocks, 0, 16, 1},
     {"row_held_elements", &KernelTuning::row_held_elements, 8, 64, 1},
     {"streaming_threads", &KernelTuning::streaming_threads, 32, 1024, 32},
+    {"reread_threads", &KernelTuning::reread_threads, 32, 1024, 32},
     {"column_min_steps", &KernelTuning::column_min_steps, 1, 1 << 20, 1},
     {"column_blocks_per_sm", &KernelTuning::column_blocks_per_sm, 0, 32, 1},
     {"grid_threads", &KernelTuning::grid_threads, 32, 1024, 32},

@@ -20,8 +20,11 @@ struct KernelTuning {
   // Row kernels in blocks of 1024 threads (64 registers a thread): the most elements of a row a
   // thread holds in registers (items * vector); longer rows are read from memory again in each
   // pass that needs them (KernelVariant::items 0). 8 to 64.
-  int row_held_elements = 64;
+  int row_held_elements = 32;
   int streaming_threads = 256;    // streaming log-sum-exp kernels: threads a block (a multiple of 32, 32 to 1024)
+  // Streaming kernels that read each row again to store values per element (a softmax over rows
+  // not held): threads a block (a multiple of 32, 32 to 1024)
+  int reread_threads = 1024;
   int column_min_steps = 16;      // column kernels: at least this many reduced indices a thread (1 to 2^20)
   int column_blocks_per_sm = 0;   // column kernels: size the split for N blocks an SM (0 to 32; 0: the occupancy)
   // Grid reductions (few long rows split over blocks, launch_plan's grid_splits): threads a block,

@@ -415,13 +415,16 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   // registers (H100: 105 us against 95.7 loading late; a warp per row, 6.2 us against 8.2)
   v.early_loads = target.early_loads && a.is_reduction() && !columns && v.items > 0 && v.rows_per_block > 0;
   // Log-sum-exp over rows so long that a block of 1024 threads holds one in registers (one block an
-  // SM, whose loads stop while it reduces): one streaming pass with a running max instead
-  if (a.is_reduction() && !columns && target.streaming_online && v.rows_per_block == 0 &&
-      v.threads == 1024 && only_row_outputs(a) && !online_softmax_stages(a).empty()) {
+  // SM, whose loads stop while it reduces): one streaming pass with a running max instead. A
+  // softmax (values stored per element) over rows too long to hold: the max and the sum in that
+  // one pass, then the pass that stores (two reads of the row, not three).
+  if (a.is_reduction() && !columns && target.streaming_online && v.rows_per_block == 0 && v.threads == 1024 &&
+      (only_row_outputs(a) || v.items == 0) && !online_softmax_stages(a).empty()) {
     v.streaming_online = true;
     v.items = 0;
     v.full_rows = false;
-    v.threads = std::max(32, target.tuning.streaming_threads / 32 * 32);
+    const int threads = only_row_outputs(a) ? target.tuning.streaming_threads : target.tuning.reread_threads;
+    v.threads = std::max(32, threads / 32 * 32);
   }
   return v;
 }
