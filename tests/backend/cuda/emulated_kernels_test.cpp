@@ -459,7 +459,7 @@ TEST(EmulatedKernels, LogSumExpOverLongRowsInOnePass) {
   for (Flavour f : kFlavours) expect_emulation_matches_cpu(testing::kLogSumExpRows, {{"R", rows}, {"W", width}}, f, 4, {x});
 }
 
-// A softmax and the cross-entropy (its loss and gradient in one fusion) over rows not held in registers (a block of 1024
+// A softmax and the cross-entropy (its loss and gradient in one fusion) over rows not held in registers in registers (a block of 1024
 // threads would hold more than row_held_elements a thread: here 8): the max and the sum of exps in
 // one streaming pass, then the pass that stores, reading the row again. The rows of the log-sum-exp
 // test above (-inf halves, all -inf, NaN, +inf, rising), an odd width.
@@ -479,6 +479,7 @@ TEST(EmulatedKernels, SoftmaxOverRowsNotHeld_StreamsTheMaxAndTheSumInOnePass) {
     }
   cuda::KernelTuning tuning;
   tuning.row_held_elements = 8;
+  tuning.row_shared_bytes = 0;  // (not held in shared memory either: below)
   const std::string softmax = "fusion f(x: bf16[R, W]) {\n  y = softmax(x, dim=1)\n  return y\n}\n";
   for (Flavour f : kFlavours) {
     std::vector<std::string> launches;
@@ -486,11 +487,26 @@ TEST(EmulatedKernels, SoftmaxOverRowsNotHeld_StreamsTheMaxAndTheSumInOnePass) {
     ASSERT_EQ(launches.size(), 1u);
     EXPECT_NE(launches[0].find("_so"), std::string::npos) << launches[0];
   }
+  const std::string cross_entropy = testing::read_file(testing::source_path("examples/cross_entropy.fusion"));
   std::vector<std::string> launches;
-  expect_emulation_matches_cpu(testing::read_file(testing::source_path("examples/cross_entropy.fusion")), {{"T", 5}, {"V", 20011}},
-                               Flavour::default_choice, 4, {}, nullptr, nullptr, &launches, tuning);
+  expect_emulation_matches_cpu(cross_entropy, {{"T", 5}, {"V", 20011}}, Flavour::default_choice, 4, {}, nullptr, nullptr, &launches, tuning);
   ASSERT_EQ(launches.size(), 1u);
   EXPECT_NE(launches[0].find("_so"), std::string::npos) << launches[0];
+  // the same rows held in shared memory (KernelVariant::shared_row): read once, each thread's
+  // vectors its own, 96 threads a block (an odd number of warps; 27 vectors a thread of the row)
+  tuning.row_shared_bytes = 232448;
+  tuning.row_shared_threads = 96;
+  for (Flavour f : kFlavours) {
+    launches.clear();
+    expect_emulation_matches_cpu(softmax, {{"R", rows}, {"W", width}}, f, 4, {x}, nullptr, nullptr, &launches, tuning);
+    ASSERT_EQ(launches.size(), 1u);
+    EXPECT_NE(launches[0].find("_t96_i27_b"), std::string::npos) << launches[0];
+    EXPECT_NE(launches[0].find("_sh"), std::string::npos) << launches[0];
+  }
+  launches.clear();
+  expect_emulation_matches_cpu(cross_entropy, {{"T", 5}, {"V", 20011}}, Flavour::default_choice, 4, {}, nullptr, nullptr, &launches, tuning);
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_NE(launches[0].find("_sh"), std::string::npos) << launches[0];
 }
 
 // In-place outputs their kernels write into their inputs' memory (segment/in_place.h): a thread

@@ -413,6 +413,19 @@ TEST(GpuEndToEnd, CrossEntropyIsOneKernelAndMatchesTheCpu) {
   }
 }
 
+// Softmax over rows of vocabulary widths, each way a row kernel takes them: held in registers
+// (32000 bf16), held in shared memory or streamed and read again (50257, 65536, 100000 bf16;
+// 40000, 50257 f32 by KernelTuning::row_shared_bytes), streamed (f32 128256).
+TEST(GpuEndToEnd, SoftmaxOverVocabularyWideRows_MatchesTheCpu) {
+  ALLOY_REQUIRE_GPU();
+  for (const char* dtype : {"bf16", "f32"})
+    for (int64_t width : {32000, 40000, 50257, 65536, 100000, 128256}) {
+      SCOPED_TRACE(std::string(dtype) + " " + std::to_string(width));
+      const std::string text = std::string("fusion f(x: ") + dtype + "[R, V]) {\n  y = softmax(x, dim=1)\n  return y\n}\n";
+      expect_gpu_matches_cpu(text, {{"R", 5}, {"V", width}}, 7, 1.0);
+    }
+}
+
 // A target past the vocabulary: the kernel reads nothing there, and the run ends in the CPU
 // reference's user error (the flag read back at the run's end), naming the gather's input, the
 // value, its position and the range; the next run of the same executor, with good targets, is clean.

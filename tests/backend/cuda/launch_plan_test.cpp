@@ -178,23 +178,50 @@ TEST(LaunchPlan, LogSumExpOverLongRowsStreamsThemOnce) {
   // rows that fit a block of 256 threads stay in registers
   EXPECT_FALSE(plan_of(kLogSumExp, {{"R", 8192}, {"W", 8192}}).plan.variant.streaming_online);
   // softmax stores a value per element: a row a block of 1024 threads holds (32 elements a
-  // thread, row_held_elements) stays in registers to be read again; a longer one streams its max
-  // and its sum in one pass, then reads the row again to store (reread_threads a block)
+  // thread, row_held_elements) stays in registers to be read again; a longer one is held in shared
+  // memory where the SM has it (row_shared_bytes; of 1024 and 512 threads the one whose blocks an
+  // SM's 228 KiB hold more of: 50257 bf16 columns in 512 threads of 13 vectors, 106496 bytes, two;
+  // in 1024 threads 114688 bytes, one); else it streams its max and its sum in one pass, then
+  // reads the row again to store (reread_threads a block). Never a log-sum-exp in shared memory:
+  // its streaming pass reads the row once.
   const char* const softmax = "fusion f(x: bf16[R, W]) {\n  y = softmax(x, dim=1)\n  return y\n}\n";
   Planned held = plan_of(softmax, {{"R", 64}, {"W", 32768}});
   EXPECT_FALSE(held.plan.variant.streaming_online);
+  EXPECT_FALSE(held.plan.variant.shared_row);
   EXPECT_EQ(held.plan.variant.threads, 1024);
   EXPECT_EQ(held.plan.variant.items, 4);
-  Planned reread = plan_of(softmax, {{"R", 64}, {"W", 50257}});
+  Planned shared = plan_of(softmax, {{"R", 64}, {"W", 50257}});
+  EXPECT_TRUE(shared.plan.variant.shared_row);
+  EXPECT_FALSE(shared.plan.variant.streaming_online);
+  EXPECT_EQ(shared.plan.variant.threads, 512);
+  EXPECT_EQ(shared.plan.variant.items, 13);
+  EXPECT_EQ(shared.plan.variant.min_blocks, 2);
+  EXPECT_EQ(shared.plan.dynamic_shared, 106496u);
+  EXPECT_EQ(shared.plan.grid_x, 64u);
+  Planned wider = plan_of(softmax, {{"R", 64}, {"W", 100000}});  // 13 vectors of 1024 threads, 212992 bytes
+  EXPECT_TRUE(wider.plan.variant.shared_row);
+  EXPECT_EQ(wider.plan.variant.threads, 1024);
+  EXPECT_EQ(wider.plan.variant.min_blocks, 1);
+  EXPECT_EQ(wider.plan.dynamic_shared, 212992u);
+  EXPECT_FALSE(plan_of(kLogSumExp, {{"R", 64}, {"W", 50257}}).plan.variant.shared_row);
+  cuda::KernelTuning tuning;
+  tuning.row_shared_bytes = 0;
+  Planned reread = plan_of(softmax, {{"R", 64}, {"W", 50257}}, 0, true, tuning);
   EXPECT_TRUE(reread.plan.variant.streaming_online);
   EXPECT_EQ(reread.plan.variant.threads, 1024);
   EXPECT_EQ(reread.plan.variant.items, 0);
   EXPECT_EQ(reread.plan.grid_x, 64u);
-  cuda::KernelTuning tuning;
+  // rows past the shared memory (f32 65536: 262144 bytes) or the bytes a block may take stream
+  const char* const f32_softmax = "fusion f(x: f32[R, W]) {\n  y = softmax(x, dim=1)\n  return y\n}\n";
+  EXPECT_TRUE(plan_of(f32_softmax, {{"R", 64}, {"W", 65536}}).plan.variant.streaming_online);
+  tuning.row_shared_bytes = 110000;
+  EXPECT_TRUE(plan_of(f32_softmax, {{"R", 64}, {"W", 50257}}, 0, true, tuning).plan.variant.streaming_online);
+  tuning = {};
   tuning.row_held_elements = 64;
   tuning.reread_threads = 512;
   EXPECT_FALSE(plan_of(softmax, {{"R", 64}, {"W", 50257}}, 0, true, tuning).plan.variant.streaming_online);
   tuning.row_held_elements = 8;
+  tuning.row_shared_bytes = 0;
   EXPECT_EQ(plan_of(softmax, {{"R", 64}, {"W", 32768}}, 0, true, tuning).plan.variant.threads, 512);
   // a max and a sum of something else: no online pass
   Planned other = plan_of("fusion f(x: f32[R, W]) {\n  m = max(x, dims=[1])\n  s = sum(x, dims=[1])\n  return m, s\n}\n",
@@ -642,15 +669,15 @@ TEST(LaunchPlan, GridReductionsLeaveOtherShapesToTheirKernels) {
 }
 
 // Positions and gathers run in pointwise and row kernels: cross-entropy at GPT-2's vocabulary is a
-// block per row streaming its max and sum in one pass and reading the row again to store the
-// gradient, with edge elements (the logits in vectors, the target once a row, the iota's positions
+// block per row holding it in shared memory (read once: its max, its sum, then the gradient stored),
+// with edge elements (the logits in vectors, the target once a row, the iota's positions
 // computed: 'p'), its Params ending in the gather's error flag; a
 // single-pass reduction of one-hot rows over the outer axis, a column kernel without the iota,
 // stays a row kernel.
 TEST(LaunchPlan, GathersAndPositionsRunInPointwiseAndRowKernels) {
   Planned ce = plan_of(testing::read_file(testing::source_path("examples/cross_entropy.fusion")), {{"T", 8192}, {"V", 50257}});
   EXPECT_EQ(ce.leaves, "logits,t,ids");
-  EXPECT_EQ(ce.plan.variant.key(), "r1.1_v8_t1024_i0_32_e_so_vsp");
+  EXPECT_EQ(ce.plan.variant.key(), "r1.1_v8_t512_i13_b2_sh_32_e_vsp");
   EXPECT_EQ(ce.plan.error_word, int(ce.plan.words.size()) - 1);
   const std::string one_hot_counts = R"(fusion f(t: i64[T], x: f32[T, V]) {
   ids = iota(length=V, dtype=i64)

@@ -97,6 +97,11 @@ namespace {
 //   L2 more (bf16 50257 231.1 us against 184.3 at 1024, f32 50257 463.3 against 392.3); cutting
 //   the grid to the blocks whose rows fit half or a quarter of the L2 was slower (bf16 128256
 //   539.1 -> 600.3), and three passes slower still (bf16 128256 713.3, f32 128256 1418.4).
+// - row_shared_bytes 232448 (all a block may take), row_shared_threads 1024 (session 34, `scripts/
+//   gpu-ab shared_row`, H100, softmax over 2048 rows): rows too long for registers held in shared
+//   memory, read once: bf16 65536 268.3 -> 206.4 us, bf16 100000 421.0 -> 377.2, f32 40000 331.6
+//   -> 228.6, f32 50257 393.8 -> 328.7 (against reading them again); bf16 50257 the same (181.5,
+//   at 512 threads: two blocks an SM). 256 threads were slower everywhere (bf16 100000 1468.7).
 // sm_80 (A100) has not been measured: it takes the same values.
 const KernelTuningTable kBuiltin = {
     {80, KernelTuning{}},
@@ -115,6 +120,8 @@ const IntegerKey kIntegerKeys[] = {
     {"row_held_elements", &KernelTuning::row_held_elements, 8, 64, 1},
     {"streaming_threads", &KernelTuning::streaming_threads, 32, 1024, 32},
     {"reread_threads", &KernelTuning::reread_threads, 32, 1024, 32},
+    {"row_shared_bytes", &KernelTuning::row_shared_bytes, 0, 232448, 1},
+    {"row_shared_threads", &KernelTuning::row_shared_threads, 32, 1024, 32},
     {"column_min_steps", &KernelTuning::column_min_steps, 1, 1 << 20, 1},
     {"column_blocks_per_sm", &KernelTuning::column_blocks_per_sm, 0, 32, 1},
     {"grid_threads", &KernelTuning::grid_threads, 32, 1024, 32},

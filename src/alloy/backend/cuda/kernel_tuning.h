@@ -25,6 +25,12 @@ struct KernelTuning {
   // Streaming kernels that read each row again to store values per element (a softmax over rows
   // not held): threads a block (a multiple of 32, 32 to 1024)
   int reread_threads = 1024;
+  // Row kernels over rows too long for a block's registers: the most bytes of dynamic shared
+  // memory a block may hold its row in (KernelVariant::shared_row; 0: never, such rows are read
+  // again), and that kernel's threads a block at most (a multiple of 32, 32 to 1024; half as many
+  // where that fits more blocks an SM).
+  int row_shared_bytes = 232448;     // 0 to 232448
+  int row_shared_threads = 1024;
   int column_min_steps = 16;      // column kernels: at least this many reduced indices a thread (1 to 2^20)
   int column_blocks_per_sm = 0;   // column kernels: size the split for N blocks an SM (0 to 32; 0: the occupancy)
   // Grid reductions (few long rows split over blocks, launch_plan's grid_splits): threads a block,

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "alloy/backend/cpu/reference_indexing.h"
@@ -200,6 +201,31 @@ int64_t column_grid(const KernelAnalysis& a, const KernelVariant& v, int64_t row
   most = std::clamp<int64_t>(cols / (int64_t(ty) * target.tuning.column_min_steps), 1, 65535);
   splits = std::clamp<int64_t>(wave / blocks_x, 1, most);
   return blocks_x;
+}
+
+// KernelVariant::shared_row where the held leaves fit KernelTuning::row_shared_bytes (and the SM):
+// of row_shared_threads and half as many a block, the one whose blocks an SM's shared memory holds
+// more of (more rows in flight), else the wider (H100 softmax [2048, 65536] bf16: 206.4 us at 1024
+// threads, 227.8 at 512, one block an SM each; [2048, 50257] bf16 181.5 at 512, two blocks an SM,
+// 196.7 at 1024, one); the blocks an SM are launch bounds' minimum, so that ptxas leaves them the
+// registers.
+void hold_row_in_shared_memory(const KernelAnalysis& a, int64_t cols, KernelVariant& v, const LaunchTarget& target) {
+  std::optional<KernelVariant> best;
+  const int widest = std::max(32, target.tuning.row_shared_threads / 32 * 32);
+  for (int threads : {widest, std::max(32, widest / 64 * 32)}) {
+    KernelVariant shared = v;
+    shared.threads = threads;
+    const int64_t slots = (cols + v.vector - 1) / v.vector;
+    shared.items = int((slots + threads - 1) / threads);
+    shared.shared_row = true;
+    shared.recompute = false;
+    const int64_t bytes = int64_t(row_shared_bytes(a, shared));
+    const int64_t per_block = bytes + 4096;  // the static reduction regions (1584 bytes) and the block's reserve (1024)
+    if (bytes == 0 || bytes > target.tuning.row_shared_bytes || per_block > target.shared_per_sm) continue;
+    shared.min_blocks = int(std::clamp<int64_t>(target.shared_per_sm / per_block, 1, 2048 / threads));
+    if (!best || shared.min_blocks > best->min_blocks) best = shared;
+  }
+  if (best) v = *best;
 }
 
 // Threads per row and how many vectors each keeps in registers (0: re-read each pass).
@@ -414,6 +440,13 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   // a warp per row only: a block per row (layer norm over 8192 columns) lost occupancy to the
   // registers (H100: 105 us against 95.7 loading late; a warp per row, 6.2 us against 8.2)
   v.early_loads = target.early_loads && a.is_reduction() && !columns && v.items > 0 && v.rows_per_block > 0;
+  // Rows too long for a block's registers whose leaves more than one pass reads: held in shared
+  // memory where a block's share of it (KernelTuning::row_shared_bytes) holds them (not a
+  // log-sum-exp, whose streaming pass reads the row once)
+  const bool streams_once = target.streaming_online && only_row_outputs(a) && !online_softmax_stages(a).empty();
+  if (a.is_reduction() && !columns && v.rows_per_block == 0 && v.threads == 1024 && v.items == 0 && !streams_once &&
+      target.tuning.row_shared_bytes > 0)
+    hold_row_in_shared_memory(a, l.cols, v, target);
   // Log-sum-exp over rows so long that a block of 1024 threads holds one in registers (one block an
   // SM, whose loads stop while it reduces): one streaming pass with a running max instead. A
   // softmax (values stored per element) over rows too long to hold: the max and the sum in that
@@ -551,6 +584,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
     blocks = std::min<int64_t>(blocks, 2147483647);
     if (blocks == 0) return plan;
     plan.grid_x = unsigned(blocks);
+    if (v.shared_row) plan.dynamic_shared = row_shared_bytes(a, v);
   }
   plan.variant = v;
   plan.block = unsigned(v.threads) * unsigned(v.row_groups);

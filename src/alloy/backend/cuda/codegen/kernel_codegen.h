@@ -69,6 +69,11 @@ struct KernelVariant {
   // dynamic shared memory instead, [it][e][thread of the block] (consecutive threads, consecutive
   // words), inner_outer_shared_partial_bytes of it; one row group.
   bool shared_partials = false;
+  // Row kernels of a block per row over rows too long for its registers (KernelTuning::
+  // row_shared_bytes): the row's held leaves (L<k>[it]) live in dynamic shared memory instead,
+  // [it][thread of the block] vectors, each thread's own (no barrier: only it reads them), so the
+  // row is read from memory once; row_shared_bytes() of it. No values held (exp recomputed).
+  bool shared_row = false;
   // Grid reductions of var_mean (KernelTuning::grid_welford_steps): the steps (U vectors a thread
   // each) a thread sums its deviations from one running mean before it merges them into its
   // running (count, mean, squared deviations): 1 merges every step (a merge's divisions and its
@@ -197,6 +202,9 @@ InnerOuterTree inner_outer_tree(int64_t blocks, int levels);
 // The dynamic shared memory of an inner-outer kernel's partials (KernelVariant::shared_partials;
 // 0 without).
 size_t inner_outer_shared_partial_bytes(const KernelAnalysis& a, const KernelVariant& v);
+// Row kernels (KernelVariant::shared_row): the dynamic shared memory of the held leaves (those
+// more than one pass reads), items * threads vectors of each; 0 without.
+size_t row_shared_bytes(const KernelAnalysis& a, const KernelVariant& v);
 size_t inner_outer_workspace_bytes(const KernelAnalysis& analysis, int64_t blocks, int64_t cols, int levels);
 // A leaf that varies along none of the kept axes, only along the reduced ones (a norm's weight):
 // the same in every row, so an inner-outer kernel loading rows ahead (KernelVariant::prefetch)

@@ -139,6 +139,15 @@ struct AlloySharedPartials {
   __device__ __forceinline__ AlloySharedPartialVector<T> operator[](int it) const { return {p + it * V * stride, stride}; }
 };
 
+// A row kernel's held leaf in shared memory (KernelVariant::shared_row): L[it] is the thread's
+// vector `it`, `stride` (the block's threads) vectors after its vector it - 1.
+template <class Vec>
+struct AlloySharedRow {
+  Vec* p;
+  int stride;
+  __device__ __forceinline__ Vec& operator[](int it) const { return p[it * stride]; }
+};
+
 struct AlloySum { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
 struct AlloyMax { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_max(a, b); } };
 struct AlloyMin { template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return ax_min(a, b); } };

@@ -29,6 +29,17 @@ class RowEmitter final : public KernelEmitter {
     return os_.str();
   }
 
+  // KernelVariant::shared_row: the bytes of the held leaves in shared memory.
+  size_t shared_row_bytes() {
+    if (!v_.shared_row || v_.items == 0) return 0;
+    plan_value_cache();
+    detect_online_softmax();
+    plan_cached_leaves();
+    size_t bytes = 0;
+    for (int k : cached_) bytes += size_t(v_.items) * v_.threads * v_.vector * dtype_size(a_.leaves[k]->dtype());
+    return bytes;
+  }
+
  private:
   // Row kernels with the row in registers fuse softmax's two passes (max, then the sum of
   // exp(x - max)) into one: each thread keeps its own max and sums exp against it; then the row's
@@ -63,7 +74,7 @@ class RowEmitter final : public KernelEmitter {
   // later pass are kept in registers instead of recomputed (softmax's exp).
   void plan_value_cache() {
     cache_pass_.clear();
-    if (v_.items == 0 || v_.recompute) return;
+    if (v_.items == 0 || v_.recompute || v_.shared_row) return;
     static const std::set<OpKind> costly = {OpKind::exp, OpKind::log, OpKind::tanh, OpKind::sigmoid, OpKind::silu,
                                             OpKind::erf, OpKind::gelu, OpKind::pow, OpKind::gelu_backward};
     std::map<const Value*, int> first_pass;
@@ -337,7 +348,18 @@ class RowEmitter final : public KernelEmitter {
   void emit_cached_row(const std::string& in) {
     if (v_.items == 0 || cached_.empty()) return;
     std::vector<std::string> row_tensors = tensor_names(true, true, false);
-    emit_leaf_arrays("L", "[" + std::to_string(v_.items) + "]", in, cached_);
+    if (v_.shared_row) {  // each leaf's [items][threads] vectors, one after another
+      os_ << in << "ALLOY_DYNAMIC_SHARED(alloy_row_shared);\n";
+      size_t at = 0;
+      for (int k : cached_) {
+        std::string vec = std::string("AlloyVec<") + storage_type(a_.leaves[k]->dtype()) + ", " + std::to_string(v_.vector) + ">";
+        os_ << in << "const AlloySharedRow<" << vec << "> L" << k << "{reinterpret_cast<" << vec << "*>(alloy_row_shared + " << at
+            << ") + tid, " << lanes() << "};\n";
+        at += size_t(v_.items) * v_.threads * v_.vector * dtype_size(a_.leaves[k]->dtype());
+      }
+    } else {
+      emit_leaf_arrays("L", "[" + std::to_string(v_.items) + "]", in, cached_);
+    }
     os_ << in << "#pragma unroll\n" << in << "for (int it = 0; it < " << v_.items << "; ++it) {\n";
     os_ << in << "  " << declare_slot_col("(long long)it * " + std::to_string(lanes()) + " + tid") << "\n";
     os_ << in << "  " << open_col_guard() << "\n";
@@ -661,5 +683,7 @@ std::vector<OnlineSoftmaxStage> online_softmax_stages(const KernelAnalysis& a) {
 std::string emit_row_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name) {
   return RowEmitter(analysis, variant, name).run();
 }
+
+size_t row_shared_bytes(const KernelAnalysis& a, const KernelVariant& v) { return RowEmitter(a, v, "k").shared_row_bytes(); }
 
 }  // namespace alloy::cuda
