@@ -6,10 +6,12 @@
 #include <cctype>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -223,12 +225,40 @@ std::vector<SizeRequest> parse_binds(const std::vector<std::string>& binds) {
   return out;
 }
 
-// A file given for a scalar input: converted by value (scalars carry no dtype of their own).
-Tensor convert_scalar(const Tensor& t, DType declared) {
+// A file given for a scalar input: converted by value (scalars carry no dtype of their own), a
+// value the declared dtype holds: an integer (or an integral float) within its range, 0 or 1 for a
+// bool, a float that does not round past the largest finite one; else an error, as for tensors.
+Tensor convert_scalar(const Tensor& t, DType declared, const std::string& name) {
   if (t.dtype() == declared || t.numel() != 1) return t;
   Tensor out = Tensor::empty(declared, t.sizes());
-  if (is_floating(declared)) store_double(out.data(), declared, 0, load_as_double(t.data(), t.dtype(), 0));
-  else store_int(out.data(), declared, 0, load_as_int(t.data(), t.dtype(), 0));
+  const double value = load_as_double(t.data(), t.dtype(), 0);
+  auto number_text = [](double x) {
+    std::ostringstream text;
+    text << x;
+    return text.str();
+  };
+  auto refuse = [&](const std::string& text, const std::string& why) {
+    user_error_at("input '" + name + "'", "expected ", declared == DType::boolean || declared == DType::bf16 ? "a " : "an ", dtype_name(declared),
+                  " value, found ", text, " (the ", dtype_name(t.dtype()), " file), ", why);
+  };
+  if (is_floating(declared)) {
+    store_double(out.data(), declared, 0, value);
+    if (std::isfinite(value) && !std::isfinite(load_as_double(out.data(), declared, 0)))
+      refuse(number_text(value), "past the largest finite " + std::string(dtype_name(declared)));
+    return out;
+  }
+  int64_t integer = 0;
+  if (is_floating(t.dtype())) {
+    if (!std::isfinite(value) || value != std::trunc(value) || std::fabs(value) >= 9.2e18)
+      refuse(number_text(value), "which is not an integer");
+    integer = int64_t(value);
+  } else {
+    integer = load_as_int(t.data(), t.dtype(), 0);
+  }
+  if (declared == DType::boolean && integer != 0 && integer != 1) refuse(std::to_string(integer), "which is not 0 or 1");
+  if (declared == DType::i32 && (integer < std::numeric_limits<int32_t>::min() || integer > std::numeric_limits<int32_t>::max()))
+    refuse(std::to_string(integer), "which does not fit");
+  store_int(out.data(), declared, 0, integer);
   return out;
 }
 
@@ -250,7 +280,7 @@ std::vector<Tensor> read_given_inputs(const Fusion& fusion, const std::vector<st
     size_t i = size_t(it - decls.begin());
     if (given[i].defined()) user_error_at("--input " + arg, "input '", name, "' is given twice");
     Tensor t = read_npy(path);
-    given[i] = (*it)->is_scalar() ? convert_scalar(t, (*it)->dtype()) : convert_for_input(t, (*it)->dtype(), name);
+    given[i] = (*it)->is_scalar() ? convert_scalar(t, (*it)->dtype(), name) : convert_for_input(t, (*it)->dtype(), name);
     sources[i] = path;
   }
   return given;

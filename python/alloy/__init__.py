@@ -379,6 +379,12 @@ def _iota(self, length, *more, start=None, step=None, dtype=None):
         file, line, col = _caller()
         raise Error(f"{file}:{line}:{col}: iota: takes the length, then start and step (or a dtype), and dtype; "
                     f"found {len(more)} more argument{'s' if len(more) > 1 else ''}")
+    if dtype is not None and _dtype(dtype) in (int32, int64):
+        for what, value in (("start", start), ("step", step)):
+            if isinstance(value, float):  # (an int dtype stays it: torch.arange's and nvFuser's result dtype)
+                file, line, col = _caller()
+                raise Error(f"{file}:{line}:{col}: iota: {what} {value!r} is not an integer, but dtype is "
+                            f"{_dtype(dtype).name} (expected an int {what}, or a floating dtype)")
     x = _table_iota(self, length=length) if dtype is None else _table_iota(self, length=length, dtype=dtype)
     if step is not None and not (_is_int(step) and step == 1):
         x = self.mul(x, step)
@@ -402,6 +408,21 @@ for _name, _function in _COMPOSED_OPS.items():
 del _name, _function
 _iota.__name__ = _iota.__qualname__ = "iota"
 Operators.iota = _iota  # (the format's op, with nvFuser's start and step)
+_table_squeeze = Operators.squeeze
+
+
+def _squeeze(self, x, dims=None, *more, **kwargs):
+    """squeeze(x, dims=None) -> Value
+
+    The format's squeeze: the named axes (of size 1), or every axis of size 1 where dims is not
+    given. An empty list names none, as ``torch.squeeze(x, dim=())``: x itself."""
+    if dims is not None and not more and not kwargs and isinstance(dims, (list, tuple)) and len(dims) == 0:
+        return x
+    return _table_squeeze(self, x, *((dims,) if dims is not None else ()), *more, **kwargs)
+
+
+_squeeze.__name__ = _squeeze.__qualname__ = "squeeze"
+Operators.squeeze = _squeeze
 
 
 def op_names():

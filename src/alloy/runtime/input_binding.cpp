@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 
 namespace alloy {
@@ -14,6 +15,31 @@ std::string sizes_str(const Tensor& t) {
   out += "[";
   for (int i = 0; i < t.dim(); ++i) out += (i ? ", " : "") + std::to_string(t.size(i));
   return out + "]";
+}
+
+}  // namespace
+
+namespace {
+
+// An i64 scalar input whose value int32 cannot hold, read by an op with an i32 tensor operand (and
+// none of a wider or floating dtype): it meets that tensor as an i32 (a wrapped scalar in
+// PyTorch's promotion) and would wrap, so it is refused there, as such a literal is at definition.
+void check_scalar_meets_no_i32(const Fusion& fusion, const Value* scalar, int64_t value, const std::string& where) {
+  for (const auto& op : fusion.ops()) {
+    const OpClass kind = op_row(op->kind).op_class;
+    if (kind != OpClass::binary && kind != OpClass::pointwise) continue;
+    if (std::find(op->inputs.begin(), op->inputs.end(), scalar) == op->inputs.end()) continue;
+    bool meets_i32 = false, wider = false;
+    for (const Value* in : op->inputs) {
+      if (!in || in == scalar || in->is_scalar() || in->literal) continue;
+      if (in->dtype() == DType::i32) meets_i32 = true;
+      else if (in->dtype() != DType::boolean) wider = true;
+    }
+    if (meets_i32 && !wider)
+      user_error_at(where, "the value ", value, " does not fit i32, the dtype of the tensor it meets in ", op_name(op->kind), " at ",
+                    op->loc.str(), " (expected ", std::numeric_limits<int32_t>::min(), " to ", std::numeric_limits<int32_t>::max(),
+                    "; a wider value needs an i64 tensor there)");
+  }
 }
 
 }  // namespace
@@ -44,6 +70,11 @@ Bindings bind_inputs(const Fusion& fusion, const std::vector<Tensor>& inputs) {
       // one element with no axes: a [1] would carry its axis into the ops that read the scalar
       if (t.numel() != 1 || t.dim() != 0)
         user_error_at(where(i), "expected a scalar ", dtype_name(decl->dtype()), " (a number, or a tensor of 0 dims), found ", sizes_str(t));
+      if (decl->dtype() == DType::i64 && t.dtype() == DType::i64 && t.device().kind == DeviceKind::cpu) {
+        const int64_t value = load_as_int(t.data(), t.dtype(), 0);
+        if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max())
+          check_scalar_meets_no_i32(fusion, decl, value, where(i));
+      }
       continue;
     }
     if (t.dtype() != decl->dtype())

@@ -308,7 +308,7 @@ void write_npy(const std::string& path, const Tensor& tensor) {
   write_file_replacing(path, encode_npy(tensor));
 }
 
-Tensor convert_for_input(const Tensor& tensor, DType declared, const std::string& input_name) {
+Tensor convert_for_input(const Tensor& tensor, DType declared, const std::string& input_name, const std::string& source) {
   DType found = tensor.dtype();
   if (found == declared) return tensor;
   std::string where = "input '" + input_name + "'";
@@ -329,13 +329,13 @@ Tensor convert_for_input(const Tensor& tensor, DType declared, const std::string
       store_double(dst, declared, k, value);
       if (std::isfinite(value) && !std::isfinite(load_as_double(dst, declared, k)))  // rounded, but not to infinity
         user_error_at(where, "expected ", dtype_name(declared), " values, found ", value, " (element ", k, " of the ",
-                      dtype_name(found), " file), past the largest finite ", dtype_name(declared));
+                      dtype_name(found), " ", source, "), past the largest finite ", dtype_name(declared));
       return;
     }
     int64_t value = load_as_int(src, found, element);
     if (declared == DType::i32 && (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()))
-      user_error_at(where, "expected i32 values, found ", value, " (element ", k, " of the ", dtype_name(found),
-                    " file) which does not fit");
+      user_error_at(where, "expected i32 values, found ", value, " (element ", k, " of the ", dtype_name(found), " ", source,
+                    ") which does not fit");
     store_int(dst, declared, k, value);
   });
   return out;

@@ -28,6 +28,6 @@ std::string encode_npy(const Tensor& tensor);
 //  - i64 for i32: allowed when every value fits; i32 for i64: widened;
 //  - anything else (an integer file for a floating input, bool for a number...): a UserError
 //    "input 'x': expected bf16 (or another floating dtype, rounded), found i64".
-Tensor convert_for_input(const Tensor& tensor, DType declared, const std::string& input_name);
+Tensor convert_for_input(const Tensor& tensor, DType declared, const std::string& input_name, const std::string& source = "file");
 
 }  // namespace alloy
