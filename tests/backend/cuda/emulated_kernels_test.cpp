@@ -460,7 +460,7 @@ TEST(EmulatedKernels, LogSumExpOverLongRowsInOnePass) {
 }
 
 // A softmax and the cross-entropy (its loss and gradient in one fusion) over rows not held in registers in registers (a block of 1024
-// threads would hold more than row_held_elements a thread: here 8): the max and the sum of exps in
+// threads would hold more than row_held_bytes a thread: here 16, 8 bf16 elements): the max and the sum of exps in
 // one streaming pass, then the pass that stores, reading the row again. The rows of the log-sum-exp
 // test above (-inf halves, all -inf, NaN, +inf, rising), an odd width.
 TEST(EmulatedKernels, SoftmaxOverRowsNotHeld_StreamsTheMaxAndTheSumInOnePass) {
@@ -478,7 +478,7 @@ TEST(EmulatedKernels, SoftmaxOverRowsNotHeld_StreamsTheMaxAndTheSumInOnePass) {
       store_double(x.data(), DType::bf16, r * width + c, v);
     }
   cuda::KernelTuning tuning;
-  tuning.row_held_elements = 8;
+  tuning.row_held_bytes = 16;
   tuning.row_shared_bytes = 0;  // (not held in shared memory either: below)
   const std::string softmax = "fusion f(x: bf16[R, W]) {\n  y = softmax(x, dim=1)\n  return y\n}\n";
   for (Flavour f : kFlavours) {

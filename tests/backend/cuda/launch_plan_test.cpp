@@ -178,7 +178,7 @@ TEST(LaunchPlan, LogSumExpOverLongRowsStreamsThemOnce) {
   // rows that fit a block of 256 threads stay in registers
   EXPECT_FALSE(plan_of(kLogSumExp, {{"R", 8192}, {"W", 8192}}).plan.variant.streaming_online);
   // softmax stores a value per element: a row a block of 1024 threads holds (32 elements a
-  // thread, row_held_elements) stays in registers to be read again; a longer one is held in shared
+  // bf16 a thread, row_held_bytes) stays in registers to be read again; a longer one is held in shared
   // memory where the SM has it (row_shared_bytes; of 1024 and 512 threads the one whose blocks an
   // SM's 228 KiB hold more of: 50257 bf16 columns in 512 threads of 13 vectors, 106496 bytes, two;
   // in 1024 threads 114688 bytes, one); else it streams its max and its sum in one pass, then
@@ -217,10 +217,10 @@ TEST(LaunchPlan, LogSumExpOverLongRowsStreamsThemOnce) {
   tuning.row_shared_bytes = 110000;
   EXPECT_TRUE(plan_of(f32_softmax, {{"R", 64}, {"W", 50257}}, 0, true, tuning).plan.variant.streaming_online);
   tuning = {};
-  tuning.row_held_elements = 64;
+  tuning.row_held_bytes = 128;
   tuning.reread_threads = 512;
   EXPECT_FALSE(plan_of(softmax, {{"R", 64}, {"W", 50257}}, 0, true, tuning).plan.variant.streaming_online);
-  tuning.row_held_elements = 8;
+  tuning.row_held_bytes = 16;
   tuning.row_shared_bytes = 0;
   EXPECT_EQ(plan_of(softmax, {{"R", 64}, {"W", 32768}}, 0, true, tuning).plan.variant.threads, 512);
   // a max and a sum of something else: no online pass
@@ -233,7 +233,7 @@ TEST(LaunchPlan, OddWidthRowsKeepVectorsWithEdgeElements) {
   // 50257 columns: 16-byte vectors from each row's first aligned column, 7 a thread in registers
   // (with the streaming pass off, up to 64 elements held a thread)
   cuda::KernelTuning held;
-  held.row_held_elements = 64;
+  held.row_held_bytes = 128;
   Planned p = plan_of(kLogSumExp, {{"R", 8192}, {"W", 50257}}, 0, false, held);
   ASSERT_TRUE(p.plan.launch);
   EXPECT_FALSE(p.plan.variant.streaming_online);

@@ -86,12 +86,13 @@ namespace {
 //   in shared memory only where a block has not the registers for them beside its row (the layer
 //   norm backward over 12288 and 16384 bf16 columns: 263.3 -> 242.8 and 301.9 -> 166.2 us on an
 //   H100, bench/results/2026-11-27-session33-notes.md); forcing them at narrower rows is for tests.
-// - row_held_elements 32 (session 34, `scripts/gpu-ab row_held` and `reread` on an H100, softmax
-//   over 2048 rows; bench/results/2026-11-27-session34-notes.md): at 64 the kernels holding 50-64
-//   elements a thread spilled (ptxas: 156-592 bytes) and were slower than reading the row again:
-//   bf16 50257 252.5 -> 184.3 us, bf16 65536 350.9 -> 267.8, f32 50257 1140.4 -> 392.3, f32 65536
-//   568.5 -> 549.3 (with the streaming pass below); 32 elements (bf16 32000: 100.6 us) stay held,
-//   16 would read them again (144.9).
+// - row_held_bytes 64 (session 34, `scripts/gpu-ab row_held` and `reread` on an H100, softmax
+//   over 2048 rows; bench/results/2026-11-27-session34-notes.md): at 64 elements a thread the
+//   kernels holding 50-64 spilled (ptxas: 156-592 bytes) and were slower than the row read again
+//   (bf16 50257 252.5 -> 184.3 us, f32 50257 1140.4 -> 392.3); then, with rows held in shared
+//   memory, 32 f32 elements (128 bytes) held in registers were slower than in shared memory
+//   (f32 32000 271.9 -> 183.4 us, f32 [8192, 32000] 1059.8 -> 703.7, f32 24000 140.9 -> 137.9)
+//   and 32 bf16 (64 bytes) faster (bf16 32000 100.7 against 114.7, bf16 24000 79.4 against 90.0).
 // - reread_threads 1024 (session 34, the same job): softmax rows not held, the max and the sum in
 //   one streaming pass, then the storing pass; at 256 threads a block the second read missed the
 //   L2 more (bf16 50257 231.1 us against 184.3 at 1024, f32 50257 463.3 against 392.3); cutting
@@ -117,7 +118,7 @@ struct IntegerKey {
 const IntegerKey kIntegerKeys[] = {
     {"row_threads", &KernelTuning::row_threads, 32, 1024, 32},
     {"row_min_blocks", &KernelTuning::row_min_blocks, 0, 16, 1},
-    {"row_held_elements", &KernelTuning::row_held_elements, 8, 64, 1},
+    {"row_held_bytes", &KernelTuning::row_held_bytes, 16, 256, 1},
     {"streaming_threads", &KernelTuning::streaming_threads, 32, 1024, 32},
     {"reread_threads", &KernelTuning::reread_threads, 32, 1024, 32},
     {"row_shared_bytes", &KernelTuning::row_shared_bytes, 0, 232448, 1},

@@ -17,10 +17,10 @@ namespace alloy::cuda {
 struct KernelTuning {
   int row_threads = 256;          // row kernels: the block-size cap (a multiple of 32, 32 to 1024)
   int row_min_blocks = 0;         // row kernels: __launch_bounds__'s minimum blocks an SM (0 to 16; 0: none)
-  // Row kernels in blocks of 1024 threads (64 registers a thread): the most elements of a row a
-  // thread holds in registers (items * vector); longer rows are read from memory again in each
-  // pass that needs them (KernelVariant::items 0). 8 to 64.
-  int row_held_elements = 32;
+  // Row kernels in blocks of 1024 threads (64 registers a thread): the most bytes of a row a
+  // thread holds in registers (items * vector elements of the widest leaf read per element);
+  // longer rows are held in shared memory or read again (KernelVariant::items 0). 16 to 256.
+  int row_held_bytes = 64;
   int streaming_threads = 256;    // streaming log-sum-exp kernels: threads a block (a multiple of 32, 32 to 1024)
   // Streaming kernels that read each row again to store values per element (a softmax over rows
   // not held): threads a block (a multiple of 32, 32 to 1024)

@@ -228,8 +228,17 @@ void hold_row_in_shared_memory(const KernelAnalysis& a, int64_t cols, KernelVari
   if (best) v = *best;
 }
 
+// The widest element read per element (not a per-row operand or a position): what a held row
+// takes of a thread's registers.
+int element_bytes(const KernelAnalysis& a) {
+  int bytes = 1;
+  for (const Value* leaf : a.leaves)
+    if (!a.at(leaf).per_row && !a.is_position(leaf)) bytes = std::max(bytes, int(dtype_size(leaf->dtype())));
+  return bytes;
+}
+
 // Threads per row and how many vectors each keeps in registers (0: re-read each pass).
-void choose_block(KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarget& target) {
+void choose_block(const KernelAnalysis& a, KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarget& target) {
   int64_t slots = (cols + v.vector - 1) / v.vector;
   // The tuning caps the block size; the built-in 256 favours several vectors per thread in flight
   // over wide blocks.
@@ -242,8 +251,8 @@ void choose_block(KernelVariant& v, int64_t rows, int64_t cols, const LaunchTarg
   }
   v.threads = threads;
   // registers per thread for one cached leaf; only leaves read by several passes are cached
-  const int64_t held = threads == 1024 ? target.tuning.row_held_elements : 64;
-  v.items = (items * v.vector <= held) ? int(std::max<int64_t>(items, 1)) : 0;
+  const bool fits = threads == 1024 ? items * v.vector * element_bytes(a) <= target.tuning.row_held_bytes : items * v.vector <= 64;
+  v.items = fits ? int(std::max<int64_t>(items, 1)) : 0;
   v.min_blocks = target.tuning.row_min_blocks;
   // Short rows (up to 8 vectors a lane): a warp per row, 8 rows a block, no block barriers.
   int64_t lane_items = (slots + 31) / 32;
@@ -423,7 +432,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   choose_vector(a, lt.slots, v, axes, columns ? v.outer_rank - 1 : int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats,
                 target.edge_elements && !columns, columns ? column_max_vector(a) : 8);
   if (columns) choose_tile(a, lt.slots, v, l.outer, l.inner, l.rows);
-  else if (a.is_reduction()) choose_block(v, l.rows, l.cols, target);
+  else if (a.is_reduction()) choose_block(a, v, l.rows, l.cols, target);
   else v.threads = 256;
   // many accumulators: fewer threads along the reduced axes, down to 2 a column; else a row kernel
   while (columns && column_shared_bytes(a, v) > kMaxColumnSharedBytes && v.threads / v.tile_x > 2) v.threads /= 2;
@@ -431,7 +440,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
     columns = false;
     v = start();
     choose_vector(a, lt.slots, v, axes, int(axes.size()) - 1, lt.tensors, lt.addresses, lt.cats, target.edge_elements);
-    choose_block(v, l.rows, l.cols, target);
+    choose_block(a, v, l.rows, l.cols, target);
   }
   int lanes = v.rows_per_block ? 32 : v.threads;
   v.full_rows = a.is_reduction() && !columns && !v.edge_elements && v.items > 0 && l.cols == int64_t(v.items) * lanes * v.vector;
