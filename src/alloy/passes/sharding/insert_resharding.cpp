@@ -1,5 +1,6 @@
 #include "alloy/passes/sharding/insert_resharding.h"
 
+#include <limits>
 #include <map>
 #include <set>
 
@@ -67,9 +68,11 @@ class Resharder {
     }
     const std::string out_name = name.empty() ? b_.name_for(v, suffix) : name;
     auto narrow = narrowed_.find(v);
-    Value* out = b_.target.add_op1(kind, {v}, attrs, {}, narrow == narrowed_.end() ? out_name : b_.name_for(v, (std::string(suffix) + "_f32").c_str()));
+    const bool nan_flagged = from.partial && *from.partial != PartialReduce::sum && is_floating(v->dtype());
+    Value* out = b_.target.add_op1(kind, {v}, attrs, {}, narrow == narrowed_.end() && !nan_flagged ? out_name : b_.name_for(v, (std::string(suffix) + (nan_flagged ? "_numbers" : "_f32")).c_str()));
     out->sharding = to;
     out->sharding_source = {ShardingSource::Kind::resharded, v->name, {}};
+    if (nan_flagged) out = propagate_nans(v, out, kind, attrs, to, out_name);
     if (narrow != narrowed_.end()) {
       out = b_.target.add_op1(OpKind::cast, {out}, {{"dtype", Attr::dtype(narrow->second)}}, {}, out_name);
       out->sharding = to;
@@ -78,6 +81,29 @@ class Resharder {
     cache_[key] = out;
     if (name.empty()) fresh_names_.insert(out);
     return out;
+  }
+
+  // A max or min over the ranks (`reduced`, the collective's result of the partial `v`) is NaN
+  // where any rank's part holds a NaN, as one process's is (MPI's and NCCL's max and min keep the
+  // number): a flag of the NaNs, combined by max with the same collective, picks NaN there.
+  Value* propagate_nans(Value* v, Value* reduced, OpKind kind, std::vector<NamedAttr> attrs, const Sharding& to,
+                        const std::string& name) {
+    auto annotate = [&](Value* x, const Sharding& s) {
+      x->sharding = s;
+      x->sharding_source = {ShardingSource::Kind::resharded, v->name, {}};
+      return x;
+    };
+    Sharding flags = *v->sharding;
+    flags.partial = PartialReduce::max;
+    Value* nan = annotate(b_.target.add_op1(OpKind::ne, {v, v}, {}, {}, b_.name_for(v, "nan")), flags);
+    Value* flag = annotate(b_.target.add_op1(OpKind::cast, {nan}, {{"dtype", Attr::dtype(DType::f32)}}, {}, b_.name_for(v, "nan_f32")), flags);
+    for (NamedAttr& a : attrs)
+      if (a.name == "reduce") a.value = Attr::string("max");
+    Value* any = annotate(b_.target.add_op1(kind, {flag}, attrs, {}, b_.name_for(v, "nan_any")), to);
+    Literal zero, not_a_number;
+    not_a_number.f = std::numeric_limits<double>::quiet_NaN();
+    Value* hit = annotate(b_.target.add_op1(OpKind::gt, {any, b_.target.add_literal(zero)}, {}, {}, b_.name_for(v, "nan_hit")), to);
+    return annotate(b_.target.add_op1(OpKind::where, {hit, b_.target.add_literal(not_a_number), reduced}, {}, {}, name), to);
   }
 
   // A partial sum or mean of a half dtype is combined across the ranks in f32 and rounded once
