@@ -308,7 +308,7 @@ std::optional<std::string> mesh_misfit(const std::vector<int64_t>& mesh) {
   else if (in_external_job())
     text += "; launch one process per device, e.g. `torchrun --nproc-per-node " + n + " ...`";
   else
-    text += "; launch one process per device, e.g. `mpirun -n " + n + " alloy run ...` (or `python3 script.py` for `alloy run ...`)";
+    text += "; launch one process per device, e.g. `mpirun -n " + n + " alloy run ...`, or `mpirun -n " + n + " python3 script.py` for a Python script";
   if (!in_external_job() && !have_mpi()) text += " (this build has no MPI: rebuild with Open MPI installed, scripts/setup-deps)";
   return text;
 }
