@@ -466,7 +466,15 @@ TEST(CheckFusions, OneLineFusionsStrayCharactersAndCrLineBreaks_GiveOneErrorEach
   // a character of two UTF-8 bytes (e acute) is one unexpected character, not one a byte
   errors = check_fusions("fusion f(x: f32[2]) {\n  y = neg(x) \xc3\xa9\n  return y\n}\n", "utf8.fusion");
   ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
-  EXPECT_NE(errors[0].find("utf8.fusion:2:14: unexpected character '\\xc3\\xa9'"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("utf8.fusion:2:14: unexpected character '\xc3\xa9' (U+00E9)"), std::string::npos) << errors[0];
+  // one inside a name is that one error, at the character (not first an unknown op 'm' before it)
+  errors = check_fusions("fusion f(x: f32[2]) {\n  y = m\xc3\xbcl(x, x)\n  return y\n}\n", "name.fusion");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("name.fusion:2:8: unexpected character '\xc3\xbc' (U+00FC) in the name 'm...'"), std::string::npos) << errors[0];
+  // a byte that starts no UTF-8 character stays escaped
+  errors = check_fusions("fusion f(x: f32[2]) {\n  y = neg(x) \xff\n  return y\n}\n", "byte.fusion");
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_NE(errors[0].find("byte.fusion:2:14: unexpected character '\\xff'"), std::string::npos) << errors[0];
 }
 
 }  // namespace
