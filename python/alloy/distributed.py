@@ -283,6 +283,7 @@ def _end_mpi_at_exit():
         _sys.stdout.flush()
         _sys.stderr.flush()
         _alloy.abort_mpi_job_if_started(_failed_exit[0])
+    _alloy.leave_job()  # (a rank still running meets it in its next agreement: an error, not a wait)
     _alloy.finalize_mpi()
 
 

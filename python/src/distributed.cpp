@@ -12,6 +12,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "alloy/common/error.h"
+#include "alloy/multidevice/agreement.h"
 #include "alloy/multidevice/communicator.h"
 
 namespace alloy::python {
@@ -112,6 +113,8 @@ void bind_distributed(nb::module_& m) {
   m.def("in_external_job", &multidevice::in_external_job);
   m.def("have_mpi", &multidevice::have_mpi);
   m.def("finalize_mpi", &multidevice::finalize, "Ends MPI where Alloy started it (at the interpreter's exit).");
+  m.def("leave_job", &multidevice::leave_job,
+        "At a normal exit: meets the other ranks' next agreement as a rank that left (they fail, not wait).");
   m.def("abort_mpi_job_if_started", &multidevice::abort_mpi_job_if_started,
         "Ends every process of the job (MPI_Abort) where Alloy started MPI in a job of several; else nothing.");
   m.def(

@@ -11,6 +11,8 @@
 namespace alloy::multidevice {
 namespace {
 
+constexpr uint32_t kLeft = 2;  // AgreementRecord::failed of a rank that left the job (leave_job)
+
 uint64_t fnv1a(std::string_view text, uint64_t h) {
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
   return h;
@@ -120,6 +122,17 @@ bool any_rank(bool mine) {
   return std::any_of(all.begin(), all.end(), [](uint64_t w) { return w != 0; });
 }
 
+void leave_job() {
+  if (!in_mpi_job_of_several()) return;
+  AgreementRecord mine = make_record({}, false);
+  mine.failed = kLeft;
+  std::vector<AgreementRecord> all(size_t(process().size));
+  try {
+    job_all_gather(&mine, sizeof mine, all.data());
+  } catch (...) {  // (leaving anyway)
+  }
+}
+
 void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::exception_ptr failure, const std::string& what,
                     const std::function<std::string(int)>& name_rank) {
   const ProcessInfo& p = process();
@@ -138,7 +151,8 @@ void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::except
       agreed_failure.store(true);
       if (failure) std::rethrow_exception(failure);
       throw PeerError(what + ": " + (name_rank ? name_rank(r) : "rank " + std::to_string(r) + " of the job") +
-                      " failed before communicating");
+                      (all[size_t(r)].failed == kLeft ? " left the job (its script ended) before this run"
+                                                      : " failed before communicating"));
     }
   // 2. the first slot where two ranks that count there differ (a rank outside the mesh skips
   // the slots its own record marks mesh-only): every rank reads the same records, so every rank

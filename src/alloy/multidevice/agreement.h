@@ -52,6 +52,12 @@ void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::except
 // cannot agree alone while the others skip: it would wait for them forever).
 bool any_rank(bool mine);
 
+// A Python rank whose script ends normally (every_run agreement: the record a run's agreement
+// gathers first), marked as left: a rank running again meets it there and fails with "left the
+// job" instead of waiting for it forever; ranks that all end together meet each other. Only where
+// Alloy started MPI in a job of several; never throws.
+void leave_job();
+
 // Whether an error this process threw came out of an agreement (so every rank of the job threw
 // one at the same point): a tool ends such a job with one more agreement on who reports; any other
 // failure in a job of several may leave ranks waiting, so the tool aborts the job.

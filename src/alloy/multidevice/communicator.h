@@ -83,6 +83,8 @@ void finalize();
 // (a Python rank leaving on an uncaught exception: the others may wait in a collective for it,
 // and its own MPI_Finalize at exit would wait for them); else nothing.
 void abort_mpi_job_if_started(int code);
+// Whether this process started MPI itself in a job of several (mpirun), MPI not yet ended.
+bool in_mpi_job_of_several();
 
 // A team's collectives (rank() and size() from host_ir::Team, the part a host program's ring uses).
 class Communicator : public host_ir::Team {

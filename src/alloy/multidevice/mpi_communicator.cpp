@@ -276,6 +276,14 @@ void finalize() {
 #endif
 }
 
+bool in_mpi_job_of_several() {
+#if ALLOY_HAVE_MPI
+  return mpi_started() && process().size > 1;
+#else
+  return false;
+#endif
+}
+
 void abort_mpi_job_if_started(int code) {
 #if ALLOY_HAVE_MPI
   if (mpi_started() && process().size > 1) MPI_Abort(MPI_COMM_WORLD, code);
