@@ -27,23 +27,6 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_ident_char(char c) { return is_ident_start(c) || is_digit(c); }
 
 // Printable ASCII as is, anything else as \xNN, cut to kMaxQuoted characters.
-// One character of the text as an error shows it: a whole UTF-8 character as itself with its code
-// point ('ü' (U+00FC)), anything else as quoted_text escapes it.
-std::string quoted_text(std::string_view s);
-std::string character_text(std::string_view c) {
-  const unsigned char lead = static_cast<unsigned char>(c.empty() ? 0 : c[0]);
-  const size_t length = lead >= 0xf0 && lead < 0xf8 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc2 ? 2 : 1;
-  if (lead < 0x80 || length == 1 || c.size() != length) return "'" + quoted_text(c) + "'";
-  uint32_t code = lead & (0x7f >> length);
-  for (size_t i = 1; i < length; ++i) {
-    if ((static_cast<unsigned char>(c[i]) & 0xc0) != 0x80) return "'" + quoted_text(c) + "'";
-    code = code << 6 | (static_cast<unsigned char>(c[i]) & 0x3f);
-  }
-  char hex[16];
-  std::snprintf(hex, sizeof hex, "U+%04X", unsigned(code));
-  return "'" + std::string(c) + "' (" + hex + ")";
-}
-
 std::string quoted_text(std::string_view s) {
   std::string out;
   for (size_t i = 0; i < s.size() && i < kMaxQuoted; ++i) {
@@ -59,6 +42,22 @@ std::string quoted_text(std::string_view s) {
   }
   if (s.size() > kMaxQuoted) out += "...";
   return out;
+}
+
+// One character of the text as an error shows it: a whole UTF-8 character as itself with its code
+// point ('ü' (U+00FC)), anything else as quoted_text escapes it.
+std::string character_text(std::string_view c) {
+  const unsigned char lead = static_cast<unsigned char>(c.empty() ? 0 : c[0]);
+  const size_t length = lead >= 0xf0 && lead < 0xf8 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc2 ? 2 : 1;
+  if (lead < 0x80 || length == 1 || c.size() != length) return "'" + quoted_text(c) + "'";
+  uint32_t code = lead & (0x7f >> length);
+  for (size_t i = 1; i < length; ++i) {
+    if ((static_cast<unsigned char>(c[i]) & 0xc0) != 0x80) return "'" + quoted_text(c) + "'";
+    code = code << 6 | (static_cast<unsigned char>(c[i]) & 0x3f);
+  }
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "U+%04X", unsigned(code));
+  return "'" + std::string(c) + "' (" + hex + ")";
 }
 
 enum class TokKind { ident, integer, real, string, punct, end };
@@ -186,9 +185,7 @@ class Lexer {
       if (!at_end() && static_cast<unsigned char>(cur()) >= 0x80) {  // a name going on past ASCII: one error, at its character
         const int line = line_, col = col_;
         const size_t at = pos_;
-        advance();
-        while (!at_end() && (static_cast<unsigned char>(cur()) & 0xc0) == 0x80 && pos_ - at < 4) advance();
-        fail(line, col, "unexpected character ", character_text(std::string_view(&text_[at], pos_ - at)), " in the name '",
+        fail(line, col, "unexpected character ", character_text(skip_character()), " in the name '",
              quoted_text(std::string_view(&text_[start], at - start)), "...' (names are ASCII letters, digits and _)");
       }
       t.kind = TokKind::ident;
@@ -210,13 +207,19 @@ class Lexer {
       advance();
       return t;
     }
-    // past it (a later token is read after it, so it is told once): a UTF-8 character whole, its
-    // lead byte and the continuation bytes after it (10xxxxxx)
+    // past it: a later token is read after it, so it is told once
+    fail(t.line, t.col, "unexpected character ", character_text(skip_character()));
+  }
+
+  // Past the character at the cursor, which it returns: a UTF-8 character whole (its lead byte and
+  // the continuation bytes after it, 10xxxxxx), else one byte.
+  std::string_view skip_character() {
     const size_t start = pos_;
+    const bool lead = static_cast<unsigned char>(cur()) >= 0xc0;
     advance();
-    if (static_cast<unsigned char>(c) >= 0xc0)
+    if (lead)
       while (!at_end() && (static_cast<unsigned char>(cur()) & 0xc0) == 0x80 && pos_ - start < 4) advance();
-    fail(t.line, t.col, "unexpected character ", character_text(std::string_view(&text_[start], pos_ - start)));
+    return std::string_view(&text_[start], pos_ - start);
   }
 
   Token lex_number(Token& t) {

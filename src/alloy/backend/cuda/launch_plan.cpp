@@ -209,23 +209,34 @@ int64_t column_grid(const KernelAnalysis& a, const KernelVariant& v, int64_t row
 // threads, 227.8 at 512, one block an SM each; [2048, 50257] bf16 181.5 at 512, two blocks an SM,
 // 196.7 at 1024, one); the blocks an SM are launch bounds' minimum, so that ptxas leaves them the
 // registers.
-void hold_row_in_shared_memory(const KernelAnalysis& a, int64_t cols, KernelVariant& v, const LaunchTarget& target) {
+// Returns the dynamic shared memory taken (0: v unchanged).
+int64_t hold_row_in_shared_memory(const KernelAnalysis& a, int64_t cols, KernelVariant& v, const LaunchTarget& target) {
+  KernelVariant shared = v;
+  shared.shared_row = true;
+  shared.recompute = false;
+  const int64_t slots = (cols + v.vector - 1) / v.vector;
+  // the held leaves' bytes a vector slot (which leaves are held does not depend on the block)
+  shared.threads = 1;
+  shared.items = 1;
+  const int64_t slot_bytes = int64_t(row_shared_bytes(a, shared));
+  if (slot_bytes == 0) return 0;
   std::optional<KernelVariant> best;
+  int64_t best_bytes = 0;
   const int widest = std::max(32, target.tuning.row_shared_threads / 32 * 32);
   for (int threads : {widest, std::max(32, widest / 64 * 32)}) {
-    KernelVariant shared = v;
     shared.threads = threads;
-    const int64_t slots = (cols + v.vector - 1) / v.vector;
     shared.items = int((slots + threads - 1) / threads);
-    shared.shared_row = true;
-    shared.recompute = false;
-    const int64_t bytes = int64_t(row_shared_bytes(a, shared));
+    const int64_t bytes = int64_t(shared.items) * threads * slot_bytes;
     const int64_t per_block = bytes + 4096;  // the static reduction regions (1584 bytes) and the block's reserve (1024)
-    if (bytes == 0 || bytes > target.tuning.row_shared_bytes || per_block > target.shared_per_sm) continue;
+    if (bytes > target.tuning.row_shared_bytes || per_block > target.shared_per_sm) continue;
     shared.min_blocks = int(std::clamp<int64_t>(target.shared_per_sm / per_block, 1, 2048 / threads));
-    if (!best || shared.min_blocks > best->min_blocks) best = shared;
+    if (!best || shared.min_blocks > best->min_blocks) {
+      best = shared;
+      best_bytes = bytes;
+    }
   }
   if (best) v = *best;
+  return best_bytes;
 }
 
 // The widest element read per element (not a per-row operand or a position): what a held row
@@ -387,8 +398,9 @@ std::vector<int> cat_axes_of(const std::vector<CatSources>& cats, const std::vec
 // The kernel shape and its launch-time choices; `columns` says whether it is a column kernel,
 // `splits` the blocks a row of a grid reduction is split over (0: not one).
 KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTensors& lt, const LaunchTarget& target, bool& columns,
-                             std::vector<Axis>& axes, int64_t& splits) {
+                             std::vector<Axis>& axes, int64_t& splits, int64_t& shared_row_bytes) {
   splits = 0;
+  shared_row_bytes = 0;
   // the launch's axes (kept, then reduced) and a variant of their ranks, before any choice
   auto start = [&] {
     axes = l.outer;
@@ -455,7 +467,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
   const bool streams_once = target.streaming_online && only_row_outputs(a) && !online_softmax_stages(a).empty();
   if (a.is_reduction() && !columns && v.rows_per_block == 0 && v.threads == 1024 && v.items == 0 && !streams_once &&
       target.tuning.row_shared_bytes > 0)
-    hold_row_in_shared_memory(a, l.cols, v, target);
+    shared_row_bytes = hold_row_in_shared_memory(a, l.cols, v, target);
   // Log-sum-exp over rows so long that a block of 1024 threads holds one in registers (one block an
   // SM, whose loads stop while it reduces): one streaming pass with a running max instead. A
   // softmax (values stored per element) over rows too long to hold: the max and the sum in that
@@ -505,7 +517,8 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
   bool columns = false;
   std::vector<Axis> axes;
   int64_t splits = 0;
-  KernelVariant v = choose_variant(a, l, lt, target, columns, axes, splits);
+  int64_t shared_row_bytes = 0;  // (KernelVariant::shared_row)
+  KernelVariant v = choose_variant(a, l, lt, target, columns, axes, splits, shared_row_bytes);
 
   std::vector<uint64_t>& words = plan.words;
   auto push_i = [&](int64_t x) { words.push_back(uint64_t(x)); };
@@ -593,7 +606,7 @@ LaunchPlan plan_launch(const KernelAnalysis& a, const std::vector<int64_t>& doma
     blocks = std::min<int64_t>(blocks, 2147483647);
     if (blocks == 0) return plan;
     plan.grid_x = unsigned(blocks);
-    if (v.shared_row) plan.dynamic_shared = row_shared_bytes(a, v);
+    plan.dynamic_shared = size_t(shared_row_bytes);
   }
   plan.variant = v;
   plan.block = unsigned(v.threads) * unsigned(v.row_groups);
