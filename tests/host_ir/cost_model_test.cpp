@@ -269,5 +269,34 @@ TEST(CostModel, TwoH200sAtTheTpMlpWidths_ChunkEveryPairThatMeasuredFasterChunked
   EXPECT_EQ(choose_pipeline(c, small).variant, PipelineChoice::Variant::off) << choose_pipeline(c, small).why;
 }
 
+// The rates session 35's two H200s measured (a GEMM's launch inside a run: 17 us), where the
+// reduce-scatter at 1600 x 6400 ran off (236 us; its model 198) though chunks=2 measured 200: the
+// unpipelined program's reduce-scatter is NCCL's, ~116 us for a 13 MB block against the copy
+// engines' chunked gather costed at 88. With the unpipelined collectives measured apart (30 us +
+// 140 GB/s, the off runs' 236 and 704 us less their GEMMs), off costs 234 and 699 us, and both
+// reduce-scatters chunk (chunks=2 measured 200 and 522 us); without them the small one stays off.
+TEST(CostModel, TheUnpipelinedReduceScatterMeasuredApart_ChunksTheSmallPairThatMeasuredFasterChunked) {
+  MachineCosts c = two_h200s(24.5, 237e3, 36.5, 256e3, 897e6, 17);
+  PairShape small = shape(2, 4096, 3200, 1600, 4096 * 1600 * 2);
+  small.kind = PairShape::Kind::gemm_reduce_scatter;
+  EXPECT_EQ(choose_pipeline(c, small).variant, PipelineChoice::Variant::off) << choose_pipeline(c, small).why;
+  c.off_scatter_latency_us = 30, c.off_scatter_bytes_per_us = 140e3;
+  c.off_gather_latency_us = 30, c.off_gather_bytes_per_us = 200e3;
+  EXPECT_NEAR(off_us(c, small), 234, 2);
+  PairShape mid = shape(2, 4096, 5504, 4096, 4096 * 4096 * 2);
+  mid.kind = PairShape::Kind::gemm_reduce_scatter;
+  EXPECT_NEAR(off_us(c, mid), 699, 3);
+  for (const PairShape& rs : {small, mid}) {
+    PipelineChoice r = choose_pipeline(c, rs);
+    EXPECT_EQ(r.variant, PipelineChoice::Variant::chunks) << r.why;
+    EXPECT_EQ(r.chunks, 2) << r.why;
+    EXPECT_NE(r.why.find("reduce-scatter 30 us + bytes at 140 GB/s"), std::string::npos) << r.why;
+  }
+  // the all-gather's off is the unpipelined all-gather's: chunks=1 still wins at 1600 x 6400
+  PairShape ag = shape(2, 4096, 1600, 3200, 4096 * 1600 * 2);
+  EXPECT_NEAR(off_us(c, ag), 30 + 4096 * 1600 * 2 / 200e3 + 17 + 2.0 * 8192 * 1600 * 3200 / 897e6, 0.5);
+  EXPECT_EQ(choose_pipeline(c, ag).chunks, 1) << choose_pipeline(c, ag).why;
+}
+
 }  // namespace
 }  // namespace alloy::host_ir

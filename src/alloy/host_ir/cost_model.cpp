@@ -19,6 +19,15 @@ constexpr double kMargin = 0.03;
 double collective_us(const MachineCosts& c, double bytes) { return c.gather_latency_us + bytes / c.gather_bytes_per_us; }
 double hop_us(const MachineCosts& c, double bytes) { return c.hop_latency_us + bytes / c.hop_bytes_per_us; }
 
+// The unpipelined program's all-gather or reduce-scatter of `bytes` a block (the chunked
+// collective's cost where that was not measured).
+double off_collective_us(const MachineCosts& c, PairShape::Kind kind, double bytes) {
+  bool scatter = kind == PairShape::Kind::gemm_reduce_scatter;
+  double latency = scatter ? c.off_scatter_latency_us : c.off_gather_latency_us;
+  double rate = scatter ? c.off_scatter_bytes_per_us : c.off_gather_bytes_per_us;
+  return rate > 0 ? latency + bytes / rate : collective_us(c, bytes);
+}
+
 // a then b: overlapped steps cost the slower one, or both where nothing overlaps
 double step(const MachineCosts& c, double a, double b) { return c.overlaps ? std::max(a, b) : a + b; }
 
@@ -27,7 +36,14 @@ double step(const MachineCosts& c, double a, double b) { return c.overlaps ? std
 std::string MachineCosts::str() const {
   // bytes/us is MB/s; flops/us is MFLOP/s
   return "link hop " + number(hop_latency_us, "us") + " + bytes at " + number(hop_bytes_per_us / 1e3, "GB/s") + ", collective " +
-         number(gather_latency_us, "us") + " + bytes at " + number(gather_bytes_per_us / 1e3, "GB/s") + ", GEMM " +
+         number(gather_latency_us, "us") + " + bytes at " + number(gather_bytes_per_us / 1e3, "GB/s") +
+         (off_gather_bytes_per_us > 0 ? ", unpipelined all-gather " + number(off_gather_latency_us, "us") + " + bytes at " +
+                                            number(off_gather_bytes_per_us / 1e3, "GB/s")
+                                      : "") +
+         (off_scatter_bytes_per_us > 0 ? ", reduce-scatter " + number(off_scatter_latency_us, "us") + " + bytes at " +
+                                             number(off_scatter_bytes_per_us / 1e3, "GB/s")
+                                       : "") +
+         ", GEMM " +
          number(gemm_flops_per_us / 1e6, "TFLOP/s") + " (half rate at " + number(gemm_half_rows, "rows") + ", " +
          number(launch_us, "us") + " a launch)" + (overlaps ? "" : ", nothing overlaps") +
          (chunks_take_no_sms ? ", chunks by the copy engines (no ring)" : "") + "; " + key + ", " + source;
@@ -43,7 +59,7 @@ double all_reduce_us(const MachineCosts& c, double bytes, int parts) {
 
 double off_us(const MachineCosts& c, const PairShape& s) {
   if (s.kind == PairShape::Kind::gemm_all_reduce) return all_reduce_us(c, double(s.block_bytes), s.parts) + gemm_us(c, double(s.rows), s);
-  return collective_us(c, double(s.block_bytes)) + gemm_us(c, double(s.rows) * s.parts, s);
+  return off_collective_us(c, s.kind, double(s.block_bytes)) + gemm_us(c, double(s.rows) * s.parts, s);
 }
 
 namespace {

@@ -8,7 +8,9 @@
 //   coll(bytes) = gather_latency + bytes / gather_rate   (the collective, by each rank's bytes;
 //                 a reduce-scatter is costed as the all-gather of the same bytes);
 //   hop(bytes)  = hop_latency + bytes / hop_rate         (one send_recv between neighbours);
-//   off         = coll(B) + gemm(n * m);
+//   off         = off_coll(B) + gemm(n * m)   (off_coll: the unpipelined program's own all-gather or
+//                 reduce-scatter, measured apart from the chunks' transfers: NCCL's kernels beside
+//                 the copy engines' chunks; coll where not measured);
 //   chunks S    = the loop's timeline, S in 1, 2, 4, 8, 16 up to m, with c = coll(B / S) and
 //                 g = gemm(m / S) one block's chunk (host_ir/pipeline_collectives.h's bodies):
 //                 chunk i's two launches (the own block's chunk, g, and the other blocks', (n - 1) g)
@@ -51,7 +53,13 @@ struct MachineCosts {
   std::string key;                   // what they were measured for: device name, communicator, team size
   bool overlaps = true;              // whether communication and GEMMs run at once (CUDA streams)
   double hop_latency_us = 0, hop_bytes_per_us = 1;
-  double gather_latency_us = 0, gather_bytes_per_us = 1;
+  double gather_latency_us = 0, gather_bytes_per_us = 1;  // the loops' chunked all-gather
+  // The unpipelined program's own collectives (the team's all_gather and sum reduce_scatter: NCCL's
+  // kernels where the loops' chunks go by the copy engines), by the bytes of one block; a rate of
+  // 0 (not measured) costs them as the chunked all-gather. On two H200s the reduce-scatter off
+  // runs measured ~18% above the chunked gather's cost, and kept a faster chunks=2 off.
+  double off_gather_latency_us = 0, off_gather_bytes_per_us = 0;
+  double off_scatter_latency_us = 0, off_scatter_bytes_per_us = 0;
   double gemm_flops_per_us = 1;      // a large GEMM's rate
   double gemm_half_rows = 0;         // the rows at which a GEMM reaches half that rate
   double launch_us = 0;              // a GEMM's fixed cost

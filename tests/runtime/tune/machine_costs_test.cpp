@@ -53,11 +53,13 @@ TEST_F(MachineCostsTest, MeasuredOnce_WrittenToTheCache_AndReadBack) {
   EXPECT_GT(measured.gemm_flops_per_us, 0);
   EXPECT_GT(measured.hop_bytes_per_us, 0);
   EXPECT_GT(measured.gather_bytes_per_us, 0);
+  EXPECT_GT(measured.off_gather_bytes_per_us, 0);  // the unpipelined program's collectives, measured apart
+  EXPECT_GT(measured.off_scatter_bytes_per_us, 0);
   EXPECT_GE(measured.launch_us, 0);
   ASSERT_EQ(machine_costs_file(), file());
   std::ifstream in(file());
   nlohmann::json j = nlohmann::json::parse(in);
-  EXPECT_EQ(j["version"], 2);
+  EXPECT_EQ(j["version"], 3);
   EXPECT_EQ(j["machines"]["cpu, self, 1 rank"]["gemm_flops_per_us"].get<double>(), measured.gemm_flops_per_us);
   // the same process asks again: kept in memory; a new process (forgotten): read from the file
   EXPECT_EQ(costs().source, measured.source);
@@ -67,16 +69,23 @@ TEST_F(MachineCostsTest, MeasuredOnce_WrittenToTheCache_AndReadBack) {
   EXPECT_EQ(read.gemm_flops_per_us, measured.gemm_flops_per_us);
   EXPECT_EQ(read.hop_latency_us, measured.hop_latency_us);
   EXPECT_EQ(read.gemm_half_rows, measured.gemm_half_rows);
+  EXPECT_EQ(read.off_scatter_latency_us, measured.off_scatter_latency_us);
+  EXPECT_EQ(read.off_scatter_bytes_per_us, measured.off_scatter_bytes_per_us);
+  EXPECT_EQ(read.off_gather_bytes_per_us, measured.off_gather_bytes_per_us);
 }
 
 TEST_F(MachineCostsTest, ACorruptOrIncompleteCacheFile_IsMeasuredAgainAndRewritten) {
-  for (const char* bad : {"not json at all", "{\"version\": 2, \"machines\": {\"cpu, self, 1 rank\": {\"hop_latency_us\": 3}}}",
-                          "{\"version\": 2, \"machines\": {\"cpu, self, 1 rank\": {\"hop_latency_us\": \"fast\"}}}", "[1, 2]",
+  for (const char* bad : {"not json at all", "{\"version\": 3, \"machines\": {\"cpu, self, 1 rank\": {\"hop_latency_us\": 3}}}",
+                          "{\"version\": 3, \"machines\": {\"cpu, self, 1 rank\": {\"hop_latency_us\": \"fast\"}}}", "[1, 2]",
                           "{\"version\": 99}",
                           // version 1's complete entry: its GEMM numbers were whole runs, measured again
                           "{\"version\": 1, \"machines\": {\"cpu, self, 1 rank\": {\"hop_latency_us\": 3, \"hop_bytes_per_us\": 1, "
                           "\"gather_latency_us\": 3, \"gather_bytes_per_us\": 1, \"gemm_flops_per_us\": 1, \"gemm_half_rows\": 0, "
-                          "\"launch_us\": 29}}}"}) {
+                          "\"launch_us\": 29}}}",
+                          // version 2's complete entry: the unpipelined collectives were not measured apart
+                          "{\"version\": 2, \"machines\": {\"cpu, self, 1 rank\": {\"hop_latency_us\": 3, \"hop_bytes_per_us\": 1, "
+                          "\"gather_latency_us\": 3, \"gather_bytes_per_us\": 1, \"gemm_flops_per_us\": 1, \"gemm_half_rows\": 0, "
+                          "\"launch_us\": 8}}}"}) {
     SCOPED_TRACE(bad);
     std::ofstream(file()) << bad;
     forget_machine_costs();

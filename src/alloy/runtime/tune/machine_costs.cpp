@@ -30,16 +30,21 @@ using multidevice::Communicator;
 
 // 2: a GEMM's fixed cost and rate from its cost inside a run (a chain of two probe GEMMs less one);
 // version 1's were whole runs of one GEMM, whose host overhead (~29 us on an H200) counted as
-// every chunk's launch.
-constexpr int kFileVersion = 2;
+// every chunk's launch. 3: the unpipelined program's own all-gather and reduce-scatter (NCCL's
+// beside the copy engines' chunks) measured apart.
+constexpr int kFileVersion = 3;
 // The measured numbers, in the order they are broadcast and the names they are kept under.
-constexpr const char* kFields[] = {"hop_latency_us",   "hop_bytes_per_us", "gather_latency_us", "gather_bytes_per_us",
-                                   "gemm_flops_per_us", "gemm_half_rows",   "launch_us"};
+constexpr const char* kFields[] = {"hop_latency_us",         "hop_bytes_per_us",        "gather_latency_us",
+                                   "gather_bytes_per_us",    "off_gather_latency_us",   "off_gather_bytes_per_us",
+                                   "off_scatter_latency_us", "off_scatter_bytes_per_us", "gemm_flops_per_us",
+                                   "gemm_half_rows",         "launch_us"};
 constexpr size_t kFieldCount = sizeof kFields / sizeof kFields[0];
 
 double* field(MachineCosts& c, size_t i) {
-  double* fields[] = {&c.hop_latency_us,   &c.hop_bytes_per_us, &c.gather_latency_us, &c.gather_bytes_per_us,
-                      &c.gemm_flops_per_us, &c.gemm_half_rows,   &c.launch_us};
+  double* fields[] = {&c.hop_latency_us,         &c.hop_bytes_per_us,         &c.gather_latency_us,
+                      &c.gather_bytes_per_us,    &c.off_gather_latency_us,    &c.off_gather_bytes_per_us,
+                      &c.off_scatter_latency_us, &c.off_scatter_bytes_per_us, &c.gemm_flops_per_us,
+                      &c.gemm_half_rows,         &c.launch_us};
   return fields[i];
 }
 
@@ -65,7 +70,8 @@ bool read_entry(const nlohmann::json& file, const std::string& key, MachineCosts
     if (!std::isfinite(v) || v < 0) return false;
     *field(out, i) = v;
   }
-  return out.hop_bytes_per_us > 0 && out.gather_bytes_per_us > 0 && out.gemm_flops_per_us > 0;
+  return out.hop_bytes_per_us > 0 && out.gather_bytes_per_us > 0 && out.off_gather_bytes_per_us > 0 &&
+         out.off_scatter_bytes_per_us > 0 && out.gemm_flops_per_us > 0;
 }
 
 void write_entry(const std::string& path, const MachineCosts& c) {
@@ -140,6 +146,9 @@ std::pair<double, double> fit(double small_bytes, double small_us, double large_
 // What the measurement runs on, made and warmed up on each rank before any rank times anything.
 struct Probes {
   Tensor send_small, recv_small, send_large, recv_large, all_small, all_large;
+  // a reduce-scatter's partial sums (size() blocks of small or large bytes) and its sum (one block),
+  // of the GEMMs' dtype (bf16; f32 on the CPU)
+  Tensor sums_small, sum_small, sums_large, sum_large;
   std::unique_ptr<FusionExecutor> gemm, chain;  // one probe GEMM; two, the second on the first's result
   std::map<int64_t, std::vector<Tensor>> gemm_inputs;  // by rows
 };
@@ -165,6 +174,11 @@ MachineCosts measure(Communicator& team, Communicator& host_team, Device device,
     p.all_small = zeros_on(device, DType::boolean, {small * n});
     p.all_large = zeros_on(device, DType::boolean, {large * n});
     const DType dtype = gpu ? DType::bf16 : DType::f32;
+    const int64_t bytes = dtype_size(dtype);
+    p.sums_small = zeros_on(device, dtype, {small / bytes * n});
+    p.sum_small = zeros_on(device, dtype, {small / bytes});
+    p.sums_large = zeros_on(device, dtype, {large / bytes * n});
+    p.sum_large = zeros_on(device, dtype, {large / bytes});
     std::string type = gpu ? "bf16" : "f32";
     std::string head = "fusion gemm_probe(x: " + type + "[M, " + std::to_string(width) + "], w: " + type + "[" +
                        std::to_string(width) + ", " + std::to_string(width) + "]) {\n";
@@ -192,6 +206,13 @@ MachineCosts measure(Communicator& team, Communicator& host_team, Device device,
   double g_small = timer.us([&] { team.all_gather_into_parts(p.send_small, parts(p.all_small, small)); });
   double g_large = timer.us([&] { team.all_gather_into_parts(p.send_large, parts(p.all_large, large)); });
   std::tie(c.gather_latency_us, c.gather_bytes_per_us) = fit(double(small), g_small, double(large), g_large);
+  // the unpipelined program's own: the team's all_gather, and its sum reduce_scatter of a block a rank
+  double a_small = timer.us([&] { team.all_gather(p.send_small, p.all_small); });
+  double a_large = timer.us([&] { team.all_gather(p.send_large, p.all_large); });
+  std::tie(c.off_gather_latency_us, c.off_gather_bytes_per_us) = fit(double(small), a_small, double(large), a_large);
+  double s_small = timer.us([&] { team.reduce_scatter(p.sums_small, p.sum_small, PartialReduce::sum); });
+  double s_large = timer.us([&] { team.reduce_scatter(p.sums_large, p.sum_large, PartialReduce::sum); });
+  std::tie(c.off_scatter_latency_us, c.off_scatter_bytes_per_us) = fit(double(small), s_small, double(large), s_large);
 
   // A GEMM's cost inside a run (what each GEMM of a pipelined loop adds): the chain of two less
   // one, so the run's own host overhead (binding, launching, the synchronization) is not counted
