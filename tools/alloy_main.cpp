@@ -642,6 +642,9 @@ int run_cli(int argc, char** argv) {
   std::vector<std::string> setting_values;
   app.add_option("--set", setting_values, "NAME=VALUE: a setting (listed below), over its environment variable (repeatable)");
   app.footer(settings::help_text());
+  // --set after the subcommand too (`alloy compile F --set ALLOY_NO_WARP_ROWS=1`): the subcommands
+  // pass what they do not know to the top level
+  app.fallthrough();
 
   RunOptions run;
   CLI::App* run_cmd = app.add_subcommand("run", "Run a fusion on random or given inputs and summarize its outputs");

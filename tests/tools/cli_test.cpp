@@ -537,6 +537,10 @@ TEST_F(CliTest, Settings_AreListedSetAndReportedInDumps) {
   CliResult set = alloy("--set NO_SIDE_STREAM=1 run " + example("layer_norm.fusion") + " --device cpu --dump segments", settings_unset());
   EXPECT_EQ(set.code, 0) << set.err;
   EXPECT_TRUE(contains(set.out, "# settings: ALLOY_NO_SIDE_STREAM=1\n")) << set.out;
+  // after the subcommand too (it passes what it does not know to the top level)
+  CliResult after = alloy("run " + example("layer_norm.fusion") + " --device cpu --dump segments --set NO_SIDE_STREAM=1", settings_unset());
+  EXPECT_EQ(after.code, 0) << after.err;
+  EXPECT_TRUE(contains(after.out, "# settings: ALLOY_NO_SIDE_STREAM=1\n")) << after.out;
   CliResult plain = alloy("run " + example("layer_norm.fusion") + " --device cpu --dump segments", settings_unset());
   EXPECT_EQ(plain.code, 0) << plain.err;
   EXPECT_FALSE(contains(plain.out, "# settings:")) << plain.out;
