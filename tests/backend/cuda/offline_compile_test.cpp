@@ -222,8 +222,9 @@ TEST(OfflineCompile, NormalizationBackwardsCompileIntoOneInnerOuterKernel) {
   EXPECT_NE(report.find("_io_pf_"), std::string::npos) << report;
   EXPECT_NE(report.find(" 0 bytes spill stores"), std::string::npos) << report;
   // RMSNorm's backward recomputing its rstd over 12288 bf16 columns (a held-out form): 384 threads
-  // of four vectors a row ahead were estimated at ptxas' cap of 168 and spilled 72 bytes; the
-  // estimate keeps 4 registers below the cap for rows ahead: 768 threads of two vectors, none
+  // of four vectors a row ahead, estimated at ptxas' cap of 168, spill 72 bytes; kept, as measured
+  // faster than 768 threads of two vectors without the row ahead, which do not spill (H100, session
+  // 35: 4096 rows 138.9-143.8 us against 146.8-151.1, 8192 rows 250.6-251.4 against 262.3-280.4)
   auto recompute = parse_fusion(
       "fusion f(dy: bf16[N, 12288], x: bf16[N, 12288], w: bf16[12288]) {\n"
       "  dy32 = cast(dy, dtype=f32)\n  x32 = cast(x, dtype=f32)\n  w32 = cast(w, dtype=f32)\n  x2 = mul(x32, x32)\n"
@@ -234,8 +235,8 @@ TEST(OfflineCompile, NormalizationBackwardsCompileIntoOneInnerOuterKernel) {
       "rms_recompute.fusion", std::nullopt);
   Bindings rows{{"N", 4096}};
   report = compile_offline(*recompute, "sm_90", false, &rows);
-  EXPECT_NE(report.find("[inner_outer] variant r1.1_v8_t768_i2_b1_io_l0_"), std::string::npos) << report;
-  EXPECT_NE(report.find(" 0 bytes spill stores"), std::string::npos) << report;
+  EXPECT_NE(report.find("[inner_outer] variant r1.1_v8_t384_i4_b1_io_pf_l0_"), std::string::npos) << report;
+  EXPECT_NE(report.find("block 384"), std::string::npos) << report;
 }
 
 // The tuning table's kernel shapes not on by default compile with NVRTC too (their GPU A/B comes

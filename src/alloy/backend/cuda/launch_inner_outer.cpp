@@ -111,7 +111,7 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
     // columns, 384 threads of four vectors a row ahead estimated 169 against 168, spilled 268 bytes
     // and took 408 us on an H100 against 217 for 768 threads of two vectors without)
     const int64_t limit = register_cap(int64_t(v.threads) * groups(), 1);  // (at most 65536 / threads, 255)
-    while (ahead > 0 && registers(ahead) > limit - 4) --ahead;
+    while (ahead > 0 && registers(ahead) > limit) --ahead;
     return ahead;
   };
   // Rows ahead through shared memory (staged_rows): where asked, where every leaf a row holds is
