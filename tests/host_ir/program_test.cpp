@@ -619,8 +619,8 @@ TEST(PipelinedProgram, MegatronMlp_OffKeepsThePlainProgram) {
 
 // On CUDA, auto holds off and the chunked loop (no ring for an all-reduce) for the cost model.
 // Under --pipeline auto the GEMM -> all-reduce pair stays as lowered, saying why (its overlap
-// with NCCL's kernels is not measured yet); chunks=N pipelines it (above).
-TEST(PipelinedProgram, MegatronMlp_AutoOnCuda_LeavesTheAllReduceUntilMeasured) {
+// with NCCL's kernels measured too small to risk); chunks=N pipelines it (above).
+TEST(PipelinedProgram, MegatronMlp_AutoOnCuda_LeavesTheAllReduceAsMeasured) {
 #if !ALLOY_HAVE_CUDA
   ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();
 #else
@@ -628,8 +628,9 @@ TEST(PipelinedProgram, MegatronMlp_AutoOnCuda_LeavesTheAllReduceUntilMeasured) {
   const Program& p = c.executable->program;
   EXPECT_TRUE(choices_of(p).empty()) << p.str();
   EXPECT_TRUE(loops_of(p).empty()) << p.str();
-  EXPECT_NE(p.str().find("# pipeline_collectives: linear y__partial -> all_reduce stays unpipelined under --pipeline auto until "
-                         "its overlap is measured (--pipeline chunks=N pipelines it)"),
+  EXPECT_NE(p.str().find("# pipeline_collectives: linear y__partial -> all_reduce stays unpipelined under --pipeline auto (NCCL's "
+                         "all-reduce beside the GEMM chunks measured slower than off at small widths, at most 5% faster at large "
+                         "ones; --pipeline chunks=N pipelines it)"),
             std::string::npos)
       << p.str();
 #endif

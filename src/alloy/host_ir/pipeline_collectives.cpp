@@ -117,10 +117,12 @@ class Rewriter {
         }
       } else if (options_.pipeline == P::automatic && pair->kind == PairSizes::Kind::gemm_all_reduce) {
         // Its all-reduce runs NCCL's kernels beside the GEMM chunks, which take SMs from them; the
-        // cost model does not know by how much (chunked NCCL reduce-scatters lost to off at 4 and
-        // more chunks on 2xH100, issue 25), so auto does not take it until that is measured.
+        // cost model does not know by how much, and measured it pays too little to risk: on two
+        // H200s (session 35) 8192 x 1600 x 6400 chunks=2 ran 305 us against off's 260, 8192 x 4096
+        // x 11008 751 against 761, 8192 x 8192 x 28672 chunks=4 2945 against 2981-3096.
         p_.notes.push_back("pipeline_collectives: " + describe_pair(*pair) +
-                           " stays unpipelined under --pipeline auto until its overlap is measured (--pipeline chunks=N pipelines it)");
+                           " stays unpipelined under --pipeline auto (NCCL's all-reduce beside the GEMM chunks measured slower than off at "
+                           "small widths, at most 5% faster at large ones; --pipeline chunks=N pipelines it)");
         for (size_t n = pair->first; n <= pair->last; ++n) out.push_back(nodes[n]);
       } else if (options_.pipeline == P::automatic) {
         emit_choice(*pair, nodes, out);

@@ -49,7 +49,7 @@
 // overlaps there); on CUDA a Choose node holding off, chunks (1 to 16) and ring (where the pair
 // has one), one of which the cost model (host_ir/cost_model.h) picks per run from the run's sizes
 // and the machine's measured rates — except a GEMM -> all-reduce, which auto leaves as lowered
-// (with a note) until its overlap with NCCL's kernels is measured. A chunk count larger than a device's rows is cut to the rows at run time; rows
+// (with a note: its overlap with NCCL's kernels measured too small to risk, session 35). A chunk count larger than a device's rows is cut to the rows at run time; rows
 // that S does not divide give chunks that differ by one row.
 // Precondition: a lowered program (side_streams may have run). Postcondition: the same values
 // computed; Communicate and Launch nodes outside the rewritten pairs unchanged.
