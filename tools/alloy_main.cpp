@@ -635,6 +635,26 @@ std::string pass_list() {
   return out;
 }
 
+// A usage error's text where a job of several reports it (`report`, one rank), else empty.
+std::string usage_message;
+
+// A usage error (exit 2): in a job of several, this rank meets the job's first agreement as a
+// failed rank, so a rank that parsed its command line fails there too instead of waiting for this
+// one, and the job tells the error once (the lowest failing rank) without aborting.
+int usage_failure(const std::string& text) {
+  if (multidevice::process().size == 1) {
+    std::cerr << text;
+    return 2;
+  }
+  try {
+    multidevice::agree_with_job({{"command", "a usage error"}}, true, std::make_exception_ptr(UserError(text)), "alloy");
+  } catch (const std::exception&) {
+    // (rethrown after the others learnt of it: reported by `report`)
+  }
+  usage_message = text;
+  return 2;
+}
+
 int run_cli(int argc, char** argv) {
   CLI::App app{"Alloy: a fusion compiler and runtime for deep-learning tensor programs", "alloy"};
   app.require_subcommand(1);
@@ -744,8 +764,9 @@ int run_cli(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);  // prints help, the version, or the error with a hint
-    return code == 0 ? 0 : 2;
+    std::ostringstream err;
+    int code = app.exit(e, std::cout, err);  // prints help or the version; the error with a hint
+    return code == 0 ? 0 : usage_failure(err.str());
   }
   settings::non_default();  // reads the environment's settings now: a bad value is a user error before any work
   try {
@@ -770,8 +791,7 @@ int run_cli(int argc, char** argv) {
     if (print_cmd->parsed()) return print_command(print_file, print_name);
     if (compile_cmd->parsed()) return compile_command(compile_file, arch, compile_dumps, compile_binds);
   } catch (const UsageError& e) {
-    std::cerr << e.what() << "\nRun with --help for more information.\n";
-    return 2;
+    return usage_failure(std::string(e.what()) + "\nRun with --help for more information.\n");
   }
   internal_error("no subcommand ran");
 }
@@ -808,6 +828,7 @@ int main(int argc, char** argv) {
   bool peer = false;
   try {
     code = alloy::run_cli(argc, argv);
+    message = alloy::usage_message;
   } catch (const alloy::PeerError& e) {
     code = 1;
     peer = true;

@@ -1063,6 +1063,22 @@ TEST_F(CliMpiTest, UsageErrorOnOneRank_EndsTheJob) {
   EXPECT_NE(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.code, 124) << "a hang";
   EXPECT_TRUE(contains(r.err, "--bind T=x")) << r.err;
+  EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << "the job agrees on it, it is not aborted\n" << r.err;
+}
+
+// A usage error every rank makes (the same command line: a bad --pipeline, an unknown option) is
+// told once, exit 2, the job not aborted.
+TEST_F(CliMpiTest, UsageErrorOnEveryRank_IsToldOnceWithExit2) {
+  std::string tp = example("tp_mlp.fusion");
+  for (const char* bad : {"--pipeline chunks=-3", "--bogus"}) {
+    CliResult r = mpirun(3, "run " + tp + " --bind T=8 --device cpu " + bad);
+    EXPECT_EQ(r.code, 2) << bad << "\n" << r.err;
+    std::string first = bad[2] == 'p' ? "--pipeline: chunks must be a whole number" : "--bogus";
+    size_t at = r.err.find(first);
+    EXPECT_NE(at, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find(first, at + 1), std::string::npos) << "told once\n" << r.err;
+    EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;
+  }
 }
 
 // Two ranks, the sequence-parallel MLP in two chunks: one file, a process per rank, each with the
