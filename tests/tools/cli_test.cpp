@@ -863,6 +863,33 @@ TEST_F(CliMpiTest, HalfSumsOverAShardedAxis_AreTheOneProcessSums) {
   EXPECT_EQ(static_cast<const float*>(mb.data())[0], 32.25f);
 }
 
+// A row-parallel linear's bias (held-out check, bf16, x = [16, 16], w = [16, -16], b = 1): in
+// the epilogue as 1/n shares it rounds with the cancelling partial sums (256.5 and -255.5 are 256
+// and -256 in bf16: y = 0, the documented DTensor-like form); added after the linear, it is added
+// once after the all-reduce, as Megatron does: y = 1, the one-process result.
+TEST_F(CliMpiTest, ARowParallelBiasAddedAfterTheLinear_IsAddedOnceAfterTheAllReduce) {
+  auto bf16_tensor = [](std::vector<int64_t> sizes, std::vector<float> v) {
+    Tensor t = Tensor::empty(DType::bf16, sizes);
+    for (size_t i = 0; i < v.size(); ++i) static_cast<uint16_t*>(t.data())[i] = float_to_bf16_bits(v[i]);
+    return t;
+  };
+  write_npy(path("x.npy"), bf16_tensor({1, 2}, {16, 16}));
+  write_npy(path("w.npy"), bf16_tensor({1, 2}, {16, -16}));
+  write_npy(path("b.npy"), bf16_tensor({1}, {1}));
+  const std::string head = "fusion f(x: bf16[1, 2] @mesh[0, 1] shard(axis=1), w: bf16[1, 2] @mesh[0, 1] shard(axis=1),\n"
+                           "         b: bf16[1] @mesh[0, 1] replicated) {\n";
+  const std::string after = write("after.fusion", head + "  p = linear(x, w)\n  y = add(p, b)\n  return y\n}\n");
+  const std::string fused = write("fused.fusion", head + "  y = linear(x, w, b)\n  return y\n}\n");
+  const std::string inputs = " --input x=" + path("x.npy") + " --input w=" + path("w.npy") + " --input b=" + path("b.npy");
+  CliResult r = mpirun(2, "run " + after + inputs + " --device cpu --save-outputs " + path("after") + " --dump program");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "Communicate segment 1: all_reduce(reduce=\"sum\") p: bf16[1, 1]")) << r.out;
+  EXPECT_EQ(static_cast<const float*>(read_npy(path("after/y.npy")).data())[0], 1.0f);
+  r = mpirun(2, "run " + fused + inputs + " --device cpu --save-outputs " + path("fused"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(static_cast<const float*>(read_npy(path("fused/y.npy")).data())[0], 0.0f);
+}
+
 // A job of one process under mpirun ends as alone: exit 0 (held-out check: MPI was started and
 // not finalized, and mpirun failed every `mpirun -n 1 alloy ...` with exit 1), and 1 on an error.
 TEST_F(CliMpiTest, AJobOfOneProcess_ExitsAsTheRunDoes) {
