@@ -5,8 +5,8 @@
 #include <chrono>
 #include <deque>
 #include <map>
-#include <tuple>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 
 #include "alloy/backend/backend.h"
