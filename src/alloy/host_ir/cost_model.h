@@ -42,6 +42,7 @@
 // off by the model; ties go to the simpler program (off, then fewer chunks, then the ring).
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -82,6 +83,7 @@ struct PairShape {
   int64_t k = 0, n = 0;      // the GEMM's contraction and output widths (this device's)
   int64_t block_bytes = 0;   // bytes of one block on the link (an all-reduce's: its whole input)
   bool ring_ok = true;       // whether the pair has a ring (not a reduce-scatter by max or min)
+  auto operator<=>(const PairShape&) const = default;  // (choices kept by shape)
 };
 
 struct PipelineChoice {

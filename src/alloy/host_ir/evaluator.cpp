@@ -458,7 +458,7 @@ struct Executable::NodeRunner {
     }
     PairShape shape = shape_of(choose.sizes, state);
     shape.ring_ok = std::find(choose.names.begin(), choose.names.end(), "ring") != choose.names.end();
-    PipelineChoice choice = state.choose(shape);
+    const PipelineChoice& choice = state.choose(shape);
     const char* name = choice.variant == PipelineChoice::Variant::chunks ? "chunks"
                        : choice.variant == PipelineChoice::Variant::ring ? "ring"
                                                                           : "off";

@@ -29,8 +29,9 @@ struct RunState {
   // concrete_shape answers instead of the bound symbols.
   std::map<int, std::vector<int64_t>> chunk_shapes;
   // --pipeline auto (Choose nodes): the cost model's choice for a pair at this run's sizes, the
-  // same on every rank of the team (runtime/tune/machine_costs.h). Unset: a Choose runs "off".
-  std::function<PipelineChoice(const PairShape&)> choose;
+  // same on every rank of the team (runtime/tune/machine_costs.h), kept by the caller across runs
+  // (a cached run copies nothing). Unset: a Choose runs "off".
+  std::function<const PipelineChoice&(const PairShape&)> choose;
   // The chunk count a Choose picked for the loop it runs (0: the loop's own).
   int chosen_chunks = 0;
   // Inside a ForChunks loop, this iteration's chunk of each `landed` value (by value id), set by

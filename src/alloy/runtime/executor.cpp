@@ -6,7 +6,6 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <tuple>
 #include <unordered_map>
 
 #include "alloy/backend/backend.h"
@@ -57,7 +56,7 @@ struct FusionExecutor::Impl {
   bool outside_mesh = false;
   // --pipeline auto's choices by pair shape (the machine's costs are fixed once measured or read,
   // so a cached run's Choose is a lookup, not the model and its text; under run_mutex)
-  std::map<std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, bool>, host_ir::PipelineChoice> pipeline_choices;
+  std::map<host_ir::PairShape, host_ir::PipelineChoice> pipeline_choices;
 
   Target target() const { return device.kind == DeviceKind::cpu ? Target::cpu : Target::cuda; }
   const Plan& first_plan();
@@ -467,11 +466,10 @@ std::vector<Tensor> FusionExecutor::Impl::run_locked(const std::vector<Tensor>& 
   if (team) {
     // --pipeline auto (Choose nodes): every rank reaches a Choose at the same point of the same
     // program, measures (or reads) the same numbers there, and so picks the same variant
-    state.choose = [this](const host_ir::PairShape& shape) {
-      auto key = std::make_tuple(int(shape.kind), shape.parts, shape.rows, shape.k, shape.n, shape.block_bytes, shape.ring_ok);
-      auto it = pipeline_choices.find(key);
+    state.choose = [this](const host_ir::PairShape& shape) -> const host_ir::PipelineChoice& {
+      auto it = pipeline_choices.find(shape);
       if (it == pipeline_choices.end())
-        it = pipeline_choices.emplace(key, host_ir::choose_pipeline(machine_costs(*team, *host_team, device), shape)).first;
+        it = pipeline_choices.emplace(shape, host_ir::choose_pipeline(machine_costs(*team, *host_team, device), shape)).first;
       return it->second;
     };
   }

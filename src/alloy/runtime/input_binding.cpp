@@ -17,10 +17,6 @@ std::string sizes_str(const Tensor& t) {
   return out + "]";
 }
 
-}  // namespace
-
-namespace {
-
 // An i64 scalar input whose value int32 cannot hold, read by an op with an i32 tensor operand (and
 // none of a wider or floating dtype): it meets that tensor as an i32 (a wrapped scalar in
 // PyTorch's promotion) and would wrap, so it is refused there, as such a literal is at definition.
