@@ -310,14 +310,16 @@ TEST(LaunchPlan, RowKernelsTakeTheirBlockCapAndLaunchBoundsFromTheTuning) {
 }
 
 // The layer norm backward at [8192, 4096] bf16 on 132 SMs, by the built-in tuning: an inner-outer
-// kernel of 512 threads, one vector of 8 a thread (16 f32 partials of dw and db), each block's
-// next row loaded ahead, one block an SM by the register estimate: 132 blocks, combined over the
-// grid (a cooperative launch; a row of 4096 x 2 float partials a block, the barrier's two
-// counters). By a tree of three levels: nodes of 6 (132 -> 22 -> 4 -> the root), whose partials
-// take (132 + 22 + 4) x 4096 x 2 floats, and 27 counters. With the tuning of before (32 accumulators, two levels): 256
-// threads of two vectors, two blocks an SM, 264 blocks in groups of 17 (16 groups), (264 + 16)
-// rows of partials, 17 counters. The tuning's keys change the block and the grid (more than two
-// blocks an SM combine by a tree of three levels); one row is one block, no workspace.
+// kernel of 512 threads, one vector of 8 a thread, each block's next row loaded ahead; its 16 f32
+// partials of dw and db a thread in shared memory, for two blocks an SM (in registers one block
+// an SM holds): 264 blocks, combined over the grid (a cooperative launch; a row of 4096 x 2 float
+// partials a block, the barrier's two counters). With one block an SM by the tuning: the partials
+// in registers, 132 blocks; by a tree of three levels: nodes of 6 (132 -> 22 -> 4 -> the root),
+// whose partials take (132 + 22 + 4) x 4096 x 2 floats, and 27 counters. With the tuning of
+// before (32 accumulators, two levels): 256 threads of two vectors, two blocks an SM, 264 blocks
+// in groups of 17 (16 groups), (264 + 16) rows of partials, 17 counters. The tuning's keys change
+// the block and the grid (more than two blocks an SM combine by a tree of three levels); one row
+// is one block, no workspace.
 TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
   const std::string text = testing::layer_norm_backward("bf16");
   Planned p = plan_of(text, {{"N", 8192}, {"D", 4096}});
@@ -325,14 +327,22 @@ TEST(LaunchPlan, InnerOuterKernelsSizeTheirBlockAndPersistentGrid) {
   const cuda::KernelVariant& v = p.plan.variant;
   EXPECT_TRUE(v.inner_outer);
   EXPECT_TRUE(v.prefetch);
-  EXPECT_EQ(v.key(), "r1.1_v8_t512_i1_b1_io_pf_l0_32_f_vvvss");
-  EXPECT_EQ(p.plan.grid_x, 132u);
+  EXPECT_EQ(v.key(), "r1.1_v8_t512_i1_b2_io_pf_l0_sp_32_f_vvvss");
+  EXPECT_EQ(p.plan.grid_x, 264u);
   EXPECT_EQ(p.plan.grid_y, 1u);
   EXPECT_TRUE(p.plan.cooperative);
-  EXPECT_EQ(p.plan.workspace_bytes, size_t(132) * 4096 * 8);
+  EXPECT_EQ(p.plan.dynamic_shared, size_t(512) * 16 * 4);
+  EXPECT_EQ(p.plan.workspace_bytes, size_t(264) * 4096 * 8);
   EXPECT_EQ(p.plan.counter_bytes, size_t(2) * 4);
   EXPECT_FALSE(p.plan.split_stages);
-  cuda::KernelTuning tree;
+  cuda::KernelTuning one;
+  one.inner_outer_blocks_per_sm = 1;
+  Planned alone = plan_of(text, {{"N", 8192}, {"D", 4096}}, 0, true, one);
+  EXPECT_EQ(alone.plan.variant.key(), "r1.1_v8_t512_i1_b1_io_pf_l0_32_f_vvvss");
+  EXPECT_EQ(alone.plan.grid_x, 132u);
+  EXPECT_EQ(alone.plan.dynamic_shared, 0u);
+  EXPECT_EQ(alone.plan.workspace_bytes, size_t(132) * 4096 * 8);
+  cuda::KernelTuning tree = one;
   tree.inner_outer_combine_levels = 3;
   Planned by_tree = plan_of(text, {{"N", 8192}, {"D", 4096}}, 0, true, tree);
   EXPECT_EQ(by_tree.plan.variant.key(), "r1.1_v8_t512_i1_b1_io_pf_l3_32_f_vvvss");
@@ -558,6 +568,40 @@ TEST(LaunchPlan, InnerOuterPartialsInSharedMemoryForRowsTooWideForRegisters) {
   EXPECT_EQ(narrower.plan.dynamic_shared, 0u);
   Planned widest = plan_of(testing::layer_norm_backward("bf16"), {{"N", 4096}, {"D", 32768}});
   EXPECT_FALSE(widest.plan.variant.shared_partials) << widest.plan.variant.key();
+}
+
+// Partials in shared memory for a second block an SM, where in registers they leave one: the layer
+// norm backward over 4096 bf16 columns at 8192 rows (two blocks of 512 threads, each with 16 rows
+// or more), and over 1600 f32 columns (416 threads of one vector of 4); not at 2048 rows (8 a
+// block: a second block's partials cost more than its warps give), not where a thread holds four
+// vectors (RMSNorm's over 4096 f32 columns: 256 threads of four), not where the registers already
+// hold two blocks (RMSNorm's over 4096 bf16: 256 threads of two vectors), not where the tuning
+// fixes the blocks an SM.
+TEST(LaunchPlan, InnerOuterPartialsInSharedMemoryForASecondBlockAnSm) {
+  const std::string ln = testing::layer_norm_backward("bf16");
+  Planned two = plan_of(ln, {{"N", 8192}, {"D", 4096}});
+  EXPECT_TRUE(two.plan.variant.shared_partials) << two.plan.variant.key();
+  EXPECT_EQ(two.plan.variant.min_blocks, 2);
+  EXPECT_EQ(two.plan.variant.threads, 512);
+  EXPECT_EQ(two.plan.grid_x, 264u);
+  Planned f32 = plan_of(testing::layer_norm_backward("f32"), {{"N", 8192}, {"D", 1600}});
+  EXPECT_TRUE(f32.plan.variant.shared_partials) << f32.plan.variant.key();
+  EXPECT_EQ(f32.plan.variant.threads, 416);
+  EXPECT_EQ(f32.plan.variant.min_blocks, 2);
+  Planned few = plan_of(ln, {{"N", 2048}, {"D", 4096}});
+  EXPECT_FALSE(few.plan.variant.shared_partials) << few.plan.variant.key();
+  EXPECT_EQ(few.plan.variant.min_blocks, 1);
+  EXPECT_EQ(few.plan.grid_x, 132u);
+  Planned four = plan_of(testing::rms_norm_backward("f32"), {{"N", 8192}, {"D", 4096}});
+  EXPECT_FALSE(four.plan.variant.shared_partials) << four.plan.variant.key();
+  EXPECT_EQ(four.plan.variant.items, 4);
+  EXPECT_EQ(four.plan.variant.min_blocks, 1);
+  Planned rms = plan_of(testing::rms_norm_backward("bf16"), {{"N", 8192}, {"D", 4096}});
+  EXPECT_FALSE(rms.plan.variant.shared_partials) << rms.plan.variant.key();
+  EXPECT_EQ(rms.plan.variant.key(), "r1.1_v8_t256_i2_b2_io_pf_l0_32_f_vvvs");
+  cuda::KernelTuning fixed;
+  fixed.inner_outer_blocks_per_sm = 1;
+  EXPECT_FALSE(plan_of(ln, {{"N", 8192}, {"D", 4096}}, 0, true, fixed).plan.variant.shared_partials);
 }
 
 TEST(LaunchPlan, NormalizationOverANonContiguousAxisRunsAKernelAPass) {

@@ -86,6 +86,8 @@ namespace {
 //   in shared memory only where a block has not the registers for them beside its row (the layer
 //   norm backward over 12288 and 16384 bf16 columns: 263.3 -> 242.8 and 301.9 -> 166.2 us on an
 //   H100, bench/results/2026-11-27-session33-notes.md); forcing them at narrower rows is for tests.
+//   The plan also takes them where they give a block a second block an SM (session 36: the layer
+//   norm backward over [8192, 4096] bf16 90.3 -> 83.0 us on an H100; launch_inner_outer.cpp).
 // - row_held_bytes 64 (session 34, `scripts/gpu-ab row_held` and `reread` on an H100, softmax
 //   over 2048 rows; bench/results/2026-11-27-session34-notes.md): at 64 elements a thread the
 //   kernels holding 50-64 spilled (ptxas: 156-592 bytes) and were slower than the row read again
