@@ -573,8 +573,9 @@ TEST(LaunchPlan, InnerOuterPartialsInSharedMemoryForRowsTooWideForRegisters) {
 // Partials in shared memory for a second block an SM, where in registers they leave one: the layer
 // norm backward over 4096 bf16 columns at 8192 rows (two blocks of 512 threads, each with 16 rows
 // or more), and over 1600 f32 columns (416 threads of one vector of 4); not at 2048 rows (8 a
-// block: a second block's partials cost more than its warps give), not where a thread holds four
-// vectors (RMSNorm's over 4096 f32 columns: 256 threads of four), not where the registers already
+// block: a second block's partials cost more than its warps give), not where a thread holds more
+// than one vector (RMSNorm's over 4096 f32 columns: 256 threads of four; over 5120 bf16: 320
+// threads of two), not where the registers already
 // hold two blocks (RMSNorm's over 4096 bf16: 256 threads of two vectors), not where the tuning
 // fixes the blocks an SM.
 TEST(LaunchPlan, InnerOuterPartialsInSharedMemoryForASecondBlockAnSm) {
@@ -596,6 +597,10 @@ TEST(LaunchPlan, InnerOuterPartialsInSharedMemoryForASecondBlockAnSm) {
   EXPECT_FALSE(four.plan.variant.shared_partials) << four.plan.variant.key();
   EXPECT_EQ(four.plan.variant.items, 4);
   EXPECT_EQ(four.plan.variant.min_blocks, 1);
+  Planned pair = plan_of(testing::rms_norm_backward("bf16"), {{"N", 8192}, {"D", 5120}});
+  EXPECT_FALSE(pair.plan.variant.shared_partials) << pair.plan.variant.key();
+  EXPECT_EQ(pair.plan.variant.items, 2);
+  EXPECT_EQ(pair.plan.variant.min_blocks, 1);
   Planned rms = plan_of(testing::rms_norm_backward("bf16"), {{"N", 8192}, {"D", 4096}});
   EXPECT_FALSE(rms.plan.variant.shared_partials) << rms.plan.variant.key();
   EXPECT_EQ(rms.plan.variant.key(), "r1.1_v8_t256_i2_b2_io_pf_l0_32_f_vvvs");

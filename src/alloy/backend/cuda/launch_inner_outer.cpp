@@ -188,20 +188,22 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
                                              v.min_blocks));
   }
   // Partials in shared memory for a second block an SM: where the partials in registers leave one
-  // block of this shape an SM, a thread holds at most two vectors of a row, each block of the two
-  // an SM has 16 rows or more (a second block's partials are one more row of them to store and
-  // combine: at 2048 rows of 4096 columns, 8 a block, it lost 5%), and the same block without its
-  // partials in registers fits ptxas' cap at two (its rows ahead included), with both blocks'
-  // partials in the SM's shared memory. Twice the warps to hide the rows' loads: on an H100 the
-  // layer norm backward over [8192, 4096] bf16 (512 threads of one vector, 95 registers with the
-  // partials, 64 without) 90.3 -> 83.0 us; on an H200 (session 36, scripts/fusion-ab) [8192, 3072]
-  // 0.91x, f32 1600 0.78x, RMSNorm's over 5120 bf16 0.90x, and at four vectors a thread (RMSNorm's
-  // over 4096 f32) 1.06x, which keeps them. Where the registers already hold two blocks
-  // (RMSNorm's at 4096 bf16: 256 threads of two vectors) the same block of 512 without partials
-  // measured the same, so those keep them too.
+  // block of this shape an SM, a thread holds one vector of a row, each block of the two an SM has
+  // 16 rows or more (a second block's partials are one more row of them to store and combine: at
+  // 2048 rows of 4096 columns, 8 a block, it lost 5%), and the same block without its partials in
+  // registers fits ptxas' cap at two (its rows ahead included), with both blocks' partials in the
+  // SM's shared memory. Twice the warps to hide the rows' loads: on an H100 (session 36,
+  // scripts/gpu-ab inner_outer_shared and scripts/fusion-ab) the layer norm backward over [8192,
+  // 4096] bf16 (512 threads of one vector, 95 registers with the partials, 64 without) 90.3 ->
+  // 83.0 us, over 3072 bf16 0.93x, 1600 f32 0.75x, recomputing its statistics over 4096 bf16
+  // 0.95x. At two vectors a thread it gained on an H200 and not on an H100 (the layer norm
+  // recomputing over 3072 f32 1.04x, RMSNorm's over 5120 bf16 1.00-1.03x), at four it lost on both
+  // (RMSNorm's over 4096 f32, 1.06x on the H200); where the registers already hold two blocks
+  // (RMSNorm's over 4096 bf16: 256 threads of two vectors) a block of 512 without partials
+  // measured the same. Those keep them in registers.
   constexpr int64_t kRowsPerBlockForShared = 16;
   if (target.tuning.inner_outer_blocks_per_sm == 0 && !v.staged_rows && v.row_groups == 1 && !v.shared_partials && v.min_blocks == 1 &&
-      v.items <= 2 && l.rows >= int64_t(std::max(1, target.sm_count)) * 2 * kRowsPerBlockForShared && block * 2 <= 2048) {
+      v.items == 1 && l.rows >= int64_t(std::max(1, target.sm_count)) * 2 * kRowsPerBlockForShared && block * 2 <= 2048) {
     KernelVariant shared = v;
     shared.shared_partials = true;
     const int words_in_registers = std::exchange(words, 0);
