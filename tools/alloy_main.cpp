@@ -638,18 +638,23 @@ std::string pass_list() {
 // A usage error's text where a job of several reports it (`report`, one rank), else empty.
 std::string usage_message;
 
-// A usage error (exit 2): in a job of several, this rank meets the job's first agreement as a
-// failed rank, so a rank that parsed its command line fails there too instead of waiting for this
-// one, and the job tells the error once (the lowest failing rank) without aborting.
+// A usage error (exit 2; in a job of several, 1, as every failure of a job: `report`): in a job
+// of several, this rank meets the job's first agreement as a failed rank, so a rank that parsed its
+// command line fails there too instead of waiting for this one, and the job tells the error once
+// (the lowest failing rank) without aborting. An error found while the run set up (a malformed
+// --input, caught there as the run's setup error) was the failure of that agreement already: the
+// others learnt of it there, and a second agreement would wait for them forever.
 int usage_failure(const std::string& text) {
   if (multidevice::process().size == 1) {
     std::cerr << text;
     return 2;
   }
-  try {
-    multidevice::agree_with_job({{"command", "a usage error"}}, true, std::make_exception_ptr(UserError(text)), "alloy");
-  } catch (const std::exception&) {
-    // (rethrown after the others learnt of it: reported by `report`)
+  if (!multidevice::failure_agreed()) {
+    try {
+      multidevice::agree_with_job({{"command", "a usage error"}}, true, std::make_exception_ptr(UserError(text)), "alloy");
+    } catch (const std::exception&) {
+      // (rethrown after the others learnt of it: reported by `report`)
+    }
   }
   usage_message = text;
   return 2;
@@ -802,7 +807,7 @@ int run_cli(int argc, char** argv) {
 // Prints a failure and gives its exit code. In a job of several processes, a failure every rank
 // learnt of at an agreement (multidevice/agreement.h) ends with one more agreement: only the
 // lowest failing rank prints (a rank stopped because another failed prints nothing), and every
-// rank exits with the code. Any other failure (a usage error on one rank, an error between two
+// rank exits 1. Any other failure (a usage error on one rank, an error between two
 // agreements) may leave other ranks waiting for this one, so it ends the whole job.
 int report(int code, const std::string& message, bool peer) {
   std::cout << std::flush;  // what the run printed before the error, then the error (one stream on a terminal)
@@ -819,7 +824,9 @@ int report(int code, const std::string& message, bool peer) {
   int first = alloy::multidevice::first_failing_rank(code != 0 && !peer);
   if (first >= 0 && first == p.rank) std::cerr << message;
   alloy::multidevice::finalize();
-  return first >= 0 ? (code != 0 ? code : 1) : 0;
+  // a failed job exits 1 on every rank, whatever failed where (a usage error on one rank and the
+  // others' PeerError: mpirun's code would be whichever rank ended first)
+  return first >= 0 ? 1 : 0;
 }
 
 int main(int argc, char** argv) {

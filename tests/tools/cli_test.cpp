@@ -1084,23 +1084,45 @@ TEST_F(CliMpiTest, MeshLargerThanTheJob_NamesBothCounts_AHugeIdDoesNotOverflow) 
   EXPECT_FALSE(contains(r.err, "-9223372036854775808")) << r.err;
 }
 
-TEST_F(CliMpiTest, UsageErrorOnOneRank_EndsTheJob) {
-  std::string tp = example("tp_mlp.fusion");
-  CliResult r = mpmd({"run " + tp + " --bind T=8 --device cpu", "run " + tp + " --bind T=x --device cpu"});
-  EXPECT_NE(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.code, 124) << "a hang";
-  EXPECT_TRUE(contains(r.err, "--bind T=x")) << r.err;
-  EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << "the job agrees on it, it is not aborted\n" << r.err;
+// Fusions of different numbers of inputs on two ranks: the first fact that differs is the fusion,
+// named by its first different line (the records' counts differed at the first slot, whose hash
+// was the same: "a hash collision" was said instead).
+TEST_F(CliMpiTest, FusionsOfDifferentInputCounts_NameTheFusionsFirstDifferentLine) {
+  std::string two = write("two_inputs.fusion",
+                          "fusion f(x: f32[8] @mesh[0, 1] shard(axis=0), y: f32[8] @mesh[0, 1] shard(axis=0)) {\n  z = add(x, y)\n  return z\n}\n");
+  std::string one = write("one_input.fusion", "fusion f(x: f32[8] @mesh[0, 1] shard(axis=0)) {\n  z = add(x, x)\n  return z\n}\n");
+  CliResult r = mpmd({"run '" + two + "' --device cpu", "run '" + one + "' --device cpu"});
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "disagree on the fusion")) << r.err;
+  EXPECT_TRUE(contains(r.err, "first different at line 1")) << r.err;
+  EXPECT_FALSE(contains(r.err, "collision")) << r.err;
 }
 
-// A usage error every rank makes (the same command line: a bad --pipeline, an unknown option) is
-// told once, exit 2, the job not aborted.
-TEST_F(CliMpiTest, UsageErrorOnEveryRank_IsToldOnceWithExit2) {
+// A usage error on one rank only ends the job, told once, exit 1: one found as the command line
+// is read (--bind T=x) and one found as the run sets up (a malformed --input, the run's setup
+// error at the job's first agreement: it hung the job, the failing rank agreeing a second time).
+TEST_F(CliMpiTest, UsageErrorOnOneRank_EndsTheJob) {
   std::string tp = example("tp_mlp.fusion");
-  for (const char* bad : {"--pipeline chunks=-3", "--bogus"}) {
+  for (const char* bad : {"--bind T=x", "--input x", "--input =in.npy"}) {
+    SCOPED_TRACE(bad);
+    CliResult r = mpmd({"run " + tp + " --bind T=8 --device cpu", "run " + tp + " --bind T=8 --device cpu " + bad});
+    EXPECT_EQ(r.code, 1) << r.out << r.err;
+    const std::string told = std::string(bad).substr(0, bad[2] == 'b' ? 10 : 8);
+    size_t at = r.err.find(told);
+    EXPECT_NE(at, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find(told, at + 1), std::string::npos) << "told once\n" << r.err;
+    EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << "the job agrees on it, it is not aborted\n" << r.err;
+  }
+}
+
+// A usage error every rank makes (the same command line: a bad --pipeline, an unknown option, a
+// malformed --input) is told once, exit 1 (a job's failure), the job not aborted.
+TEST_F(CliMpiTest, UsageErrorOnEveryRank_IsToldOnceWithExit1) {
+  std::string tp = example("tp_mlp.fusion");
+  for (const char* bad : {"--pipeline chunks=-3", "--bogus", "--input x"}) {
     CliResult r = mpirun(3, "run " + tp + " --bind T=8 --device cpu " + bad);
-    EXPECT_EQ(r.code, 2) << bad << "\n" << r.err;
-    std::string first = bad[2] == 'p' ? "--pipeline: chunks must be a whole number" : "--bogus";
+    EXPECT_EQ(r.code, 1) << bad << "\n" << r.err;
+    std::string first = bad[2] == 'p' ? "--pipeline: chunks must be a whole number" : bad[2] == 'b' ? "--bogus" : "--input x: expected NAME=PATH.npy";
     size_t at = r.err.find(first);
     EXPECT_NE(at, std::string::npos) << r.err;
     EXPECT_EQ(r.err.find(first, at + 1), std::string::npos) << "told once\n" << r.err;

@@ -1,6 +1,6 @@
 """Run under mpirun: every rank runs a sharded fusion once, then the last rank leaves (an
 uncaught exception, sys.exit(3), or its script ending) while the others run it again
-(test_job_exit.py)."""
+(test_job_exit.py); argv[2], where given, is the definition's agreement option."""
 import sys
 
 import numpy as np
@@ -9,7 +9,8 @@ import alloy
 from alloy import distributed
 
 rank, size = distributed.rank(), distributed.world_size()
-with alloy.FusionDefinition("row_sums") as fd:
+options = {"agreement": sys.argv[2]} if len(sys.argv) > 2 else None
+with alloy.FusionDefinition("row_sums", options=options) as fd:
     x = fd.define_tensor(shape=[4, 2 * size], dtype=alloy.float32, mesh=list(range(size)), placement=alloy.Shard(1))
     fd.add_output(fd.ops.sum(x, dims=[1]))
 whole = np.arange(8 * size, dtype=np.float32).reshape(4, 2 * size)

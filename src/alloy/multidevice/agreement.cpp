@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <string_view>
 
 #include "alloy/common/error.h"
@@ -19,6 +20,66 @@ uint64_t fnv1a(std::string_view text, uint64_t h) {
 }
 
 std::atomic<bool> agreed_failure{false};
+// The last agreed failure's message on this rank and the rank that tells it (agreed_failure_teller)
+std::mutex told_mutex;
+std::string told_message;
+int told_by = -1;
+// A rank of the job left (its record said so): it is gone, so no collective of the job completes
+// now; set where an agreement saw it (the name of the first such rank, for later runs' errors)
+std::string left_rank;
+
+// Marks the failure this rank is about to throw as agreed, told by rank `teller`.
+void note_agreed(const std::string& message, int teller) {
+  agreed_failure.store(true);
+  std::lock_guard<std::mutex> lock(told_mutex);
+  told_message = message;
+  told_by = teller;
+}
+
+std::string message_of(std::exception_ptr failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return {};
+  }
+}
+
+// The verdict on every rank's record that every agreement reaches first, the same on every rank:
+// a rank that failed or left (its own error there, a PeerError elsewhere; the lowest failed rank
+// tells it), then ranks of different agreement options (a UserError on every rank).
+void failures_and_options(const std::vector<AgreementRecord>& all, std::exception_ptr failure, const std::string& what,
+                          const std::function<std::string(int)>& name_rank) {
+  const int ranks = int(all.size());
+  for (int r = 0; r < ranks; ++r)
+    if (all[size_t(r)].failed) {
+      // (a rank that left tells nothing: the lowest rank still here tells it)
+      int teller = r;
+      if (all[size_t(r)].failed == kLeft) {
+        teller = 0;
+        while (teller < ranks && all[size_t(teller)].failed == kLeft) ++teller;
+        std::lock_guard<std::mutex> lock(told_mutex);
+        left_rank = name_rank ? name_rank(r) : "rank " + std::to_string(r) + " of the job";
+      }
+      if (failure) {
+        note_agreed(message_of(failure), teller);
+        std::rethrow_exception(failure);
+      }
+      PeerError peer(what + ": " + (name_rank ? name_rank(r) : "rank " + std::to_string(r) + " of the job") +
+                     (all[size_t(r)].failed == kLeft ? " left the job (its script ended) before this run" : " failed before communicating"));
+      note_agreed(peer.what(), teller);
+      throw peer;
+    }
+  for (int r = 1; r < ranks; ++r)
+    if (all[size_t(r)].on_change != all[0].on_change) {
+      auto name = [](const AgreementRecord& rec) { return rec.on_change ? "on_change" : "every_run"; };
+      UserError error(what + ": the ranks of the job disagree on the agreement option: rank " + std::to_string(r) + " has " +
+                      name(all[size_t(r)]) + ", rank 0 " + name(all[0]) + " (every rank must run with the same options)");
+      note_agreed(error.what(), 0);
+      throw error;
+    }
+}
 
 size_t slot_of(size_t fact) { return std::min(fact, size_t(AgreementRecord::slots - 1)); }
 
@@ -98,6 +159,24 @@ std::string first_different_line(const std::string& a, int rank_a, const std::st
   }
 }
 
+// Where a rank already left the job: this run's error (this rank's own `failure` where it has
+// one), without communicating, told here.
+void refuse_if_a_rank_left(std::exception_ptr failure, const std::string& what) {
+  std::string left;
+  {
+    std::lock_guard<std::mutex> lock(told_mutex);
+    left = left_rank;
+  }
+  if (left.empty()) return;
+  if (failure) {
+    note_agreed(message_of(failure), process().rank);
+    std::rethrow_exception(failure);
+  }
+  PeerError peer(what + ": " + left + " left the job (its script ended) before this run");
+  note_agreed(peer.what(), process().rank);
+  throw peer;
+}
+
 }  // namespace
 
 AgreementRecord make_record(const std::vector<JobFact>& facts, bool in_mesh) {
@@ -124,6 +203,10 @@ bool any_rank(bool mine) {
 
 void leave_job() {
   if (!in_mpi_job_of_several()) return;
+  {
+    std::lock_guard<std::mutex> lock(told_mutex);
+    if (!left_rank.empty()) return;  // (a rank that left already waits in its MPI_Finalize: no gather completes)
+  }
   AgreementRecord mine = make_record({}, false);
   mine.failed = kLeft;
   std::vector<AgreementRecord> all(size_t(process().size));
@@ -141,29 +224,26 @@ void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::except
     return;
   }
   static_assert(sizeof(AgreementRecord) % 8 == 0);
+  refuse_if_a_rank_left(failure, what);
   AgreementRecord mine = make_record(facts, in_mesh);
   mine.failed = failure ? 1 : 0;
   std::vector<AgreementRecord> all(size_t(p.size));
   job_all_gather(&mine, sizeof mine, all.data());
-  // 1. a rank that failed: its own error there, a PeerError elsewhere
-  for (int r = 0; r < p.size; ++r)
-    if (all[size_t(r)].failed) {
-      agreed_failure.store(true);
-      if (failure) std::rethrow_exception(failure);
-      throw PeerError(what + ": " + (name_rank ? name_rank(r) : "rank " + std::to_string(r) + " of the job") +
-                      (all[size_t(r)].failed == kLeft ? " left the job (its script ended) before this run"
-                                                      : " failed before communicating"));
-    }
+  // 1. a rank that failed (or left): its own error there, a PeerError elsewhere; ranks of another
+  // agreement option
+  failures_and_options(all, failure, what, name_rank);
   // 2. the first slot where two ranks that count there differ (a rank outside the mesh skips
   // the slots its own record marks mesh-only): every rank reads the same records, so every rank
-  // finds the same slot, or none
-  for (size_t k = 0; k < size_t(AgreementRecord::slots); ++k) {
+  // finds the same slot, or none. The slots' hashes first: ranks with more facts than others (a
+  // fusion of more inputs) differ at the first slot of a fact the others lack, or earlier (the
+  // fusion's); then the counts alone (the same hashes of a different count: a collision)
+  for (size_t pass = 0, k = 0; pass < 2; k = (k + 1) % size_t(AgreementRecord::slots), pass += k == 0) {
     int reference = -1, other = -1;
     for (int r = 0; r < p.size && other < 0; ++r) {
       const AgreementRecord& rec = all[size_t(r)];
       if (!rec.in_mesh && (rec.mesh_only_slots >> k & 1u)) continue;
       if (reference < 0) reference = r;
-      else if (rec.hash[k] != all[size_t(reference)].hash[k] || rec.facts != all[size_t(reference)].facts) other = r;
+      else if (rec.hash[k] != all[size_t(reference)].hash[k] || (pass == 1 && rec.facts != all[size_t(reference)].facts)) other = r;
     }
     if (other < 0) continue;
     // the error path: one more all-gather, of the slot's facts in words (every rank is here)
@@ -180,13 +260,38 @@ void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::except
       std::vector<std::string> details = gather_details(facts, name, p.size);
       where = first_different_line(details[size_t(other)], other, details[size_t(reference)], reference);
     }
-    agreed_failure.store(true);
-    throw UserError(what + ": the ranks of the job disagree on the " + name + ": rank " + std::to_string(other) + " has " +
-                    value_other + ", rank " + std::to_string(reference) + " " + value_reference + where +
+    UserError error(what + ": the ranks of the job disagree on the " + name + ": rank " + std::to_string(other) + " has " + value_other +
+                    ", rank " + std::to_string(reference) + " " + value_reference + where +
                     " (every rank must run the same fusion with the same options and inputs of the same local shapes)");
+    note_agreed(error.what(), 0);
+    throw error;
   }
 }
 
+bool agree_on_change(const AgreementRecord& record, bool changed, std::exception_ptr failure, const std::string& what,
+                     const std::function<std::string(int)>& name_rank) {
+  const ProcessInfo& p = process();
+  if (p.size == 1) {
+    if (failure) std::rethrow_exception(failure);
+    return changed;
+  }
+  refuse_if_a_rank_left(failure, what);
+  AgreementRecord mine = record;
+  mine.on_change = 1;
+  mine.changed = changed ? 1 : 0;
+  mine.failed = failure ? 1 : 0;
+  std::vector<AgreementRecord> all(size_t(p.size));
+  job_all_gather(&mine, sizeof mine, all.data());
+  failures_and_options(all, failure, what, name_rank);
+  return std::any_of(all.begin(), all.end(), [](const AgreementRecord& r) { return r.changed != 0; });
+}
+
 bool failure_agreed() { return agreed_failure.load(); }
+
+int agreed_failure_teller(const std::string& message) {
+  if (!agreed_failure.load()) return -1;
+  std::lock_guard<std::mutex> lock(told_mutex);
+  return message == told_message ? told_by : -1;
+}
 
 }  // namespace alloy::multidevice

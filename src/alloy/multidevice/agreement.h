@@ -35,6 +35,8 @@ struct AgreementRecord {
   uint32_t in_mesh = 0;  // this rank is a device of the mesh (its mesh-only facts count)
   uint32_t facts = 0;    // how many facts
   uint32_t mesh_only_slots = 0;  // bit k: slot k holds a mesh-only fact (skipped on a rank outside the mesh)
+  uint32_t on_change = 0;  // sent by agree_on_change (an on_change run's first gather), not agree_with_job
+  uint32_t changed = 0;    // agree_on_change: this rank's record differs from the one it last agreed on
   std::array<uint64_t, slots> hash{};
   bool operator==(const AgreementRecord&) const = default;
 };
@@ -47,10 +49,18 @@ AgreementRecord make_record(const std::vector<JobFact>& facts, bool in_mesh);
 void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::exception_ptr failure, const std::string& what,
                     const std::function<std::string(int)>& name_rank = {});
 
-// Whether any rank of the job says `mine` (one word's all-gather; `mine` itself in a job of one):
-// how `on_change` ranks decide together to agree (a rank whose record changed, or that failed,
-// cannot agree alone while the others skip: it would wait for them forever).
+// Whether any rank of the job says `mine` (one word's all-gather; `mine` itself in a job of one).
+// Only where every rank of the job is at the same point of the same run (a gather's index check).
 bool any_rank(bool mine);
+
+// An on_change run's first gather, of the same record as agree_with_job's (so a rank of another
+// agreement option, or one that left the job, meets it in a gather of the same size): whether any
+// rank's record `changed` since its last agreement, so that the job agrees (agree_with_job) or
+// skips together (a rank agreeing alone would wait for the others forever). A rank that failed
+// (`failure`) or left ends it as in agree_with_job; ranks of different agreement options are a
+// UserError on every rank naming them.
+bool agree_on_change(const AgreementRecord& record, bool changed, std::exception_ptr failure, const std::string& what,
+                     const std::function<std::string(int)>& name_rank = {});
 
 // A Python rank whose script ends normally (every_run agreement: the record a run's agreement
 // gathers first), marked as left: a rank running again meets it there and fails with "left the
@@ -62,5 +72,11 @@ void leave_job();
 // one at the same point): a tool ends such a job with one more agreement on who reports; any other
 // failure in a job of several may leave ranks waiting, so the tool aborts the job.
 bool failure_agreed();
+
+// The rank of the job that tells an agreed failure whose message is `message` (every rank threw at
+// the same agreement: the lowest failing rank its own error, rank 0 a disagreement), or -1 where
+// `message` is no failure this rank agreed on: a Python rank's uncaught error is printed by that
+// rank only, the job's other ranks ending quietly (one report, not one a rank).
+int agreed_failure_teller(const std::string& message);
 
 }  // namespace alloy::multidevice

@@ -71,7 +71,7 @@ struct FusionExecutor::Impl {
   Bound bind(const std::vector<Tensor>& inputs, bool traced);
   Bound bind_checked(const std::vector<Tensor>& inputs);
   Bound agree_and_bind(const std::vector<Tensor>& inputs, bool traced, std::exception_ptr early_failure = nullptr);
-  void fail_run(std::exception_ptr failure);
+  [[noreturn]] void fail_run(std::exception_ptr failure);
   // Index errors in a sharded run (RunState::defer_index_errors): a fusion with a gather, run by a
   // job of several processes, ends every run with one word from each rank of the job; where any
   // rank's end checks failed, the job agrees on it (the failing ranks rethrow, the others throw
@@ -392,11 +392,14 @@ FusionExecutor::Impl::Bound FusionExecutor::Impl::agree_and_bind(const std::vect
                      in_mesh && !failure && i < inputs.size() ? shape_fact(inputs[i]) : "", true});
   multidevice::AgreementRecord record = multidevice::make_record(facts, in_mesh);
   // on_change: skipped where no rank's record changed and none failed, which the ranks learn
-  // together from one word each (a rank agreeing alone would wait for the others forever)
+  // together from one gather of the record (a rank agreeing alone would wait for the others
+  // forever; a rank of every_run, or one that left, sends the same record there)
+  const std::string what = "fusion '" + fusion->name() + "'";
+  auto name = [&](int rank) { return rank_name(rank); };
   bool skip = options.agreement == ExecutorOptions::Agreement::on_change &&
-              !multidevice::any_rank(failure || !(last_agreed == record));
+              !multidevice::agree_on_change(record, !(last_agreed == record), failure, what, name);
   if (!skip) {
-    multidevice::agree_with_job(facts, in_mesh, failure, "fusion '" + fusion->name() + "'", [&](int rank) { return rank_name(rank); });
+    multidevice::agree_with_job(facts, in_mesh, failure, what, name);
     last_agreed = record;
   }
   join_team();  // (collective on the first run only; every rank reaches it after agreeing)
