@@ -96,6 +96,15 @@ TEST(ReferenceIndexing, GatherIndexPastTheAxis_IsALocatedErrorNamingTheValueAndT
   EXPECT_NE(err.find("expected 0 to 1"), std::string::npos) << err;
 }
 
+// An index into an empty axis: no value is in range, said so (it read "expected 0 to -1")
+TEST(ReferenceIndexing, GatherIndexIntoAnEmptyAxis_SaysTheAxisIsEmpty) {
+  Tensor x = make(DType::f32, {3, 0}, {});
+  std::string err = gather_error({3, 0}, x, make_ints(DType::i64, {3, 1}, {3, 0, 0}), 1);
+  EXPECT_NE(err.find("out of range for axis 1 of the input 'in0' [3, 0]; the axis is empty (size 0): no index is in range"),
+            std::string::npos) << err;
+  EXPECT_EQ(err.find("to -1"), std::string::npos) << err;
+}
+
 TEST(ReferenceIndexing, GatherNegativeIndex_IsALocatedErrorAsInTorch) {
   Tensor x = make(DType::f32, {4}, {10, 20, 30, 40});
   std::string err = gather_error({4}, x, make_ints(DType::i64, {2}, {1, -1}), 0);

@@ -64,7 +64,8 @@ void gather_index_out_of_range(const Op& op, int64_t value, int64_t position, co
   const std::string& input = x->sharding_source.kind == ShardingSource::Kind::resharded ? x->sharding_source.from : x->name;
   const int64_t extent = input_sizes.empty() ? 1 : input_sizes[size_t(axis)];
   user_error(op.loc, "gather: index value ", value, " at index position ", position_str(position, index_sizes), " is out of range for axis ",
-             axis, " of the input '", input, "' ", shape_str(input_sizes), "; expected 0 to ", extent - 1,
+             axis, " of the input '", input, "' ", shape_str(input_sizes),
+             extent == 0 ? "; the axis is empty (size 0): no index is in range" : "; expected 0 to " + std::to_string(extent - 1),
              value < 0 ? " (negative indices are not taken, as torch.gather takes none)" : "");
 }
 
