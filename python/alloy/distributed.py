@@ -261,16 +261,24 @@ def to_dtensor(local, device_mesh, placement_text):
 # A rank that leaves on an uncaught exception or through sys.exit with a failure ends the job (as
 # `python -m mpi4py` does): the other ranks may be waiting for it in a collective, and an
 # MPI_Finalize at its exit would wait for them, so the job would hang. The traceback is printed
-# first. Otherwise MPI, when Alloy started it in this process (mpirun), ends with the interpreter.
+# first. An error every rank of the job raised at one agreement (a rank's failure, the others'
+# "rank 1 failed", a disagreement) is told once, by the rank the agreement names (the lowest
+# failing rank, or rank 0), and ends no job: every rank is leaving at that point, and they meet at
+# their exit. Otherwise MPI, when Alloy started it in this process (mpirun), ends with the
+# interpreter.
 _previous_excepthook = _sys.excepthook
 _previous_exit = _sys.exit
 _failed_exit = [None]  # the failing sys.exit code this process is leaving with
 
 
 def _abort_job_on_uncaught(kind, value, traceback):
+    teller = _alloy.agreed_failure_teller(str(value)) if isinstance(value, _alloy.Error) else -1
+    if teller >= 0 and teller != rank():
+        return  # (told by that rank; this one exits 1 and meets the others at their exit)
     _previous_excepthook(kind, value, traceback)
     _sys.stderr.flush()
-    _alloy.abort_mpi_job_if_started(1)
+    if teller < 0:
+        _alloy.abort_mpi_job_if_started(1)
 
 
 def _exit_noting_failure(code=None):

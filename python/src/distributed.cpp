@@ -115,6 +115,8 @@ void bind_distributed(nb::module_& m) {
   m.def("finalize_mpi", &multidevice::finalize, "Ends MPI where Alloy started it (at the interpreter's exit).");
   m.def("leave_job", &multidevice::leave_job,
         "At a normal exit: meets the other ranks' next agreement as a rank that left (they fail, not wait).");
+  m.def("agreed_failure_teller", &multidevice::agreed_failure_teller, nb::arg("message"),
+        "The rank that tells the failure of this message every rank of the job learnt of at one agreement, or -1.");
   m.def("abort_mpi_job_if_started", &multidevice::abort_mpi_job_if_started,
         "Ends every process of the job (MPI_Abort) where Alloy started MPI in a job of several; else nothing.");
   m.def(
