@@ -25,8 +25,10 @@ std::mutex told_mutex;
 std::string told_message;
 int told_by = -1;
 // A rank of the job left (its record said so): it is gone, so no collective of the job completes
-// now; set where an agreement saw it (the name of the first such rank, for later runs' errors)
+// now; set where an agreement saw it (the name of the first such rank, for later runs' errors,
+// and the rank that tells them: the lowest rank still there)
 std::string left_rank;
+int left_teller = -1;
 
 // Marks the failure this rank is about to throw as agreed, told by rank `teller`.
 void note_agreed(const std::string& message, int teller) {
@@ -52,30 +54,35 @@ std::string message_of(std::exception_ptr failure) {
 void failures_and_options(const std::vector<AgreementRecord>& all, std::exception_ptr failure, const std::string& what,
                           const std::function<std::string(int)>& name_rank) {
   const int ranks = int(all.size());
+  auto name = [&](int r) { return name_rank ? name_rank(r) : "rank " + std::to_string(r) + " of the job"; };
+  // a rank that left tells nothing (the lowest rank still here tells it), and no later gather
+  // completes (noted whichever rank's failure is told)
+  int still_here = 0;
+  while (still_here < ranks && all[size_t(still_here)].failed == kLeft) ++still_here;
+  for (int r = 0; r < ranks; ++r)
+    if (all[size_t(r)].failed == kLeft) {
+      std::lock_guard<std::mutex> lock(told_mutex);
+      left_rank = name(r);
+      left_teller = still_here;
+      break;
+    }
   for (int r = 0; r < ranks; ++r)
     if (all[size_t(r)].failed) {
-      // (a rank that left tells nothing: the lowest rank still here tells it)
-      int teller = r;
-      if (all[size_t(r)].failed == kLeft) {
-        teller = 0;
-        while (teller < ranks && all[size_t(teller)].failed == kLeft) ++teller;
-        std::lock_guard<std::mutex> lock(told_mutex);
-        left_rank = name_rank ? name_rank(r) : "rank " + std::to_string(r) + " of the job";
-      }
+      const int teller = all[size_t(r)].failed == kLeft ? still_here : r;
       if (failure) {
         note_agreed(message_of(failure), teller);
         std::rethrow_exception(failure);
       }
-      PeerError peer(what + ": " + (name_rank ? name_rank(r) : "rank " + std::to_string(r) + " of the job") +
+      PeerError peer(what + ": " + name(r) +
                      (all[size_t(r)].failed == kLeft ? " left the job (its script ended) before this run" : " failed before communicating"));
       note_agreed(peer.what(), teller);
       throw peer;
     }
   for (int r = 1; r < ranks; ++r)
     if (all[size_t(r)].on_change != all[0].on_change) {
-      auto name = [](const AgreementRecord& rec) { return rec.on_change ? "on_change" : "every_run"; };
+      auto option = [](const AgreementRecord& rec) { return rec.on_change ? "on_change" : "every_run"; };
       UserError error(what + ": the ranks of the job disagree on the agreement option: rank " + std::to_string(r) + " has " +
-                      name(all[size_t(r)]) + ", rank 0 " + name(all[0]) + " (every rank must run with the same options)");
+                      option(all[size_t(r)]) + ", rank 0 " + option(all[0]) + " (every rank must run with the same options)");
       note_agreed(error.what(), 0);
       throw error;
     }
@@ -160,20 +167,22 @@ std::string first_different_line(const std::string& a, int rank_a, const std::st
 }
 
 // Where a rank already left the job: this run's error (this rank's own `failure` where it has
-// one), without communicating, told here.
+// one), without communicating, told by the rank that told the leaving.
 void refuse_if_a_rank_left(std::exception_ptr failure, const std::string& what) {
   std::string left;
+  int teller = -1;
   {
     std::lock_guard<std::mutex> lock(told_mutex);
     left = left_rank;
+    teller = left_teller;
   }
   if (left.empty()) return;
   if (failure) {
-    note_agreed(message_of(failure), process().rank);
+    note_agreed(message_of(failure), teller);
     std::rethrow_exception(failure);
   }
   PeerError peer(what + ": " + left + " left the job (its script ended) before this run");
-  note_agreed(peer.what(), process().rank);
+  note_agreed(peer.what(), teller);
   throw peer;
 }
 
