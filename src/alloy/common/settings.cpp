@@ -30,7 +30,7 @@ const std::vector<Setting> kSettings = {
      "a JSON file of kernel choices by architecture laid over the built-in table, e.g. {\"sm_90\": {\"row_threads\": 128}} "
      "(keys: row_threads, row_min_blocks, row_held_bytes, streaming_threads, reread_threads, row_shared_bytes, row_shared_threads, column_min_steps, column_blocks_per_sm, grid_threads, "
      "grid_blocks_per_sm, grid_min_vectors, inner_outer_accumulators, inner_outer_blocks_per_sm, multi_tensor_threads, "
-     "multi_tensor_chunk_vectors, recompute_values, inner_outer_prefetch, inner_outer_rows_ahead, inner_outer_row_groups, inner_outer_staged_rows, inner_outer_combine_levels, grid_welford_steps, grid_loads_ahead, inner_outer_shared_partials; empty: the built-in table)"},
+     "multi_tensor_chunk_vectors, recompute_values, inner_outer_prefetch, inner_outer_rows_ahead, inner_outer_row_groups, inner_outer_staged_rows, inner_outer_combine_levels, grid_welford_steps, grid_step_bytes, grid_loads_ahead, inner_outer_shared_partials; empty: the built-in table)"},
     // H100, nanoGPT layer norm: 7.5 us with early loads, 8.3 without; the permuted layer norm's
     // normalize 100.6 -> 90.5 us (bench/results/2026-11-25-NVIDIA_H100_80GB_HBM3-issue17-session23-notes.md)
     {"ALLOY_NO_EARLY_LOADS", K::flag, "0", 0, 0, "row kernels load what only the final pass reads in that pass, not with the row"},

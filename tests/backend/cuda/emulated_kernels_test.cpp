@@ -1049,6 +1049,45 @@ TEST(EmulatedKernels, GridReductionsLoadingAStepAhead) {
   EXPECT_EQ(windows.launches[0].find("_la"), std::string::npos) << windows.launches[0];
 }
 
+// Grid reductions loading 128 bytes a thread a step (KernelVariant::step_bytes: eight 16-byte
+// vectors of one leaf, four of each of two): var_mean of values far from zero, a dot product's
+// two leaves, and sum, max and var_mean of odd rows split over blocks (partial last steps), f32
+// and bf16, against the CPU reference and the same bits in any block order.
+TEST(EmulatedKernels, GridReductionsLoadingEightVectorsAStep) {
+  cuda::KernelTuning tuning;
+  tuning.grid_step_bytes = 128;
+  const int64_t n = 300007;
+  GridRun run;
+  run_grid("fusion f(x: f32[N]) {\n  v, m = var_mean(x, dims=[0], correction=1)\n  return v, m\n}\n", {{"N", n}}, Flavour::default_choice,
+           {far_from_zero_values(n)}, 0, run, tuning);
+  ASSERT_EQ(run.launches.size(), 1u);
+  EXPECT_NE(run.launches[0].find("_sb128_"), std::string::npos) << run.launches[0];
+  expect_outputs_match(run);
+  GridRun dot;
+  run_grid("fusion f(x: f32[N], y: f32[N]) {\n  p = mul(x, y)\n  s = sum(p)\n  return s\n}\n", {{"N", n}}, Flavour::default_choice, {}, 0,
+           dot, tuning);
+  ASSERT_EQ(dot.launches.size(), 1u);
+  EXPECT_NE(dot.launches[0].find("_sb128_"), std::string::npos) << dot.launches[0];
+  expect_outputs_match(dot);
+  for (const char* type : {"f32", "bf16"}) {
+    SCOPED_TRACE(type);
+    const std::string rows = std::string("fusion f(x: ") + type + R"([R, N]) {
+  x32 = cast(x, dtype=f32)
+  y = add(x32, 1000.0)
+  s = sum(y, dims=[1])
+  m = max(x, dims=[1])
+  v, mu = var_mean(y, dims=[1], correction=1)
+  return s, m, v, mu
+})";
+    GridRun split;
+    run_grid(rows, {{"R", 3}, {"N", 100001}}, Flavour::default_choice, {}, 0, split, tuning);
+    ASSERT_EQ(split.launches.size(), 1u);
+    EXPECT_NE(split.launches[0].find("_sb128_"), std::string::npos) << split.launches[0];
+    expect_outputs_match(split);
+    if (std::string(type) == "bf16") expect_the_same_bits_in_any_block_order(rows, {{"R", 3}, {"N", 100001}}, "_sb128_", tuning);
+  }
+}
+
 // Bit-identical results whatever the order the blocks run in, hence whichever block of a row
 // arrives last and combines the partials: the emulation runs every block in order twice, then in
 // three shuffled orders, and every run's outputs must have the same bytes.

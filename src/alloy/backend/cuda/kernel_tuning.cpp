@@ -74,6 +74,11 @@ namespace {
 //   against the grad norm's 2 and runs at 86% of copy against 93%) changed nothing: grad norm of
 //   1e8 bf16 / var_mean of 4x25M 71.5/76.9 us against 71.6-72.2/76.7-76.8 by default (at 3 blocks
 //   an SM 70.9/76.5); var_mean alone 77.3 against 76.7-77.0 (`bench/results/2026-11-27-NVIDIA_H200-x4-session31-notes.md`).
+// - grid_step_bytes 64 (issue 27, session 36; `scripts/gpu-ab grid_step`, H100): 128 bytes a
+//   thread a step (eight 16-byte vectors) at four blocks an SM spilled var_mean (20 bytes) and
+//   ran it at 82.5-84.1 us against 76.4-77.3; at three blocks an SM var_mean 74.8-75.7 against
+//   75.3-77.3 over four rounds (the same), the grad norm 70.7-71.6 against 71.7-72.7 (1-2%):
+//   not worth a change of every grid reduction's blocks.
 // - inner_outer_staged_rows 0 (issue 27, sessions 30-31; `scripts/gpu-ab inner_outer_staged`, H100,
 //   the same four norm backwards as the row groups): rows ahead through shared memory by cp.async
 //   gave nothing over the registers' row ahead (90.9/71.7/79.5/66.8 us): 1-4 rows
@@ -131,6 +136,7 @@ const IntegerKey kIntegerKeys[] = {
     {"grid_blocks_per_sm", &KernelTuning::grid_blocks_per_sm, 0, 32, 1},
     {"grid_min_vectors", &KernelTuning::grid_min_vectors, 1, 1 << 20, 1},
     {"grid_welford_steps", &KernelTuning::grid_welford_steps, 1, 16, 1},
+    {"grid_step_bytes", &KernelTuning::grid_step_bytes, 64, 256, 64},
     {"inner_outer_accumulators", &KernelTuning::inner_outer_accumulators, 4, 256, 1},
     {"inner_outer_blocks_per_sm", &KernelTuning::inner_outer_blocks_per_sm, 0, 32, 1},
     {"inner_outer_combine_levels", &KernelTuning::inner_outer_combine_levels, 0, 4, 1},

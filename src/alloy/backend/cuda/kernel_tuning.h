@@ -40,6 +40,7 @@ struct KernelTuning {
   int grid_blocks_per_sm = 4;     // 0 to 32
   int grid_min_vectors = 8;       // 1 to 2^20
   int grid_welford_steps = 1;     // 1 to 16: a var_mean's steps between merges (KernelVariant::welford_steps)
+  int grid_step_bytes = 64;       // 64 to 256, a power of two: the bytes a thread loads a step (KernelVariant::step_bytes)
   // Inner-outer kernels (row and outer reductions in one persistent kernel, launch_plan's
   // choose_inner_outer): the f32 column accumulators a thread holds at most (wider blocks for wider
   // rows), and the blocks an SM runs (the persistent grid is SMs * this, also __launch_bounds__'

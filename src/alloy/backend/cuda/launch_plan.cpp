@@ -429,6 +429,7 @@ KernelVariant choose_variant(const KernelAnalysis& a, LaidOut& l, const LaunchTe
       for (const Op* op : a.compute_ops)
         if (op->kind == OpKind::var_mean) g.welford_steps = target.tuning.grid_welford_steps;
       g.loads_ahead = target.tuning.grid_loads_ahead && g.welford_steps == 1;
+      g.step_bytes = target.tuning.grid_step_bytes;
       g.index32 = small_offsets(axes, l.numel);
       return g;
     }

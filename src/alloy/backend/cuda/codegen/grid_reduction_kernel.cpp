@@ -72,12 +72,13 @@ class GridEmitter final : public KernelEmitter {
   }
 
   // Vectors a thread loads before it uses any: up to 4, within 64 bytes (one bf16 or f32 leaf:
-  // four 16-byte vectors; a dot product's two leaves: two each).
+  // four 16-byte vectors; a dot product's two leaves: two each); within the variant's step_bytes
+  // where those are more (128: up to 8).
   int unroll(const std::set<int>& leaves) const {
     int bytes = 0;
     for (int k : leaves) bytes += v_.vector * dtype_size(a_.leaves[size_t(k)]->dtype());
-    int u = 4;
-    while (u > 1 && bytes * u > 64) u /= 2;
+    int u = std::max(4, v_.step_bytes / 16);
+    while (u > 1 && bytes * u > v_.step_bytes) u /= 2;
     return u;
   }
 

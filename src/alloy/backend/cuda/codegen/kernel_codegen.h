@@ -84,6 +84,9 @@ struct KernelVariant {
   // it computes (the step's loads otherwise wait for the previous step's arithmetic). Not with
   // welford_steps > 1.
   bool loads_ahead = false;
+  // Grid reductions (KernelTuning::grid_step_bytes): the bytes of vectors a thread loads in one
+  // step before it uses any (four 16-byte vectors at 64; eight at 128).
+  int step_bytes = 64;
   // Offsets fit in 32 bits (every tensor spans under 2^30 elements): int index arithmetic, fewer
   // registers than 64-bit.
   bool index32 = false;
