@@ -771,7 +771,13 @@ int run_cli(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::ostringstream err;
     int code = app.exit(e, std::cout, err);  // prints help or the version; the error with a hint
-    return code == 0 ? 0 : usage_failure(err.str());
+    if (code != 0) return usage_failure(err.str());
+    // help or the version on one rank of a job of several: it meets the others' first agreement
+    // (they would wait for it forever), where a rank running something else is a disagreement on
+    // the command, told once (every rank asking for help agrees, and ends)
+    if (multidevice::process().size > 1)
+      multidevice::agree_with_job({{"command", e.get_name() == "CallForVersion" ? "--version" : "--help"}}, true, nullptr, "alloy");
+    return 0;
   }
   settings::non_default();  // reads the environment's settings now: a bad value is a user error before any work
   try {

@@ -262,23 +262,25 @@ def to_dtensor(local, device_mesh, placement_text):
 # `python -m mpi4py` does): the other ranks may be waiting for it in a collective, and an
 # MPI_Finalize at its exit would wait for them, so the job would hang. The traceback is printed
 # first. An error every rank of the job raised at one agreement (a rank's failure, the others'
-# "rank 1 failed", a disagreement) is told once, by the rank the agreement names (the lowest
-# failing rank, or rank 0), and ends no job: every rank is leaving at that point, and they meet at
-# their exit. Otherwise MPI, when Alloy started it in this process (mpirun), ends with the
-# interpreter.
+# "rank 1 failed", a disagreement) ends no job: every rank is leaving at that point, and they meet
+# at their exit, where the lowest rank that leaves on it uncaught prints it (told once, even where
+# the rank that failed caught its own). Otherwise MPI, when Alloy started it in this process
+# (mpirun), ends with the interpreter.
 _previous_excepthook = _sys.excepthook
 _previous_exit = _sys.exit
 _failed_exit = [None]  # the failing sys.exit code this process is leaving with
 
 
+_untold = [None]  # an agreed error this rank leaves on, printed at exit where it is the job's one to print
+
+
 def _abort_job_on_uncaught(kind, value, traceback):
-    teller = _alloy.agreed_failure_teller(str(value)) if isinstance(value, _alloy.Error) else -1
-    if teller >= 0 and teller != rank():
-        return  # (told by that rank; this one exits 1 and meets the others at their exit)
+    if isinstance(value, _alloy.Error) and _alloy.agreed_failure_teller(str(value)) >= 0:
+        _untold[0] = (kind, value, traceback)  # (printed at exit, by one rank: _end_mpi_at_exit)
+        return
     _previous_excepthook(kind, value, traceback)
     _sys.stderr.flush()
-    if teller < 0:
-        _alloy.abort_mpi_job_if_started(1)
+    _alloy.abort_mpi_job_if_started(1)
 
 
 def _exit_noting_failure(code=None):
@@ -291,7 +293,15 @@ def _end_mpi_at_exit():
         _sys.stdout.flush()
         _sys.stderr.flush()
         _alloy.abort_mpi_job_if_started(_failed_exit[0])
-    _alloy.leave_job()  # (a rank still running meets it in its next agreement: an error, not a wait)
+    # (a rank still running meets it in its next agreement: an error, not a wait; the ranks ending
+    # together learn which of them prints an agreed error: the lowest that has one uncaught, so the
+    # job tells it once even where the rank the agreement named caught its own)
+    first = _alloy.leave_job(_untold[0] is not None)
+    if _untold[0] is not None:
+        kind, value, traceback = _untold[0]
+        if first == rank() or (first == -2 and _alloy.agreed_failure_teller(str(value)) == rank()):
+            _previous_excepthook(kind, value, traceback)
+            _sys.stderr.flush()
     _alloy.finalize_mpi()
 
 

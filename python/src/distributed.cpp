@@ -113,8 +113,9 @@ void bind_distributed(nb::module_& m) {
   m.def("in_external_job", &multidevice::in_external_job);
   m.def("have_mpi", &multidevice::have_mpi);
   m.def("finalize_mpi", &multidevice::finalize, "Ends MPI where Alloy started it (at the interpreter's exit).");
-  m.def("leave_job", &multidevice::leave_job,
-        "At a normal exit: meets the other ranks' next agreement as a rank that left (they fail, not wait).");
+  m.def("leave_job", &multidevice::leave_job, nb::arg("untold") = false,
+        "At exit: meets the other ranks' next agreement as a rank that left (they fail, not wait); the lowest rank leaving "
+        "with an agreed error not yet printed (untold), -1 if none, -2 where nothing was gathered.");
   m.def("agreed_failure_teller", &multidevice::agreed_failure_teller, nb::arg("message"),
         "The rank that tells the failure of this message every rank of the job learnt of at one agreement, or -1.");
   m.def("abort_mpi_job_if_started", &multidevice::abort_mpi_job_if_started,

@@ -1084,6 +1084,26 @@ TEST_F(CliMpiTest, MeshLargerThanTheJob_NamesBothCounts_AHugeIdDoesNotOverflow) 
   EXPECT_FALSE(contains(r.err, "-9223372036854775808")) << r.err;
 }
 
+// --help or --version on one rank of a job (printed there, exit 0) met no agreement, so the
+// others waited for it forever: now a disagreement on the command, told once, exit 1; on every
+// rank, each prints and the job ends 0.
+TEST_F(CliMpiTest, HelpOrVersionOnOneRank_IsADisagreementOnTheCommand_OnEveryRankEndsTheJob) {
+  std::string tp = example("tp_mlp.fusion");
+  for (const char* other : {"run " , "--version", "--help"}) {
+    SCOPED_TRACE(other);
+    const std::string second = std::string(other) == "run " ? "run " + tp + " --bind T=8 --device cpu --help" : other;
+    CliResult r = mpmd({"run " + tp + " --bind T=8 --device cpu", second});
+    EXPECT_EQ(r.code, 1) << r.out << r.err;
+    const std::string told = "disagree on the command: rank 1 has " + std::string(second.find("--version") != std::string::npos ? "--version" : "--help");
+    size_t at = r.err.find(told);
+    EXPECT_NE(at, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find(told, at + 1), std::string::npos) << "told once\n" << r.err;
+  }
+  CliResult all = mpirun(2, "--version");
+  EXPECT_EQ(all.code, 0) << all.err;
+  EXPECT_TRUE(contains(all.out, "alloy 0.1.0")) << all.out;
+}
+
 // Fusions of different numbers of inputs on two ranks: the first fact that differs is the fusion,
 // named by its first different line (the records' counts differed at the first slot, whose hash
 // was the same: "a hash collision" was said instead).

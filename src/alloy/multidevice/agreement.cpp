@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string_view>
 
 #include "alloy/common/error.h"
@@ -166,6 +167,32 @@ std::string first_different_line(const std::string& a, int rank_a, const std::st
   }
 }
 
+// Where two ranks' records differ: the slot, and the ranks (the first that counts there, and the
+// first that differs from it).
+struct Difference {
+  size_t slot;
+  int reference, other;
+};
+
+// The first slot where two ranks that count there differ (a rank outside the mesh skips the slots
+// its own record marks mesh-only): every rank reads the same records, so every rank finds the same
+// slot, or none. The slots' hashes first: ranks with more facts than others (a fusion of more
+// inputs) differ at the first slot of a fact the others lack, or earlier (the fusion's); then the
+// counts alone (the same hashes of a different count: a collision).
+std::optional<Difference> first_differing_slot(const std::vector<AgreementRecord>& all) {
+  for (size_t pass = 0, k = 0; pass < 2; k = (k + 1) % size_t(AgreementRecord::slots), pass += k == 0) {
+    int reference = -1;
+    for (int r = 0; r < int(all.size()); ++r) {
+      const AgreementRecord& rec = all[size_t(r)];
+      if (!rec.in_mesh && (rec.mesh_only_slots >> k & 1u)) continue;
+      if (reference < 0) reference = r;
+      else if (rec.hash[k] != all[size_t(reference)].hash[k] || (pass == 1 && rec.facts != all[size_t(reference)].facts))
+        return Difference{k, reference, r};
+    }
+  }
+  return std::nullopt;
+}
+
 // Where a rank already left the job: this run's error (this rank's own `failure` where it has
 // one), without communicating, told by the rank that told the leaving.
 void refuse_if_a_rank_left(std::exception_ptr failure, const std::string& what) {
@@ -210,19 +237,24 @@ bool any_rank(bool mine) {
   return std::any_of(all.begin(), all.end(), [](uint64_t w) { return w != 0; });
 }
 
-void leave_job() {
-  if (!in_mpi_job_of_several()) return;
+int leave_job(bool untold) {
+  if (!in_mpi_job_of_several()) return -2;
   {
     std::lock_guard<std::mutex> lock(told_mutex);
-    if (!left_rank.empty()) return;  // (a rank that left already waits in its MPI_Finalize: no gather completes)
+    if (!left_rank.empty()) return -2;  // (a rank that left already waits in its MPI_Finalize: no gather completes)
   }
   AgreementRecord mine = make_record({}, false);
   mine.failed = kLeft;
+  mine.changed = untold ? 1 : 0;  // (in a record that leaves: an agreed error this rank has not printed)
   std::vector<AgreementRecord> all(size_t(process().size));
   try {
     job_all_gather(&mine, sizeof mine, all.data());
   } catch (...) {  // (leaving anyway)
+    return -2;
   }
+  for (int r = 0; r < int(all.size()); ++r)
+    if (all[size_t(r)].failed == kLeft && all[size_t(r)].changed) return r;
+  return -1;
 }
 
 void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::exception_ptr failure, const std::string& what,
@@ -241,20 +273,10 @@ void agree_with_job(const std::vector<JobFact>& facts, bool in_mesh, std::except
   // 1. a rank that failed (or left): its own error there, a PeerError elsewhere; ranks of another
   // agreement option
   failures_and_options(all, failure, what, name_rank);
-  // 2. the first slot where two ranks that count there differ (a rank outside the mesh skips
-  // the slots its own record marks mesh-only): every rank reads the same records, so every rank
-  // finds the same slot, or none. The slots' hashes first: ranks with more facts than others (a
-  // fusion of more inputs) differ at the first slot of a fact the others lack, or earlier (the
-  // fusion's); then the counts alone (the same hashes of a different count: a collision)
-  for (size_t pass = 0, k = 0; pass < 2; k = (k + 1) % size_t(AgreementRecord::slots), pass += k == 0) {
-    int reference = -1, other = -1;
-    for (int r = 0; r < p.size && other < 0; ++r) {
-      const AgreementRecord& rec = all[size_t(r)];
-      if (!rec.in_mesh && (rec.mesh_only_slots >> k & 1u)) continue;
-      if (reference < 0) reference = r;
-      else if (rec.hash[k] != all[size_t(reference)].hash[k] || (pass == 1 && rec.facts != all[size_t(reference)].facts)) other = r;
-    }
-    if (other < 0) continue;
+  // 2. the first slot where two ranks that count there differ (first_differing_slot)
+  if (std::optional<Difference> d = first_differing_slot(all)) {
+    const size_t k = d->slot;
+    const int reference = d->reference, other = d->other;
     // the error path: one more all-gather, of the slot's facts in words (every rank is here)
     constexpr size_t text_bytes = 1024;
     std::vector<char> text(text_bytes, '\0'), texts(text_bytes * size_t(p.size));
@@ -292,7 +314,10 @@ bool agree_on_change(const AgreementRecord& record, bool changed, std::exception
   std::vector<AgreementRecord> all(size_t(p.size));
   job_all_gather(&mine, sizeof mine, all.data());
   failures_and_options(all, failure, what, name_rank);
-  return std::any_of(all.begin(), all.end(), [](const AgreementRecord& r) { return r.changed != 0; });
+  // a record that changed, or records that differ between ranks (each unchanged since its own
+  // last agreement: a rank running another definition, or one agreed at other sizes): agreed on
+  // in full, where the difference is named
+  return std::any_of(all.begin(), all.end(), [](const AgreementRecord& r) { return r.changed != 0; }) || first_differing_slot(all).has_value();
 }
 
 bool failure_agreed() { return agreed_failure.load(); }

@@ -37,6 +37,7 @@ struct AgreementRecord {
   uint32_t mesh_only_slots = 0;  // bit k: slot k holds a mesh-only fact (skipped on a rank outside the mesh)
   uint32_t on_change = 0;  // sent by agree_on_change (an on_change run's first gather), not agree_with_job
   uint32_t changed = 0;    // agree_on_change: this rank's record differs from the one it last agreed on
+                           // (leave_job: this rank leaves on an agreed error it has not printed)
   std::array<uint64_t, slots> hash{};
   bool operator==(const AgreementRecord&) const = default;
 };
@@ -62,11 +63,14 @@ bool any_rank(bool mine);
 bool agree_on_change(const AgreementRecord& record, bool changed, std::exception_ptr failure, const std::string& what,
                      const std::function<std::string(int)>& name_rank = {});
 
-// A Python rank whose script ends normally (every_run agreement: the record a run's agreement
-// gathers first), marked as left: a rank running again meets it there and fails with "left the
-// job" instead of waiting for it forever; ranks that all end together meet each other. Only where
-// Alloy started MPI in a job of several; never throws.
-void leave_job();
+// A Python rank whose script ends (the record a run's agreement gathers first), marked as left: a
+// rank running again meets it there and fails with "left the job" instead of waiting for it
+// forever; ranks that all end together meet each other. `untold`: this rank ends on an error every
+// rank raised at one agreement, not printed yet. Returns the lowest rank that ends so (it prints
+// its error: one report, even where the rank the agreement named caught its own), -1 if none, -2
+// where nothing was gathered (no job of several Alloy started, or a rank already left). Never
+// throws.
+int leave_job(bool untold = false);
 
 // Whether an error this process threw came out of an agreement (so every rank of the job threw
 // one at the same point): a tool ends such a job with one more agreement on who reports; any other
