@@ -1010,6 +1010,29 @@ TEST(EmulatedKernels, GridVarMeanMergingEveryFewSteps) {
   }
 }
 
+// Sum, max and var_mean of odd rows split over blocks (odd lengths, so a block's last step and the
+// row's edge elements are partial), f32 and bf16, under `tuning`: one launch of the variant marked
+// `mark`, matching the CPU reference, and (bf16) the same bits in any block order.
+void expect_split_rows_match(const cuda::KernelTuning& tuning, const std::string& mark) {
+  for (const char* type : {"f32", "bf16"}) {
+    SCOPED_TRACE(type);
+    const std::string rows = std::string("fusion f(x: ") + type + R"([R, N]) {
+  x32 = cast(x, dtype=f32)
+  y = add(x32, 1000.0)
+  s = sum(y, dims=[1])
+  m = max(x, dims=[1])
+  v, mu = var_mean(y, dims=[1], correction=1)
+  return s, m, v, mu
+})";
+    GridRun split;
+    run_grid(rows, {{"R", 3}, {"N", 100001}}, Flavour::default_choice, {}, 0, split, tuning);
+    ASSERT_EQ(split.launches.size(), 1u);
+    EXPECT_NE(split.launches[0].find(mark), std::string::npos) << split.launches[0];
+    expect_outputs_match(split);
+    if (std::string(type) == "bf16") expect_the_same_bits_in_any_block_order(rows, {{"R", 3}, {"N", 100001}}, mark, tuning);
+  }
+}
+
 // Grid reductions loading each step's vectors one step ahead (KernelVariant::loads_ahead): var_mean
 // of values far from zero, and sum, max and var_mean of rows split over blocks (odd lengths, so a
 // block's last step and the row's edge elements are partial), bf16 (two vectors a step) too, against
@@ -1025,23 +1048,7 @@ TEST(EmulatedKernels, GridReductionsLoadingAStepAhead) {
   ASSERT_EQ(run.launches.size(), 1u);
   EXPECT_NE(run.launches[0].find("_g_la_"), std::string::npos) << run.launches[0];
   expect_outputs_match(run);
-  for (const char* type : {"f32", "bf16"}) {
-    SCOPED_TRACE(type);
-    const std::string rows = std::string("fusion f(x: ") + type + R"([R, N]) {
-  x32 = cast(x, dtype=f32)
-  y = add(x32, 1000.0)
-  s = sum(y, dims=[1])
-  m = max(x, dims=[1])
-  v, mu = var_mean(y, dims=[1], correction=1)
-  return s, m, v, mu
-})";
-    GridRun split;
-    run_grid(rows, {{"R", 3}, {"N", 100001}}, Flavour::default_choice, {}, 0, split, tuning);
-    ASSERT_EQ(split.launches.size(), 1u);
-    EXPECT_NE(split.launches[0].find("_la_"), std::string::npos) << split.launches[0];
-    expect_outputs_match(split);
-    if (std::string(type) == "bf16") expect_the_same_bits_in_any_block_order(rows, {{"R", 3}, {"N", 100001}}, "_la_", tuning);
-  }
+  expect_split_rows_match(tuning, "_la_");
   tuning.grid_welford_steps = 4;
   GridRun windows;
   run_grid("fusion f(x: f32[N]) {\n  v, m = var_mean(x, dims=[0], correction=1)\n  return v, m\n}\n", {{"N", n}}, Flavour::default_choice, {x},
@@ -1069,23 +1076,7 @@ TEST(EmulatedKernels, GridReductionsLoadingEightVectorsAStep) {
   ASSERT_EQ(dot.launches.size(), 1u);
   EXPECT_NE(dot.launches[0].find("_sb128_"), std::string::npos) << dot.launches[0];
   expect_outputs_match(dot);
-  for (const char* type : {"f32", "bf16"}) {
-    SCOPED_TRACE(type);
-    const std::string rows = std::string("fusion f(x: ") + type + R"([R, N]) {
-  x32 = cast(x, dtype=f32)
-  y = add(x32, 1000.0)
-  s = sum(y, dims=[1])
-  m = max(x, dims=[1])
-  v, mu = var_mean(y, dims=[1], correction=1)
-  return s, m, v, mu
-})";
-    GridRun split;
-    run_grid(rows, {{"R", 3}, {"N", 100001}}, Flavour::default_choice, {}, 0, split, tuning);
-    ASSERT_EQ(split.launches.size(), 1u);
-    EXPECT_NE(split.launches[0].find("_sb128_"), std::string::npos) << split.launches[0];
-    expect_outputs_match(split);
-    if (std::string(type) == "bf16") expect_the_same_bits_in_any_block_order(rows, {{"R", 3}, {"N", 100001}}, "_sb128_", tuning);
-  }
+  expect_split_rows_match(tuning, "_sb128_");
 }
 
 // Bit-identical results whatever the order the blocks run in, hence whichever block of a row

@@ -206,11 +206,8 @@ int64_t choose_inner_outer(const KernelAnalysis& a, const LaidOut& l, const Laun
       v.items == 1 && l.rows >= int64_t(std::max(1, target.sm_count)) * 2 * kRowsPerBlockForShared && block * 2 <= 2048) {
     KernelVariant shared = v;
     shared.shared_partials = true;
-    const int words_in_registers = std::exchange(words, 0);
-    const bool fits = fits_registers(registers(v.prefetch), block, 2) &&
-                      2 * (int64_t(inner_outer_shared_partial_bytes(a, shared)) + 1024) <= target.shared_per_sm;
-    words = words_in_registers;
-    if (fits) {
+    const int64_t without_partials = registers(v.prefetch) - int64_t(v.items) * v.vector * words;
+    if (fits_registers(without_partials, block, 2) && 2 * (int64_t(inner_outer_shared_partial_bytes(a, shared)) + 1024) <= target.shared_per_sm) {
       v = shared;
       v.min_blocks = 2;
     }
