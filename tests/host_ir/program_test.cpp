@@ -522,25 +522,33 @@ CompiledFusion compile_example(const std::string& name, Target target, const std
   return compile_fusion(*f, target, {.program = parse_pipeline_option(pipeline)});
 }
 
-// The loop's body of a GEMM -> all_reduce pair: the GEMM of chunk i on the compute pool, an event,
-// the all-reduce of chunk i on the communication stream (neither the run's stream nor the pool's);
-// nothing allocated inside the loop; every chunked value cut by its rows.
-void expect_gemm_all_reduce_loop(const Program& p, const ForChunks& loop, int chunks, const std::string& partial) {
+// The loop's body of a GEMM -> all_reduce pair: the `lead` GEMMs that make its rows and the GEMM
+// of chunk i on the compute pool, an event, the all-reduce of chunk i on the communication stream
+// (neither the run's stream nor the pool's); nothing allocated inside the loop; every chunked
+// value cut by its rows (the lead's input and what each lead GEMM makes, the partial sums, the
+// result).
+void expect_gemm_all_reduce_loop(const Program& p, const ForChunks& loop, int chunks, const std::string& partial, int lead = 0) {
   EXPECT_EQ(loop.schedule, ForChunks::Schedule::chunks);
   EXPECT_EQ(loop.count, chunks);
   EXPECT_EQ(loop.pool_streams, 2);
-  ASSERT_EQ(loop.values.size(), 3u) << p.str();
+  ASSERT_EQ(loop.values.size(), 3u + size_t(lead)) << p.str();
   for (const host_ir::ChunkedValue& v : loop.values) EXPECT_EQ(v.layout, host_ir::ChunkedValue::Layout::rows) << v.value->name;
-  EXPECT_EQ(loop.values[1].value->name, partial);
-  ASSERT_EQ(loop.body.size(), 4u) << p.str();
-  auto* gemm = std::get_if<host_ir::Launch>(&loop.body[0]);
-  auto* record = std::get_if<host_ir::Record>(&loop.body[1]);
-  auto* wait = std::get_if<host_ir::Wait>(&loop.body[2]);
-  auto* all_reduce = std::get_if<host_ir::Communicate>(&loop.body[3]);
-  ASSERT_TRUE(gemm && record && wait && all_reduce) << p.str();
-  EXPECT_EQ(gemm->stream, host_ir::kIterationStream);
-  EXPECT_EQ(gemm->part, -1) << "no blocks: every rank computes every row";
-  EXPECT_NE(p.segmentation.segments.at(size_t(gemm->segment)).outputs.at(0)->name.find(partial), std::string::npos);
+  EXPECT_EQ(loop.values[size_t(lead) + 1].value->name, partial);
+  ASSERT_EQ(loop.body.size(), 4u + size_t(lead)) << p.str();
+  for (int j = 0; j <= lead; ++j) {
+    auto* gemm = std::get_if<host_ir::Launch>(&loop.body[size_t(j)]);
+    ASSERT_TRUE(gemm) << p.str();
+    EXPECT_EQ(gemm->stream, host_ir::kIterationStream);
+    EXPECT_EQ(gemm->part, -1) << "no blocks: every rank computes every row";
+    // each GEMM reads the value chunked before what it makes
+    const Segment& s = p.segmentation.segments.at(size_t(gemm->segment));
+    EXPECT_EQ(s.outputs.at(0), loop.values[size_t(j) + 1].value) << p.str();
+    EXPECT_NE(std::find(s.inputs.begin(), s.inputs.end(), loop.values[size_t(j)].value), s.inputs.end()) << p.str();
+  }
+  auto* record = std::get_if<host_ir::Record>(&loop.body[size_t(lead) + 1]);
+  auto* wait = std::get_if<host_ir::Wait>(&loop.body[size_t(lead) + 2]);
+  auto* all_reduce = std::get_if<host_ir::Communicate>(&loop.body[size_t(lead) + 3]);
+  ASSERT_TRUE(record && wait && all_reduce) << p.str();
   EXPECT_EQ(record->stream, host_ir::kIterationStream);
   EXPECT_EQ(wait->stream, all_reduce->stream);
   EXPECT_EQ(wait->event, record->event);
@@ -653,6 +661,51 @@ TEST(PipelinedProgram, GemmAllReduce_PartialSumsReadElsewhere_StayUnpipelinedWit
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("nothing to pipeline"), std::string::npos) << text;
+}
+
+// What leads a GEMM -> all_reduce loop (issue 25 item 6, the tokens split across the whole
+// MLP): the row-wise GEMMs that make its rows, each over rows the previous one made, their
+// results whole after the loop (one is returned); nodes between that read nothing they make (the
+// share of the bias) run before the loop. A generated kernel between (a GELU of its own, a sum
+// over the rows) ends the lead: the pair runs alone.
+TEST(PipelinedProgram, GemmAllReduce_LedByTheRowWiseGemmsThatMakeItsRows) {
+  const std::string head = R"(fusion f(x: f32[8, 16] @mesh[0, 1] replicated, w1: f32[32, 16] @mesh[0, 1] shard(axis=0),
+             b1: f32[32] @mesh[0, 1] shard(axis=0), w2: f32[16, 32] @mesh[0, 1] shard(axis=1), b2: f32[16] @mesh[0, 1] replicated) {
+    h = linear(x, w1, b1)
+)";
+  for (Target target : {Target::cpu, Target::cuda}) {
+#if !ALLOY_HAVE_CUDA
+    if (target == Target::cuda) ALLOY_SKIP_WITHOUT_CUDA_TOOLKIT();
+#endif
+    auto led = parse_fusion(head + R"(    y = linear(h, w2, b2)
+    return y, h
+  })", "led.fusion");
+    CompiledFusion c = compile_fusion(*led, target, {.program = parse_pipeline_option("chunks=2")});
+    const Program& p = c.executable->program;
+    auto loops = loops_of(p);
+    ASSERT_EQ(loops.size(), 1u) << p.str();
+    expect_gemm_all_reduce_loop(p, *loops[0], 2, "y__partial", 1);
+    EXPECT_EQ(loops[0]->values[0].value->name, "x");
+    EXPECT_NE(p.str().find("(linear h -> linear y__partial -> all_reduce: 2 chunks"), std::string::npos) << p.str();
+    size_t loop_at = 0, share_before = 0, h_before = 0;
+    while (!std::holds_alternative<ForChunks>(p.nodes[loop_at])) ++loop_at;
+    for (size_t i = 0; i < loop_at; ++i) {
+      if (auto* a = std::get_if<host_ir::Allocate>(&p.nodes[i])) h_before += a->value->name == "h";
+      if (auto* l = std::get_if<host_ir::Launch>(&p.nodes[i]))
+        share_before += p.segmentation.segments.at(size_t(l->segment)).outputs.at(0)->name == "b2__share";
+    }
+    EXPECT_EQ(h_before, 1u) << "h whole (returned)\n" << p.str();
+    EXPECT_EQ(share_before, 1u) << p.str();
+  }
+  for (const char* between : {"    g = relu(h)\n    y = linear(g, w2, b2)\n    return y\n", "    s = sum(h, dims=[1])\n    y = linear(h, w2, b2)\n    return y, s\n"}) {
+    auto stopped = parse_fusion(head + between + "  }", "stopped.fusion");
+    CompiledFusion c = compile_fusion(*stopped, Target::cpu, {.program = parse_pipeline_option("chunks=2")});
+    const Program& p = c.executable->program;
+    auto loops = loops_of(p);
+    ASSERT_EQ(loops.size(), 1u) << p.str();
+    expect_gemm_all_reduce_loop(p, *loops[0], 2, "y__partial");
+    EXPECT_NE(p.str().find("(linear y__partial -> all_reduce: 2 chunks"), std::string::npos) << p.str();
+  }
 }
 
 // The column-parallel fc1's backward (dx = dh @ w_fc, partial sums all-reduced) is the same pair.

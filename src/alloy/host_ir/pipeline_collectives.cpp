@@ -68,7 +68,22 @@ struct Pair {
   int collective, gemm;
   int parts;
   std::string refusal;
+  // A GEMM -> all-reduce pair led by the row-wise segments that make its GEMM's rows (Megatron's
+  // fc1 before its fc2): their Launch nodes in order (`lead`), the rows the first one reads
+  // (`rows`), and the nodes between first and last that none of them reads (`hoisted`: run
+  // before the loop, as the share of a row-parallel bias). Empty for a pair alone.
+  std::vector<size_t> lead, hoisted;
+  Value* rows = nullptr;
 };
+
+// Whether `v` is row-aligned with `rows` (its axis 0 the same rows).
+bool row_aligned(const Value* v, const Value* rows) { return v->rank() >= 1 && v->shape()[0] == rows->shape()[0]; }
+
+bool reads_any(const Segment& s, const std::set<const Value*>& values) {
+  for (const Value* in : s.inputs)
+    if (values.count(in)) return true;
+  return false;
+}
 
 class Rewriter {
  public:
@@ -119,7 +134,11 @@ class Rewriter {
         // Its all-reduce runs NCCL's kernels beside the GEMM chunks, which take SMs from them; the
         // cost model does not know by how much, and measured it pays too little to risk: on two
         // H200s (session 35) 8192 x 1600 x 6400 chunks=2 ran 305 us against off's 260, 8192 x 4096
-        // x 11008 751 against 761, 8192 x 8192 x 28672 chunks=4 2945 against 2981-3096.
+        // x 11008 751 against 761, 8192 x 8192 x 28672 chunks=4 2945 against 2981-3096. Led by fc1
+        // (the whole Megatron MLP split by tokens, session 37, two H100s): 1600 -> 6400 chunks=2
+        // 476-493 us, chunks=4 496-513 against off's 421-423; 4096 -> 11008 chunks=4 1275-1280
+        // against 1266-1283. The copy engines moving the chunks (an exchange of whole chunks
+        // between two ranks, added on both) measured slower still (1600: 477-522; 4096: 1418-1487).
         p_.notes.push_back("pipeline_collectives: " + describe_pair(*pair) +
                            " stays unpipelined under --pipeline auto (NCCL's all-reduce beside the GEMM chunks measured slower than off at "
                            "small widths, at most 5% faster at large ones; --pipeline chunks=N pipelines it)");
@@ -140,7 +159,8 @@ class Rewriter {
   const Segment& segment(int id) const { return p_.segmentation.segments.at(size_t(id)); }
 
   std::optional<Pair> match(const std::vector<Node>& nodes, size_t i) const {
-    std::optional<Pair> pair = match_all_gather_gemm(nodes, i);
+    std::optional<Pair> pair = match_led_all_reduce(nodes, i);
+    if (!pair) pair = match_all_gather_gemm(nodes, i);
     if (!pair) pair = match_gemm_collective(nodes, i, OpKind::reduce_scatter);
     if (!pair) pair = match_gemm_collective(nodes, i, OpKind::all_reduce);
     return pair;
@@ -155,7 +175,7 @@ class Rewriter {
     if (j >= nodes.size() || !std::holds_alternative<Launch>(nodes[j])) return std::nullopt;
     int m = segment_of(nodes[j]);
     if (m < 0 || !row_wise_gemm(segment(m), gather.outputs[0])) return std::nullopt;
-    return Pair{PairSizes::Kind::all_gather_gemm, i, j, c, m, int(gather.outputs[0]->sharding->mesh.size()), ""};
+    return Pair{PairSizes::Kind::all_gather_gemm, i, j, c, m, int(gather.outputs[0]->sharding->mesh.size()), "", {}, {}, nullptr};
   }
 
   // [Allocate...] Launch GEMM -> P, [Allocate...], Communicate `kind` P -> y: a reduce_scatter
@@ -176,7 +196,7 @@ class Rewriter {
     if (!mm || gemm.outputs.size() != 1 || gemm.outputs[0] != collective.inputs[0] || !row_wise_gemm(gemm, mm->inputs[0])) return std::nullopt;
     const bool all_reduce = kind == OpKind::all_reduce;
     Pair pair{all_reduce ? PairSizes::Kind::gemm_all_reduce : PairSizes::Kind::gemm_reduce_scatter, i, k, c, m,
-              int(collective.outputs[0]->sharding->mesh.size()), ""};
+              int(collective.outputs[0]->sharding->mesh.size()), "", {}, {}, nullptr};
     const Value* partial = collective.inputs[0];
     bool returned = std::find(p_.fusion_outputs.begin(), p_.fusion_outputs.end(), partial) != p_.fusion_outputs.end();
     if (returned || read_elsewhere(p_, partial, {c})) {
@@ -187,6 +207,65 @@ class Rewriter {
     return pair;
   }
 
+  // [Allocate...] Launch of a row-wise GEMM over `rows`, then row-wise GEMMs over what it and
+  // they make (their epilogues included: a GELU or a bias), ending in a GEMM -> all_reduce pair
+  // whose GEMM reads rows they made: the whole chain computes any chunk of rows from the same chunk of `rows`, so
+  // a loop over token chunks runs all of it and chunk i's all-reduce hides behind chunk i + 1's
+  // GEMMs (issue 25 item 6: Megatron's fc1 and fc2), not only behind the last GEMM's. Nodes
+  // between that read nothing the chain makes are hoisted before the loop; anything else ends
+  // the match (the pair alone may still match later).
+  std::optional<Pair> match_led_all_reduce(const std::vector<Node>& nodes, size_t i) const {
+    size_t j = next_work(nodes, i);
+    if (j >= nodes.size() || !std::holds_alternative<Launch>(nodes[j])) return std::nullopt;
+    int first = segment_of(nodes[j]);
+    if (first < 0) return std::nullopt;
+    const Op* mm = matmul_op(segment(first));
+    if (!mm || !row_wise_gemm(segment(first), mm->inputs[0])) return std::nullopt;
+    Value* rows = mm->inputs[0];
+    std::set<const Value*> made(segment(first).outputs.begin(), segment(first).outputs.end());
+    std::vector<size_t> lead{j}, hoisted;
+    for (size_t n = j + 1; n < nodes.size(); ++n) {
+      // (an output in an input's memory: conservatively no match, as hoisting might reorder its write)
+      if (auto* a = std::get_if<Allocate>(&nodes[n])) {
+        if (a->input) return std::nullopt;
+        continue;
+      }
+      int s = segment_of(nodes[n]);
+      if (s < 0 || !std::holds_alternative<Launch>(nodes[n])) return std::nullopt;
+      const Segment& seg = segment(s);
+      if (!reads_any(seg, made)) {
+        hoisted.push_back(n);
+        continue;
+      }
+      if (std::optional<Pair> pair = match_gemm_collective(nodes, n, OpKind::all_reduce)) {
+        if (!pair->refusal.empty() || !row_local(segment(pair->gemm), rows, made)) return std::nullopt;
+        pair->first = i;
+        pair->lead = std::move(lead);
+        pair->hoisted = std::move(hoisted);
+        pair->rows = rows;
+        return pair;
+      }
+      if (!row_local(seg, rows, made)) return std::nullopt;
+      lead.push_back(n);
+      made.insert(seg.outputs.begin(), seg.outputs.end());
+    }
+    return std::nullopt;
+  }
+
+  // Whether segment `s` computes any chunk of rows of its outputs from the same chunk of the rows
+  // `made` (row-aligned with `rows`): a row-wise GEMM over one of them whose other operands are
+  // made before. (Not a generated kernel: its grid is sized by the run's bound sizes, not by the
+  // chunk it is handed.)
+  bool row_local(const Segment& s, const Value* rows, const std::set<const Value*>& made) const {
+    for (const Value* out : s.outputs)
+      if (!row_aligned(out, rows)) return false;
+    const Op* mm = matmul_op(s);
+    if (!mm || !made.count(mm->inputs[0]) || !row_wise_gemm(s, mm->inputs[0])) return false;
+    for (const Value* in : s.inputs)
+      if (in != mm->inputs[0] && made.count(in)) return false;
+    return true;
+  }
+
   std::string describe(int m) const {
     const Op* mm = matmul_op(segment(m));
     return std::string(op_name(mm->kind)) + " " + mm->outputs[0]->name;
@@ -195,7 +274,11 @@ class Rewriter {
     switch (pair.kind) {
       case PairSizes::Kind::all_gather_gemm: return "all_gather -> " + describe(pair.gemm);
       case PairSizes::Kind::gemm_reduce_scatter: return describe(pair.gemm) + " -> reduce_scatter";
-      case PairSizes::Kind::gemm_all_reduce: return describe(pair.gemm) + " -> all_reduce";
+      case PairSizes::Kind::gemm_all_reduce: {
+        std::string lead;
+        for (size_t n : pair.lead) lead += describe(segment_of(p_.nodes[n])) + " -> ";
+        return lead + describe(pair.gemm) + " -> all_reduce";
+      }
     }
     return {};
   }
@@ -316,15 +399,33 @@ class Rewriter {
   // on the compute pool, then chunk i's all-reduce on the communication stream once that GEMM is
   // done, while chunk i + 1's GEMM runs. Every rank has every row, so every rank runs the same
   // chunks, in the same order: the same all-reduce calls everywhere.
+  // Led by row-wise segments (Pair::lead), each iteration runs them on chunk i of the rows first,
+  // on the same stream; what they make is written chunk by chunk into whole buffers (another
+  // segment after the loop may read it), and the hoisted nodes run before the loop.
   void emit_all_reduce_chunks(const Pair& pair, const std::vector<Node>& nodes, std::vector<Node>& out, const std::string& why) {
     const Op& op = *segment(pair.collective).ops[0];
-    std::vector<ChunkedValue> values = {{matmul_op(segment(pair.gemm))->inputs[0], ChunkedValue::Layout::rows},
-                                        {op.inputs[0], ChunkedValue::Layout::rows},
-                                        {op.outputs[0], ChunkedValue::Layout::rows}};
-    ForChunks loop = open_loop(pair.parts, std::move(values), {}, describe_pair(pair) + ": " + why, nodes, pair.first, pair.last, out);
+    std::vector<ChunkedValue> values;
+    if (pair.rows) values.push_back({pair.rows, ChunkedValue::Layout::rows});
+    for (size_t n : pair.lead)
+      for (Value* v : segment(segment_of(nodes[n])).outputs) values.push_back({v, ChunkedValue::Layout::rows});
+    if (pair.lead.empty()) values.push_back({matmul_op(segment(pair.gemm))->inputs[0], ChunkedValue::Layout::rows});
+    values.push_back({op.inputs[0], ChunkedValue::Layout::rows});
+    values.push_back({op.outputs[0], ChunkedValue::Layout::rows});
+    // the hoisted nodes (and the allocations of what they make) before the loop, in their order
+    std::set<size_t> hoisted(pair.hoisted.begin(), pair.hoisted.end());
+    std::set<const Value*> hoisted_values;
+    for (size_t n : pair.hoisted)
+      for (const Value* v : segment(segment_of(nodes[n])).outputs) hoisted_values.insert(v);
+    std::vector<Node> range;
+    for (size_t n = pair.first; n <= pair.last; ++n) {
+      auto* a = std::get_if<Allocate>(&nodes[n]);
+      (hoisted.count(n) || (a && hoisted_values.count(a->value)) ? out : range).push_back(nodes[n]);
+    }
+    ForChunks loop = open_loop(pair.parts, std::move(values), {}, describe_pair(pair) + ": " + why, range, 0, range.size() - 1, out);
     loop.count = chunks_;
     loop.pool_streams = kComputeStreams;
     const int comm = loop.first_pool_stream - 1, computed = p_.events++;
+    for (size_t n : pair.lead) loop.body.push_back(Launch{segment_of(nodes[n]), kIterationStream});
     loop.body.push_back(Launch{pair.gemm, kIterationStream});
     loop.body.push_back(Record{kIterationStream, computed});
     loop.body.push_back(Wait{comm, computed});
