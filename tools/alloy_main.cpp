@@ -304,21 +304,41 @@ std::string bindings_text(const Fusion& fusion, const Bindings& bindings) {
 
 // Where the run will write (--save-outputs DIR, --trace FILE), checked before it runs: a place it
 // cannot write is an error now, not after a long run.
-void check_output_places(const RunOptions& opts) {
+void check_output_places(const RunOptions& opts, const Fusion& fusion) {
   std::error_code ec;
   if (!opts.save_dir.empty()) {
     fs::create_directories(opts.save_dir, ec);
     if (ec || !fs::is_directory(opts.save_dir) || ::access(opts.save_dir.c_str(), W_OK) != 0)
       user_error_at("--save-outputs " + opts.save_dir, "cannot write into the directory",
                     ec ? ": " + ec.message() : std::string(" (not a writable directory)"));
+    // the files it will hold: NAME.npy (the printing rank's global values), NAME.rankK.npy (each
+    // rank's part, in a job of several)
+    for (const Value* out : fusion.outputs()) {
+      std::vector<std::string> names{out->name + ".npy"};
+      if (multidevice::process().size > 1) names.push_back(out->name + ".rank" + std::to_string(multidevice::process().rank) + ".npy");
+      for (const std::string& name : names)
+        if (std::string why = why_unwritable((fs::path(opts.save_dir) / name).string()); !why.empty())
+          user_error_at("--save-outputs " + opts.save_dir, "cannot write ", name, ": ", why);
+    }
   }
-  if (!opts.trace.empty()) {
-    fs::path parent = fs::path(opts.trace).parent_path();
-    if (parent.empty()) parent = ".";
-    bool writable = fs::exists(opts.trace) ? ::access(opts.trace.c_str(), W_OK) == 0
-                                           : fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0;
-    if (!writable) user_error_at("--trace " + opts.trace, "cannot write the file (its directory ", parent.string(), " is missing or not writable)");
+  if (!opts.trace.empty())
+    if (std::string why = why_unwritable(opts.trace); !why.empty()) user_error_at("--trace " + opts.trace, "cannot write the file: ", why);
+}
+
+// Writes this rank's files (`write`: the outputs, the trace) and, in a job of several, agrees on
+// how that went: a place that fails only now (a full disk, a device the check before the run
+// could not tell from a file) is the whole job's error, told once, each rank stopping here rather
+// than aborting the job from the next collective.
+template <class Write>
+void write_agreed(Write&& write) {
+  std::exception_ptr failure;
+  try {
+    write();
+  } catch (...) {
+    failure = std::current_exception();
   }
+  if (multidevice::process().size > 1) multidevice::agree_with_job({{"files", "written"}}, true, failure, "alloy run");
+  else if (failure) std::rethrow_exception(failure);
 }
 
 void save_outputs(const std::string& dir, const Fusion& fusion, const std::vector<Tensor>& outputs) {
@@ -441,7 +461,11 @@ void bench_and_report(const RunOptions& opts, FusionExecutor& executor, const st
     for (std::string text; std::getline(program, text);)
       if (text.find("Choose per run") != std::string::npos) std::cout << "pipeline auto in the bench: " << text.substr(std::min(text.find("last run: "), text.size())) << "\n";
   }
-  if (!opts.trace.empty() || !executor.input_shardings().empty()) report_trace(opts, traced_run(executor, inputs), root, true);
+  if (!opts.trace.empty() || !executor.input_shardings().empty()) {
+    RunTrace trace = traced_run(executor, inputs);
+    if (opts.trace.empty()) report_trace(opts, trace, root, true);
+    else write_agreed([&] { report_trace(opts, trace, root, true); });
+  }
   if (root) std::cout << line << std::endl;
 }
 
@@ -498,16 +522,19 @@ int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Te
     global.push_back(team && out_shardings[i] ? multidevice::gather_global(outputs[i], *out_shardings[i], *team) : outputs[i]);
     if (root) std::cout << f.outputs()[i]->name << ": " << tensor_type_str(global[i]) << "  " << summarize_tensor(global[i]) << "\n";
   }
-  if (!opts.save_dir.empty() && in_team) {
-    // the printing rank the global values (NAME.npy), every rank of the mesh its own part (NAME.rankK.npy)
-    if (root) save_outputs(opts.save_dir, f, global);
-    std::error_code ec;
-    fs::create_directories(opts.save_dir, ec);
-    for (size_t i = 0; i < outputs.size(); ++i)
-      write_npy((fs::path(opts.save_dir) / (f.outputs()[i]->name + ".rank" + std::to_string(multidevice::process().rank) + ".npy")).string(),
-                outputs[i]);
-  }
-  if (trace) report_trace(opts, *trace, root, false);
+  if (!opts.save_dir.empty() || trace)
+    write_agreed([&] {
+      if (!opts.save_dir.empty() && in_team) {
+        // the printing rank the global values (NAME.npy), every rank of the mesh its own part (NAME.rankK.npy)
+        if (root) save_outputs(opts.save_dir, f, global);
+        std::error_code ec;
+        fs::create_directories(opts.save_dir, ec);
+        for (size_t i = 0; i < outputs.size(); ++i)
+          write_npy((fs::path(opts.save_dir) / (f.outputs()[i]->name + ".rank" + std::to_string(multidevice::process().rank) + ".npy")).string(),
+                    outputs[i]);
+      }
+      if (trace) report_trace(opts, *trace, root, false);
+    });
   // every rank, in the mesh or not, makes the same runs (each begins with the job's agreement)
   if (opts.bench > 0) bench_and_report(opts, executor, local, root);  // (already on the device)
   return 0;
@@ -545,7 +572,7 @@ int run_command(const RunOptions& opts) {
     std::string text = read_source(opts.file);
     auto fusion = choose_fusion(parse_fusions(text, opts.file), opts.fusion_name, opts.file);
     fusion_text = print_fusion(*fusion);
-    check_output_places(opts);
+    check_output_places(opts, *fusion);
     ExecutorOptions options{device_choice(opts.device)};
     options.pipeline = opts.pipeline;
     options.agreement = opts.agreement == "on_change" ? ExecutorOptions::Agreement::on_change : ExecutorOptions::Agreement::every_run;
@@ -779,8 +806,12 @@ int run_cli(int argc, char** argv) {
       multidevice::agree_with_job({{"command", e.get_name() == "CallForVersion" ? "--version" : "--help"}}, true, nullptr, "alloy");
     return 0;
   }
-  settings::non_default();  // reads the environment's settings now: a bad value is a user error before any work
   try {
+    try {
+      settings::non_default();  // reads the environment's settings now: a bad value is a usage error before any work
+    } catch (const UserError& e) {
+      throw UsageError(e.what());
+    }
     for (const std::string& assignment : setting_values) {
       size_t eq = assignment.find('=');
       if (eq == std::string::npos) throw UsageError("--set " + assignment + ": expected NAME=VALUE");
@@ -815,7 +846,7 @@ int run_cli(int argc, char** argv) {
 // lowest failing rank prints (a rank stopped because another failed prints nothing), and every
 // rank exits 1. Any other failure (a usage error on one rank, an error between two
 // agreements) may leave other ranks waiting for this one, so it ends the whole job.
-int report(int code, const std::string& message, bool peer) {
+int report(int code, const std::string& message, bool peer, const std::string& raw) {
   std::cout << std::flush;  // what the run printed before the error, then the error (one stream on a terminal)
   const auto& p = alloy::multidevice::process();
   if (p.size == 1) {  // (under `mpirun -n 1` MPI was started: it ends here, or mpirun fails the job)
@@ -827,26 +858,33 @@ int report(int code, const std::string& message, bool peer) {
     std::cerr << message << std::flush;
     alloy::multidevice::abort_job(code);
   }
-  int first = alloy::multidevice::first_failing_rank(code != 0 && !peer);
-  if (first >= 0 && first == p.rank) std::cerr << message;
+  // the job's last gather, the one a Python rank's exit makes too (so a job of both ends, not
+  // waits): which rank prints (the failing one; a PeerError prints nothing); where a rank left
+  // before (nothing gathered), the rank the agreement named tells the leaving
+  int first = alloy::multidevice::leave_job(code != 0 && !peer);
+  if (first >= 0 && first == p.rank && !peer) std::cerr << message;
+  if (first == -2 && code != 0 && alloy::multidevice::agreed_failure_teller(raw) == p.rank) std::cerr << message;
   alloy::multidevice::finalize();
   // a failed job exits 1 on every rank, whatever failed where (a usage error on one rank and the
   // others' PeerError: mpirun's code would be whichever rank ended first)
-  return first >= 0 ? 1 : 0;
+  return first >= 0 || (first == -2 && code != 0) ? 1 : 0;
 }
 
 int main(int argc, char** argv) {
   int code = 0;
-  std::string message;
+  std::string message, raw;  // (raw: the error's own text, as the agreement noted it)
   bool peer = false;
   try {
     code = alloy::run_cli(argc, argv);
-    message = alloy::usage_message;
+    message = raw = alloy::usage_message;
   } catch (const alloy::PeerError& e) {
     code = 1;
     peer = true;
+    raw = e.what();
+    message = std::string("error: ") + e.what() + "\n";
   } catch (const alloy::UserError& e) {
     code = 1;
+    raw = e.what();
     message = std::string("error: ") + e.what() + "\n";
   } catch (const alloy::InternalError& e) {
     std::cerr << e.what() << "\nPlease report this with the .fusion file and the command line.\n";
@@ -864,5 +902,5 @@ int main(int argc, char** argv) {
     if (alloy::multidevice::process().size > 1) alloy::multidevice::abort_job(3);
     return 3;
   }
-  return report(code, message, peer);
+  return report(code, message, peer, raw);
 }

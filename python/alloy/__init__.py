@@ -738,6 +738,10 @@ class FusionDefinition:
             return self._impl.join_outside_mesh(trace)  # its inputs are not read; []
         device_mesh = None
         try:  # a mistake in this rank's arguments ends the other ranks' runs too (fail_job), not a wait for this one
+            if trace is not None and distributed.rank() == 0:  # (rank 0 writes the file, after the run)
+                problem = _alloy.why_unwritable(trace)
+                if problem:
+                    raise Error(f"execute: trace {trace}: cannot write the file: {problem}")
             _check_sequence(inputs, "execute")
             inputs = list(inputs)
             for i, (x, sharding) in enumerate(zip(inputs, layout[0])):

@@ -526,7 +526,11 @@ std::string Definition::dump(const std::string& stage, nb::handle inputs, nb::ha
   Prepared p = prepare(nb::borrow<nb::sequence>(inputs), device);
   FusionExecutor& executor = executor_for(p.device);
   // a run compiles the kernels these inputs need, so the generated code is there to print
-  if (stage == "cuda") run_released(executor, p.tensors, run_options(p.device, p.kind, nb::none()));
+  if (stage == "cuda") {
+    RunOptions options = run_options(p.device, p.kind, nb::none());
+    options.purpose = "dump";
+    run_released(executor, p.tensors, options);
+  }
   std::vector<Tensor> tensors = p.tensors;
   return executor.dump(stage, &tensors);
 }
@@ -541,10 +545,14 @@ std::vector<std::string> Definition::validate(const nb::sequence& inputs, nb::ha
     bool updates = std::any_of(aliases.begin(), aliases.end(), [](const Value* v) { return v != nullptr; });
     for (const Tensor& t : p.tensors) host.push_back(updates && t.device().kind == DeviceKind::cpu ? cpu_copy(t) : to_cpu(t));
   }
-  std::vector<Tensor> actual = run_released(executor_for(p.device), p.tensors, run_options(p.device, p.kind, nb::none()));
+  RunOptions options = run_options(p.device, p.kind, nb::none());
+  options.purpose = "validate";
+  std::vector<Tensor> actual = run_released(executor_for(p.device), p.tensors, options);
   std::vector<Tensor> expected;
   if (reference.is_none()) {
-    expected = run_released(executor_for(Device{DeviceKind::cpu, 0}), host, {});
+    RunOptions cpu;
+    cpu.purpose = "validate (its reference)";
+    expected = run_released(executor_for(Device{DeviceKind::cpu, 0}), host, cpu);
   } else {
     nb::tuple items = owned_items(reference, "validate: reference_outputs must be a sequence");
     size_t n = items.size();

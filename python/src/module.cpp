@@ -9,6 +9,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "alloy/backend/backend.h"
+#include "alloy/common/files.h"
 #include "alloy/common/settings.h"
 #include "alloy/ir/op_table.h"
 #include "alloy/ir/parser.h"
@@ -203,6 +204,8 @@ NB_MODULE(_alloy, m) {
       .def("text", [](const Definition& d) { return print_fusion(*d.fusion); });
 
   bind_distributed(m);
+  m.def("why_unwritable", &why_unwritable, "path"_a,
+        "Why a file a run will write (a trace) cannot be: '' where it can (checked before a run).");
   m.def("set_setting", &settings::set, "name"_a, "value"_a, "Sets one of Alloy's settings (alloy --help lists them).");
   m.def("settings", [] {
     nb::dict out;

@@ -44,11 +44,14 @@ DISAGREE = os.path.join(os.path.dirname(__file__), "scripts", "ranks_disagree.py
                                         ("agreement", "disagree on the agreement option: rank 2 has on_change, rank 0 every_run"),
                                         ("shape", "disagree on the bound sizes: rank 2 has"),
                                         ("swap", "disagree on the fusion: rank 2 has"),
-                                        ("caught", "rank 2 of the mesh failed before communicating")])
+                                        ("caught", "rank 2 of the mesh failed before communicating"),
+                                        ("own", "expected dtype f32 (declared f32[4, ?/3]), found f64"),
+                                        ("validate", "disagree on the call: rank 2 has validate, rank 0 run")])
 def test_ranks_that_disagree_are_told_once_and_the_job_exits_1(what, told):
     """Three ranks, the last given another option or input shape, or running another definition
-    under on_change: every rank raises the same agreed error, and one rank prints it at exit (one
-    traceback, not three; where the failing rank caught its own, the others' "failed"), and the job
+    under on_change, or validating where the others execute: every rank raises the same agreed
+    error, and one rank prints it at exit (one traceback, not three: the failing rank's own, with
+    its cause; where it caught its own, the others' "failed"), and the job
     exits 1 without MPI_ABORT (the agreement option differing was a gather of two sizes:
     MPI_ERR_TRUNCATE; the swapped definitions were skipped, and summed wrong)."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")

@@ -559,7 +559,7 @@ TEST_F(CliTest, Settings_AreListedSetAndReportedInDumps) {
     bad_env = alloy("run " + example("layer_norm.fusion") + " --device cpu");
   }
   EXPECT_EQ(env.code, 0) << env.err;
-  EXPECT_EQ(bad_env.code, 1);
+  EXPECT_EQ(bad_env.code, 2) << "a usage error, as through --set";
   EXPECT_TRUE(contains(bad_env.err, "ALLOY_NO_COLUMN_KERNELS='maybe': expected 0 or 1")) << bad_env.err;
 }
 
@@ -1146,6 +1146,31 @@ TEST_F(CliMpiTest, UsageErrorOnEveryRank_IsToldOnceWithExit1) {
     size_t at = r.err.find(first);
     EXPECT_NE(at, std::string::npos) << r.err;
     EXPECT_EQ(r.err.find(first, at + 1), std::string::npos) << "told once\n" << r.err;
+    EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;
+  }
+}
+
+// A setting's bad value in every rank's environment is a usage error as through --set, and a file
+// the run cannot write (a --trace that is a directory, a saved output's name taken by a directory)
+// is found before the run: each told once, exit 1, the job not aborted (both were found on every
+// rank outside the agreement: a message a rank and MPI_ABORT).
+TEST_F(CliMpiTest, BadSettingsAndUnwritableFiles_AreToldOnceWithExit1) {
+  std::string tp = example("tp_mlp.fusion");
+  std::string dir = path("saved");
+  std::filesystem::create_directories(dir + "/y.npy");
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "ALLOY_NO_SIDE_STREAM='7': expected 0 or 1"},
+      {"--trace " + dir, "--trace " + dir + ": cannot write the file: it is a directory"},
+      {"--save-outputs " + dir, "cannot write y.npy: it is a directory"}};
+  for (const auto& [option, told] : cases) {
+    SCOPED_TRACE(told);
+    testing::ScopedEnv restored("ALLOY_NO_SIDE_STREAM", "0");         // the test process's own copy stays valid
+    if (option.empty()) ::setenv("ALLOY_NO_SIDE_STREAM", "7", 1);  // mpirun's ranks inherit it
+    CliResult r = mpirun(2, "run " + tp + " --bind T=8 --device cpu " + option);
+    EXPECT_EQ(r.code, 1) << r.out << r.err;
+    size_t at = r.err.find(told);
+    EXPECT_NE(at, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find(told, at + 1), std::string::npos) << "told once\n" << r.err;
     EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;
   }
 }

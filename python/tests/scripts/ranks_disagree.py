@@ -4,7 +4,10 @@ rank's error goes uncaught, but where said:
   swap: two definitions under on_change, each agreed once, then the last rank runs the other one
     (each rank's record unchanged since its own last agreement: skipped before, wrong sums);
   caught: its local part in f64 (its own failure before communicating), which it catches (the
-    others' "rank 2 failed" is told).
+    others' "rank 2 failed" is told);
+  own: the same failure uncaught (its own message is told, with the cause, not the others');
+  validate: it validates where the others execute (the runs inside validate are not paired with
+    the others' runs: a disagreement on the call).
 """
 import sys
 
@@ -47,4 +50,8 @@ if how == "caught" and last:
     except alloy.Error:
         pass
     sys.exit(0)
+if how == "own" and last:
+    fd.execute([np.ones((4, columns), dtype=np.float64)])
+if how == "validate" and last:
+    fd.validate([np.ones((4, columns), dtype=np.float32)])
 fd.execute([np.ones((4, columns), dtype=np.float32)])

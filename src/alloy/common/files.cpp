@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "alloy/common/error.h"
 #include "alloy/common/settings.h"
@@ -97,6 +98,19 @@ void write_file_replacing(const std::string& path, std::string_view bytes) {
     fs::remove(temporary, ignored);
     user_error(SourceLoc{path}, "cannot write: ", error != 0 ? std::strerror(error) : ec.message());
   }
+}
+
+std::string why_unwritable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool existed = fs::exists(path, ec);
+  if (existed && fs::is_directory(path, ec)) return "it is a directory";
+  if (existed && !fs::is_regular_file(path, ec)) return "it is not a regular file";
+  fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  if (!existed && !fs::is_directory(parent, ec)) return "its directory " + parent.string() + " is missing";
+  bool opened = std::ofstream(path, std::ios::app).good();
+  if (!existed) fs::remove(path, ec);
+  return opened ? "" : existed ? "it cannot be opened for writing" : "its directory " + parent.string() + " is not writable";
 }
 
 std::string cache_dir() {

@@ -41,4 +41,10 @@ std::string cache_dir();
 // Writes `bytes` to `path` through a temporary file in the same folder and a rename.
 void write_file_replacing(const std::string& path, std::string_view bytes);
 
+// Why a file a run will write (a trace, a saved output) cannot be, checked before the run: empty
+// where `path` is a regular file or none yet that opens for writing (opened to append, so nothing
+// is truncated; one the check made is removed again), else the reason in words ("it is a
+// directory", "its directory D is missing", ...).
+std::string why_unwritable(const std::string& path);
+
 }  // namespace alloy

@@ -246,14 +246,21 @@ int leave_job(bool untold) {
   AgreementRecord mine = make_record({}, false);
   mine.failed = kLeft;
   mine.changed = untold ? 1 : 0;  // (in a record that leaves: an agreed error this rank has not printed)
+  {
+    std::lock_guard<std::mutex> lock(told_mutex);
+    mine.tells = untold && told_by == process().rank ? 1 : 0;
+  }
   std::vector<AgreementRecord> all(size_t(process().size));
   try {
     job_all_gather(&mine, sizeof mine, all.data());
   } catch (...) {  // (leaving anyway)
     return -2;
   }
+  auto untold_at = [&](int r) { return all[size_t(r)].failed == kLeft && all[size_t(r)].changed; };
   for (int r = 0; r < int(all.size()); ++r)
-    if (all[size_t(r)].failed == kLeft && all[size_t(r)].changed) return r;
+    if (untold_at(r) && all[size_t(r)].tells) return r;
+  for (int r = 0; r < int(all.size()); ++r)
+    if (untold_at(r)) return r;
   return -1;
 }
 

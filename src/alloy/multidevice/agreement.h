@@ -38,6 +38,8 @@ struct AgreementRecord {
   uint32_t on_change = 0;  // sent by agree_on_change (an on_change run's first gather), not agree_with_job
   uint32_t changed = 0;    // agree_on_change: this rank's record differs from the one it last agreed on
                            // (leave_job: this rank leaves on an agreed error it has not printed)
+  uint32_t tells = 0;      // leave_job: that error is this rank's own (its agreement named it the teller)
+  uint32_t unused = 0;
   std::array<uint64_t, slots> hash{};
   bool operator==(const AgreementRecord&) const = default;
 };
@@ -66,10 +68,10 @@ bool agree_on_change(const AgreementRecord& record, bool changed, std::exception
 // A Python rank whose script ends (the record a run's agreement gathers first), marked as left: a
 // rank running again meets it there and fails with "left the job" instead of waiting for it
 // forever; ranks that all end together meet each other. `untold`: this rank ends on an error every
-// rank raised at one agreement, not printed yet. Returns the lowest rank that ends so (it prints
-// its error: one report, even where the rank the agreement named caught its own), -1 if none, -2
-// where nothing was gathered (no job of several Alloy started, or a rank already left). Never
-// throws.
+// rank raised at one agreement, not printed yet. Returns the rank that prints it (one report): the
+// rank the agreement named (the failing rank, with the cause) where it ends so, else the lowest
+// rank that ends so (the rank the agreement named caught its own); -1 if none, -2 where nothing
+// was gathered (no job of several Alloy started, or a rank already left). Never throws.
 int leave_job(bool untold = false);
 
 // Whether an error this process threw came out of an agreement (so every rank of the job threw

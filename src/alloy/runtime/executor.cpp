@@ -68,9 +68,9 @@ struct FusionExecutor::Impl {
     Bindings sizes;
     const Plan* plan = nullptr;
   };
-  Bound bind(const std::vector<Tensor>& inputs, bool traced);
+  Bound bind(const std::vector<Tensor>& inputs, const RunOptions& run);
   Bound bind_checked(const std::vector<Tensor>& inputs);
-  Bound agree_and_bind(const std::vector<Tensor>& inputs, bool traced, std::exception_ptr early_failure = nullptr);
+  Bound agree_and_bind(const std::vector<Tensor>& inputs, const RunOptions& run, std::exception_ptr early_failure = nullptr);
   [[noreturn]] void fail_run(std::exception_ptr failure);
   // Index errors in a sharded run (RunState::defer_index_errors): a fusion with a gather, run by a
   // job of several processes, ends every run with one word from each rank of the job; where any
@@ -90,8 +90,8 @@ struct FusionExecutor::Impl {
   void check_sizes(const Plan& plan, const Bindings& b);
   std::mutex sizes_mutex;
   std::optional<Bindings> sizes_checked;  // the last sizes check_sizes accepted
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs, RunTrace* trace);
-  std::vector<Tensor> run_locked(const std::vector<Tensor>& inputs, RunTrace* trace);
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const RunOptions& run);
+  std::vector<Tensor> run_locked(const std::vector<Tensor>& inputs, const RunOptions& run);
   // A traced run's spans, gathered from every rank where the run's ranks agreed to trace it.
   void fill_trace(std::vector<host_ir::Span> spans, RunTrace& trace);
   std::string dump_stage(std::string_view stage, const Plan* plan, const Bindings& sizes);
@@ -334,9 +334,9 @@ FusionExecutor::Impl::Bound FusionExecutor::Impl::bind_checked(const std::vector
   return {std::move(b), &plan};
 }
 
-FusionExecutor::Impl::Bound FusionExecutor::Impl::bind(const std::vector<Tensor>& inputs, bool traced) {
+FusionExecutor::Impl::Bound FusionExecutor::Impl::bind(const std::vector<Tensor>& inputs, const RunOptions& run) {
   bool mesh = first_plan().compiled.mesh.has_value();
-  if (mesh && multidevice::process().size > 1) return agree_and_bind(inputs, traced);
+  if (mesh && multidevice::process().size > 1) return agree_and_bind(inputs, run);
   if (mesh) join_team();
   return bind_checked(inputs);
 }
@@ -361,7 +361,7 @@ std::string shape_fact(const Tensor& t) {
 // same on every rank of the team.
 // `early_failure`: the caller's own check of this run's inputs failed (fail_run): the run agrees
 // as failed, so its peers end with a PeerError instead of waiting for it.
-FusionExecutor::Impl::Bound FusionExecutor::Impl::agree_and_bind(const std::vector<Tensor>& inputs, bool traced,
+FusionExecutor::Impl::Bound FusionExecutor::Impl::agree_and_bind(const std::vector<Tensor>& inputs, const RunOptions& run,
                                                                  std::exception_ptr early_failure) {
   const CompiledFusion& plan = first_plan().compiled;  // (every plan declares the same inputs)
   const std::vector<int64_t>& mesh = *plan.mesh;
@@ -380,7 +380,8 @@ FusionExecutor::Impl::Bound FusionExecutor::Impl::agree_and_bind(const std::vect
   }
   facts.resize(fixed_count);
   // a traced run ends with a gather of every rank's spans: every rank of the job traces it, or none
-  facts.push_back({"trace", traced ? "on" : "off"});
+  facts.push_back({"trace", run.trace ? "on" : "off"});
+  facts.push_back({"call", run.purpose});
   std::string sizes;
   if (in_mesh && !failure)
     for (const std::string& symbol : plan.local->input_symbols())
@@ -428,11 +429,11 @@ void FusionExecutor::Impl::agree_on_index_errors(std::exception_ptr failure) {
 void FusionExecutor::Impl::fail_run(std::exception_ptr failure) {
   if (multidevice::process().size == 1 || !first_plan().compiled.mesh) std::rethrow_exception(failure);
   std::lock_guard<std::mutex> lock(run_mutex);
-  agree_and_bind({}, false, failure);  // rethrows `failure` once the others learnt of it
+  agree_and_bind({}, RunOptions{}, failure);  // rethrows `failure` once the others learnt of it
   internal_error("fail_run: the agreement did not report the failure");
 }
 
-std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs, RunTrace* trace) {
+std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs, const RunOptions& run) {
   // a mesh this job cannot hold, said before the passes check sizes against it (inspecting the
   // shardings of such a fusion stays possible: only running it is an error)
   if (!ready.load(std::memory_order_acquire))
@@ -440,9 +441,9 @@ std::vector<Tensor> FusionExecutor::Impl::run(const std::vector<Tensor>& inputs,
       if (auto misfit = multidevice::mesh_misfit(*mesh)) user_error_at("fusion '" + fusion->name() + "'", *misfit);
   if (first_plan().compiled.mesh || device.kind == DeviceKind::cuda) {
     std::lock_guard<std::mutex> lock(run_mutex);
-    return run_locked(inputs, trace);
+    return run_locked(inputs, run);
   }
-  return run_locked(inputs, trace);
+  return run_locked(inputs, run);
 }
 
 void FusionExecutor::Impl::fill_trace(std::vector<host_ir::Span> spans, RunTrace& trace) {
@@ -450,9 +451,10 @@ void FusionExecutor::Impl::fill_trace(std::vector<host_ir::Span> spans, RunTrace
   else trace.ranks = {{multidevice::process().rank, std::move(spans)}};
 }
 
-std::vector<Tensor> FusionExecutor::Impl::run_locked(const std::vector<Tensor>& inputs, RunTrace* trace) {
+std::vector<Tensor> FusionExecutor::Impl::run_locked(const std::vector<Tensor>& inputs, const RunOptions& run) {
+  RunTrace* trace = run.trace;
   host_ir::RunState state;
-  Bound bound = bind(inputs, trace != nullptr);
+  Bound bound = bind(inputs, run);
   const bool agree_on_errors = agrees_on_index_errors();
   if (outside_mesh) {
     if (trace) fill_trace({}, *trace);  // (the gather's other side: this rank ran nothing)
@@ -571,15 +573,15 @@ FusionExecutor::~FusionExecutor() = default;
 FusionExecutor::FusionExecutor(FusionExecutor&&) noexcept = default;
 FusionExecutor& FusionExecutor::operator=(FusionExecutor&&) noexcept = default;
 
-std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs) { return impl_->run(inputs, nullptr); }
+std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs) { return impl_->run(inputs, RunOptions{}); }
 
 void FusionExecutor::fail_run(std::exception_ptr failure) { impl_->fail_run(failure); }
 
 std::vector<Tensor> FusionExecutor::run(const std::vector<Tensor>& inputs, const RunOptions& run_options) {
-  if (!run_options.stream || impl_->device.kind != DeviceKind::cuda) return impl_->run(inputs, run_options.trace);
+  if (!run_options.stream || impl_->device.kind != DeviceKind::cuda) return impl_->run(inputs, run_options);
   // Every stage of the run asks for the thread's current stream: make it the caller's.
   auto scope = backend::device_runtime(impl_->device.kind).use_stream(impl_->device.index, *run_options.stream);
-  return impl_->run(inputs, run_options.trace);
+  return impl_->run(inputs, run_options);
 }
 
 int FusionExecutor::plans_built() const {

@@ -64,6 +64,10 @@ struct RunOptions {
   // none (the job's agreement says so), and `ranks` holds every rank's spans (gathered: ranks
   // outside the mesh have none); otherwise this process's alone.
   RunTrace* trace = nullptr;
+  // What the run is for, as a job's agreement compares it (a job of several processes makes the
+  // same runs on every rank): "run", or the Python API's runs inside validate and dump, so a rank
+  // validating where another executes is a disagreement named as such, not runs paired wrongly.
+  const char* purpose = "run";
 };
 
 // Thread safety: one executor may run on several threads at once. The plan is built once, under a
