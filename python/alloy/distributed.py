@@ -283,8 +283,12 @@ def _abort_job_on_uncaught(kind, value, traceback):
     _alloy.abort_mpi_job_if_started(1)
 
 
-def _exit_noting_failure(code=None):
+def _note_exit(code):
     _failed_exit[0] = None if code is None or code == 0 else (code if isinstance(code, int) else 1)
+
+
+def _exit_noting_failure(code=None):
+    _note_exit(code)
     _previous_exit(code)
 
 
@@ -305,6 +309,25 @@ def _end_mpi_at_exit():
     _alloy.finalize_mpi()
 
 
+class _QuitterNotingFailure:
+    """The interpreter's `exit` and `quit` builtins, noting a failing code as sys.exit does (a bare
+    `raise SystemExit(code)` is not seen: the other ranks are told this one left the job)."""
+
+    def __init__(self, quitter):
+        self._quitter = quitter
+
+    def __repr__(self):
+        return repr(self._quitter)
+
+    def __call__(self, code=None):
+        _note_exit(code)
+        self._quitter(code)
+
+
 _sys.excepthook = _abort_job_on_uncaught
 _sys.exit = _exit_noting_failure
+import builtins as _builtins  # noqa: E402
+for _name in ("exit", "quit"):
+    if hasattr(_builtins, _name) and not isinstance(getattr(_builtins, _name), _QuitterNotingFailure):
+        setattr(_builtins, _name, _QuitterNotingFailure(getattr(_builtins, _name)))
 _atexit.register(_end_mpi_at_exit)

@@ -17,7 +17,8 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "rank_leaves.py")
 
 @pytest.mark.skipif(shutil.which("mpirun") is None or not alloy._alloy.have_mpi() or alloy.distributed.world_size() > 1,
                     reason="needs mpirun and Alloy built with MPI (and runs from one process)")
-@pytest.mark.parametrize("how, status, agreement", [("raise", 1, None), ("exit", 3, None), ("end", 1, None), ("end", 1, "on_change")])
+@pytest.mark.parametrize("how, status, agreement", [("raise", 1, None), ("exit", 3, None), ("builtin_exit", 3, None), ("end", 1, None),
+                                                   ("end", 1, "on_change")])
 def test_a_rank_leaving_between_runs_ends_the_job(how, status, agreement):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     for name in [k for k in env if k.startswith(("OMPI_COMM_WORLD", "PMIX_", "PMI_"))]:

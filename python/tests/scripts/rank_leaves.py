@@ -1,5 +1,5 @@
 """Run under mpirun: every rank runs a sharded fusion once, then the last rank leaves (an
-uncaught exception, sys.exit(3), or its script ending) while the others run it again
+uncaught exception, sys.exit(3), the builtin exit(3), or its script ending) while the others run it again
 (test_job_exit.py); argv[2], where given, is the definition's agreement option."""
 import sys
 
@@ -21,5 +21,7 @@ if rank == size - 1:
         raise RuntimeError(f"rank {rank} leaves")
     if sys.argv[1] == "exit":
         sys.exit(3)
+    if sys.argv[1] == "builtin_exit":
+        exit(3)  # noqa: F821 (the interpreter's builtin, as a script calls it)
 else:
     fd.execute(fd.local_inputs([whole]))
