@@ -12,16 +12,54 @@ namespace {
 // "_c3.-1": the collapsed axis of each cat leaf (nothing for kernels without one)
 std::string cat_key(const std::vector<int>& cat_axes) {
   std::string key = cat_axes.empty() ? "" : "_c";
-  for (size_t j = 0; j < cat_axes.size(); ++j) key += (j ? "." : "") + std::to_string(cat_axes[j]);
+  for (size_t j = 0; j < cat_axes.size(); ++j) {
+    if (j) key += ".";
+    key += std::to_string(cat_axes[j]);
+  }
   return key;
 }
 }  // namespace
 
 std::string KernelVariant::key() const {
-  return "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank) + "_v" + std::to_string(vector) + "_t" +
-         std::to_string(threads) + "_i" + std::to_string(items) + (rows_per_block ? "_w" + std::to_string(rows_per_block) : "") +
-         (min_blocks ? "_b" + std::to_string(min_blocks) : "") + (tile_x ? "_x" + std::to_string(tile_x) + (ty_fast ? "y" : "") : "") + (grid ? "_g" : "") + (inner_outer ? "_io" : "") + (prefetch ? "_pf" + (prefetch > 1 ? std::to_string(prefetch) : std::string()) : "") + (combine_levels != 2 ? "_l" + std::to_string(combine_levels) : "") + (row_groups > 1 ? "_rg" + std::to_string(row_groups) : "") + (staged_rows ? "_sr" : "") + (shared_partials ? "_sp" : "") + (shared_row ? "_sh" : "") + (welford_steps > 1 ? "_ws" + std::to_string(welford_steps) : "") + (loads_ahead ? "_la" : "") + (step_bytes != 64 ? "_sb" + std::to_string(step_bytes) : "") + (index32 ? "_32" : "") + (recompute ? "_rc" : "") + (early_loads ? "_el" : "") + (full_rows ? "_f" : "") + (edge_elements ? "_e" : "") + (streaming_online ? "_so" : "") + "_" +
-         leaf_modes + cat_key(cat_axes) + (transpose_axis >= 0 ? "_t" + std::to_string(transpose_axis) + staged : "");
+  // every field that changes the generated source, in a fixed order; one at its default adds nothing
+  std::string key = "r" + std::to_string(outer_rank) + "." + std::to_string(inner_rank);
+  key += "_v" + std::to_string(vector);
+  key += "_t" + std::to_string(threads);
+  key += "_i" + std::to_string(items);
+  if (rows_per_block) key += "_w" + std::to_string(rows_per_block);
+  if (min_blocks) key += "_b" + std::to_string(min_blocks);
+  if (tile_x) {
+    key += "_x" + std::to_string(tile_x);
+    if (ty_fast) key += "y";
+  }
+  if (grid) key += "_g";
+  if (inner_outer) key += "_io";
+  if (prefetch) {
+    key += "_pf";
+    if (prefetch > 1) key += std::to_string(prefetch);
+  }
+  if (combine_levels != 2) key += "_l" + std::to_string(combine_levels);
+  if (row_groups > 1) key += "_rg" + std::to_string(row_groups);
+  if (staged_rows) key += "_sr";
+  if (shared_partials) key += "_sp";
+  if (shared_row) key += "_sh";
+  if (welford_steps > 1) key += "_ws" + std::to_string(welford_steps);
+  if (loads_ahead) key += "_la";
+  if (step_bytes != 64) key += "_sb" + std::to_string(step_bytes);
+  if (index32) key += "_32";
+  if (recompute) key += "_rc";
+  if (early_loads) key += "_el";
+  if (full_rows) key += "_f";
+  if (edge_elements) key += "_e";
+  if (streaming_online) key += "_so";
+  key += "_";
+  key += leaf_modes;
+  key += cat_key(cat_axes);
+  if (transpose_axis >= 0) {
+    key += "_t" + std::to_string(transpose_axis);
+    key += staged;
+  }
+  return key;
 }
 
 std::string generate_kernel(const KernelAnalysis& analysis, const KernelVariant& variant, const std::string& name) {
