@@ -502,7 +502,7 @@ void Executable::prepare_landings(const ForChunks& loop, LoopFrame& frame, RunSt
 }
 
 void Executable::run_loop(const ForChunks& loop, RunState& state, RunStreams* streams) const {
-  LoopFrame frame{&loop, 0, loop.count, 0, {}, {}, {}, {}};
+  LoopFrame frame{&loop, 0, loop.count, 0, {}, {}, {}, {}, {}};
   const bool ring = loop.schedule == ForChunks::Schedule::ring;
   if (state.team) frame.rank = state.team->rank();
   frame.own.resize(loop.values.size());

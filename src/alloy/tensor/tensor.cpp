@@ -176,11 +176,20 @@ void store_double(void* base, DType dtype, int64_t index, double value) {
     case DType::f32: static_cast<float*>(base)[index] = float(value); return;
     case DType::f16: static_cast<uint16_t*>(base)[index] = double_to_f16_bits(value); return;
     case DType::bf16: static_cast<uint16_t*>(base)[index] = double_to_bf16_bits(value); return;
-    case DType::i64: static_cast<int64_t*>(base)[index] = std::isfinite(value) ? int64_t(value) : 0; return;
-    case DType::i32: static_cast<int32_t*>(base)[index] = std::isfinite(value) ? int32_t(int64_t(value)) : 0; return;
+    case DType::i64: static_cast<int64_t*>(base)[index] = float_to_int(value, DType::i64); return;
+    case DType::i32: static_cast<int32_t*>(base)[index] = int32_t(float_to_int(value, DType::i32)); return;
     case DType::boolean: static_cast<uint8_t*>(base)[index] = value != 0.0; return;
   }
   internal_error("bad dtype");
+}
+
+int64_t float_to_int(double v, DType to) {
+  const bool i32 = to == DType::i32;
+  const double low = i32 ? -2147483648.0 : -9223372036854775808.0, high = i32 ? 2147483648.0 : 9223372036854775808.0;
+  if (v != v) return 0;
+  if (v >= high) return i32 ? INT32_MAX : INT64_MAX;
+  if (v <= low) return i32 ? INT32_MIN : INT64_MIN;
+  return int64_t(v);
 }
 
 void store_int(void* base, DType dtype, int64_t index, int64_t value) {

@@ -118,6 +118,10 @@ int64_t host_memory_bytes();
 double load_as_double(const void* base, DType dtype, int64_t index);
 int64_t load_as_int(const void* base, DType dtype, int64_t index);
 void store_double(void* base, DType dtype, int64_t index, double value);
+// A float as integer dtype `to` (i64 or i32) holds it: toward zero, saturating at the dtype's range,
+// NaN 0 — what a GPU's conversion does (cvt.rzi), so the CPU reference and the generated kernels
+// agree (C++ leaves it undefined, PyTorch platform-defined).
+int64_t float_to_int(double value, DType to);
 void store_int(void* base, DType dtype, int64_t index, int64_t value);
 
 }  // namespace alloy

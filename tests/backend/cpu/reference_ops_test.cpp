@@ -327,12 +327,27 @@ TEST(ReferencePointwise, CastTruncatesTowardZeroAndMapsNaNToZero) {
 }
 
 // Every value i64 holds converts, however large (the GPU's conversion gives them too): values past
-// 9.2e18 were 0 (held-out numerics check); -2^63 is i64's least.
+// 9.2e18 were 0 (held-out numerics check); -2^63 is i64's least, and 2^63 past its greatest.
 TEST(ReferencePointwise, CastToI64KeepsValuesNearItsLimits) {
   OpHarness h;
   h.add(OpKind::cast, {h.input(DType::f64, {4})}, {attr("dtype", Attr::dtype(DType::i64))});
   Tensor out = h.run({make(DType::f64, {4}, {9.2000002679389553e18, -9.2000002679389553e18, -9223372036854775808.0, 9223372036854775808.0})});
-  EXPECT_EQ(ints(out), (std::vector<int64_t>{9200000267938955264LL, -9200000267938955264LL, INT64_MIN, 0}));
+  EXPECT_EQ(ints(out), (std::vector<int64_t>{9200000267938955264LL, -9200000267938955264LL, INT64_MIN, INT64_MAX}));
+}
+
+// Floats past an integer dtype's range, and infinities, saturate at its limits, NaN gives 0: what a
+// GPU's conversion does (cvt.rzi), so the CPU reference and the generated kernels agree (an i32
+// cast wrapped 3e9 to -1294967296 and gave 0 for the infinities; held-out semantics check).
+TEST(ReferencePointwise, CastOutOfRangeSaturatesAsTheGpuDoes) {
+  const std::vector<double> x = {3e9, -3e9, 1e20, -1e20, kInf, -kInf, kNaN, 2147483647.0, -2147483648.0};
+  OpHarness h32;
+  h32.add(OpKind::cast, {h32.input(DType::f64, {9})}, {attr("dtype", Attr::dtype(DType::i32))});
+  EXPECT_EQ(ints(h32.run({make(DType::f64, {9}, x)})),
+            (std::vector<int64_t>{INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, 0, INT32_MAX, INT32_MIN}));
+  OpHarness h64;
+  h64.add(OpKind::cast, {h64.input(DType::f32, {9})}, {attr("dtype", Attr::dtype(DType::i64))});
+  EXPECT_EQ(ints(h64.run({make(DType::f32, {9}, x)})),
+            (std::vector<int64_t>{3000000000LL, -3000000000LL, INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, 0, 2147483648LL, -2147483648LL}));
 }
 
 TEST(ReferencePointwise, CastToBoolIsNonZeroAndFromBoolIsZeroOrOne) {

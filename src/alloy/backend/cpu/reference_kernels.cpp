@@ -21,12 +21,6 @@ void store_typed(const Tensor& dst, const In* values, Convert convert) {
   for_each_offset(dst.sizes(), dst.strides(), [&](int64_t i, int64_t offset) { p[offset] = convert(values[i]); });
 }
 
-// Float to integer as a C cast does (toward zero); NaN, inf and values out of int64's range give 0.
-// Toward zero, for every value i64 holds ([-2^63, 2^63), as the GPU's conversion gives them);
-// 0 for NaN, infinities and values past it (undefined in C++, platform-defined in PyTorch).
-int64_t truncate_to_int(double v) {
-  return (v >= -9223372036854775808.0 && v < 9223372036854775808.0) ? int64_t(v) : 0;
-}
 
 }  // namespace
 
@@ -93,7 +87,7 @@ std::vector<int64_t> load_ints(const Tensor& t, const Shape& sizes, const Shape&
   if (is_floating(t.dtype())) {  // a scalar given as a float: truncate like a C cast
     std::vector<double> d = load_doubles(t, sizes, strides);
     std::vector<int64_t> out(d.size());
-    for (size_t i = 0; i < d.size(); ++i) out[i] = truncate_to_int(d[i]);
+    for (size_t i = 0; i < d.size(); ++i) out[i] = float_to_int(d[i], DType::i64);
     return out;
   }
   std::vector<int64_t> out(size_t(numel_of(sizes)));
@@ -118,8 +112,8 @@ void store_doubles(const Tensor& dst, const double* v) {
     case DType::f32: store_typed<float>(dst, v, [](double x) { return float(x); }); break;
     case DType::f16: store_typed<uint16_t>(dst, v, [](double x) { return double_to_f16_bits(double(float(x))); }); break;
     case DType::bf16: store_typed<uint16_t>(dst, v, [](double x) { return double_to_bf16_bits(double(float(x))); }); break;
-    case DType::i64: store_typed<int64_t>(dst, v, [](double x) { return truncate_to_int(x); }); break;
-    case DType::i32: store_typed<int32_t>(dst, v, [](double x) { return int32_t(uint32_t(uint64_t(truncate_to_int(x)))); }); break;
+    case DType::i64: store_typed<int64_t>(dst, v, [](double x) { return float_to_int(x, DType::i64); }); break;
+    case DType::i32: store_typed<int32_t>(dst, v, [](double x) { return int32_t(float_to_int(x, DType::i32)); }); break;
     case DType::boolean: store_typed<uint8_t>(dst, v, [](double x) { return uint8_t(x != 0.0); }); break;
   }
 }
