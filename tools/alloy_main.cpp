@@ -415,6 +415,28 @@ std::string bench(FusionExecutor& executor, const std::vector<Tensor>& inputs, i
   return line;
 }
 
+// One run, finished on the device. A fusion without a mesh runs whole on every rank of a job, each
+// on its own, so a run that fails (an out-of-range index on one rank, or on all) is agreed on
+// after it: the job tells it once and ends (every rank printed it, and one aborted the job). A
+// fusion with a mesh agrees in the executor.
+std::vector<Tensor> run_agreed(FusionExecutor& executor, const std::vector<Tensor>& inputs, const alloy::RunOptions& options = {}) {
+  if (!executor.input_shardings().empty() || multidevice::process().size == 1) {
+    std::vector<Tensor> made = executor.run(inputs, options);
+    executor.synchronize();
+    return made;
+  }
+  std::vector<Tensor> made;
+  std::exception_ptr failure;
+  try {
+    made = executor.run(inputs, options);
+    executor.synchronize();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  multidevice::agree_with_job({{"run", "done"}}, true, failure, "alloy run");
+  return made;
+}
+
 // One run with its timeline (alloy::RunOptions::trace): every rank of the job calls it together.
 // The executor gathers every rank's spans for a fusion with a mesh; a fusion without one runs
 // whole on each rank, and its ranks' spans are gathered here.
@@ -422,8 +444,7 @@ RunTrace traced_run(FusionExecutor& executor, const std::vector<Tensor>& inputs,
   RunTrace trace;
   alloy::RunOptions options;
   options.trace = &trace;
-  std::vector<Tensor> made = executor.run(inputs, options);
-  executor.synchronize();
+  std::vector<Tensor> made = run_agreed(executor, inputs, options);
   if (executor.input_shardings().empty() && multidevice::process().size > 1) trace.ranks = gather_job_spans(trace.ranks.at(0).spans);
   if (outputs) *outputs = std::move(made);
   return trace;
@@ -511,8 +532,7 @@ int run_sharded(const RunOptions& opts, FusionExecutor& executor, std::vector<Te
   std::vector<Tensor> outputs;
   std::optional<RunTrace> trace;
   if (!opts.trace.empty() && opts.bench == 0) trace = traced_run(executor, local, &outputs);
-  else outputs = executor.run(local);
-  executor.synchronize();
+  else outputs = run_agreed(executor, local);
   if (root) print_dumps(executor, opts.dumps, true, nullptr);  // (the run's plan)
   bool in_team = team_mesh.empty() || multidevice::team_rank_of(team_mesh) >= 0;
   auto team = team_mesh.empty() || !in_team ? nullptr : multidevice::communicator_for(team_mesh, Device{});
