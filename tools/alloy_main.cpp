@@ -325,20 +325,26 @@ void check_output_places(const RunOptions& opts, const Fusion& fusion) {
     if (std::string why = why_unwritable(opts.trace); !why.empty()) user_error_at("--trace " + opts.trace, "cannot write the file: ", why);
 }
 
-// Writes this rank's files (`write`: the outputs, the trace) and, in a job of several, agrees on
-// how that went: a place that fails only now (a full disk, a device the check before the run
-// could not tell from a file) is the whole job's error, told once, each rank stopping here rather
-// than aborting the job from the next collective.
-template <class Write>
-void write_agreed(Write&& write) {
+// Runs `step`, then, in a job of several, agrees on how it went: a failure there (on one rank or
+// on all) is the whole job's, told once, every rank stopping at the agreement rather than
+// printing it each or aborting the job from the next collective. `what` names the step.
+template <class Step>
+void agreed_step(const char* what, Step&& step) {
+  if (multidevice::process().size == 1) return step();
   std::exception_ptr failure;
   try {
-    write();
+    step();
   } catch (...) {
     failure = std::current_exception();
   }
-  if (multidevice::process().size > 1) multidevice::agree_with_job({{"files", "written"}}, true, failure, "alloy run");
-  else if (failure) std::rethrow_exception(failure);
+  multidevice::agree_with_job({{"step", what}}, true, failure, "alloy run");
+}
+
+// Writes this rank's files (`write`: the outputs, the trace), agreed: a place that fails only now (a
+// full disk, a device the check before the run could not tell from a file).
+template <class Write>
+void write_agreed(Write&& write) {
+  agreed_step("files written", write);
 }
 
 void save_outputs(const std::string& dir, const Fusion& fusion, const std::vector<Tensor>& outputs) {
@@ -420,20 +426,13 @@ std::string bench(FusionExecutor& executor, const std::vector<Tensor>& inputs, i
 // after it: the job tells it once and ends (every rank printed it, and one aborted the job). A
 // fusion with a mesh agrees in the executor.
 std::vector<Tensor> run_agreed(FusionExecutor& executor, const std::vector<Tensor>& inputs, const alloy::RunOptions& options = {}) {
-  if (!executor.input_shardings().empty() || multidevice::process().size == 1) {
-    std::vector<Tensor> made = executor.run(inputs, options);
-    executor.synchronize();
-    return made;
-  }
   std::vector<Tensor> made;
-  std::exception_ptr failure;
-  try {
+  auto run = [&] {
     made = executor.run(inputs, options);
     executor.synchronize();
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  multidevice::agree_with_job({{"run", "done"}}, true, failure, "alloy run");
+  };
+  if (executor.input_shardings().empty()) agreed_step("run done", run);
+  else run();
   return made;
 }
 

@@ -68,12 +68,11 @@ struct Pair {
   int collective, gemm;
   int parts;
   std::string refusal;
-  // A GEMM -> all-reduce pair led by the row-wise segments that make its GEMM's rows (Megatron's
-  // fc1 before its fc2): their Launch nodes in order (`lead`), the rows the first one reads
-  // (`rows`), and the nodes between first and last that none of them reads (`hoisted`: run
-  // before the loop, as the share of a row-parallel bias). Empty for a pair alone.
+  // A GEMM -> all-reduce pair led by the row-wise GEMMs that make its GEMM's rows (Megatron's
+  // fc1 before its fc2): their Launch nodes in order (`lead`), and the nodes between first and
+  // last that none of them reads (`hoisted`: run before the loop, as the share of a row-parallel
+  // bias). Empty for a pair alone.
   std::vector<size_t> lead, hoisted;
-  Value* rows = nullptr;
 };
 
 // Whether `v` is row-aligned with `rows` (its axis 0 the same rows).
@@ -175,7 +174,7 @@ class Rewriter {
     if (j >= nodes.size() || !std::holds_alternative<Launch>(nodes[j])) return std::nullopt;
     int m = segment_of(nodes[j]);
     if (m < 0 || !row_wise_gemm(segment(m), gather.outputs[0])) return std::nullopt;
-    return Pair{PairSizes::Kind::all_gather_gemm, i, j, c, m, int(gather.outputs[0]->sharding->mesh.size()), "", {}, {}, nullptr};
+    return Pair{PairSizes::Kind::all_gather_gemm, i, j, c, m, int(gather.outputs[0]->sharding->mesh.size()), "", {}, {}};
   }
 
   // [Allocate...] Launch GEMM -> P, [Allocate...], Communicate `kind` P -> y: a reduce_scatter
@@ -196,7 +195,7 @@ class Rewriter {
     if (!mm || gemm.outputs.size() != 1 || gemm.outputs[0] != collective.inputs[0] || !row_wise_gemm(gemm, mm->inputs[0])) return std::nullopt;
     const bool all_reduce = kind == OpKind::all_reduce;
     Pair pair{all_reduce ? PairSizes::Kind::gemm_all_reduce : PairSizes::Kind::gemm_reduce_scatter, i, k, c, m,
-              int(collective.outputs[0]->sharding->mesh.size()), "", {}, {}, nullptr};
+              int(collective.outputs[0]->sharding->mesh.size()), "", {}, {}};
     const Value* partial = collective.inputs[0];
     bool returned = std::find(p_.fusion_outputs.begin(), p_.fusion_outputs.end(), partial) != p_.fusion_outputs.end();
     if (returned || read_elsewhere(p_, partial, {c})) {
@@ -242,7 +241,6 @@ class Rewriter {
         pair->first = i;
         pair->lead = std::move(lead);
         pair->hoisted = std::move(hoisted);
-        pair->rows = rows;
         return pair;
       }
       if (!row_local(seg, rows, made)) return std::nullopt;
@@ -405,10 +403,11 @@ class Rewriter {
   void emit_all_reduce_chunks(const Pair& pair, const std::vector<Node>& nodes, std::vector<Node>& out, const std::string& why) {
     const Op& op = *segment(pair.collective).ops[0];
     std::vector<ChunkedValue> values;
-    if (pair.rows) values.push_back({pair.rows, ChunkedValue::Layout::rows});
+    // the first GEMM's rows (the lead's, else the pair's), then what each lead GEMM makes
+    const int first = pair.lead.empty() ? pair.gemm : segment_of(nodes[pair.lead.front()]);
+    values.push_back({matmul_op(segment(first))->inputs[0], ChunkedValue::Layout::rows});
     for (size_t n : pair.lead)
       for (Value* v : segment(segment_of(nodes[n])).outputs) values.push_back({v, ChunkedValue::Layout::rows});
-    if (pair.lead.empty()) values.push_back({matmul_op(segment(pair.gemm))->inputs[0], ChunkedValue::Layout::rows});
     values.push_back({op.inputs[0], ChunkedValue::Layout::rows});
     values.push_back({op.outputs[0], ChunkedValue::Layout::rows});
     // the hoisted nodes (and the allocations of what they make) before the loop, in their order
