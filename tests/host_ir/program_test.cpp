@@ -291,16 +291,22 @@ TEST(PipelinedProgram, GemmReduceScatter_TheOwnGemmAddsTheOtherRanksPartsWhereTh
     EXPECT_EQ(partial.layout, host_ir::ChunkedValue::Layout::blocks);
     ASSERT_NE(partial.own, nullptr);
     EXPECT_EQ(partial.own->name, "y");
-    ASSERT_EQ(loop.body.size(), 8u) << p.str();
-    auto* other = std::get_if<host_ir::Launch>(&loop.body[0]);
-    auto* computed = std::get_if<host_ir::Record>(&loop.body[1]);
-    auto* send = std::get_if<host_ir::Communicate>(&loop.body[2]);
-    auto* land = std::get_if<host_ir::Communicate>(&loop.body[3]);
-    auto* landed = std::get_if<host_ir::Record>(&loop.body[4]);
-    auto* gemm_waits = std::get_if<host_ir::Wait>(&loop.body[5]);
-    auto* own = std::get_if<host_ir::Launch>(&loop.body[6]);
-    auto* release = std::get_if<host_ir::Release>(&loop.body[7]);
-    ASSERT_TRUE(other && computed && send && land && landed && gemm_waits && own && release) << p.str();
+    ASSERT_EQ(loop.body.size(), 9u) << p.str();
+    auto* in_order = std::get_if<host_ir::Wait>(&loop.body[0]);
+    auto* other = std::get_if<host_ir::Launch>(&loop.body[1]);
+    auto* computed = std::get_if<host_ir::Record>(&loop.body[2]);
+    auto* send = std::get_if<host_ir::Communicate>(&loop.body[3]);
+    auto* land = std::get_if<host_ir::Communicate>(&loop.body[4]);
+    auto* landed = std::get_if<host_ir::Record>(&loop.body[5]);
+    auto* gemm_waits = std::get_if<host_ir::Wait>(&loop.body[6]);
+    auto* own = std::get_if<host_ir::Launch>(&loop.body[7]);
+    auto* release = std::get_if<host_ir::Release>(&loop.body[8]);
+    ASSERT_TRUE(in_order && other && computed && send && land && landed && gemm_waits && own && release) << p.str();
+    // chunk i's other blocks' GEMMs wait for chunk i - 1's (the last one's event, on the other
+    // stream of the pool): two chunks' GEMMs never share the device from the start
+    EXPECT_EQ(in_order->stream, host_ir::kIterationStream);
+    EXPECT_TRUE(in_order->previous_step);
+    EXPECT_EQ(in_order->event, computed->event) << "two ranks: one other block, whose event is the last";
     EXPECT_EQ(partial.landing, land->segment) << p.str();
     EXPECT_EQ(other->part, 1);
     EXPECT_EQ(other->adds, nullptr);
@@ -338,6 +344,7 @@ TEST(PipelinedProgram, GemmReduceScatter_TheOwnGemmAddsTheOtherRanksPartsWhereTh
   Stream 2 waits for event 0
   Stream 3 waits for event 0
   For i in 0..2 (linear y__computed -> reduce_scatter: 2 chunks (--pipeline chunks=2)); chunked: x (blocks of 2) y__computed (blocks of 2; its own block is y, whose GEMM adds the other ranks' parts where they land: their sum in a scratch chunk where segment 2's communicator reduces them, this value's own block zeroed before the loop as this rank's term) y (rows)
+    Stream (2 + i % 2) waits for event 1 of iteration i - 1 (none in iteration 0)
     Launch segment 1 [cpu_reference] (x, w, b__share) -> (y__computed) on chunk i of block (rank + 1) mod 2 on stream (2 + i % 2)
     Record event 1 on stream (2 + i % 2)
     Communicate segment 2: reduce_scatter(axis=0, reduce="sum") y__computed: f32[8, 16] -> y: f32[4, 16], team @mesh[0, 1], sends 512 bytes (chunk i: send the parts of the other ranks, that of rank (r + j) mod n once event 1 + j - 1 is reached) on stream 1

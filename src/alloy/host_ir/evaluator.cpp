@@ -34,10 +34,9 @@ bool SegmentExecutable::lands_in_place(const RunState&) const { return false; }
 void SegmentExecutable::run_accumulating(RunState& state, const Value* into, const std::vector<Tensor>& addends, const DeviceRuntime& device,
                                          const std::function<void(size_t)>& ready) {
   run(state);
-  for (size_t i = 0; i < addends.size(); ++i) {
-    if (ready) ready(i);
-    device.accumulate(state.at(into), addends[i]);
-  }
+  if (ready)
+    for (size_t i = 0; i < addends.size(); ++i) ready(i);
+  device.accumulate(state.at(into), addends);
 }
 
 Tensor DeviceRuntime::allocate(DType dtype, const std::vector<int64_t>& sizes, const RunState& state) const {
@@ -420,7 +419,7 @@ struct Executable::NodeRunner {
     if (frame->iteration == 0) return;
     with_stream(acc.stream, [&] {
       span(acc.stream, SpanKind::compute, [&] { return "accumulate " + acc.into->name + place(); }, [&] {
-        x.device->accumulate(frame->ring_view(frame->index_of(acc.into), frame->iteration, state), frame->sums[size_t(frame->iteration % 2)]);
+        x.device->accumulate(frame->ring_view(frame->index_of(acc.into), frame->iteration, state), {frame->sums[size_t(frame->iteration % 2)]});
       });
     });
   }

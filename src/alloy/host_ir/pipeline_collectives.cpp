@@ -363,6 +363,13 @@ class Rewriter {
       p_.events += std::max(parts - 2, 0);
       int arrived = p_.events++;
       Value* partial = op.inputs[0];
+      // Chunk i's GEMMs of the other blocks start once chunk i - 1's are done: the pool's two
+      // streams would otherwise run them side by side from the start, each chunk's GEMMs at half
+      // the device, so every chunk's parts went late and the own GEMMs all waited near the end
+      // (four H100s, chunks=2: the first chunk's own block ended 1453 us in, of 1515). In chunk
+      // order, chunk i's parts travel behind chunk i + 1's GEMMs; the own GEMM of chunk i runs
+      // where its stream is free and its C has landed.
+      if (parts > 1) loop.body.push_back(Wait{kIterationStream, made + parts - 2, true});
       for (int j = 1; j < parts; ++j) {
         loop.body.push_back(Launch{m, kIterationStream, j, true});
         loop.body.push_back(Record{kIterationStream, made + j - 1});

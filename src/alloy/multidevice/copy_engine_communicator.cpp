@@ -286,13 +286,14 @@ class CopyEngineCommunicator final : public Communicator {
     sending_ = false;
     ALLOY_CHECK(out.is_contiguous() && bytes_of(out) == bytes_of(part_of(parts, rank())), name(), ": reduce_scatter into ", out.str());
     Calls call(*this, 0);
+    std::vector<Tensor> staged;
     for (int j = 1; j < size(); ++j) {
       int q = (rank() - j + size()) % size();
       arrive(q, e, call.stream);
-      Tensor staged = Tensor::borrow(slot(rank(), q, e), out.device(), out.dtype(), out.sizes(), contiguous_strides(out.sizes()));
-      runtime_.accumulate(out, staged);
-      release(q, e, call.stream);
+      staged.push_back(Tensor::borrow(slot(rank(), q, e), out.device(), out.dtype(), out.sizes(), contiguous_strides(out.sizes())));
     }
+    runtime_.accumulate(out, staged);  // one pass over every peer's part
+    for (int j = 1; j < size(); ++j) release((rank() - j + size()) % size(), e, call.stream);
   }
 
  private:

@@ -240,18 +240,32 @@ TEST(PipelinedGpu, AccumulateKernel_CompilesWithoutAGpu) {
 TEST(PipelinedGpu, AccumulateKernel_AddsEveryDtype) {
   ALLOY_REQUIRE_GPU();
   cuda::Stream stream = cuda::Stream::current(0);
-  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
-    SCOPED_TRACE(dtype_name(t));
-    Tensor a = Tensor::empty(t, {3, 37}), b = Tensor::empty(t, {3, 37}), sum = Tensor::empty(t, {3, 37});
-    for (int64_t i = 0; i < a.numel(); ++i) {
-      store_double(a.data(), t, i, double(i % 9) - 4);
-      store_double(b.data(), t, i, double(i % 5));
-      store_double(sum.data(), t, i, double(i % 9) - 4 + double(i % 5));
-    }
-    Tensor into = cuda::to_device(a, stream);
-    cuda::accumulate(into, cuda::to_device(b, stream), stream);
-    EXPECT_TRUE(testing::tensors_close(cuda::to_host(into, stream), sum));
-  }
+  // 1, 3 and 9 addends (past the kernel's 8: two launches); 3 x 37 elements (whole vectors and
+  // a tail), and the same one element in (no 16-byte alignment: the scalar path); sums in range
+  // of every dtype, so every dtype's result is exact
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::boolean})
+    for (int count : {1, 3, 9})
+      for (int64_t offset : {0, 1}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + ", " + std::to_string(count) + " addends, offset " + std::to_string(offset));
+        const int64_t n = 3 * 37;
+        auto value = [&](int a, int64_t i) { return t == DType::boolean ? double((i + a) % 7 == 0) : double((i * (a + 2)) % 9) - 4; };
+        Tensor host_into = Tensor::empty(t, {n + offset}), want = Tensor::empty(t, {n});
+        for (int64_t i = 0; i < n; ++i) {
+          double sum = value(0, i);
+          for (int a = 1; a <= count; ++a) sum += value(a, i);
+          store_double(host_into.data(), t, i + offset, value(0, i));
+          store_double(want.data(), t, i, t == DType::boolean ? double(sum != 0) : sum);
+        }
+        Tensor into = cuda::to_device(host_into, stream);
+        std::vector<Tensor> addends;
+        for (int a = 1; a <= count; ++a) {
+          Tensor h = Tensor::empty(t, {n + offset});
+          for (int64_t i = 0; i < n; ++i) store_double(h.data(), t, i + offset, value(a, i));
+          addends.push_back(cuda::to_device(h, stream).as_strided({n}, {1}, offset));
+        }
+        cuda::accumulate(into.as_strided({n}, {1}, offset), addends, stream);
+        EXPECT_TRUE(testing::tensors_close(cuda::to_host(into, stream).as_strided({n}, {1}, offset), want));
+      }
 }
 
 }  // namespace

@@ -75,13 +75,28 @@ void copy_into_cpu(const Tensor& dst, const Tensor& src) {
   for_each_element(dst, [&](int64_t k, int64_t at) { std::memcpy(to + at * width, from + k * width, size_t(width)); });
 }
 
-// into += sum for CPU tensors of one dtype and shape, `into` at any strides (a ring's block).
-void accumulate_cpu(const Tensor& into, const Tensor& sum) {
-  ALLOY_CHECK(into.sizes() == sum.sizes() && into.dtype() == sum.dtype(), "accumulate of ", sum.str(), " into ", into.str());
-  Tensor packed = packed_cpu(sum);
+// into += the sum of `addends` for CPU tensors of one dtype and shape, `into` at any strides (a
+// ring's block): summed in double and stored once (integers exactly, as int64; bools or).
+void accumulate_cpu(const Tensor& into, const std::vector<Tensor>& addends) {
+  std::vector<Tensor> packed;
+  for (const Tensor& a : addends) {
+    ALLOY_CHECK(into.sizes() == a.sizes() && into.dtype() == a.dtype(), "accumulate of ", a.str(), " into ", into.str());
+    packed.push_back(packed_cpu(a));
+  }
   void* base = into.data();
+  const DType t = into.dtype();
+  if (is_integral(t) || t == DType::boolean) {
+    for_each_element(into, [&](int64_t k, int64_t at) {
+      uint64_t sum = uint64_t(load_as_int(base, t, at));
+      for (const Tensor& a : packed) sum += uint64_t(load_as_int(a.data(), t, k));
+      store_int(base, t, at, int64_t(sum));
+    });
+    return;
+  }
   for_each_element(into, [&](int64_t k, int64_t at) {
-    store_double(base, into.dtype(), at, load_as_double(base, into.dtype(), at) + load_as_double(packed.data(), packed.dtype(), k));
+    double sum = load_as_double(base, t, at);
+    for (const Tensor& a : packed) sum += load_as_double(a.data(), t, k);
+    store_double(base, t, at, sum);
   });
 }
 
@@ -105,7 +120,7 @@ class CpuRuntime final : public host_ir::DeviceRuntime {
   void fill_zero(const Tensor& t) const override { fill_zero_cpu(t); }
   Tensor contiguous(const Tensor& t) const override { return packed_cpu(t); }
   void copy(const Tensor& dst, const Tensor& src) const override { copy_into_cpu(dst, src); }
-  void accumulate(const Tensor& into, const Tensor& sum) const override { accumulate_cpu(into, sum); }
+  void accumulate(const Tensor& into, const std::vector<Tensor>& addends) const override { accumulate_cpu(into, addends); }
   Tensor to_device(const Tensor& host, int) const override { return packed_cpu(host); }
   Tensor to_host(const Tensor& t) const override { return packed_cpu(t); }
   void synchronize(int) const override {}

@@ -1,12 +1,17 @@
-// into += sum on the device: a reduce-scatter ring's accumulate step (host_ir/pipeline_collectives.h).
+// into += the sum of addends on the device: a reduce-scatter ring's accumulate step, the copy
+// engines' reduce-scatter finish, and the peers' parts a pipelined reduce-scatter's own GEMM did not
+// take as its C (host_ir/pipeline_collectives.h).
 #pragma once
+
+#include <vector>
 
 #include "alloy/backend/cuda/cuda_api.h"
 
 namespace alloy::cuda {
 
-// Both contiguous, of one dtype and shape; 16-bit floats add in f32 and round once. On `stream`.
-void accumulate(const Tensor& into, const Tensor& sum, const Stream& stream);
+// All contiguous, of one dtype and shape; one pass over them (a launch per 8 addends), summed in
+// f32 for 16-bit floats (double for f64) and rounded once; integers wrap; bools or. On `stream`.
+void accumulate(const Tensor& into, const std::vector<Tensor>& addends, const Stream& stream);
 
 // The kernel's CUDA source and name (tests compile it without a GPU).
 const char* accumulate_source();

@@ -179,7 +179,7 @@ class CudaRuntime final : public host_ir::DeviceRuntime {
     Stream stream = current(dst);
     copy_d2d(dst, cuda::contiguous(src, stream), stream);
   }
-  void accumulate(const Tensor& into, const Tensor& sum) const override { cuda::accumulate(into, sum, current(into)); }
+  void accumulate(const Tensor& into, const std::vector<Tensor>& addends) const override { cuda::accumulate(into, addends, current(into)); }
   Tensor to_device(const Tensor& host, int index) const override { return cuda::to_device(host, Stream::current(index)); }
   Tensor to_host(const Tensor& t) const override { return cuda::to_host(t, current(t)); }
   void synchronize(int index) const override { Stream::current(index).synchronize(); }

@@ -128,9 +128,11 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
   // (beta = 1: D = A B + C, then the bias, so a row-parallel linear's bias / n a rank still sums
   // to one bias), where the epilogue is at most a bias (an activation after C would apply to the
   // sum) and C can be read as D's matrix (D's dtype, rows of unit stride); every other addend,
-  // and all of them where cuBLASLt refuses, added after it on the same stream.
-  // Each addend waited for (`ready`, where given) just before its first read: the first before
-  // the GEMM where it is C (again, harmlessly, where cuBLASLt then refused it).
+  // and all of them where cuBLASLt refuses, added after it on the same stream by one pass of the
+  // device's accumulate (among four ranks two parts: one kernel reading both, not two each
+  // reading the output again). Each addend waited for (`ready`, where given) before its first
+  // read: the first before the GEMM where it is C (again, harmlessly, where cuBLASLt then refused
+  // it), the rest before the add.
   void run_accumulating(host_ir::RunState& state, const Value* into, const std::vector<Tensor>& addends,
                         const host_ir::DeviceRuntime& device, const std::function<void(size_t)>& ready) override {
     const Tensor* c = nullptr;
@@ -139,10 +141,10 @@ class MatmulSegment final : public host_ir::SegmentExecutable {
       c = &addends[0];
     if (c && ready) ready(0);
     bool took_c = run_gemm(state, c);
-    for (size_t i = took_c ? 1 : 0; i < addends.size(); ++i) {
-      if (ready) ready(i);
-      device.accumulate(state.at(into), addends[i]);
-    }
+    const size_t rest = took_c ? 1 : 0;
+    if (ready)
+      for (size_t i = rest; i < addends.size(); ++i) ready(i);
+    if (rest < addends.size()) device.accumulate(state.at(into), std::vector<Tensor>(addends.begin() + long(rest), addends.end()));
   }
 
   // What the last run launched (`--dump cuda` after a run): the cuBLASLt call, or the refusal and

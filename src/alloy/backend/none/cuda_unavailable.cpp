@@ -25,7 +25,7 @@ class UnavailableRuntime final : public host_ir::DeviceRuntime {
   void fill_zero(const Tensor&) const override { unavailable("cuda"); }
   Tensor contiguous(const Tensor&) const override { unavailable("cuda"); }
   void copy(const Tensor&, const Tensor&) const override { unavailable("cuda"); }
-  void accumulate(const Tensor&, const Tensor&) const override { unavailable("cuda"); }
+  void accumulate(const Tensor&, const std::vector<Tensor>&) const override { unavailable("cuda"); }
   Tensor to_device(const Tensor&, int) const override { unavailable("cuda"); }
   Tensor to_host(const Tensor&) const override { unavailable("cuda"); }
   void synchronize(int) const override {}
