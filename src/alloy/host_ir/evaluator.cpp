@@ -286,8 +286,13 @@ struct Executable::NodeRunner {
     ALLOY_CHECK(s.outputs.size() == 1, "a launch that adds landed parts writes one output, not ", s.outputs.size());
     // where the parts land one by one, each is waited for just before it is read (the Wait for
     // the whole landing was skipped)
+    // (a span each in a trace: what the own GEMM idles for, apart from what it computes and adds)
     std::function<void(size_t)> ready;
-    if (it->second.wait_part) ready = [&wait = it->second.wait_part](size_t i) { wait(int(i)); };
+    if (it->second.wait_part)
+      ready = [&](size_t i) {
+        span(l.stream, SpanKind::wait, [&] { return "wait for " + l.adds->name + "'s part " + std::to_string(i) + place(part_of(l)); },
+             [&] { it->second.wait_part(int(i)); });
+      };
     span(l.stream, SpanKind::compute, [&] { return launch_name(s) + place(part_of(l)) + " + landed"; },
          [&] { segment.run_accumulating(state, s.outputs[0], it->second.parts, *x.device, ready); });
   }
