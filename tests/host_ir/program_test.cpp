@@ -497,6 +497,29 @@ TEST(PipelinedProgram, Ring_SendRecvAndGemmsOnDifferentStreams_NoGatheredBuffer)
 
 // A gathered value that something else reads too has no ring (the ring never holds it whole):
 // the pair stays as lowered and the dump says why; --pipeline ring with nothing to pipeline says so.
+// A matmul of a 3-D activation by a matrix is rows along axis 0, as a linear of one is: both
+// pairs of a [B, S, C] MLP written with matmul pipeline (held-out round, session 37: only 2-D
+// matmuls did); a batched matmul (a 3-D second operand) is no row-wise GEMM and stays.
+TEST(PipelinedProgram, MatmulOfA3dActivationByAMatrix_IsPipelinedAsALinearIs) {
+  auto f = parse_fusion(R"(fusion f(x: f32[8, 6, 32] @mesh[0, 1] shard(axis=0), w1: f32[32, 48] @mesh[0, 1] shard(axis=1), w2: f32[48, 32] @mesh[0, 1] shard(axis=0)) {
+    h = matmul(x, w1) @mesh[0, 1] shard(axis=2)
+    g = relu(h)
+    y = matmul(g, w2) @mesh[0, 1] shard(axis=0)
+    return y
+  })", "mm3.fusion");
+  CompiledFusion c = compile_fusion(*f, Target::cpu, {.program = parse_pipeline_option("chunks=2")});
+  std::string text = c.executable->program.str();
+  ASSERT_EQ(loops_of(c.executable->program).size(), 2u) << text;
+  EXPECT_NE(text.find("For i in 0..2 (all_gather -> matmul h: 2 chunks"), std::string::npos) << text;
+  EXPECT_NE(text.find("For i in 0..2 (matmul y__computed -> reduce_scatter: 2 chunks"), std::string::npos) << text;
+  auto batched = parse_fusion(R"(fusion f(x: f32[4, 6, 32] @mesh[0, 1] shard(axis=0), w: f32[4, 32, 48] @mesh[0, 1] shard(axis=0)) {
+    h = matmul(x, w) @mesh[0, 1] shard(axis=2)
+    return h
+  })", "bmm.fusion");
+  CompiledFusion b = compile_fusion(*batched, Target::cpu, {.program = parse_pipeline_option("chunks=2")});
+  EXPECT_TRUE(loops_of(b.executable->program).empty()) << b.executable->program.str();
+}
+
 TEST(PipelinedProgram, Ring_WhereItCannotRun_SaysWhyInTheDump) {
   auto f = parse_fusion(R"(fusion f(x: f32[8, 16] @mesh[0, 1] shard(axis=0), w1: f32[32, 16] @mesh[0, 1] shard(axis=0)) {
     h = linear(x, w1) @mesh[0, 1] shard(axis=1)

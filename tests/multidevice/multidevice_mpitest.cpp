@@ -518,6 +518,18 @@ TEST(PipelinedFusions, ChunkedGatherGemmAndGemmScatter_EqualTheUnshardedRun) {
     SCOPED_TRACE(pipeline);
     expect_sharded_matches_unsharded(chain, {}, 11, 4.0, pipeline);
   }
+  // the same pairs of matmuls of a 3-D activation by matrices (rows along axis 0), 3 rows a device
+  std::string batch = "fusion f(x: f32[" + std::to_string(3 * n) + ", 5, 16] " + m + " shard(axis=0), w1: f32[16, " + hidden + "] " + m +
+                      " shard(axis=1), w2: f32[" + hidden + ", 16] " + m + R"( shard(axis=0)) {
+    h = matmul(x, w1) )" + m + R"( shard(axis=2)
+    g = relu(h)
+    y = matmul(g, w2) )" + m + R"( shard(axis=0)
+    return y
+  })";
+  for (const char* pipeline : {"off", "chunks=2", "chunks=4"}) {
+    SCOPED_TRACE(std::string("3-D matmuls, ") + pipeline);
+    expect_sharded_matches_unsharded(batch, {}, 13, kDeepF32GemmScale, pipeline);
+  }
 }
 
 // The ring (send/recv between neighbours, one step a rank): the sequence-parallel MLP with 1 to

@@ -39,7 +39,9 @@ size_t next_work(const std::vector<Node>& nodes, size_t from) {
 bool row_wise_gemm(const Segment& s, const Value* rows) {
   const Op* mm = matmul_op(s);
   if (!mm || mm->inputs[0] != rows || rows->rank() < 2) return false;
-  if (mm->kind == OpKind::matmul && (rows->rank() != 2 || mm->inputs[1]->rank() != 2)) return false;
+  // a matmul's weight is a matrix (a batched matmul's second operand has rows of its own); its
+  // activation of any rank is rows along axis 0, as a linear's
+  if (mm->kind == OpKind::matmul && mm->inputs[1]->rank() != 2) return false;
   for (const Value* in : s.inputs)
     if (in != rows && in != mm->inputs[1] && !(mm->inputs.size() > 2 && in == mm->inputs[2])) return false;
   for (const Value* out : s.outputs)
