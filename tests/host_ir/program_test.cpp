@@ -167,7 +167,11 @@ TEST(PipelinedProgram, SequenceParallelMlp_GathersAndScattersChunksOnTheirOwnStr
       }
       EXPECT_GT(comm_stream, 0) << p.str();
       EXPECT_EQ(gemms, 2) << "one GEMM per block of rows\n" << p.str();
-      EXPECT_EQ(compute_streams, std::set<int>{host_ir::kIterationStream}) << p.str();
+      // the reduce-scatter's other blocks on the urgent stream, its own on the pool's
+      const bool scatter = loop->why.find("reduce_scatter") != std::string::npos;
+      std::set<int> expected{host_ir::kIterationStream};
+      if (scatter) expected.insert(*p.urgent_streams.begin());
+      EXPECT_EQ(compute_streams, expected) << p.str();
       EXPECT_NE(comm_stream, loop->first_pool_stream) << p.str();
       EXPECT_NE(comm_stream, loop->first_pool_stream + 1) << p.str();
     }
@@ -291,22 +295,23 @@ TEST(PipelinedProgram, GemmReduceScatter_TheOwnGemmAddsTheOtherRanksPartsWhereTh
     EXPECT_EQ(partial.layout, host_ir::ChunkedValue::Layout::blocks);
     ASSERT_NE(partial.own, nullptr);
     EXPECT_EQ(partial.own->name, "y");
-    ASSERT_EQ(loop.body.size(), 9u) << p.str();
-    auto* in_order = std::get_if<host_ir::Wait>(&loop.body[0]);
-    auto* other = std::get_if<host_ir::Launch>(&loop.body[1]);
-    auto* computed = std::get_if<host_ir::Record>(&loop.body[2]);
-    auto* send = std::get_if<host_ir::Communicate>(&loop.body[3]);
-    auto* land = std::get_if<host_ir::Communicate>(&loop.body[4]);
-    auto* landed = std::get_if<host_ir::Record>(&loop.body[5]);
-    auto* gemm_waits = std::get_if<host_ir::Wait>(&loop.body[6]);
-    auto* own = std::get_if<host_ir::Launch>(&loop.body[7]);
-    auto* release = std::get_if<host_ir::Release>(&loop.body[8]);
-    ASSERT_TRUE(in_order && other && computed && send && land && landed && gemm_waits && own && release) << p.str();
-    // chunk i's other blocks' GEMMs wait for chunk i - 1's (the last one's event, on the other
-    // stream of the pool): two chunks' GEMMs never share the device from the start
-    EXPECT_EQ(in_order->stream, host_ir::kIterationStream);
-    EXPECT_TRUE(in_order->previous_step);
-    EXPECT_EQ(in_order->event, computed->event) << "two ranks: one other block, whose event is the last";
+    ASSERT_EQ(loop.body.size(), 8u) << p.str();
+    auto* other = std::get_if<host_ir::Launch>(&loop.body[0]);
+    auto* computed = std::get_if<host_ir::Record>(&loop.body[1]);
+    auto* send = std::get_if<host_ir::Communicate>(&loop.body[2]);
+    auto* land = std::get_if<host_ir::Communicate>(&loop.body[3]);
+    auto* landed = std::get_if<host_ir::Record>(&loop.body[4]);
+    auto* gemm_waits = std::get_if<host_ir::Wait>(&loop.body[5]);
+    auto* own = std::get_if<host_ir::Launch>(&loop.body[6]);
+    auto* release = std::get_if<host_ir::Release>(&loop.body[7]);
+    ASSERT_TRUE(other && computed && send && land && landed && gemm_waits && own && release) << p.str();
+    // the other blocks' GEMMs, every chunk's, on the one urgent stream (in chunk order, first on
+    // the device), which the loop forks and joins; the own block's on the pool's
+    ASSERT_EQ(p.urgent_streams.size(), 1u) << p.str();
+    const int urgent = *p.urgent_streams.begin();
+    EXPECT_EQ(other->stream, urgent) << p.str();
+    EXPECT_GE(urgent, loop.first_pool_stream + loop.pool_streams) << "not a stream of the pool";
+    EXPECT_LT(urgent, p.streams);
     EXPECT_EQ(partial.landing, land->segment) << p.str();
     EXPECT_EQ(other->part, 1);
     EXPECT_EQ(other->adds, nullptr);
@@ -335,7 +340,7 @@ TEST(PipelinedProgram, GemmReduceScatter_TheOwnGemmAddsTheOtherRanksPartsWhereTh
     y = linear(x, w, b) @mesh[0, 1] shard(axis=0)
     return y
   })", "landed_sum.fusion");
-  EXPECT_EQ(compile_fusion(*f, Target::cpu, {.program = parse_pipeline_option("chunks=2")}).executable->program.str(), R"(program (cpu, 4 streams):
+  EXPECT_EQ(compile_fusion(*f, Target::cpu, {.program = parse_pipeline_option("chunks=2")}).executable->program.str(), R"(program (cpu, 5 streams, stream 4 urgent):
   Launch segment 0 [cpu_reference] (b) -> (b__share)
   Allocate y__computed: f32[8, 16]
   Allocate y: f32[4, 16]
@@ -343,10 +348,10 @@ TEST(PipelinedProgram, GemmReduceScatter_TheOwnGemmAddsTheOtherRanksPartsWhereTh
   Stream 1 waits for event 0
   Stream 2 waits for event 0
   Stream 3 waits for event 0
+  Stream 4 waits for event 0
   For i in 0..2 (linear y__computed -> reduce_scatter: 2 chunks (--pipeline chunks=2)); chunked: x (blocks of 2) y__computed (blocks of 2; its own block is y, whose GEMM adds the other ranks' parts where they land: their sum in a scratch chunk where segment 2's communicator reduces them, this value's own block zeroed before the loop as this rank's term) y (rows)
-    Stream (2 + i % 2) waits for event 1 of iteration i - 1 (none in iteration 0)
-    Launch segment 1 [cpu_reference] (x, w, b__share) -> (y__computed) on chunk i of block (rank + 1) mod 2 on stream (2 + i % 2)
-    Record event 1 on stream (2 + i % 2)
+    Launch segment 1 [cpu_reference] (x, w, b__share) -> (y__computed) on chunk i of block (rank + 1) mod 2 on stream 4
+    Record event 1 on stream 4
     Communicate segment 2: reduce_scatter(axis=0, reduce="sum") y__computed: f32[8, 16] -> y: f32[4, 16], team @mesh[0, 1], sends 512 bytes (chunk i: send the parts of the other ranks, that of rank (r + j) mod n once event 1 + j - 1 is reached) on stream 1
     Communicate segment 2: reduce_scatter(axis=0, reduce="sum") y__computed: f32[8, 16] -> y: f32[4, 16], team @mesh[0, 1], sends 512 bytes (chunk i: the other ranks' parts of this rank's, left where they land) on stream 1
     Record event 2 on stream 1
@@ -359,6 +364,8 @@ TEST(PipelinedProgram, GemmReduceScatter_TheOwnGemmAddsTheOtherRanksPartsWhereTh
   Stream 0 waits for event 4
   Record event 5 on stream 3
   Stream 0 waits for event 5
+  Record event 6 on stream 4
+  Stream 0 waits for event 6
 )");
 }
 

@@ -338,6 +338,7 @@ class Rewriter {
       values[1].own = op.outputs[0];  // the own block's partial sums go straight into the output
       if (adds_landed) values[1].landing = c;
     }
+    if (adds_landed && parts > 1) feed_stream();  // (forked with the loop's other streams)
     ForChunks loop = open_loop(parts, std::move(values), {}, describe_pair(pair) + ": " + why, nodes, pair.first, pair.last, out);
     loop.count = chunks_;
     loop.pool_streams = kComputeStreams;
@@ -365,16 +366,17 @@ class Rewriter {
       p_.events += std::max(parts - 2, 0);
       int arrived = p_.events++;
       Value* partial = op.inputs[0];
-      // Chunk i's GEMMs of the other blocks start once chunk i - 1's are done: the pool's two
-      // streams would otherwise run them side by side from the start, each chunk's GEMMs at half
-      // the device, so every chunk's parts went late and the own GEMMs all waited near the end
-      // (four H100s, chunks=2: the first chunk's own block ended 1453 us in, of 1515). In chunk
-      // order, chunk i's parts travel behind chunk i + 1's GEMMs; the own GEMM of chunk i runs
-      // where its stream is free and its C has landed.
-      if (parts > 1) loop.body.push_back(Wait{kIterationStream, made + parts - 2, true});
+      // The other blocks' GEMMs, whose partial sums travel, run in chunk order on one urgent
+      // stream (the device's greatest priority): chunk i + 1's start as chunk i's end, and the
+      // own blocks' GEMMs, on the pool's streams, take the SMs they leave. On the pool's two
+      // streams, as before, two chunks' GEMMs shared the device from the start (four H100s,
+      // chunks=2: chunk 0's own block ended 1453 us in, of 1515), and an own GEMM whose C had
+      // landed slowed the next chunk's, whose parts then went late; the urgent stream keeps
+      // every part leaving as early as the GEMMs allow.
+      const int feed = feed_stream();
       for (int j = 1; j < parts; ++j) {
-        loop.body.push_back(Launch{m, kIterationStream, j, true});
-        loop.body.push_back(Record{kIterationStream, made + j - 1});
+        loop.body.push_back(Launch{m, feed, j, true});
+        loop.body.push_back(Record{feed, made + j - 1});
       }
       loop.body.push_back(Communicate{c, comm, ChunkPhase::send, made});
       loop.body.push_back(Communicate{c, comm, ChunkPhase::land});
@@ -397,7 +399,7 @@ class Rewriter {
       loop.body.push_back(Wait{comm, own_done});
       loop.body.push_back(Communicate{c, comm, ChunkPhase::finish});
     }
-    close_loop(std::move(loop), out);
+    close_loop(std::move(loop), out, adds_landed && parts > 1 ? feed_ : -1);
   }
 
   // GEMM -> all-reduce: no blocks (every rank computes partial sums of every row), so chunk i is
@@ -550,20 +552,38 @@ class Rewriter {
     return loop;
   }
 
-  // The loop, then the run's stream waits for the communication stream and the compute pool.
-  void close_loop(ForChunks loop, std::vector<Node>& out) {
-    int first = loop.first_pool_stream - 1, end = loop.first_pool_stream + loop.pool_streams;
+  // The loop, then the run's stream waits for the communication stream and the compute pool (and
+  // the urgent stream, `also`, where the loop used it).
+  void close_loop(ForChunks loop, std::vector<Node>& out, int also = -1) {
+    std::vector<int> joined;
+    for (int s = loop.first_pool_stream - 1; s < loop.first_pool_stream + loop.pool_streams; ++s) joined.push_back(s);
+    if (also >= 0) joined.push_back(also);
     out.push_back(std::move(loop));
-    for (int s = first; s < end; ++s) {
+    for (int s : joined) {
       int done = p_.events++;
       out.push_back(Record{s, done});
       out.push_back(Wait{0, done});
     }
   }
 
+  // The urgent stream of the GEMM -> reduce-scatter loops' other blocks (Program::urgent_streams),
+  // made once, after the communication stream and the pool (so open_loop forks it).
+  int feed_stream() {
+    if (comm_ < 0) {
+      comm_ = p_.streams;
+      p_.streams = comm_ + 1 + kComputeStreams;
+    }
+    if (feed_ < 0) {
+      feed_ = p_.streams++;
+      p_.urgent_streams.insert(feed_);
+    }
+    return feed_;
+  }
+
   Program& p_;
   const ProgramPassOptions& options_;
   int comm_ = -1;
+  int feed_ = -1;
   int chunks_;
   std::string why_;
   int pairs_ = 0;

@@ -165,6 +165,7 @@ std::string Program::str() const {
   std::ostringstream os;
   os << "program (" << (segmentation.target == Target::cpu ? "cpu" : "cuda");
   if (streams > 1) os << ", " << streams << " streams";
+  for (int s : urgent_streams) os << ", stream " << s << " urgent";
   os << "):\n";
   for (const std::string& note : notes) os << "  # " << note << "\n";
   print_nodes(os, *this, nodes, "  ", nullptr);

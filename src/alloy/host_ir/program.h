@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -205,6 +206,9 @@ struct Program {
   Segmentation segmentation;
   std::vector<Node> nodes;
   int streams = 1;  // the run's own stream and the side streams
+  // Side streams whose kernels the device schedules first (the greatest priority): a pipelined
+  // GEMM -> reduce-scatter's GEMMs whose partial sums go to other ranks, beside its own blocks'.
+  std::set<int> urgent_streams;
   int events = 0;
   std::vector<std::string> notes;  // what the passes chose not to do, and why (--dump program)
   std::vector<const Value*> fusion_outputs;  // what the run returns (a rewrite must leave them whole)

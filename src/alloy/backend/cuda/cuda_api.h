@@ -57,8 +57,9 @@ class Stream {
   // The thread's current stream for `device`: the CUDA per-thread default stream unless a
   // StreamGuard has set another.
   static Stream current(int device);
-  // A new stream that does not synchronize with the legacy default stream.
-  static Stream create(int device);
+  // A new stream that does not synchronize with the legacy default stream; `urgent`: at the
+  // device's greatest priority (its kernels' blocks are scheduled before other streams' pending ones).
+  static Stream create(int device, bool urgent = false);
   // A caller's stream (a cudaStream_t of `device`; nullptr is the legacy default stream), not owned:
   // Alloy never destroys it. One Stream per (device, handle) is kept for the process, so the
   // scratch buffers and side streams that hang off it are reused run after run.

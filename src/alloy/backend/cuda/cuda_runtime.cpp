@@ -227,14 +227,16 @@ Stream Stream::current(int device) {
   return streams[device];
 }
 
-Stream Stream::create(int device) {
+Stream Stream::create(int device, bool urgent) {
   check_device_index(device, "Stream::create");
   DeviceGuard guard(device);
   auto state = std::make_shared<detail::StreamState>();
   state->device = device;
   state->owned = true;
   state->id = next_stream_id++;
-  ALLOY_CUDA_CHECK(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
+  int least = 0, greatest = 0;
+  if (urgent) ALLOY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  ALLOY_CUDA_CHECK(cudaStreamCreateWithPriority(&state->stream, cudaStreamNonBlocking, urgent ? greatest : least));
   return Stream(std::move(state));
 }
 
