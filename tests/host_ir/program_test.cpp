@@ -170,7 +170,7 @@ TEST(PipelinedProgram, SequenceParallelMlp_GathersAndScattersChunksOnTheirOwnStr
       // the reduce-scatter's other blocks on the urgent stream, its own on the pool's
       const bool scatter = loop->why.find("reduce_scatter") != std::string::npos;
       std::set<int> expected{host_ir::kIterationStream};
-      if (scatter) expected.insert(*p.urgent_streams.begin());
+      if (scatter) expected.insert(*p.urgent_streams.rbegin());
       EXPECT_EQ(compute_streams, expected) << p.str();
       EXPECT_NE(comm_stream, loop->first_pool_stream) << p.str();
       EXPECT_NE(comm_stream, loop->first_pool_stream + 1) << p.str();
@@ -307,9 +307,11 @@ TEST(PipelinedProgram, GemmReduceScatter_TheOwnGemmAddsTheOtherRanksPartsWhereTh
     ASSERT_TRUE(other && computed && send && land && landed && gemm_waits && own && release) << p.str();
     // the other blocks' GEMMs, every chunk's, on the one urgent stream (in chunk order, first on
     // the device), which the loop forks and joins; the own block's on the pool's
-    ASSERT_EQ(p.urgent_streams.size(), 1u) << p.str();
-    const int urgent = *p.urgent_streams.begin();
+    // (and the communication stream, urgent with it: NCCL's kernels do not queue behind them)
+    ASSERT_EQ(p.urgent_streams.size(), 2u) << p.str();
+    const int urgent = *p.urgent_streams.rbegin();
     EXPECT_EQ(other->stream, urgent) << p.str();
+    EXPECT_EQ(p.urgent_streams.count(send->stream), 1u) << p.str();
     EXPECT_GE(urgent, loop.first_pool_stream + loop.pool_streams) << "not a stream of the pool";
     EXPECT_LT(urgent, p.streams);
     EXPECT_EQ(partial.landing, land->segment) << p.str();
@@ -340,7 +342,7 @@ TEST(PipelinedProgram, GemmReduceScatter_TheOwnGemmAddsTheOtherRanksPartsWhereTh
     y = linear(x, w, b) @mesh[0, 1] shard(axis=0)
     return y
   })", "landed_sum.fusion");
-  EXPECT_EQ(compile_fusion(*f, Target::cpu, {.program = parse_pipeline_option("chunks=2")}).executable->program.str(), R"(program (cpu, 5 streams, stream 4 urgent):
+  EXPECT_EQ(compile_fusion(*f, Target::cpu, {.program = parse_pipeline_option("chunks=2")}).executable->program.str(), R"(program (cpu, 5 streams, streams 1, 4 urgent):
   Launch segment 0 [cpu_reference] (b) -> (b__share)
   Allocate y__computed: f32[8, 16]
   Allocate y: f32[4, 16]

@@ -89,8 +89,8 @@ class DeviceRuntime {
   // dst = src: the same dtype and sizes, dst contiguous, src at any strides.
   virtual void copy(const Tensor& dst, const Tensor& src) const = 0;
   // into += the sum of `addends` (the same dtype and sizes, contiguous), added in one pass and
-  // rounded once (16-bit floats summed in f32 or wider); `into` at any strides on the CPU,
-  // contiguous on a GPU.
+  // rounded once (16-bit floats summed in f32 or wider; a GPU rounds once per 8 addends); `into`
+  // at any strides on the CPU, contiguous on a GPU (where there are addends).
   virtual void accumulate(const Tensor& into, const std::vector<Tensor>& addends) const = 0;
   // A contiguous copy on device `index` of a host tensor at any strides.
   virtual Tensor to_device(const Tensor& host, int index) const = 0;

@@ -34,6 +34,7 @@ bool SegmentExecutable::lands_in_place(const RunState&) const { return false; }
 void SegmentExecutable::run_accumulating(RunState& state, const Value* into, const std::vector<Tensor>& addends, const DeviceRuntime& device,
                                          const std::function<void(size_t)>& ready) {
   run(state);
+  if (addends.empty()) return;
   if (ready)
     for (size_t i = 0; i < addends.size(); ++i) ready(i);
   device.accumulate(state.at(into), addends);
@@ -55,7 +56,7 @@ struct Executable::LoopFrame {
   std::vector<Tensor> own;     // per loop.values entry: its `own` value's tensor, where it has one
   std::vector<std::array<Tensor, 2>> scratch;  // per loop.values entry: a ring_buffer's two blocks
   std::array<Tensor, 2> sums;  // a reduce-scatter ring's running sums
-  std::vector<Tensor> landing_sum;  // per loop.values entry with a `landing` that copies: a chunk of the sum
+  std::vector<Tensor> landing_sum;  // per loop.values entry with a `landing` that copies: a block of the sum
 
   bool ring() const { return loop->schedule == ForChunks::Schedule::ring; }
   int stream(int s) const { return s == kIterationStream ? loop->first_pool_stream + iteration % loop->pool_streams : s; }
@@ -104,11 +105,13 @@ struct Executable::LoopFrame {
       internal_error("block ", part, " of '", v->name, "' is read before its chunk landed (or after its Release)");
     return it->second.parts.at(size_t(part));
   }
-  // This iteration's rows of value k's scratch sum (undefined where its landing needs none).
+  // This iteration's rows of value k's scratch sum (undefined where its landing needs none): rows
+  // of their own each iteration, as chunk i + 1's sum is made on the communication stream while
+  // chunk i's own GEMM may still read chunk i's.
   Tensor landing_sum_chunk(size_t k) const {
     if (k >= landing_sum.size() || !landing_sum[k].defined()) return Tensor();
     auto [begin, end] = rows(whole[k], loop->parts);
-    return row_range(landing_sum[k], 0, end - begin);
+    return row_range(landing_sum[k], begin, end);
   }
   // This iteration's binding of every value (block `part` of the blocked ones).
   Tensor bound(size_t k, int part, const RunState& state) const {
@@ -483,8 +486,8 @@ void Executable::run_nodes(const std::vector<Node>& nodes, RunState& state, RunS
 // through a communicator that copies: it reduces every rank's part of chunk i, so this rank's
 // term, the value's own block (no GEMM writes it), is zeroed once, on the communication stream
 // (which every landing runs on, after the loop's fork: a fill on the run's stream would not be
-// ordered before them), and the sum gets a chunk of scratch (allocated on the run's stream, as a
-// ring's blocks).
+// ordered before them), and the sum gets a block of scratch, chunk i's sum in chunk i's rows
+// (allocated on the run's stream, as a ring's blocks).
 void Executable::prepare_landings(const ForChunks& loop, LoopFrame& frame, RunState& state, RunStreams* streams) const {
   frame.landing_sum.assign(loop.values.size(), Tensor());
   for (size_t k = 0; k < loop.values.size(); ++k) {
@@ -495,7 +498,7 @@ void Executable::prepare_landings(const ForChunks& loop, LoopFrame& frame, RunSt
     const Tensor& whole = frame.whole[k];
     int64_t block = whole.size(0) / loop.parts;
     std::vector<int64_t> sizes = whole.sizes();
-    sizes[0] = (block + frame.count - 1) / frame.count;
+    sizes[0] = block;  // every chunk's rows (one chunk's, reused, raced the own GEMM reading it)
     // not poisoned: a fill on the run's stream would not be ordered before the communication
     // stream's first sum (the fork is behind us), and each sum writes every element it is read at
     state.scratch.push_back(frame.landing_sum[k] = device->empty(v.value->dtype(), sizes, state.device.index));

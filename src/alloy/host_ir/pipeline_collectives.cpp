@@ -373,7 +373,7 @@ class Rewriter {
       // chunks=2: chunk 0's own block ended 1453 us in, of 1515), and an own GEMM whose C had
       // landed slowed the next chunk's, whose parts then went late; the urgent stream keeps
       // every part leaving as early as the GEMMs allow.
-      const int feed = feed_stream();
+      const int feed = parts > 1 ? feed_stream() : kIterationStream;
       for (int j = 1; j < parts; ++j) {
         loop.body.push_back(Launch{m, feed, j, true});
         loop.body.push_back(Record{feed, made + j - 1});
@@ -567,7 +567,10 @@ class Rewriter {
   }
 
   // The urgent stream of the GEMM -> reduce-scatter loops' other blocks (Program::urgent_streams),
-  // made once, after the communication stream and the pool (so open_loop forks it).
+  // made once, after the communication stream and the pool (so open_loop forks it). The
+  // communication stream becomes urgent with it: where a communicator moves the chunks by kernels
+  // (NCCL's), they must not queue behind every chunk's urgent GEMMs (with the copy engines it
+  // launches no kernels, and its priority changes nothing).
   int feed_stream() {
     if (comm_ < 0) {
       comm_ = p_.streams;
@@ -576,6 +579,7 @@ class Rewriter {
     if (feed_ < 0) {
       feed_ = p_.streams++;
       p_.urgent_streams.insert(feed_);
+      p_.urgent_streams.insert(comm_);
     }
     return feed_;
   }

@@ -110,9 +110,7 @@ void print_nodes(std::ostream& os, const Program& p, const std::vector<Node>& no
       os << indent << "Record event " << r->event << " on stream " << stream_str(r->stream, loop) << "\n";
     } else if (auto* w = std::get_if<Wait>(&node)) {
       os << indent << "Stream " << stream_str(w->stream, loop) << " waits for event " << w->event
-         << (!w->previous_step                                         ? ""
-             : loop && loop->schedule == ForChunks::Schedule::ring ? " of step s - 1 (none in step 0)"
-                                                                   : " of iteration i - 1 (none in iteration 0)")
+         << (w->previous_step ? " of step s - 1 (none in step 0)" : "")
          << (w->unless_by_part ? ", unless the launches wait for each part of " + w->unless_by_part->name + " they read as it lands" : "")
          << "\n";
     } else if (auto* c = std::get_if<Communicate>(&node)) {
@@ -165,7 +163,11 @@ std::string Program::str() const {
   std::ostringstream os;
   os << "program (" << (segmentation.target == Target::cpu ? "cpu" : "cuda");
   if (streams > 1) os << ", " << streams << " streams";
-  for (int s : urgent_streams) os << ", stream " << s << " urgent";
+  if (!urgent_streams.empty()) {
+    os << (urgent_streams.size() == 1 ? ", stream " : ", streams ");
+    for (int s : urgent_streams) os << (s == *urgent_streams.begin() ? "" : ", ") << s;
+    os << " urgent";
+  }
   os << "):\n";
   for (const std::string& note : notes) os << "  # " << note << "\n";
   print_nodes(os, *this, nodes, "  ", nullptr);

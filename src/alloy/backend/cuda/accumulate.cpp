@@ -11,7 +11,8 @@ namespace {
 
 // One kernel for every dtype (a switch on a code, outside the loops) and up to kMaxAddends
 // addends: into = into + a0 + a1 + ..., summed in the dtype's accumulation type (f32 for the
-// 16-bit floats; integers wrap, as unsigned arithmetic; bools or) and rounded once. Where every
+// 16-bit floats; integers wrap, as unsigned arithmetic; bools or) and rounded once (once a launch:
+// more addends take a launch per 8, each rounding its sum into `into`). Where every
 // pointer is 16-byte aligned, a thread adds one 16-byte vector of each at a time, all its loads
 // issued before the first add; the elements past the last whole vector (and everything where a
 // pointer is not aligned) one by one. 16-bit floats are converted by hand (no headers under NVRTC
@@ -74,7 +75,9 @@ __device__ void alloy_add(char* into, const AlloyAddends& s, int count, long lon
   }
   for (long long i = whole * N + first; i < numel; i += stride) {
     A acc = E::in(reinterpret_cast<const T*>(into)[i]);
-    for (int a = 0; a < count; ++a) acc += E::in(reinterpret_cast<const T*>(s.p[a])[i]);
+    #pragma unroll
+    for (int a = 0; a < ALLOY_MAX_ADDENDS; ++a)
+      if (a < count) acc += E::in(reinterpret_cast<const T*>(s.p[a])[i]);
     reinterpret_cast<T*>(into)[i] = E::out(acc);
   }
 }
@@ -118,12 +121,13 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 const char* accumulate_source() { return kSource; }
 
 void accumulate(const Tensor& into, const std::vector<Tensor>& addends, const Stream& stream) {
+  if (addends.empty()) return;
   ALLOY_CHECK(into.is_contiguous(), "accumulate into ", into.str());
   for (const Tensor& a : addends)
     ALLOY_CHECK(a.sizes() == into.sizes() && a.dtype() == into.dtype() && a.is_contiguous(), "accumulate of ", a.str(), " into ",
                 into.str());
   long long numel = into.numel();
-  if (numel == 0 || addends.empty()) return;
+  if (numel == 0) return;
   char* to = static_cast<char*>(into.data());
   int code = dtype_code(into.dtype());
   const long long elements_a_vector = 16 / dtype_size(into.dtype());

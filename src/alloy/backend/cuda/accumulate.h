@@ -10,7 +10,8 @@
 namespace alloy::cuda {
 
 // All contiguous, of one dtype and shape; one pass over them (a launch per 8 addends), summed in
-// f32 for 16-bit floats (double for f64) and rounded once; integers wrap; bools or. On `stream`.
+// f32 for 16-bit floats (double for f64) and rounded once a launch; integers wrap; bools or. 16
+// bytes at a time where every pointer is 16-byte aligned, else element by element. On `stream`.
 void accumulate(const Tensor& into, const std::vector<Tensor>& addends, const Stream& stream);
 
 // The kernel's CUDA source and name (tests compile it without a GPU).

@@ -51,26 +51,29 @@ class CpuFallbackSegment final : public host_ir::SegmentExecutable {
 };
 
 // The side streams and events of one run. Both are kept per thread and reused run after run: a
-// side stream per (run's stream, index), and events, which a later record may reuse as soon as the
-// waits on them are enqueued.
+// side stream per (run's stream, priority, index among that priority's: a program's urgent
+// streams, Program::urgent_streams, are made at the device's greatest priority), and events,
+// which a later record may reuse as soon as the waits on them are enqueued.
 class CudaRunStreams final : public host_ir::RunStreams {
  public:
   CudaRunStreams(const host_ir::Program& program, int device) : main_(Stream::current(device)) {
-    // by the run's stream id and priority (a program's urgent streams, Program::urgent_streams)
-    thread_local std::map<std::pair<uint64_t, bool>, std::vector<Stream>> side_streams;
-    thread_local std::map<int, std::vector<Event>> event_pool;          // by device
+    struct SideStreams {
+      std::vector<Stream> normal, urgent;
+    };
+    thread_local std::map<uint64_t, SideStreams> side_streams;      // by the run's stream id
+    thread_local std::map<int, std::vector<Event>> event_pool;      // by device
     // a caller making a new stream for each run must not collect side streams: keep the newest
-    // few (stream ids only grow; a dropped stream frees its buffers in its own order)
+    // few (stream ids only grow; a dropped stream frees its buffers in its own order, and this
+    // run holds its own handles to the streams it uses)
     constexpr size_t kKeptCallerStreams = 8;
-    if (side_streams.size() >= 2 * kKeptCallerStreams && !side_streams.count({main_.id(), false})) side_streams.erase(side_streams.begin());
-    std::vector<Stream>& normal = side_streams[{main_.id(), false}];
-    std::vector<Stream>& urgent = side_streams[{main_.id(), true}];
+    if (side_streams.size() >= kKeptCallerStreams && !side_streams.count(main_.id())) side_streams.erase(side_streams.begin());
+    SideStreams& kept = side_streams[main_.id()];
     // program stream s >= 1: the next of its priority's streams, in order
-    size_t urgent_count = program.urgent_streams.size();
-    while (normal.size() + 1 + urgent_count < size_t(program.streams)) normal.push_back(Stream::create(device));
-    while (urgent.size() < urgent_count) urgent.push_back(Stream::create(device, true));
+    const size_t urgent = program.urgent_streams.size();
+    while (kept.normal.size() + 1 + urgent < size_t(program.streams)) kept.normal.push_back(Stream::create(device));
+    while (kept.urgent.size() < urgent) kept.urgent.push_back(Stream::create(device, true));
     size_t next_normal = 0, next_urgent = 0;
-    for (int s = 1; s < program.streams; ++s) side_.push_back(program.urgent_streams.count(s) ? &urgent[next_urgent++] : &normal[next_normal++]);
+    for (int s = 1; s < program.streams; ++s) side_.push_back(program.urgent_streams.count(s) ? kept.urgent[next_urgent++] : kept.normal[next_normal++]);
     std::vector<Event>& events = event_pool[device];
     while (int(events.size()) < program.events) events.emplace_back(device, false);
     events_ = &events;
@@ -85,18 +88,18 @@ class CudaRunStreams final : public host_ir::RunStreams {
     if (stream != 0) guard_.emplace(stream_at(stream));
   }
   void join() override {
-    for (const Stream* side : side_) {
+    for (const Stream& side : side_) {
       Event done(main_.device(), false);
-      done.record(*side);
+      done.record(side);
       main_.wait(done);
     }
   }
 
  private:
-  const Stream& stream_at(int stream) const { return stream == 0 ? main_ : *side_.at(size_t(stream - 1)); }
+  const Stream& stream_at(int stream) const { return stream == 0 ? main_ : side_.at(size_t(stream - 1)); }
 
   Stream main_;
-  std::vector<const Stream*> side_;  // the program's streams 1.. (in the thread's caches)
+  std::vector<Stream> side_;  // the program's streams 1.. (handles to the thread's kept streams)
   std::vector<Event>* events_ = nullptr;
   std::optional<StreamGuard> guard_;
 };

@@ -126,16 +126,28 @@ void describe_structure(Candidate& c) {
   for (const Op* op : c.ops) {
     text += std::string(op_name(op->kind)) + "(";
     for (const NamedAttr& a : op->attrs) text += a.name + "=" + a.value.str() + ",";
+    // (appended piece by piece: GCC 12's -Wrestrict misfires on a literal + a temporary)
     for (Value* in : op->inputs) {
-      if (in->literal) text += "#" + literal_key(*in->literal) + ":" + value_type(in) + ",";
-      else text += (c.place.count(in) ? "v" : "in") + place_of(in) + ":" + value_type(in) + ",";
+      text += in->literal ? "#" : c.place.count(in) ? "v" : "in";
+      text += in->literal ? literal_key(*in->literal) : place_of(in);
+      text += ":";
+      text += value_type(in);
+      text += ",";
     }
     text += ")->";
-    for (Value* out : op->outputs) text += place_of(out) + ":" + value_type(out) + ",";
+    for (Value* out : op->outputs) {
+      text += place_of(out);
+      text += ":";
+      text += value_type(out);
+      text += ",";
+    }
     text += ";";
   }
   text += "returns";
-  for (Value* out : c.segment.outputs) text += " " + place_of(out);
+  for (Value* out : c.segment.outputs) {
+    text += " ";
+    text += place_of(out);
+  }
 }
 
 // Why `chain` cannot join a group, or its candidate.

@@ -11,6 +11,17 @@
 #include "alloy/backend/cuda/codegen/kernel_emitter.h"
 
 namespace alloy::cuda {
+namespace {
+
+// A name and a number ("g3"): built by appending (GCC 12's -Wrestrict misfires on a one-letter
+// literal + std::to_string's temporary).
+std::string numbered(const char* prefix, size_t n) {
+  std::string name = prefix;
+  name += std::to_string(n);
+  return name;
+}
+
+}  // namespace
 
 std::string KernelEmitter::along_vector(const std::string& tensor) const {
   if (v_.vector <= 1) return "";
@@ -22,17 +33,20 @@ std::vector<std::string> KernelEmitter::gather_tensor_names(bool per_row) const 
   for (size_t j = 0; j < a_.gathers.size(); ++j) {
     bool row = a_.is_reduction() && a_.at(a_.gathers[j].op->outputs[0]).per_row;
     if (a_.is_reduction() && row != per_row) continue;
-    names.push_back("g" + std::to_string(j));
-    names.push_back("g" + std::to_string(j) + "p");
+    names.push_back(numbered("g", j));
+    names.push_back(numbered("g", j) + "p");
   }
   return names;
 }
 
 std::string KernelEmitter::position_raw(int k, const std::string& offset_prefix, const std::string& extra) const {
   const Value* leaf = a_.leaves[size_t(k)];
-  std::string l = "l" + std::to_string(k);
+  std::string l = numbered("l", size_t(k));
   std::string position = "(p." + l + " + (long long)" + offset_prefix + l + extra + ")";
-  return store_convert(leaf->dtype(), "(" + std::string(compute_type(leaf->dtype())) + ")" + position);
+  std::string converted = "(";
+  converted += compute_type(leaf->dtype());
+  converted += ")";
+  return store_convert(leaf->dtype(), converted + position);
 }
 
 void KernelEmitter::emit_position_load(int k, const std::string& dst, const std::string& offset_prefix, const std::string& indent) {
@@ -42,7 +56,7 @@ void KernelEmitter::emit_position_load(int k, const std::string& dst, const std:
   }
   os_ << indent << "#pragma unroll\n"
       << indent << "for (int e = 0; e < " << v_.vector << "; ++e) " << dst << ".v[e] = "
-      << position_raw(k, offset_prefix, along_vector("l" + std::to_string(k))) << ";\n";
+      << position_raw(k, offset_prefix, along_vector(numbered("l", size_t(k)))) << ";\n";
 }
 
 void KernelEmitter::emit_gather(const Op& op, const std::string& element, const std::string& indent) {
@@ -54,7 +68,7 @@ void KernelEmitter::emit_gather(const Op& op, const std::string& element, const 
   // per row: at the row's offsets, the same for every element (no vector term)
   bool per_row = a_.is_reduction() && a_.at(out).per_row;
   std::string at = per_row ? "ro_" : element_offsets_;
-  std::string G = "g" + std::to_string(j), id = std::to_string(out->id);
+  std::string G = numbered("g", size_t(j)), id = std::to_string(out->id);
   std::string i = "gi" + id, ok = "gin" + id;
   os_ << indent << "const alloy_i64 " << i << " = (alloy_i64)(" << ref(op.inputs[1], element) << ");\n";
   os_ << indent << "const bool " << ok << " = " << i << " >= 0 && " << i << " < p." << G << "_size;\n";
