@@ -361,13 +361,13 @@ std::unique_ptr<Fusion> Fusion::clone() const {
 
 Extent Fusion::define_sum(std::vector<Extent> terms) {
   std::string name = "?sum" + std::to_string(derived_.size());
-  derived_.push_back({name, std::move(terms)});
+  derived_.push_back({name, std::move(terms), 1, std::nullopt});
   return Extent::symbol(name);
 }
 
 Extent Fusion::define_ceil_div(const Extent& size, int64_t divisor) {
   std::string name = "?words" + std::to_string(derived_.size());
-  derived_.push_back({name, {size}, divisor});
+  derived_.push_back({name, {size}, divisor, std::nullopt});
   return Extent::symbol(name);
 }
 
