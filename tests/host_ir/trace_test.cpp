@@ -89,6 +89,21 @@ TEST(CommunicationOverlap, UnderComputeOnOtherStreams_OfSyntheticSpans_IsExact) 
   EXPECT_DOUBLE_EQ(job.share(), 31.0 / 40.0);
 }
 
+// A wait nested in a compute span on its stream (the own GEMM of a reduce-scatter loop waiting for
+// a landed part) is not compute: communication [0, 20) on stream 1 beside compute [0, 20) on
+// stream 2 that waits [5, 15) on stream 2 is under compute for 10 us; a wait on another stream
+// cuts nothing.
+TEST(CommunicationOverlap, WaitsInsideComputeOnTheirStream_AreNotCompute) {
+  CommunicationOverlap overlap = communication_under_compute({
+      {"reduce_scatter y chunk 0", SpanKind::communication, 1, 0, 20},
+      {"linear y chunk 0 block 0 + landed", SpanKind::compute, 2, 0, 20},
+      {"wait for y's part 1", SpanKind::wait, 2, 5, 15},
+      {"wait event 3", SpanKind::wait, 3, 0, 20},
+  });
+  EXPECT_DOUBLE_EQ(overlap.communication_us, 20);
+  EXPECT_DOUBLE_EQ(overlap.under_compute_us, 10);
+}
+
 TEST(CommunicationOverlap, NoCommunication_IsAShareOfZero) {
   CommunicationOverlap overlap = communication_under_compute({{"linear h", SpanKind::compute, 0, 0, 10}});
   EXPECT_EQ(overlap.communication_us, 0);

@@ -68,9 +68,27 @@ CommunicationOverlap& CommunicationOverlap::operator+=(const CommunicationOverla
 }
 
 CommunicationOverlap communication_under_compute(const std::vector<Span>& spans) {
-  std::map<int, std::vector<std::pair<double, double>>> compute;  // by stream
+  std::map<int, std::vector<std::pair<double, double>>> compute, waits;  // by stream
   for (const Span& s : spans)
-    if (s.kind == SpanKind::compute && s.track != kHostTrack && s.end_us > s.start_us) compute[s.track].emplace_back(s.start_us, s.end_us);
+    if (s.track != kHostTrack && s.end_us > s.start_us && (s.kind == SpanKind::compute || s.kind == SpanKind::wait))
+      (s.kind == SpanKind::compute ? compute : waits)[s.track].emplace_back(s.start_us, s.end_us);
+  // a wait inside a compute span (the own GEMM of a reduce-scatter loop waiting for a landed part)
+  // is the stream idling, not computing: cut out of it
+  for (auto& [stream, intervals] : compute) {
+    auto it = waits.find(stream);
+    if (it == waits.end()) continue;
+    std::sort(it->second.begin(), it->second.end());
+    std::vector<std::pair<double, double>> pieces;
+    for (auto [begin, end] : intervals) {
+      for (auto [wait_begin, wait_end] : it->second) {
+        if (wait_end <= begin || wait_begin >= end) continue;
+        if (wait_begin > begin) pieces.emplace_back(begin, wait_begin);
+        begin = std::max(begin, wait_end);
+      }
+      if (end > begin) pieces.emplace_back(begin, end);
+    }
+    intervals = std::move(pieces);
+  }
   CommunicationOverlap overlap;
   std::vector<std::pair<double, double>> covered;
   for (const Span& c : spans) {

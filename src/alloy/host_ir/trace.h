@@ -65,7 +65,8 @@ class TraceRecorder {
 };
 
 // Communication time and the part of it under compute: for each communication span, the time some
-// compute span on another stream of the same run covers; a share of 1 hides every collective behind
+// compute span on another stream of the same run covers (less the waits inside it on its stream: a
+// GEMM waiting for a landed part computes nothing then); a share of 1 hides every collective behind
 // the GEMMs. Host-track spans do not count. Ranks add up (`+=`).
 struct CommunicationOverlap {
   double communication_us = 0;
