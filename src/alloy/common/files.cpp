@@ -108,9 +108,10 @@ std::string why_unwritable(const std::string& path) {
   if (existed && !fs::is_regular_file(path, ec)) return "it is not a regular file";
   fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   if (!existed && !fs::is_directory(parent, ec)) return "its directory " + parent.string() + " is missing";
-  bool opened = std::ofstream(path, std::ios::app).good();
-  if (!existed) fs::remove(path, ec);
-  return opened ? "" : existed ? "it cannot be opened for writing" : "its directory " + parent.string() + " is not writable";
+  // asked of the file system, nothing created: every rank of a job checks the same names at once
+  // (a probe file made and removed by one rank was "not a regular file" to another)
+  if (existed) return ::access(path.c_str(), W_OK) == 0 ? "" : "it cannot be opened for writing";
+  return ::access(parent.c_str(), W_OK | X_OK) == 0 ? "" : "its directory " + parent.string() + " is not writable";
 }
 
 std::string cache_dir() {

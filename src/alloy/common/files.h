@@ -42,9 +42,9 @@ std::string cache_dir();
 void write_file_replacing(const std::string& path, std::string_view bytes);
 
 // Why a file a run will write (a trace, a saved output) cannot be, checked before the run: empty
-// where `path` is a regular file or none yet that opens for writing (opened to append, so nothing
-// is truncated; one the check made is removed again), else the reason in words ("it is a
-// directory", "its directory D is missing", ...).
+// where `path` is a writable regular file, or none yet in a writable directory (asked of the file
+// system: nothing is created, as every rank of a job may check the same name at once), else the
+// reason in words ("it is a directory", "its directory D is missing", ...).
 std::string why_unwritable(const std::string& path);
 
 }  // namespace alloy
