@@ -338,7 +338,8 @@ class Rewriter {
       values[1].own = op.outputs[0];  // the own block's partial sums go straight into the output
       if (adds_landed) values[1].landing = c;
     }
-    if (adds_landed && parts > 1) feed_stream();  // (forked with the loop's other streams)
+    // the other blocks' stream of a sum reduce-scatter (made before open_loop, which forks it)
+    const int feed = adds_landed && parts > 1 ? feed_stream() : -1;
     ForChunks loop = open_loop(parts, std::move(values), {}, describe_pair(pair) + ": " + why, nodes, pair.first, pair.last, out);
     loop.count = chunks_;
     loop.pool_streams = kComputeStreams;
@@ -373,7 +374,6 @@ class Rewriter {
       // chunks=2: chunk 0's own block ended 1453 us in, of 1515), and an own GEMM whose C had
       // landed slowed the next chunk's, whose parts then went late; the urgent stream keeps
       // every part leaving as early as the GEMMs allow.
-      const int feed = parts > 1 ? feed_stream() : kIterationStream;
       for (int j = 1; j < parts; ++j) {
         loop.body.push_back(Launch{m, feed, j, true});
         loop.body.push_back(Record{feed, made + j - 1});
@@ -399,7 +399,7 @@ class Rewriter {
       loop.body.push_back(Wait{comm, own_done});
       loop.body.push_back(Communicate{c, comm, ChunkPhase::finish});
     }
-    close_loop(std::move(loop), out, adds_landed && parts > 1 ? feed_ : -1);
+    close_loop(std::move(loop), out, feed);
   }
 
   // GEMM -> all-reduce: no blocks (every rank computes partial sums of every row), so chunk i is
@@ -539,11 +539,7 @@ class Rewriter {
     ForChunks loop;
     loop.parts = parts;
     loop.values = std::move(values);
-    // one communication stream and one compute pool serve every loop (each loop joins them)
-    if (comm_ < 0) {
-      comm_ = p_.streams;
-      p_.streams = comm_ + 1 + kComputeStreams;
-    }
+    make_shared_streams();
     loop.first_pool_stream = comm_ + 1;
     loop.why = what;
     int fork = p_.events++;
@@ -566,16 +562,21 @@ class Rewriter {
     }
   }
 
+  // One communication stream and one compute pool serve every loop (each loop joins them): made
+  // by the first loop.
+  void make_shared_streams() {
+    if (comm_ >= 0) return;
+    comm_ = p_.streams;
+    p_.streams = comm_ + 1 + kComputeStreams;
+  }
+
   // The urgent stream of the GEMM -> reduce-scatter loops' other blocks (Program::urgent_streams),
   // made once, after the communication stream and the pool (so open_loop forks it). The
   // communication stream becomes urgent with it: where a communicator moves the chunks by kernels
   // (NCCL's), they must not queue behind every chunk's urgent GEMMs (with the copy engines it
   // launches no kernels, and its priority changes nothing).
   int feed_stream() {
-    if (comm_ < 0) {
-      comm_ = p_.streams;
-      p_.streams = comm_ + 1 + kComputeStreams;
-    }
+    make_shared_streams();
     if (feed_ < 0) {
       feed_ = p_.streams++;
       p_.urgent_streams.insert(feed_);
